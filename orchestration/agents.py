@@ -1,0 +1,162 @@
+"""Agent specs: which model, which instructions, which limits. Pure data, no I/O."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .architecture import ActorCritic
+    from .results import RunResult
+
+#: Providers Duet can talk to, and the environment variable holding each one's key.
+DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "sim": None}
+
+_OPENAI_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
+_ACCEPTED = (
+    "claude-* (Anthropic); gpt-*, o1*, o3*, o4*, chatgpt-* (OpenAI); "
+    "explicit 'openai:NAME' (with base_url= for any OpenAI-compatible server), "
+    "'anthropic:NAME'; or the offline simulator 'sim' / 'sim:ROLE?options'"
+)
+
+
+def resolve_model(model: str) -> tuple[str, str]:
+    """Infer ``(provider, model_name)`` from a model string.
+
+    Raises:
+        ConfigError: the string names no provider Duet knows, listing what is accepted.
+    """
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(f"model must be a non-empty string; accepted: {_ACCEPTED}")
+    model = model.strip()
+    if model == "sim" or model.startswith(("sim:", "sim?")):
+        return "sim", model
+    prefix, sep, rest = model.partition(":")
+    if sep and prefix in ("openai", "anthropic"):
+        if not rest:
+            raise ConfigError(f"model {model!r} has a provider but no model name after ':'")
+        return prefix, rest
+    if model.startswith("claude-"):
+        return "anthropic", model
+    if model.startswith(_OPENAI_PREFIXES):
+        return "openai", model
+    raise ConfigError(f"unknown model {model!r}: cannot tell its provider. Accepted: {_ACCEPTED}")
+
+
+class Price(BaseModel):
+    """USD per million tokens for one model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+
+
+class AgentSpec(BaseModel):
+    """The serialisable part of an :class:`Agent`, as stored in Redis and read by workers.
+
+    Holds the *name* of the environment variable with the API key, never the key.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instructions: str
+    model: str
+    provider: str
+    model_name: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_tokens: int = 1024
+    timeout_s: float = 120.0
+    price: Price | None = None
+
+
+class Agent:
+    """A model with instructions: the actor or the critic of a loop.
+
+    Args:
+        instructions: the system prompt.
+        model: ``claude-*``, ``gpt-*``/``o1*``/``o3*``/``o4*``/``chatgpt-*``,
+            ``openai:NAME``, ``anthropic:NAME`` or ``sim[:ROLE][?options]``.
+        base_url: endpoint of an OpenAI-compatible server (vLLM, Ollama, LiteLLM...).
+        api_key_env: name of the environment variable holding the key on the workers.
+        temperature: sampling temperature, provider default when ``None``.
+        max_tokens: output token limit per call; output cut there interrupts the agent.
+        timeout_s: per-call timeout.
+        price: USD per million tokens, overriding the built-in price table.
+        architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop.
+    """
+
+    def __init__(
+        self,
+        instructions: str,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int = 1024,
+        timeout_s: float = 120.0,
+        price: Price | dict[str, float] | None = None,
+        architecture: ActorCritic | None = None,
+        name: str | None = None,
+    ) -> None:
+        provider, model_name = resolve_model(model)
+        if max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        if temperature is not None and not 0 <= temperature <= 2:
+            raise ConfigError(f"temperature must be in [0, 2], got {temperature}")
+        if base_url is not None and provider != "openai":
+            raise ConfigError(
+                f"base_url is for OpenAI-compatible servers: use model='openai:NAME', not {model!r}"
+            )
+        self.name = name
+        self.architecture = architecture
+        self.spec = AgentSpec(
+            instructions=instructions,
+            model=model,
+            provider=provider,
+            model_name=model_name,
+            base_url=base_url,
+            api_key_env=api_key_env if api_key_env is not None else DEFAULT_KEY_ENV[provider],
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout_s=timeout_s,
+            price=Price(**price) if isinstance(price, dict) else price,
+        )
+
+    @property
+    def instructions(self) -> str:
+        return self.spec.instructions
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+    def __repr__(self) -> str:
+        return f"Agent(model={self.spec.model!r}, instructions={self.spec.instructions[:40]!r})"
+
+    async def run(self, prompt: str, **kwargs: Any) -> RunResult:
+        """Run this agent's architecture (the distributed actor-critic loop) on ``prompt``."""
+        return await self._team().run(prompt, **kwargs)
+
+    def run_sync(self, prompt: str, **kwargs: Any) -> RunResult:
+        """Blocking form of :meth:`run`."""
+        return self._team().run_sync(prompt, **kwargs)
+
+    def _team(self) -> Any:
+        if self.architecture is None:
+            raise ConfigError(
+                "Agent.run needs architecture=ActorCritic(...); a bare agent is a step, not a loop"
+            )
+        from .team import Team
+
+        return Team(self.architecture)

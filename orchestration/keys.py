@@ -1,0 +1,115 @@
+"""Every Redis key and queue name Duet uses, in one place.
+
+All keys share the ``duet:`` prefix (configurable with ``DUET_KEY_PREFIX`` for
+tests that share a server). Keys of one run share the ``{run_id}`` hash tag so a
+Redis Cluster keeps them on one slot and the Lua scripts may touch them together.
+"""
+
+from __future__ import annotations
+
+import os
+
+PREFIX = os.environ.get("DUET_KEY_PREFIX", "duet")
+
+# --- queues ---------------------------------------------------------------
+QUEUE_ACTOR = "actor"
+QUEUE_CRITIC = "critic"
+QUEUE_COORDINATOR = "coordinator"
+ALL_QUEUES = (QUEUE_ACTOR, QUEUE_CRITIC, QUEUE_COORDINATOR)
+
+# --- task names (clients enqueue by name, never by import) -----------------
+TASK_GENERATE = "duet.generate"
+TASK_REFINE = "duet.refine"
+TASK_CRITIQUE = "duet.critique"
+TASK_COORDINATE = "duet.coordinate"
+
+# --- time to live ---------------------------------------------------------
+#: Seconds a finished run (record, steps, events) is kept; DUET_FINISHED_TTL_S overrides.
+DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
+#: Seconds a step claim lives: a worker that dies mid-call frees the step after this.
+DEFAULT_STEP_LEASE_S = 900
+
+
+def spec(spec_id: str) -> str:
+    """JSON of an immutable, content-addressed loop spec (agents, rounds, templates)."""
+    return f"{PREFIX}:spec:{spec_id}"
+
+
+def run(run_id: str) -> str:
+    """Hash: the run record (status, prompt, user, counters, final result fields)."""
+    return f"{PREFIX}:run:{{{run_id}}}"
+
+
+def run_steps(run_id: str) -> str:
+    """Hash: step key -> JSON of the stored step result (text, usage, stop reason)."""
+    return f"{PREFIX}:run:{{{run_id}}}:steps"
+
+
+def run_inputs(run_id: str) -> str:
+    """Hash: step key -> JSON of the step's rendered input (role, prompt)."""
+    return f"{PREFIX}:run:{{{run_id}}}:inputs"
+
+
+def run_events(run_id: str) -> str:
+    """Stream: the run's ordered events."""
+    return f"{PREFIX}:run:{{{run_id}}}:events"
+
+
+def step_claim(run_id: str, step_key: str) -> str:
+    """String with a lease: which worker is calling the model for this step now."""
+    return f"{PREFIX}:run:{{{run_id}}}:claim:{step_key}"
+
+
+def run_keys(run_id: str) -> tuple[str, ...]:
+    """Every long-lived key of one run (for TTLs and deletion)."""
+    return (run(run_id), run_steps(run_id), run_inputs(run_id), run_events(run_id))
+
+
+def batch(batch_id: str) -> str:
+    """Hash: batch record and its outcome counters."""
+    return f"{PREFIX}:batch:{{{batch_id}}}"
+
+
+def batch_runs(batch_id: str) -> str:
+    """List: the batch's run ids in input order."""
+    return f"{PREFIX}:batch:{{{batch_id}}}:runs"
+
+
+def batch_events(batch_id: str) -> str:
+    """Stream: one entry per finished run of the batch (for live progress)."""
+    return f"{PREFIX}:batch:{{{batch_id}}}:finished"
+
+
+def batches_index() -> str:
+    """Sorted set: batch ids by submit time."""
+    return f"{PREFIX}:batches"
+
+
+def conversation(role: str, scope: str) -> str:
+    """List: one persistent subagent conversation (role x user, or role x run)."""
+    return f"{PREFIX}:conv:{role}:{scope}"
+
+
+def budget(scope: str) -> str:
+    """Hash: one budget scope's limits, spent and reserved counters."""
+    return f"{PREFIX}:budget:{scope}"
+
+
+def budget_reservations(scope: str) -> str:
+    """Sorted set: open reservations of one scope, scored by lease expiry."""
+    return f"{PREFIX}:budget:{scope}:leases"
+
+
+def budget_settled(step_id: str) -> str:
+    """Marker that a step's usage was settled (so a redelivered step is charged once)."""
+    return f"{PREFIX}:settled:{step_id}"
+
+
+def rate_limit(provider: str, model: str) -> str:
+    """Rate limiter state for one (provider, model) pair."""
+    return f"{PREFIX}:rate:{provider}:{model}"
+
+
+def rate_pause(provider: str, model: str) -> str:
+    """Fleet-wide pause after a vendor 429 with Retry-After."""
+    return f"{PREFIX}:pause:{provider}:{model}"

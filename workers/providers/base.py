@@ -1,0 +1,74 @@
+"""What every model provider adapter has in common.
+
+An adapter turns *system prompt + conversation* into a :class:`Completion`. The base
+class owns error classification and timing; a subclass writes :meth:`Provider._call`
+(and, for vendor SDKs, :meth:`Provider.classify`). Retries, budgets, pricing and
+prompt rendering live outside the adapters.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Literal, TypedDict
+
+from orchestration.agents import AgentSpec
+from orchestration.errors import ProviderError
+
+#: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent.
+StopReason = Literal["end", "max_tokens", "other"]
+
+
+class Message(TypedDict):
+    """One turn of a conversation."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What a model call returns, whoever the vendor."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    stop_reason: StopReason
+    cached_input_tokens: int = 0
+    #: The vendor's own stop reason, kept for diagnostics (``length``, ``end_turn``...).
+    raw_stop_reason: str | None = None
+
+
+class Provider(ABC):
+    """Base adapter: call the model, classify failures into :class:`ProviderError`."""
+
+    #: Provider name as :func:`orchestration.agents.resolve_model` returns it.
+    name: ClassVar[str]
+
+    def __init__(self, *, base_url: str | None = None, api_key_env: str | None = None) -> None:
+        # The key itself is read from the environment at call time, never stored in specs.
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+
+    def complete(self, agent: AgentSpec, messages: list[Message]) -> Completion:
+        """Call the model with ``agent.instructions`` as system prompt and ``messages``.
+
+        Raises:
+            ProviderError: every failure, classified transient or permanent.
+        """
+        try:
+            return self._call(agent, messages)
+        except ProviderError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every vendor failure becomes one error type
+            raise self.classify(exc) from exc
+
+    @abstractmethod
+    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
+        """Make the call. Raise anything; :meth:`classify` maps it."""
+
+    def classify(self, exc: Exception) -> ProviderError:
+        """Map an unexpected exception to a :class:`ProviderError` (permanent by default)."""
+        return ProviderError(
+            f"{self.name}: {type(exc).__name__}: {exc}", kind="unexpected", transient=False
+        )
