@@ -31,21 +31,23 @@ UNITS: Final = (INPUT_TOKENS, OUTPUT_TOKENS, TOKENS, USD, CALLS)
 # --- scopes -----------------------------------------------------------------
 SCOPE_KINDS: Final = ("run", "batch", "user", "global")
 # No ':' in the name (keeps a scope's Redis keys apart from another scope's suffixed
-# keys), no whitespace, no braces (Redis Cluster hash tags).
-_SCOPE_NAME = re.compile(r"^[^\s:{}]+$")
+# keys), no ',' (run records list scopes comma-separated), no whitespace, no braces
+# (Redis Cluster hash tags).
+_SCOPE_NAME = re.compile(r"^[^\s:,{}]+$")
 
 
 def scope(kind: str, name: str) -> str:
     """Build a scope string such as ``run:abc`` or ``global:default``.
 
     Raises:
-        ConfigError: unknown kind, or a name that is empty or holds ``:``, braces or spaces.
+        ConfigError: unknown kind, or a name that is empty or holds ``:``, ``,``, braces
+            or spaces.
     """
     if kind not in SCOPE_KINDS:
         raise ConfigError(f"unknown budget scope kind {kind!r}; expected one of {SCOPE_KINDS}")
     if not isinstance(name, str) or not _SCOPE_NAME.match(name):
         raise ConfigError(
-            f"bad budget scope name {name!r}: must be non-empty, without ':', braces or spaces"
+            f"bad budget scope name {name!r}: must be non-empty, without ':', ',', braces or spaces"
         )
     return f"{kind}:{name}"
 
@@ -131,7 +133,7 @@ ZERO: Final = Amount()
 class Budget(BaseModel):
     """Limits of one scope. Every limit is optional: ``None`` turns it off."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     max_input_tokens: int | None = Field(default=None, ge=0)
     """Most input (prompt) tokens the scope may use."""
