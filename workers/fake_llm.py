@@ -1,0 +1,585 @@
+"""A local stand-in for the OpenAI and Anthropic HTTP APIs, answering as the sim model.
+
+Stdlib only. Tests and benchmarks point the real ``openai`` / ``anthropic`` SDKs at it::
+
+    with FakeLLM() as llm:                       # http://127.0.0.1:<free port>
+        OpenAI(base_url=llm.url, api_key="x")     # POST /v1/chat/completions
+        Anthropic(base_url=llm.anthropic_url, api_key="x")   # POST /v1/messages
+        llm.set_faults(status=429, times=2, retry_after="3")
+        llm.stats()
+
+Answers come from :func:`workers.providers.sim.simulate`. A model string ``sim``,
+``sim:ROLE`` or ``sim?opts`` is used as the sim model (the role filled in when left
+out); any other model name answers as ``sim:critic`` when the model name or system
+prompt mentions "critic" or the system prompt or last message asks for JSON with a
+"score", else as ``sim:actor``. ``max_tokens`` (or ``max_completion_tokens``) is
+honoured: a cut reply has ``finish_reason: "length"`` / ``stop_reason: "max_tokens"``.
+
+Admin API (JSON):
+
+``POST /_admin/faults``  set a new fault plan; fields left out are off. Fields:
+    ``status`` (int) HTTP error for faulted requests; applies to every matching request
+    unless ``times`` (the next N) or ``every`` (every Nth) narrows it;
+    ``retry_after`` / ``retry_after_ms`` (str) headers sent with it; ``message`` (str);
+    ``drop`` (int) close the connection without a response on the next N requests;
+    ``drop_every`` (int) ...or on every Nth; ``delays_ms`` (list of numbers) extra delay
+    for the next requests, one each, in order; ``path`` / ``model`` (str) only requests
+    to this path or for this model are counted and faulted; ``latency_ms`` (number)
+    changes the base latency of every request (kept when left out).
+``GET /_admin/stats``    counts per path, per model and per status, connections accepted,
+    faulted / dropped counts, arrival log ``[{t, path, model}]`` (``time.time()``),
+    usage totals sent, the last request bodies, the current plan.
+``POST /_admin/reset``   clear faults, stats and logs; latency back to its start value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from orchestration.errors import ConfigError, ProviderError
+from workers.providers.sim import simulate
+
+OPENAI_PATH = "/v1/chat/completions"
+ANTHROPIC_PATH = "/v1/messages"
+_FAULT_FIELDS = {
+    "status": int,
+    "times": int,
+    "every": int,
+    "retry_after": str,
+    "retry_after_ms": str,
+    "message": str,
+    "drop": int,
+    "drop_every": int,
+    "delays_ms": list,
+    "path": str,
+    "model": str,
+}
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_LAST_REQUESTS = 50
+_ARRIVALS = 100_000
+
+
+def sim_model_for(model: str, system: str, last_message: str = "") -> str:
+    """The sim model string the server answers ``model`` with (see module docstring)."""
+    model = model or ""
+    head, sep, query = model.partition("?")
+    if head.startswith("sim:"):
+        return model
+    low_system, low_last = system.lower(), last_message.lower()
+    critic = (
+        "critic" in model.lower()
+        or "critic" in low_system
+        or ("json" in low_system and "score" in low_system)
+        or ("json" in low_last and '"score"' in low_last)
+    )
+    role = "critic" if critic else "actor"
+    if head == "sim":
+        return f"sim:{role}{sep}{query}"
+    return f"sim:{role}"
+
+
+def _text(content: Any) -> str:
+    """Message content as plain text: a string, or a list of ``{type: text, text}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
+        )
+    return "" if content is None else str(content)
+
+
+@dataclass
+class _Decision:
+    """What happens to one model request."""
+
+    delay_s: float
+    drop: bool = False
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    message: str | None = None
+
+
+class _State:
+    """Fault plan and statistics, shared by the handler threads."""
+
+    def __init__(self, latency_ms: float) -> None:
+        self.lock = threading.Lock()
+        self.start_latency_ms = float(latency_ms)
+        self.latency_ms = float(latency_ms)
+        self.plan: dict[str, Any] = {}
+        self.connections = 0
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.latency_ms = self.start_latency_ms
+            self._set_plan({})
+            self.requests = 0
+            self.by_path: Counter[str] = Counter()
+            self.by_model: Counter[str] = Counter()
+            self.by_status: Counter[str] = Counter()
+            self.faulted = 0
+            self.dropped = 0
+            self.input_tokens = 0
+            self.output_tokens = 0
+            self.responses = 0
+            self.arrivals: deque[dict[str, Any]] = deque(maxlen=_ARRIVALS)
+            self.last_requests: deque[dict[str, Any]] = deque(maxlen=_LAST_REQUESTS)
+
+    def set_faults(self, plan: dict[str, Any]) -> None:
+        plan = dict(plan)
+        latency = plan.pop("latency_ms", None)
+        unknown = set(plan) - set(_FAULT_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"unknown fault fields {sorted(unknown)}; known: {sorted(_FAULT_FIELDS)}, latency_ms"
+            )
+        for key, kind in _FAULT_FIELDS.items():
+            value = plan.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise ValueError(f"fault field {key!r} must be {kind.__name__}, got {value!r}")
+        if plan.get("status") is not None and not 400 <= plan["status"] <= 599:
+            raise ValueError(f"status must be an HTTP error code 400..599, got {plan['status']}")
+        for key in ("every", "drop_every"):
+            if plan.get(key) is not None and plan[key] < 1:
+                raise ValueError(f"{key} must be >= 1")
+        with self.lock:
+            if latency is not None:
+                self.latency_ms = float(latency)
+            self._set_plan(plan)
+
+    def _set_plan(self, plan: dict[str, Any]) -> None:
+        self.plan = {k: v for k, v in plan.items() if v is not None}
+        self.plan_seen = 0  # matching requests since the plan was set
+        self.times_left = self.plan.get("times")
+        self.drops_left = self.plan.get("drop", 0)
+        self.delays_left = deque(float(d) for d in self.plan.get("delays_ms", []))
+
+    def arrive(self, path: str, model: str, body: Any) -> _Decision:
+        """Record a request and decide its fate under the current plan."""
+        with self.lock:
+            self.requests += 1
+            self.by_path[path] += 1
+            self.by_model[model] += 1
+            self.arrivals.append({"t": time.time(), "path": path, "model": model})
+            self.last_requests.append({"path": path, "model": model, "body": body})
+            plan = self.plan
+            delay = self.latency_ms
+            if plan.get("path", path) != path or plan.get("model", model) != model:
+                return _Decision(delay / 1000)
+            self.plan_seen += 1
+            n = self.plan_seen
+            if self.delays_left:
+                delay += self.delays_left.popleft()
+            drop = False
+            if self.drops_left > 0:
+                self.drops_left -= 1
+                drop = True
+            elif plan.get("drop_every") and n % plan["drop_every"] == 0:
+                drop = True
+            status = plan.get("status")
+            if status is not None and not drop:
+                if self.times_left is not None:
+                    if self.times_left > 0:
+                        self.times_left -= 1
+                    else:
+                        status = None
+                elif plan.get("every") is not None and n % plan["every"] != 0:
+                    status = None
+            else:
+                status = None
+            if drop:
+                self.dropped += 1
+            elif status is not None:
+                self.faulted += 1
+            headers = {}
+            if status is not None:
+                if plan.get("retry_after") is not None:
+                    headers["Retry-After"] = plan["retry_after"]
+                if plan.get("retry_after_ms") is not None:
+                    headers["retry-after-ms"] = plan["retry_after_ms"]
+            return _Decision(delay / 1000, drop, status, headers, plan.get("message"))
+
+    def record_response(self, status: int, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        with self.lock:
+            self.by_status[str(status)] += 1
+            if status == 200:
+                self.responses += 1
+                self.input_tokens += input_tokens
+                self.output_tokens += output_tokens
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "requests": self.requests,
+                "by_path": dict(self.by_path),
+                "by_model": dict(self.by_model),
+                "by_status": dict(self.by_status),
+                "connections": self.connections,
+                "faulted": self.faulted,
+                "dropped": self.dropped,
+                "usage": {
+                    "input_tokens": self.input_tokens,
+                    "output_tokens": self.output_tokens,
+                    "responses": self.responses,
+                },
+                "arrivals": list(self.arrivals),
+                "last_requests": list(self.last_requests),
+                "faults": dict(self.plan),
+                "latency_ms": self.latency_ms,
+            }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], state: _State) -> None:
+        self.state = state
+        self.stopping = threading.Event()
+        self.open_sockets: set[socket.socket] = set()
+        self.sockets_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        # Without this, Nagle + delayed ACK make a small keep-alive response take ~40 ms.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.sockets_lock:
+            self.open_sockets.add(sock)
+        with self.state.lock:
+            self.state.connections += 1
+        return sock, addr
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.sockets_lock:
+            self.open_sockets.discard(request)
+        super().shutdown_request(request)
+
+    def close_open_sockets(self) -> None:
+        with self.sockets_lock:
+            sockets = list(self.open_sockets)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # client went away mid-response
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeLLM/1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read_json(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else {}
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path == "/_admin/stats":
+            self._send(200, self.server.state.snapshot())
+        elif self.path in ("/", "/health", "/_admin/health"):
+            self._send(200, {"ok": True})
+        else:
+            self._send(404, {"error": {"message": f"no route GET {self.path}"}})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        path = self.path.split("?", 1)[0]
+        try:
+            body = self._read_json()
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._send(400, {"error": {"message": f"body is not JSON: {exc}"}})
+            return
+        state = self.server.state
+        if path == "/_admin/faults":
+            try:
+                state.set_faults(body if isinstance(body, dict) else {"<body>": body})
+            except ValueError as exc:
+                self._send(400, {"error": str(exc)})
+                return
+            self._send(200, {"faults": state.snapshot()["faults"], "latency_ms": state.latency_ms})
+        elif path == "/_admin/reset":
+            state.reset()
+            self._send(200, {"ok": True})
+        elif path in (OPENAI_PATH, ANTHROPIC_PATH):
+            self._model_call(path, body if isinstance(body, dict) else {})
+        else:
+            self._send(404, {"error": {"message": f"no route POST {path}"}})
+
+    def _model_call(self, path: str, body: dict[str, Any]) -> None:
+        state = self.server.state
+        anthropic = path == ANTHROPIC_PATH
+        model = str(body.get("model") or "")
+        fate = state.arrive(path, model, body)
+        drop = fate.drop
+        if fate.delay_s > 0 and self.server.stopping.wait(fate.delay_s):
+            drop = True  # server stopping: give up on this request
+        if drop:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if fate.status is not None:
+            self._error(anthropic, fate.status, fate.message, fate.headers)
+            return
+        try:
+            reply = self._answer(anthropic, model, body)
+        except ProviderError as exc:  # the sim model's own failure options
+            self._error(anthropic, exc.status_code or 500, str(exc), {})
+            return
+        except (ConfigError, ValueError, TypeError, KeyError) as exc:
+            self._error(anthropic, 400, f"invalid request: {exc}", {})
+            return
+        payload, input_tokens, output_tokens = reply
+        state.record_response(200, input_tokens, output_tokens)
+        request_id = uuid.uuid4().hex
+        header = "request-id" if anthropic else "x-request-id"
+        self._send(200, payload, {header: f"req_{request_id}"})
+
+    def _error(
+        self, anthropic: bool, status: int, message: str | None, headers: dict[str, str]
+    ) -> None:
+        if not message:
+            message = f"simulated HTTP {status}"
+            if status == 401:
+                # Like a careless server: echo the credential, so scrubbing gets tested.
+                key = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+                message = f"Incorrect API key provided: {key.removeprefix('Bearer ')}"
+        self.server.state.record_response(status)
+        if anthropic:
+            kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+            payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        else:
+            kind = _OPENAI_ERROR_TYPES.get(
+                status, "server_error" if status >= 500 else "invalid_request_error"
+            )
+            payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+        self._send(status, payload, headers)
+
+    def _answer(
+        self, anthropic: bool, model: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], int, int]:
+        raw_messages = body.get("messages")
+        if not isinstance(raw_messages, list):
+            raise ValueError("'messages' must be a list")
+        if anthropic:
+            if not isinstance(body.get("max_tokens"), int):
+                raise ValueError("'max_tokens' is required and must be an integer")
+            max_tokens = body["max_tokens"]
+            system = _text(body.get("system"))
+            messages = [
+                {"role": m["role"], "content": _text(m.get("content"))} for m in raw_messages
+            ]
+        else:
+            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
+            system = "\n".join(
+                _text(m.get("content"))
+                for m in raw_messages
+                if m.get("role") in ("system", "developer")
+            )
+            messages = [
+                {"role": m["role"], "content": _text(m.get("content"))}
+                for m in raw_messages
+                if m.get("role") in ("user", "assistant")
+            ]
+        last = messages[-1]["content"] if messages else ""
+        sim_model = sim_model_for(model, system, last)
+        done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
+        cut = done.stop_reason == "max_tokens"
+        created = int(time.time())
+        if anthropic:
+            payload: dict[str, Any] = {
+                "id": f"msg_{uuid.uuid4().hex[:24]}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": done.text}],
+                "stop_reason": "max_tokens" if cut else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": done.input_tokens, "output_tokens": done.output_tokens},
+            }
+        else:
+            payload = {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": done.text, "refusal": None},
+                        "finish_reason": "length" if cut else "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": done.input_tokens,
+                    "completion_tokens": done.output_tokens,
+                    "total_tokens": done.input_tokens + done.output_tokens,
+                },
+            }
+        return payload, done.input_tokens, done.output_tokens
+
+
+class FakeLLM:
+    """The stand-in server on a background thread; a context manager.
+
+    Args:
+        port: TCP port, 0 for any free one.
+        latency_ms: base latency added to every model request.
+        host: interface to listen on.
+        faults: an initial fault plan (same fields as ``POST /_admin/faults``).
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        latency_ms: float = 0,
+        *,
+        host: str = "127.0.0.1",
+        faults: dict[str, Any] | None = None,
+    ) -> None:
+        self._state = _State(latency_ms)
+        if faults:
+            self._state.set_faults(faults)
+        self._server = _Server((host, port), self._state)
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base(self) -> str:
+        """``http://HOST:PORT`` (the ``ANTHROPIC_BASE_URL``)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """OpenAI ``base_url``: ``http://HOST:PORT/v1``."""
+        return f"{self.base}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        """Anthropic ``base_url``: ``http://HOST:PORT``."""
+        return self.base
+
+    def start(self) -> FakeLLM:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"fake-llm:{self.port}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, abort pending delays and close every connection."""
+        self._server.stopping.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._server.close_open_sockets()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        """What ``GET /_admin/stats`` returns."""
+        return self._state.snapshot()
+
+    def set_faults(self, **plan: Any) -> None:
+        """Set a new fault plan (see module docstring); no arguments clears it."""
+        self._state.set_faults(plan)
+
+    def clear_faults(self) -> None:
+        self._state.set_faults({})
+
+    def reset(self) -> None:
+        """Clear faults, stats and logs; latency back to its start value."""
+        self._state.reset()
+
+    @property
+    def last_requests(self) -> list[dict[str, Any]]:
+        """The most recent model request bodies, oldest first: ``[{path, model, body}]``."""
+        return self.stats()["last_requests"]
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, latency_ms: float = 0) -> None:
+    """Run the stand-in in the foreground until interrupted."""
+    server = FakeLLM(port, latency_ms, host=host)
+    print(f"fake LLM on {server.base}  (OpenAI base_url {server.url})", flush=True)
+    if threading.current_thread() is threading.main_thread():
+        # `docker stop` / `kill` end it as cleanly as Ctrl-C.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        server._server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workers.fake_llm [--host H] [--port P] [--latency-ms N]``."""
+    parser = argparse.ArgumentParser(prog="duet fake-llm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    serve(args.host, args.port, args.latency_ms)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
