@@ -23,6 +23,14 @@ TASK_REFINE = "duet.refine"
 TASK_CRITIQUE = "duet.critique"
 TASK_COORDINATE = "duet.coordinate"
 
+#: Which queue each task is sent to (workers and clients route by this).
+TASK_QUEUES = {
+    TASK_GENERATE: QUEUE_ACTOR,
+    TASK_REFINE: QUEUE_ACTOR,
+    TASK_CRITIQUE: QUEUE_CRITIC,
+    TASK_COORDINATE: QUEUE_COORDINATOR,
+}
+
 # --- time to live ---------------------------------------------------------
 #: Seconds a finished run (record, steps, events) is kept; DUET_FINISHED_TTL_S overrides.
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600

@@ -105,14 +105,6 @@ def parse_sim_model(model: str) -> SimOptions:
     return SimOptions(**opts)  # type: ignore[arg-type]
 
 
-def with_role(model: str, role: str) -> str:
-    """``sim?x=1`` -> ``sim:critic?x=1`` when no role is written; other models unchanged."""
-    head, sep, query = model.partition("?")
-    if head != "sim":
-        return model
-    return f"sim:{role}{sep}{query}"
-
-
 def tokens(text: str) -> int:
     """The simulator's token count: one token per four characters, at least one."""
     return max(1, math.ceil(len(text) / 4))

@@ -1,0 +1,183 @@
+"""The client side: create runs in Redis and hand them to the coordinator queue.
+
+Clients enqueue by task *name* (``send_task``), so they need no worker code: any
+process that can reach Redis (and the broker) can submit work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from celery import Celery
+
+from . import connection, keys
+from .architecture import LoopSpec
+from .errors import RunTimeout
+from .events import Event
+from .results import FINISHED_STATUSES, RunResult
+from .settings import get_settings
+from .store import RunRecord, RunStore
+
+#: Runs written and messages sent per pipeline when submitting a batch.
+SUBMIT_CHUNK = 500
+
+_producer: Celery | None = None
+_producer_lock = threading.Lock()
+
+
+def producer() -> Celery:
+    """A Celery app used only to send messages, pointed at this process's broker."""
+    global _producer
+    with _producer_lock:
+        broker = get_settings().broker_url or connection.redis_url()
+        if _producer is None or _producer.conf.broker_url != broker:
+            app = Celery("duet-client", set_as_current=False)
+            app.conf.update(
+                broker_url=broker,
+                task_serializer="json",
+                accept_content=["json"],
+                task_ignore_result=True,
+                task_routes={n: {"queue": q} for n, q in keys.TASK_QUEUES.items()},
+                broker_connection_retry_on_startup=True,
+                broker_transport_options={"visibility_timeout": 3600},
+            )
+            _producer = app
+        return _producer
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def store() -> RunStore:
+    return RunStore(connection.get_redis(), finished_ttl_s=get_settings().finished_ttl_s)
+
+
+def send_coordinate(run_ids: Iterable[str], seq: int = 0) -> None:
+    app = producer()
+    with app.producer_or_acquire() as prod:
+        for run_id in run_ids:
+            app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
+
+
+def enqueue(spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, Any] | None = None) -> None:
+    """Write ``records`` (and the batch record) and send each run to the coordinator."""
+    st = store()
+    for start in range(0, max(len(records), 1), SUBMIT_CHUNK):
+        chunk = records[start : start + SUBMIT_CHUNK]
+        pipe = st.r.pipeline(transaction=False)
+        if start == 0:
+            st.save_spec(spec, pipe)
+            if batch is not None:
+                pipe.hset(keys.batch(batch["batch_id"]), mapping=batch)
+                pipe.zadd(keys.batches_index(), {batch["batch_id"]: float(batch["created_at"])})
+        st.create_runs(chunk, pipe)
+        if batch is not None and chunk:
+            pipe.rpush(keys.batch_runs(batch["batch_id"]), *(r.run_id for r in chunk))
+        pipe.execute()
+        send_coordinate(r.run_id for r in chunk)
+
+
+class RunHandle:
+    """A submitted run: ask its status, follow its events, wait for its result, cancel it."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+    def status(self) -> str:
+        """``queued``, ``running`` or a finished status."""
+        found = store().status(self.run_id)
+        if found is None:
+            raise LookupError(f"run {self.run_id} not found (expired or never submitted)")
+        return found
+
+    def done(self) -> bool:
+        return self.status() in FINISHED_STATUSES
+
+    def events(self, *, follow: bool = True, timeout: float | None = None) -> Iterator[Event]:
+        """The run's events in order; with ``follow`` keep yielding until it finishes."""
+        if follow:
+            yield from store().follow_events(self.run_id, timeout_s=timeout)
+        else:
+            for _, event in store().events(self.run_id):
+                yield event
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """Block until the run finishes (``RunTimeout`` after ``timeout`` seconds)."""
+        st = store()
+        if st.status(self.run_id) not in FINISHED_STATUSES:
+            for _ in st.follow_events(self.run_id, timeout_s=timeout):
+                pass
+        return st.result(self.run_id)
+
+    def cancel(self) -> bool:
+        """Stop the run after its current step; False if it had already finished."""
+        return store().cancel_run(self.run_id)
+
+
+class BatchHandle:
+    """A submitted batch: progress, results in input order, cancel, resume."""
+
+    def __init__(self, batch_id: str) -> None:
+        self.batch_id = batch_id
+
+    def __repr__(self) -> str:
+        return f"BatchHandle({self.batch_id!r})"
+
+    def run_ids(self, start: int = 0, end: int = -1) -> list[str]:
+        return list(store().r.lrange(keys.batch_runs(self.batch_id), start, end))
+
+    def progress(self) -> dict[str, Any]:
+        """Counts by outcome, total and spend so far."""
+        raw = store().r.hgetall(keys.batch(self.batch_id))
+        if not raw:
+            raise LookupError(f"batch {self.batch_id} not found (expired or never submitted)")
+        counts = {k.split(":", 1)[1]: int(v) for k, v in raw.items() if k.startswith("status:")}
+        return {
+            "batch_id": self.batch_id,
+            "total": int(raw.get("total", 0)),
+            "done": int(raw.get("done", 0)),
+            "counts": counts,
+            "usd": float(raw.get("usd", 0.0)),
+            "tokens": int(raw.get("tokens", 0)),
+            "calls": int(raw.get("calls", 0)),
+            "created_at": float(raw.get("created_at", 0.0)),
+        }
+
+    def done(self) -> bool:
+        p = self.progress()
+        return p["done"] >= p["total"]
+
+    def results(self, timeout: float | None = None) -> Iterator[RunResult]:
+        """Every run's result in input order, each yielded as soon as it (and those
+        before it) finished. Reads run ids in pages, so memory stays flat."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        start = 0
+        page = 500
+        while True:
+            ids = self.run_ids(start, start + page - 1)
+            if not ids:
+                return
+            for run_id in ids:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if left == 0.0:
+                    raise RunTimeout(f"batch {self.batch_id} did not finish within {timeout}s")
+                yield RunHandle(run_id).result(timeout=left)
+            start += page
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every run of the batch finished."""
+        for _ in self.results(timeout=timeout):
+            pass
+
+    def cancel(self) -> int:
+        """Cancel every unfinished run; returns how many were flagged."""
+        st = store()
+        return sum(st.cancel_run(run_id) for run_id in self.run_ids())

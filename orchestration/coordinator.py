@@ -1,0 +1,174 @@
+"""What the coordinator task does, apart from Celery: advance a run by one transition.
+
+Load the run, ask :func:`loop.decide` what happens next, record that (one atomic
+script), and say which step to enqueue. Recording is a compare-and-set on the run's
+transition counter, so a redelivered coordinator message changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import events as ev
+from .keys import TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE, TASK_REFINE
+from .loop import (
+    Finish,
+    LoopState,
+    StepOutcome,
+    decide,
+    parse_step_key,
+    starts_round,
+    step_key,
+)
+from .results import FINISHED_STATUSES, run_usage
+from .store import RunStore, event_json
+from .templates import render_critique_prompt, render_refine_prompt
+
+log = logging.getLogger(__name__)
+
+TASK_BY_PHASE = {"generate": TASK_GENERATE, "critique": TASK_CRITIQUE, "refine": TASK_REFINE}
+
+#: (scopes) -> (blocked reason or None, warning events); set when budgets are wired in.
+BudgetCheck = Callable[[Mapping[str, str], list[str]], tuple[str | None, list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """A step task to enqueue: ``task`` with ``(run_id, step_key)``."""
+
+    task: str
+    run_id: str
+    step_key: str
+    #: The transition that made this step (for marking it dispatched).
+    seq: int
+
+
+def outcomes(steps: Mapping[str, Mapping[str, Any]]) -> tuple[StepOutcome, ...]:
+    """Stored step results as the loop sees them, in run order."""
+    found = []
+    for key, step in steps.items():
+        phase, round_ = parse_step_key(key)
+        found.append(
+            StepOutcome(phase, round_, interrupted=step.get("interrupted"), score=step.get("score"))
+        )
+    order = {"generate": 0, "critique": 1, "refine": 2}
+    return tuple(sorted(found, key=lambda o: (o.round, order[o.phase])))
+
+
+def _current_output(steps: Mapping[str, Mapping[str, Any]], outs: tuple[StepOutcome, ...]) -> str:
+    for out in reversed(outs):
+        if out.role == "actor" and not out.interrupted:
+            return str(steps[step_key(out.phase, out.round)]["text"])
+    return ""
+
+
+class Coordinator:
+    """Advances runs. One per process; holds only the store (and its spec cache)."""
+
+    def __init__(self, store: RunStore, budget_check: BudgetCheck | None = None) -> None:
+        self.store = store
+        self.budget_check = budget_check
+
+    def advance(self, run_id: str, seq: int) -> Dispatch | None:
+        """Make transition ``seq`` of ``run_id``; the step to enqueue, if any."""
+        run, steps = self.store.load_run(run_id)
+        if not run:
+            log.warning("coordinate: run %s not found (expired?)", run_id)
+            return None
+        if run.get("status") in FINISHED_STATUSES:
+            return None
+        made = int(run.get("seq", 0))
+        if made > seq:
+            return self._redispatch(run, steps, made)
+        if made < seq:
+            log.warning("coordinate: run %s is at transition %s, message for %s", run_id, made, seq)
+            return None
+        spec = self.store.load_spec(run["spec_id"])
+        outs = outcomes(steps)
+        if len(outs) != seq and run.get("cancelled") != "1":
+            log.warning("coordinate: run %s has %s steps at transition %s", run_id, len(outs), seq)
+            return None
+        events: list[str] = []
+        if seq == 0:
+            events.append(event_json(ev.RUN_STARTED, run_id))
+        state = LoopState(
+            max_rounds=spec.max_rounds,
+            approval_threshold=spec.approval_threshold,
+            steps=outs,
+            cancelled=run.get("cancelled") == "1",
+        )
+        scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
+        if self.budget_check is not None and scopes and starts_round(state):
+            blocked, warnings = self.budget_check(run, scopes)
+            events.extend(warnings)
+            if blocked:
+                state = LoopState(
+                    state.max_rounds, state.approval_threshold, outs, budget_blocked=blocked
+                )
+        action = decide(state)
+        if isinstance(action, Finish):
+            self._finish(run, steps, outs, seq, action, events)
+            return None
+        current = _current_output(steps, outs)
+        if action.phase == "generate":
+            prompt = run["prompt"]
+        elif action.phase == "critique":
+            prompt = render_critique_prompt(spec.critique_template, prompt=run["prompt"], output=current)
+        else:
+            critique = steps[step_key("critique", action.round)]
+            prompt = render_refine_prompt(
+                spec.refine_template,
+                prompt=run["prompt"],
+                output=current,
+                critique=critique.get("summary") or "",
+                issues=critique.get("issues") or [],
+            )
+        key = step_key(action.phase, action.round)
+        step_input = {"phase": action.phase, "round": action.round, "prompt": prompt}
+        if self.store.record_step(run, seq, key, step_input, events) != 1:
+            return None  # another coordinator made this transition first
+        return Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1)
+
+    def _redispatch(
+        self, run: Mapping[str, str], steps: Mapping[str, Any], made: int
+    ) -> Dispatch | None:
+        """A transition made but never handed to the broker (a crash in between): send it."""
+        current = run.get("current_step")
+        if not current or int(run.get("dispatched", -1)) >= made or current in steps:
+            return None
+        phase, _ = parse_step_key(current)
+        return Dispatch(TASK_BY_PHASE[phase], run["run_id"], current, made)
+
+    def _finish(
+        self,
+        run: Mapping[str, str],
+        steps: Mapping[str, Mapping[str, Any]],
+        outs: tuple[StepOutcome, ...],
+        seq: int,
+        action: Finish,
+        events: list[str],
+    ) -> None:
+        run_id = run["run_id"]
+        last_round = outs[-1].round if outs else 0
+        score = next((o.score for o in reversed(outs) if o.score is not None), None)
+        if action.status == "approved":
+            events.append(event_json(ev.APPROVED, run_id, last_round, score=score))
+        elif action.status == "max_rounds_reached":
+            events.append(event_json(ev.MAX_ROUNDS_REACHED, run_id, last_round, score=score))
+        error = None
+        if outs and action.status in ("interrupted", "failed"):
+            error = steps[step_key(outs[-1].phase, outs[-1].round)].get("error")
+        events.append(
+            event_json(ev.RUN_FINISHED, run_id, last_round, status=action.status,
+                       reason=action.reason, score=score)
+        )
+        self.store.record_finish(
+            run, seq, action.status, reason=action.reason, error=error,
+            usage=run_usage(steps), events=events,
+        )
+
+
+__all__ = ["Coordinator", "Dispatch", "TASK_COORDINATE", "outcomes"]

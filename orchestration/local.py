@@ -1,0 +1,85 @@
+"""The embedded default: an embedded Redis plus an in-process worker, for one machine.
+
+Started on first use when ``DUET_REDIS_URL`` is unset, stopped when the process exits.
+The worker is found by module name (``workers.inprocess``), the way ``celery -A`` finds
+an app, so the orchestration layer never imports worker code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import threading
+from typing import Any
+
+from . import connection
+from .embedded import EmbeddedRedis
+from .settings import get_settings
+
+WORKER_MODULE = "workers.inprocess"
+
+
+class LocalCluster:
+    """An embedded Redis and an in-process worker pool."""
+
+    def __init__(self, *, concurrency: int = 64) -> None:
+        self.concurrency = concurrency
+        self.redis: EmbeddedRedis | None = None
+        self.worker: Any = None
+
+    @property
+    def url(self) -> str:
+        assert self.redis is not None
+        return self.redis.url
+
+    def start(self) -> LocalCluster:
+        self.redis = EmbeddedRedis().start()
+        connection.use_redis(self.redis.url)
+        try:
+            module = importlib.import_module(WORKER_MODULE)
+            self.worker = module.InProcessWorker(self.redis.url, concurrency=self.concurrency)
+            self.worker.start()
+        except BaseException:
+            self.redis.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_lock = threading.Lock()
+_cluster: LocalCluster | None = None
+
+
+def ensure_backend() -> str:
+    """The Redis URL to use: DUET_REDIS_URL, else a process-wide embedded cluster."""
+    global _cluster
+    configured = get_settings().redis_url
+    if configured:
+        return configured
+    with _lock:
+        if _cluster is None:
+            _cluster = LocalCluster(concurrency=min(get_settings().worker_concurrency, 64)).start()
+            atexit.register(shutdown)
+        return _cluster.url
+
+
+def shutdown() -> None:
+    """Stop the embedded cluster, if one was started."""
+    global _cluster
+    with _lock:
+        if _cluster is not None:
+            _cluster.stop()
+            _cluster = None

@@ -1,0 +1,142 @@
+"""The loop's brain: given what has happened in a run, what happens next.
+
+``decide`` is a pure function of a :class:`LoopState`. It reads no clock, no Redis and
+no environment; a spent budget or the last round is a returned :class:`Finish`, never an
+exception. The coordinator task loads the state, calls it, records the answer and
+enqueues the step it names.
+
+Step keys: round 0 is ``r0.generate``; round ``n >= 1`` is ``rN.critique`` then
+``rN.refine``. The ``i``-th step of a run (0-based) is made by transition ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Phase = Literal["generate", "critique", "refine"]
+Role = Literal["actor", "critic"]
+Status = Literal["approved", "max_rounds_reached", "interrupted", "failed", "cancelled"]
+
+ROLE_OF: dict[str, Role] = {"generate": "actor", "critique": "critic", "refine": "actor"}
+
+
+def step_key(phase: Phase, round_: int) -> str:
+    """``r{round}.{phase}``: the step's name inside its run."""
+    return f"r{round_}.{phase}"
+
+
+def parse_step_key(key: str) -> tuple[Phase, int]:
+    """Inverse of :func:`step_key`; ValueError on anything else."""
+    head, _, phase = key.partition(".")
+    if not head.startswith("r") or phase not in ROLE_OF:
+        raise ValueError(f"not a step key: {key!r}")
+    return phase, int(head[1:])  # type: ignore[return-value]
+
+
+def step_index(phase: Phase, round_: int) -> int:
+    """Position of a step in its run: generate 0, critique 2n-1, refine 2n."""
+    if phase == "generate":
+        return 0
+    return 2 * round_ - 1 if phase == "critique" else 2 * round_
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What the loop needs to know about one finished step."""
+
+    phase: Phase
+    round: int
+    #: Why the agent stopped itself (``max_tokens``, ``provider_error:auth``...), or None;
+    #: ``error`` for a failure of Duet itself, which fails the run.
+    interrupted: str | None = None
+    #: The critic's score, for critique steps.
+    score: float | None = None
+
+    @property
+    def role(self) -> Role:
+        return ROLE_OF[self.phase]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopState:
+    """A run as ``decide`` sees it."""
+
+    max_rounds: int
+    approval_threshold: float
+    #: Finished steps, in order.
+    steps: tuple[StepOutcome, ...] = ()
+    cancelled: bool = False
+    #: ``budget:<scope>:<unit>`` when a budget scope of the run has no room left.
+    budget_blocked: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generate:
+    """Round 0: the actor writes the first draft."""
+
+    round: int = 0
+    phase: Phase = "generate"
+
+
+@dataclass(frozen=True, slots=True)
+class Critique:
+    """Round ``n``: the critic scores the current output."""
+
+    round: int
+    phase: Phase = "critique"
+
+
+@dataclass(frozen=True, slots=True)
+class Refine:
+    """Round ``n``: the actor revises the output to address the critique."""
+
+    round: int
+    phase: Phase = "refine"
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The run ends with ``status``; ``reason`` says why when it did not simply finish."""
+
+    status: Status
+    reason: str | None = None
+
+
+Step = Generate | Critique | Refine
+Action = Generate | Critique | Refine | Finish
+
+
+def starts_round(state: LoopState) -> bool:
+    """Whether the next action opens a round (so the budget must be checked first)."""
+    if state.cancelled:
+        return False
+    if not state.steps:
+        return True
+    last = state.steps[-1]
+    return last.interrupted is None and last.phase != "critique" and last.round < state.max_rounds
+
+
+def decide(state: LoopState) -> Action:
+    """The next action of a run: a step to run, or how it finishes."""
+    if state.cancelled:
+        return Finish("cancelled", "cancelled")
+    if not state.steps:
+        if state.budget_blocked:
+            return Finish("interrupted", state.budget_blocked)
+        return Generate()
+    last = state.steps[-1]
+    if last.interrupted == "error":
+        return Finish("failed", f"{last.role}:round_{last.round}:error")
+    if last.interrupted:
+        return Finish("interrupted", f"{last.role}:round_{last.round}:{last.interrupted}")
+    if last.phase == "critique":
+        if last.score is not None and last.score >= state.approval_threshold:
+            return Finish("approved")
+        return Refine(last.round)
+    next_round = last.round + 1
+    if next_round > state.max_rounds:
+        return Finish("max_rounds_reached")
+    if state.budget_blocked:
+        return Finish("interrupted", state.budget_blocked)
+    return Critique(next_round)

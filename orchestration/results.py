@@ -1,0 +1,169 @@
+"""What a finished run returns, built from its stored records by pure code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import Event
+from .loop import ROLE_OF, Status, parse_step_key
+from .usage import Usage
+
+FINISHED_STATUSES: frozenset[str] = frozenset(
+    {"approved", "max_rounds_reached", "interrupted", "failed", "cancelled"}
+)
+
+
+class RoundRecord(BaseModel):
+    """One critique -> refine round: the critique, what it judged and what followed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    round: int
+    score: float | None = None
+    issues: list[str] = Field(default_factory=list)
+    summary: str = ""
+    #: The output the critic judged.
+    judged_output: str | None = None
+    #: The actor's revision after this critique (None when approved or stopped).
+    revision: str | None = None
+    critic_reply: str | None = None
+
+
+class UsageReport(BaseModel):
+    """Usage of a run, in total and per role."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: Usage = Usage()
+    by_role: dict[str, Usage] = Field(default_factory=dict)
+
+
+class RunResult(BaseModel):
+    """The outcome of one actor-critic run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    status: Status | str
+    output: str | None = None
+    final_score: float | None = None
+    interruption_reason: str | None = None
+    error: str | None = None
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    usage: UsageReport = UsageReport()
+    input_id: str | None = None
+    batch_id: str | None = None
+    user_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    events: list[Event] = Field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def approved(self) -> bool:
+        return self.status == "approved"
+
+    @property
+    def model_calls(self) -> int:
+        return self.usage.total.calls
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value not in (None, "") else None
+
+
+def _step_order(key: str) -> tuple[int, int]:
+    phase, round_ = parse_step_key(key)
+    return round_, {"generate": 0, "critique": 1, "refine": 2}[phase]
+
+
+def build_result(
+    run: Mapping[str, str], steps: Mapping[str, Mapping[str, Any]], events: list[Event]
+) -> RunResult:
+    """Assemble a :class:`RunResult` from a run record, its step results and its events."""
+    ordered = [steps[k] for k in sorted(steps, key=_step_order)]
+    rounds: dict[int, dict[str, Any]] = {}
+    by_role: dict[str, Usage] = {}
+    output: str | None = None
+    partial: str | None = None
+    final_score: float | None = None
+    for step in ordered:
+        phase, round_ = parse_step_key(step["key"])
+        role = ROLE_OF[phase]
+        used = step_usage(step)
+        by_role[role] = by_role.get(role, Usage()) + used
+        text = step.get("text")
+        if phase == "critique":
+            rec = rounds.setdefault(round_, {"round": round_})
+            rec.update(
+                score=step.get("score"),
+                issues=step.get("issues") or [],
+                summary=step.get("summary") or "",
+                judged_output=output,
+                critic_reply=text,
+            )
+            if step.get("score") is not None:
+                final_score = step["score"]
+        elif step.get("interrupted"):
+            partial = text
+        else:
+            if phase == "refine":
+                rounds.setdefault(round_, {"round": round_})["revision"] = text
+            output = text
+    total = Usage()
+    for used in by_role.values():
+        total = total + used
+    return RunResult(
+        run_id=run["run_id"],
+        status=run.get("status", "queued"),
+        output=output if output is not None else partial,
+        final_score=final_score,
+        interruption_reason=run.get("reason") or None,
+        error=run.get("error") or None,
+        rounds=[RoundRecord(**rounds[n]) for n in sorted(rounds)],
+        usage=UsageReport(total=total, by_role=by_role),
+        input_id=run.get("input_id") or None,
+        batch_id=run.get("batch_id") or None,
+        user_id=run.get("user_id") or None,
+        metadata=_json_dict(run.get("metadata")),
+        created_at=_float(run.get("created_at")),
+        started_at=_float(run.get("started_at")),
+        finished_at=_float(run.get("finished_at")),
+        events=events,
+    )
+
+
+def step_usage(step: Mapping[str, Any]) -> Usage:
+    """Usage recorded on one stored step result."""
+    return Usage(
+        input_tokens=step.get("input_tokens", 0),
+        output_tokens=step.get("output_tokens", 0),
+        cached_input_tokens=step.get("cached_input_tokens", 0),
+        calls=step.get("calls", 1),
+        usd=step.get("usd", 0.0),
+    )
+
+
+def run_usage(steps: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Total usage of a run's stored steps, as a plain dict."""
+    total = Usage()
+    for step in steps.values():
+        total = total + step_usage(step)
+    return total.model_dump()
+
+
+def _json_dict(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    import json
+
+    value = json.loads(raw)
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,41 @@
+"""Environment configuration (``DUET_*`` variables), read once per process."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .keys import DEFAULT_FINISHED_TTL_S, DEFAULT_STEP_LEASE_S
+
+
+class Settings(BaseSettings):
+    """Where Duet's Redis and broker are, and how long it keeps things."""
+
+    model_config = SettingsConfigDict(env_prefix="DUET_", extra="ignore")
+
+    #: Redis for run state, budgets and (unless broker_url is set) the task queue.
+    #: Unset: the CLI and Team.run start an embedded Redis and an in-process worker.
+    redis_url: str | None = None
+    #: A separate Celery broker (e.g. RabbitMQ ``amqp://guest:guest@host:5672//``).
+    broker_url: str | None = None
+    #: Seconds finished runs (record, steps, events) are kept in Redis.
+    finished_ttl_s: int = Field(default=DEFAULT_FINISHED_TTL_S, ge=60)
+    #: Seconds a step's claim (and budget reservation) outlives a worker that died.
+    step_lease_s: int = Field(default=DEFAULT_STEP_LEASE_S, ge=5)
+    #: Threads per worker process: calls in flight at once (they wait on the model).
+    worker_concurrency: int = Field(default=200, ge=1)
+    #: Attempts for a transient provider failure before the agent is interrupted.
+    max_attempts: int = Field(default=6, ge=1)
+    #: Base of the exponential retry backoff, seconds.
+    retry_base_s: float = Field(default=1.0, gt=0)
+    #: Cap of one retry wait, seconds.
+    retry_max_s: float = Field(default=60.0, gt=0)
+    #: Largest prompt accepted, in characters.
+    max_prompt_chars: int = Field(default=200_000, ge=1)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,318 @@
+"""Run and batch state in Redis: records, step results, inputs, events, claims.
+
+Every operation that must not half-happen is one Lua script (one round trip, atomic);
+reads that go together are one pipeline. The layout of keys is in :mod:`keys`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from . import keys
+from .architecture import LoopSpec
+from .events import Event
+from .results import FINISHED_STATUSES, RunResult, build_result, run_usage
+
+# Make transition `seq` (a step or the finish) exactly once; emit its events with it.
+_TRANSITION = """
+local run, inputs, events, batch, batch_done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local status = redis.call('HGET', run, 'status')
+if not status then return -1 end
+if status == 'approved' or status == 'max_rounds_reached' or status == 'interrupted'
+   or status == 'failed' or status == 'cancelled' then return -2 end
+local seq = tonumber(redis.call('HGET', run, 'seq') or '0')
+if seq ~= tonumber(ARGV[1]) then return 0 end
+local now = ARGV[3]
+redis.call('HSET', run, 'seq', seq + 1)
+if redis.call('HEXISTS', run, 'started_at') == 0 then
+  redis.call('HSET', run, 'started_at', now)
+end
+if ARGV[2] == 'step' then
+  redis.call('HSET', inputs, ARGV[4], ARGV[5])
+  redis.call('HSET', run, 'status', 'running', 'current_step', ARGV[4])
+else
+  local final = ARGV[4]
+  redis.call('HSET', run, 'status', final, 'reason', ARGV[5], 'error', ARGV[6],
+             'finished_at', now, 'usage', ARGV[7])
+  if batch ~= '' and redis.call('EXISTS', batch) == 1 then
+    redis.call('HINCRBY', batch, 'done', 1)
+    redis.call('HINCRBY', batch, 'status:' .. final, 1)
+    local u = cjson.decode(ARGV[7])
+    redis.call('HINCRBYFLOAT', batch, 'usd', u['usd'] or 0)
+    redis.call('HINCRBY', batch, 'tokens', (u['input_tokens'] or 0) + (u['output_tokens'] or 0))
+    redis.call('HINCRBY', batch, 'calls', u['calls'] or 0)
+    redis.call('XADD', batch_done, '*', 'run', ARGV[9], 'status', final)
+  end
+end
+for i = 10, #ARGV do
+  redis.call('XADD', events, '*', 'e', ARGV[i])
+end
+if ARGV[2] ~= 'step' then
+  local ttl = tonumber(ARGV[8])
+  for i = 6, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+return 1
+"""
+
+# A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
+_BEGIN_STEP = """
+local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'prompt')
+if not st[1] then return {'gone'} end
+if st[1] ~= 'running' then return {'stop'} end
+if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
+if st[2] == '1' then return {'cancelled'} end
+local holder = redis.call('GET', claim)
+if holder and holder ~= ARGV[2] then return {'busy'} end
+local input = redis.call('HGET', inputs, ARGV[1])
+if not input then return {'gone'} end
+redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
+if not holder then redis.call('XADD', events, '*', 'e', ARGV[4]) end
+return {'go', input, st[3], st[4] or ''}
+"""
+
+# Store a step's result once; a second store of the same step is refused.
+_COMPLETE_STEP = """
+local steps, claim, events = KEYS[1], KEYS[2], KEYS[3]
+local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
+if stored == 1 then redis.call('XADD', events, '*', 'e', ARGV[3]) end
+if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
+return stored
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """The fields of a new run."""
+
+    run_id: str
+    spec_id: str
+    prompt: str
+    user_id: str | None = None
+    batch_id: str | None = None
+    input_id: str | None = None
+    metadata: Mapping[str, Any] | None = None
+    budget_scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepStart:
+    """What :meth:`RunStore.begin_step` found."""
+
+    outcome: str  # go | done | busy | cancelled | stop | gone
+    input: dict[str, Any] | None = None
+    spec_id: str | None = None
+    user_id: str | None = None
+
+
+def event_json(type_: str, run_id: str, round_: int | None = None, **data: Any) -> str:
+    """One event, serialised the way it is stored."""
+    return json.dumps(
+        {"type": type_, "run_id": run_id, "ts": time.time(), "round": round_, "data": data},
+        separators=(",", ":"),
+    )
+
+
+class RunStore:
+    """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
+
+    def __init__(self, client: redis.Redis, *, finished_ttl_s: int = keys.DEFAULT_FINISHED_TTL_S):
+        self.r = client
+        self.finished_ttl_s = finished_ttl_s
+        self._transition = client.register_script(_TRANSITION)
+        self._begin = client.register_script(_BEGIN_STEP)
+        self._complete = client.register_script(_COMPLETE_STEP)
+        self._specs: dict[str, LoopSpec] = {}
+
+    # --- specs ------------------------------------------------------------
+    def save_spec(self, spec: LoopSpec, pipe: Any = None) -> str:
+        spec_id = spec.spec_id
+        (pipe or self.r).set(keys.spec(spec_id), spec.model_dump_json(), ex=self.finished_ttl_s * 2)
+        self._specs[spec_id] = spec
+        return spec_id
+
+    def load_spec(self, spec_id: str) -> LoopSpec:
+        """A spec by id; cached for the life of the process, as specs never change."""
+        spec = self._specs.get(spec_id)
+        if spec is None:
+            raw = self.r.get(keys.spec(spec_id))
+            if raw is None:
+                raise LookupError(f"loop spec {spec_id} not found in Redis (expired?)")
+            spec = self._specs[spec_id] = LoopSpec.model_validate_json(raw)
+        return spec
+
+    # --- creating runs ----------------------------------------------------
+    def create_runs(self, records: Iterable[RunRecord], pipe: Any) -> None:
+        """Queue the writes of new runs on ``pipe`` (the caller executes it)."""
+        now = repr(time.time())
+        for rec in records:
+            fields = {
+                "run_id": rec.run_id,
+                "spec_id": rec.spec_id,
+                "prompt": rec.prompt,
+                "status": "queued",
+                "seq": 0,
+                "created_at": now,
+            }
+            if rec.user_id:
+                fields["user_id"] = rec.user_id
+            if rec.batch_id:
+                fields["batch_id"] = rec.batch_id
+            if rec.input_id is not None:
+                fields["input_id"] = rec.input_id
+            if rec.metadata:
+                fields["metadata"] = json.dumps(rec.metadata)
+            if rec.budget_scopes:
+                fields["budget_scopes"] = ",".join(rec.budget_scopes)
+            pipe.hset(keys.run(rec.run_id), mapping=fields)
+            pipe.xadd(keys.run_events(rec.run_id), {"e": event_json("run.queued", rec.run_id)})
+
+    # --- the coordinator's side ------------------------------------------
+    def load_run(self, run_id: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+        """The run record and its stored step results, in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(keys.run(run_id))
+        pipe.hgetall(keys.run_steps(run_id))
+        run, steps = pipe.execute()
+        return run, {k: json.loads(v) for k, v in steps.items()}
+
+    def record_step(
+        self, run: Mapping[str, str], seq: int, step_key: str, step_input: Mapping[str, Any],
+        events: list[str],
+    ) -> int:
+        """Make transition ``seq`` create ``step_key``; 1 if made, <= 0 if not (see script)."""
+        args = ["step", repr(time.time()), step_key, json.dumps(step_input)]
+        return self._run_transition(run, seq, args, events)
+
+    def record_finish(
+        self, run: Mapping[str, str], seq: int, status: str, *, reason: str | None,
+        error: str | None, usage: Mapping[str, Any], events: list[str],
+    ) -> int:
+        """Make transition ``seq`` finish the run; 1 if made, <= 0 if not."""
+        return self._run_transition(
+            run, seq,
+            ["finish", repr(time.time()), status, reason or "", error or "",
+             json.dumps(usage), str(self.finished_ttl_s), run["run_id"]],
+            events,
+        )
+
+    def _run_transition(
+        self, run: Mapping[str, str], seq: int, args: list[str], events: list[str]
+    ) -> int:
+        run_id = run["run_id"]
+        batch_id = run.get("batch_id")
+        script_keys = [
+            keys.run(run_id),
+            keys.run_inputs(run_id),
+            keys.run_events(run_id),
+            keys.batch(batch_id) if batch_id else "",
+            keys.batch_events(batch_id) if batch_id else "",
+            *keys.run_keys(run_id),
+        ]
+        while len(args) < 8:
+            args.append("")
+        return int(self._transition(keys=script_keys, args=[seq, *args, *events]))
+
+    def mark_dispatched(self, run_id: str, seq: int) -> None:
+        """Note that the step made by transition ``seq - 1`` was handed to the broker."""
+        self.r.hset(keys.run(run_id), "dispatched", seq)
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        """End a run as ``failed`` whatever transition it is at (a bug, not a decision)."""
+        run, steps = self.load_run(run_id)
+        if not run or run.get("status") in FINISHED_STATUSES:
+            return
+        self.record_finish(
+            run, int(run.get("seq", 0)), "failed", reason="coordinator:error", error=error,
+            usage=run_usage(steps),
+            events=[event_json("run.finished", run_id, status="failed", reason="coordinator:error")],
+        )
+
+    # --- the step's side --------------------------------------------------
+    def begin_step(
+        self, run_id: str, step_key: str, claimant: str, lease_s: int, started_event: str
+    ) -> StepStart:
+        res = self._begin(
+            keys=[keys.run(run_id), keys.run_inputs(run_id), keys.run_steps(run_id),
+                  keys.step_claim(run_id, step_key), keys.run_events(run_id)],
+            args=[step_key, claimant, lease_s, started_event],
+        )
+        if res[0] != "go":
+            return StepStart(res[0])
+        return StepStart("go", json.loads(res[1]), res[2], res[3] or None)
+
+    def complete_step(
+        self, run_id: str, step_key: str, result: Mapping[str, Any], completed_event: str,
+        claimant: str,
+    ) -> bool:
+        """Store the step's result unless one is stored already; True if this one was."""
+        return bool(
+            self._complete(
+                keys=[keys.run_steps(run_id), keys.step_claim(run_id, step_key),
+                      keys.run_events(run_id)],
+                args=[step_key, json.dumps(result), completed_event, claimant],
+            )
+        )
+
+    # --- reading ------------------------------------------------------------
+    def status(self, run_id: str) -> str | None:
+        return self.r.hget(keys.run(run_id), "status")
+
+    def cancel_run(self, run_id: str) -> bool:
+        """Flag a run cancelled; the next transition finishes it. False if already finished."""
+        status = self.r.hget(keys.run(run_id), "status")
+        if status is None or status in FINISHED_STATUSES:
+            return False
+        self.r.hset(keys.run(run_id), "cancelled", "1")
+        return True
+
+    def events(self, run_id: str, after: str = "-") -> list[tuple[str, Event]]:
+        raw = self.r.xrange(keys.run_events(run_id), min=after)
+        return [(eid, Event.model_validate_json(f["e"])) for eid, f in raw]
+
+    def follow_events(
+        self, run_id: str, *, timeout_s: float | None = None, block_ms: int = 5000
+    ) -> Iterator[Event]:
+        """Yield the run's events as they come, until ``run.finished`` (or the timeout)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        last = "0-0"
+        stream = keys.run_events(run_id)
+        while True:
+            wait = block_ms
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    from .errors import RunTimeout
+
+                    raise RunTimeout(f"run {run_id} did not finish within {timeout_s}s")
+                wait = max(1, min(block_ms, int(left * 1000)))
+            got = self.r.xread({stream: last}, block=wait, count=500)
+            for _, entries in got or ():
+                for eid, fields in entries:
+                    last = eid
+                    event = Event.model_validate_json(fields["e"])
+                    yield event
+                    if event.type == "run.finished":
+                        return
+            if not got and not self.r.exists(keys.run(run_id)):
+                raise LookupError(f"run {run_id} not found (expired or never submitted)")
+
+    def result(self, run_id: str) -> RunResult:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(keys.run(run_id))
+        pipe.hgetall(keys.run_steps(run_id))
+        pipe.xrange(keys.run_events(run_id))
+        run, steps, events = pipe.execute()
+        if not run:
+            raise LookupError(f"run {run_id} not found (expired or never submitted)")
+        return build_result(
+            run,
+            {k: json.loads(v) for k, v in steps.items()},
+            [Event.model_validate_json(f["e"]) for _, f in events],
+        )

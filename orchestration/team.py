@@ -1,0 +1,142 @@
+"""Team: the public entry point that runs an ActorCritic loop on the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import local
+from .agents import Agent
+from .architecture import ActorCritic
+from .client import BatchHandle, RunHandle, enqueue, new_id
+from .errors import ConfigError
+from .results import RunResult
+from .settings import get_settings
+from .store import RunRecord
+
+
+class Team:
+    """Runs an :class:`ActorCritic` as a distributed workflow.
+
+    With ``DUET_REDIS_URL`` set, work goes to that cluster's workers. Without it, the
+    first run starts an embedded Redis and an in-process worker (stopped at exit).
+    """
+
+    def __init__(self, architecture: ActorCritic, *, model: str | None = None) -> None:
+        self.architecture = architecture
+        #: Accepted for compatibility with the spec and unused: the coordinator is a
+        #: Celery task, not a model.
+        self.model = model
+        self.spec = architecture.to_spec()
+
+    @classmethod
+    def actor_critic(
+        cls,
+        *,
+        actor: Agent,
+        critic: Agent,
+        max_rounds: int = 3,
+        approval_threshold: float = 0.9,
+        critique_template: str | None = None,
+        refine_template: str | None = None,
+        persistent_subagents: bool = True,
+        model: str | None = None,
+    ) -> Team:
+        """A team whose actor and critic review each other's work.
+
+        Args:
+            persistent_subagents: actor and critic each keep one conversation per user
+                across rounds and runs (stored in Redis, so any worker continues it).
+            model: accepted and unused; the coordinator is a task, not a model.
+        """
+        registry = {"actor": actor, "critic": critic} if persistent_subagents else None
+        roles = {"actor": "actor", "critic": "critic"} if persistent_subagents else None
+        return cls(
+            ActorCritic(
+                actor=actor,
+                critic=critic,
+                max_rounds=max_rounds,
+                approval_threshold=approval_threshold,
+                critique_template=critique_template,
+                refine_template=refine_template,
+                worker_registry=registry,
+                role_to_worker_id=roles,
+            ),
+            model=model,
+        )
+
+    # --- submitting -------------------------------------------------------
+    def _record(
+        self, prompt: Any, *, where: str, user_id: str | None = None,
+        batch_id: str | None = None, input_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(f"{where}: prompt must be a non-empty string")
+        limit = get_settings().max_prompt_chars
+        if len(prompt) > limit:
+            raise ConfigError(
+                f"{where}: prompt is {len(prompt):,} characters, over the limit of {limit:,} "
+                "(DUET_MAX_PROMPT_CHARS)"
+            )
+        return RunRecord(
+            run_id=new_id(), spec_id=self.spec.spec_id, prompt=prompt, user_id=user_id,
+            batch_id=batch_id, input_id=input_id, metadata=metadata,
+        )
+
+    def submit(
+        self, prompt: str, *, user_id: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> RunHandle:
+        """Queue one run and return at once."""
+        record = self._record(prompt, where="submit", user_id=user_id, metadata=metadata)
+        local.ensure_backend()
+        enqueue(self.spec, [record])
+        return RunHandle(record.run_id)
+
+    def submit_batch(
+        self, items: Iterable[str | Mapping[str, Any]], *, batch_id: str | None = None
+    ) -> BatchHandle:
+        """Queue many runs as one batch: prompts, or dicts ``{id, prompt, user_id, metadata}``.
+
+        Every item is checked before anything is written, so a bad item refuses the batch
+        with a message naming it (the CLI reports bad inputs and proceeds with the rest).
+        """
+        batch_id = batch_id or new_id()
+        records = []
+        for n, item in enumerate(items):
+            if isinstance(item, str):
+                records.append(self._record(item, where=f"item {n}", batch_id=batch_id, input_id=str(n)))
+                continue
+            if not isinstance(item, Mapping):
+                raise ConfigError(f"item {n}: expected a prompt string or a mapping, got {type(item).__name__}")
+            input_id = item.get("id", item.get("custom_id", n))
+            records.append(
+                self._record(
+                    item.get("prompt"), where=f"item {n} (id {input_id!r})", user_id=item.get("user_id"),
+                    batch_id=batch_id, input_id=str(input_id), metadata=item.get("metadata"),
+                )
+            )
+        local.ensure_backend()
+        batch = {"batch_id": batch_id, "spec_id": self.spec.spec_id, "total": len(records),
+                 "done": 0, "created_at": repr(time.time())}  # fmt: skip
+        enqueue(self.spec, records, batch=batch)
+        return BatchHandle(batch_id)
+
+    # --- running ----------------------------------------------------------
+    def run_sync(
+        self, prompt: str, *, user_id: str | None = None, timeout: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Run the loop on ``prompt`` and wait for its result."""
+        return self.submit(prompt, user_id=user_id, metadata=metadata).result(timeout=timeout)
+
+    async def run(
+        self, prompt: str, *, user_id: str | None = None, timeout: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Async form of :meth:`run_sync` (the wait runs in a thread)."""
+        return await asyncio.to_thread(
+            self.run_sync, prompt, user_id=user_id, timeout=timeout, metadata=metadata
+        )

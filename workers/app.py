@@ -1,0 +1,59 @@
+"""The Celery application: broker, serialisation, delivery guarantees, routing, pool.
+
+Start a worker with ``celery -A workers worker`` (or ``duet worker``). Settings come
+from ``DUET_*`` environment variables (see :mod:`orchestration.settings`).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from orchestration import keys
+from orchestration.settings import get_settings
+
+app = Celery("duet", include=["workers.tasks"])
+
+
+def _config(broker_url: str | None) -> dict[str, object]:
+    settings = get_settings()
+    return {
+        "broker_url": broker_url,
+        # Messages carry ids only, so JSON is all we need; pickle is never accepted.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        # No task waits on another task's result: results are stored in Redis by the
+        # tasks themselves, so the Celery result backend is off (one write less per task).
+        "task_ignore_result": True,
+        "result_backend_thread_safe": True,
+        # At-least-once delivery: a message is acked after its task ran, and a worker that
+        # dies mid-task gives it back. Steps and the coordinator are idempotent for this.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        # Workers wait on model APIs: threads hold hundreds of calls in flight in one process.
+        "worker_pool": "threads",
+        "worker_concurrency": settings.worker_concurrency,
+        "broker_pool_limit": max(10, min(settings.worker_concurrency, 100)),
+        "broker_connection_retry_on_startup": True,
+        # Longer than any model call + retries, so Redis does not redeliver live work.
+        "broker_transport_options": {"visibility_timeout": 3600},
+        "task_default_queue": keys.QUEUE_COORDINATOR,
+        "task_routes": {name: {"queue": queue} for name, queue in keys.TASK_QUEUES.items()},
+        # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_hijack_root_logger": False,
+    }
+
+
+def configure(redis_url: str | None = None, broker_url: str | None = None) -> Celery:
+    """(Re)point the app at a broker: DUET_BROKER_URL, else the run-state Redis."""
+    settings = get_settings()
+    app.conf.update(
+        _config(broker_url or settings.broker_url or redis_url or settings.redis_url)
+    )
+    return app
+
+
+configure()

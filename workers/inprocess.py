@@ -1,0 +1,75 @@
+"""A Celery worker running in threads of the current process (the embedded default).
+
+Used by ``Team.run`` and ``duet run`` when no ``DUET_REDIS_URL`` is set: the same tasks,
+pool and queues as ``celery -A workers worker``, without another process to manage.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from celery.worker import WorkController
+
+from orchestration import keys
+
+from . import runtime
+from .app import app, configure
+
+
+class _Controller(WorkController):
+    """A WorkController that tells us when its consumer is ready."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.ready = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def on_consumer_ready(self, consumer: object) -> None:
+        self.ready.set()
+
+
+class InProcessWorker:
+    """Start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
+
+    def __init__(self, redis_url: str, *, concurrency: int = 64, queues: tuple[str, ...] = keys.ALL_QUEUES):
+        self.redis_url = redis_url
+        self.concurrency = concurrency
+        self.queues = queues
+        self._controller: _Controller | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout_s: float = 30.0) -> InProcessWorker:
+        configure(redis_url=self.redis_url)
+        runtime.reset()
+        app.set_current()
+        self._controller = _Controller(
+            app=app,
+            pool_cls="threads",
+            concurrency=self.concurrency,
+            queues=list(self.queues),
+            loglevel="WARNING",
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+            hostname=f"duet-inprocess-{id(self):x}@localhost",
+        )
+        self._thread = threading.Thread(
+            target=self._controller.start, name="duet-inprocess-worker", daemon=True
+        )
+        self._thread.start()
+        if not self._controller.ready.wait(timeout_s):
+            raise RuntimeError(f"in-process worker did not start within {timeout_s}s")
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._controller is not None:
+            self._controller.stop(in_sighandler=False, exitcode=0)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._controller = None
+        self._thread = None
+
+    def __enter__(self) -> InProcessWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,54 @@
+"""Per-process state of a worker: one Redis pool, one store, one coordinator."""
+
+from __future__ import annotations
+
+import threading
+
+from orchestration.connection import get_redis
+from orchestration.coordinator import Coordinator, Dispatch
+from orchestration.keys import TASK_COORDINATE
+from orchestration.settings import get_settings
+from orchestration.store import RunStore
+
+from .app import app
+
+_lock = threading.RLock()
+_store: RunStore | None = None
+_coordinator: Coordinator | None = None
+
+
+def get_store() -> RunStore:
+    global _store
+    if _store is None:
+        with _lock:
+            if _store is None:
+                _store = RunStore(get_redis(), finished_ttl_s=get_settings().finished_ttl_s)
+    return _store
+
+
+def get_coordinator() -> Coordinator:
+    global _coordinator
+    if _coordinator is None:
+        with _lock:
+            if _coordinator is None:
+                _coordinator = Coordinator(get_store())
+    return _coordinator
+
+
+def reset() -> None:
+    """Forget per-process state (after the Redis URL changed, or in a forked child)."""
+    global _store, _coordinator
+    with _lock:
+        _store = None
+        _coordinator = None
+
+
+def coordinator_send(run_id: str, seq: int) -> None:
+    """Hand the run to the coordinator for transition ``seq``."""
+    app.send_task(TASK_COORDINATE, args=(run_id, seq))
+
+
+def dispatch(step: Dispatch) -> None:
+    """Enqueue a step the coordinator decided on, then note that it was sent."""
+    app.send_task(step.task, args=(step.run_id, step.step_key))
+    get_store().mark_dispatched(step.run_id, step.seq)

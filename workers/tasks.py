@@ -1,0 +1,57 @@
+"""The four tasks. Each is a thin shell: the work is in :mod:`workers.steps` and
+:mod:`orchestration.coordinator`. Messages carry ids only; content lives in Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task
+
+from orchestration import keys
+
+from .app import app
+from .runtime import dispatch, get_coordinator, get_store
+from .steps import run_step
+
+log = logging.getLogger(__name__)
+
+
+class StepTask(Task):
+    #: Acked after it ran; a lost worker gives the message back (the step is idempotent).
+    acks_late = True
+    reject_on_worker_lost = True
+    #: Transient failures are re-scheduled by the task itself with a countdown.
+    max_retries = None
+    ignore_result = True
+
+
+@app.task(bind=True, base=StepTask, name=keys.TASK_GENERATE)
+def generate(self: Task, run_id: str, step_key: str) -> None:
+    """The actor writes the first draft."""
+    run_step(self, run_id, step_key)
+
+
+@app.task(bind=True, base=StepTask, name=keys.TASK_CRITIQUE)
+def critique(self: Task, run_id: str, step_key: str) -> None:
+    """The critic scores the current output."""
+    run_step(self, run_id, step_key)
+
+
+@app.task(bind=True, base=StepTask, name=keys.TASK_REFINE)
+def refine(self: Task, run_id: str, step_key: str) -> None:
+    """The actor revises the output to address the critique."""
+    run_step(self, run_id, step_key)
+
+
+@app.task(bind=True, base=StepTask, name=keys.TASK_COORDINATE)
+def coordinate(self: Task, run_id: str, seq: int) -> None:
+    """Read the run, decide the next step (or the end), record it, enqueue it."""
+    try:
+        step = get_coordinator().advance(run_id, seq)
+    except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bug
+        log.exception("coordinate %s/%s failed", run_id, seq)
+        get_store().fail_run(run_id, f"coordinator: {type(exc).__name__}: {exc}")
+        return
+    if step is not None:
+        dispatch(step)
