@@ -355,7 +355,8 @@ class ScopeState:
     @property
     def budget(self) -> Budget:
         """The scope's limits as a :class:`Budget` (all off when none was set)."""
-        return Budget(warn_at=self.warn_at, **{f"max_{u}": v for u, v in self.limits.items()})
+        fields: dict[str, Any] = {f"max_{u}": v for u, v in self.limits.items()}
+        return Budget(warn_at=self.warn_at, **fields)
 
 
 class BudgetLedger:
