@@ -1,0 +1,69 @@
+"""Helpers shared by tests: waiting on a condition, a real worker process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
+    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextlib.contextmanager
+def celery_worker(
+    redis_url: str, *, concurrency: int = 32, env: dict[str, str] | None = None,
+    queues: str = "actor,critic,coordinator", name: str = "w1",
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``celery -A workers worker`` subprocess, ready when this yields."""
+    full_env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("DUET_BROKER_URL", None)
+    log = open(ROOT / f".pytest-worker-{name}-{os.getpid()}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
+         "-c", str(concurrency), "-Q", queues, "--loglevel", "WARNING",
+         "--without-heartbeat", "--without-mingle", "--without-gossip",
+         "-n", f"{name}-{os.getpid()}@%h"],
+        cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    from celery import Celery
+
+    probe = Celery("probe", broker=redis_url, set_as_current=False)
+    try:
+        wait_for(
+            lambda: proc.poll() is not None or probe.control.ping(timeout=0.5),
+            60, "the worker to answer a ping",
+        )
+        if proc.poll() is not None:
+            raise AssertionError(f"worker exited: {(ROOT / log.name).read_text()[-2000:]}")
+        yield proc
+    finally:
+        probe.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(log.name)
+
+

@@ -1,0 +1,191 @@
+"""The loop on a real Redis and a real `celery -A workers worker` process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from orchestration import Agent, RunResult, Team
+from orchestration import events as ev
+from orchestration.client import RunHandle, producer, store
+from orchestration.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
+from tests.support import wait_for
+
+pytestmark = pytest.mark.system
+
+# (critic model, expected status, rounds critiqued, model calls)
+GROUPS = {
+    "approve_r1": ("sim?scores=0.95", "approved", 1, 2),
+    "approve_r2_fraction": ("sim?scores=0.3,0.95&format=fraction", "approved", 2, 4),
+    "approve_r3_fenced": ("sim?scores=0.2,0.5,0.92&format=fenced", "approved", 3, 6),
+    "never_prose": ("sim?scores=0.1,0.2,0.3,0.4&format=prose", "max_rounds_reached", 3, 7),
+    "never_garbage": ("sim?format=garbage", "max_rounds_reached", 3, 7),
+}
+
+
+def expected_events(status: str, rounds: int) -> list[tuple[str, int | None]]:
+    seq: list[tuple[str, int | None]] = [
+        (ev.RUN_QUEUED, None), (ev.RUN_STARTED, None),
+        (ev.ACTOR_STARTED, 0), (ev.ACTOR_COMPLETED, 0),
+    ]  # fmt: skip
+    for n in range(1, rounds + 1):
+        seq += [(ev.CRITIC_STARTED, n), (ev.CRITIQUE, n)]
+        if status == "approved" and n == rounds:
+            seq.append((ev.APPROVED, n))
+        else:
+            seq += [(ev.ACTOR_STARTED, n), (ev.ACTOR_COMPLETED, n)]
+    if status == "max_rounds_reached":
+        seq.append((ev.MAX_ROUNDS_REACHED, rounds))
+    seq.append((ev.RUN_FINISHED, rounds))
+    return seq
+
+
+def check_run(result: RunResult, status: str, rounds: int, calls: int) -> None:
+    assert result.status == status, (result.status, result.interruption_reason, result.error)
+    assert len(result.rounds) == rounds
+    assert result.usage.total.calls == calls
+    assert result.usage.by_role["actor"].calls == 1 + (rounds if status != "approved" else rounds - 1)
+    assert [(e.type, e.round) for e in result.events] == expected_events(status, rounds)
+    assert result.output and result.output.startswith(f"[revision {calls // 2 if status != 'approved' else rounds - 1}]")
+    if status == "approved":
+        assert result.final_score is not None and result.final_score >= 0.9
+        assert result.rounds[-1].revision is None
+    else:
+        assert all(r.revision for r in result.rounds)
+
+
+def test_fifty_runs_end_right(worker: Any, client_on: str) -> None:
+    handles: list[tuple[str, RunHandle]] = []
+    for name, (critic_model, *_rest) in GROUPS.items():
+        team = Team.actor_critic(
+            actor=Agent("Fix the code.", model="sim"),
+            critic=Agent("Review for security bugs.", model=critic_model),
+            max_rounds=3,
+            approval_threshold=0.9,
+        )
+        for i in range(10):
+            handles.append((name, team.submit(f"Review snippet {name}-{i}:\nimport os", user_id=f"u{i % 3}")))
+    assert len(handles) == 50
+    for name, handle in handles:
+        _, status, rounds, calls = GROUPS[name]
+        check_run(handle.result(timeout=60), status, rounds, calls)
+
+
+def test_submit_batch_counts_outcomes(worker: Any, client_on: str) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix the code.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.2,0.95"),
+        max_rounds=2,
+    )
+    batch = team.submit_batch([{"id": f"in-{i}", "prompt": f"code {i}"} for i in range(12)])
+    results = list(batch.results(timeout=60))
+    assert [r.input_id for r in results] == [f"in-{i}" for i in range(12)]
+    assert {r.status for r in results} == {"approved"}
+    progress = batch.progress()
+    assert progress["total"] == progress["done"] == 12
+    assert progress["counts"] == {"approved": 12}
+    assert progress["calls"] == 12 * 4
+
+
+def _queues_drained(client: Any) -> bool:
+    return all(client.llen(q) == 0 for q in ALL_QUEUES) and not client.hlen("unacked")
+
+
+def test_step_delivered_twice_calls_the_model_once(worker: Any, client_on: str, fake_llm: Any) -> None:
+    fake_llm.set_faults(latency_ms=400)
+    try:
+        team = Team.actor_critic(
+            actor=Agent("Fix the code.", model="openai:sim", base_url=fake_llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
+            max_rounds=3,
+        )
+        before = fake_llm.stats()["requests"]
+        handle = team.submit("def f(x): return eval(x)")
+        for event in handle.events(timeout=30):
+            if event.type == ev.ACTOR_STARTED:
+                break
+        # The actor is mid-call: deliver the same step message again.
+        producer().send_task(TASK_GENERATE, args=(handle.run_id, "r0.generate"))
+        result = handle.result(timeout=30)
+        assert result.status == "approved"
+        assert fake_llm.stats()["requests"] - before == 2
+        starts = [e for e in result.events if e.type == ev.ACTOR_STARTED]
+        assert len(starts) == 1
+
+        # After the run: every step and every transition delivered again changes nothing.
+        app = producer()
+        app.send_task(TASK_GENERATE, args=(handle.run_id, "r0.generate"))
+        app.send_task(TASK_CRITIQUE, args=(handle.run_id, "r1.critique"))
+        for seq in range(3):
+            app.send_task(TASK_COORDINATE, args=(handle.run_id, seq))
+        client = store().r
+        wait_for(lambda: _queues_drained(client), 30, "the duplicate messages to be consumed")
+        assert fake_llm.stats()["requests"] - before == 2
+        again = handle.result(timeout=5)
+        assert [e.type for e in again.events] == [e.type for e in result.events]
+        assert again.status == "approved"
+    finally:
+        fake_llm.set_faults(latency_ms=0)
+
+
+def test_redelivered_coordinate_mid_run_is_a_no_op(worker: Any, client_on: str) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim?latency_ms=300"),
+        critic=Agent("Review.", model="sim?scores=0.2,0.95&latency_ms=300"),
+        max_rounds=3,
+    )
+    handle = team.submit("x = input()")
+    for event in handle.events(timeout=30):
+        if event.type == ev.CRITIC_STARTED:
+            break
+    # Transitions 0 and 1 were made; their messages arrive again while round 1 runs.
+    producer().send_task(TASK_COORDINATE, args=(handle.run_id, 0))
+    producer().send_task(TASK_COORDINATE, args=(handle.run_id, 1))
+    result = handle.result(timeout=30)
+    check_run(result, "approved", 2, 4)
+
+
+def test_cancel_stops_after_the_current_step(worker: Any, client_on: str) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim?latency_ms=300"),
+        critic=Agent("Review.", model="sim?scores=0.1&latency_ms=300"),
+        max_rounds=3,
+    )
+    handle = team.submit("rm -rf /")
+    for event in handle.events(timeout=30):
+        if event.type == ev.ACTOR_STARTED:
+            break
+    assert handle.cancel() is True
+    result = handle.result(timeout=30)
+    assert result.status == "cancelled"
+    assert result.usage.total.calls == 1  # the call in flight finished and was kept
+    assert result.output is not None
+    assert handle.cancel() is False
+
+
+def test_interruption_keeps_the_last_output(worker: Any, client_on: str) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim?truncate_at=1"),
+        critic=Agent("Review.", model="sim?scores=0.1"),
+        max_rounds=3,
+    )
+    result = team.run_sync("def handler(req): pass", timeout=30)
+    assert result.status == "interrupted"
+    assert result.interruption_reason == "actor:round_1:max_tokens"
+    assert result.output is not None and result.output.startswith("[revision 0]")
+    assert result.usage.total.calls == 3
+
+
+def test_events_follow_live(worker: Any, client_on: str) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim?latency_ms=50"),
+        critic=Agent("Review.", model="sim?scores=0.95&latency_ms=50"),
+    )
+    handle = team.submit("print(1)")
+    started = time.monotonic()
+    seen = [e.type for e in handle.events(timeout=30)]
+    assert seen[-1] == ev.RUN_FINISHED
+    assert ev.APPROVED in seen
+    assert time.monotonic() - started < 30
