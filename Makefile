@@ -1,0 +1,45 @@
+# The few targets a newcomer needs. Each creates .venv and installs what it needs first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint bench worker flower clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## demo: review the example batch on the embedded default (no Redis, no API keys needed)
+demo: $(STAMP)
+	$(BIN)/duet run examples/review.toml --input examples/inputs.jsonl --output results.jsonl
+
+## test: the whole suite (starts its own Redis when none answers on 127.0.0.1:6379)
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## test-fast: pure and Redis-logic tests only
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/pure tests/redis
+
+lint: $(STAMP)
+	$(BIN)/ruff check orchestration workers tests bench
+	$(BIN)/ruff format --check orchestration workers tests bench
+	$(BIN)/mypy
+
+## bench: per-call overhead of Duet against the reference, as ratios
+bench: $(STAMP)
+	$(BIN)/python -m bench.overhead
+
+## worker: one worker process on DUET_REDIS_URL (all queues)
+worker: $(STAMP)
+	$(BIN)/duet worker
+
+## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL
+flower: $(STAMP)
+	$(BIN)/celery -A workers flower --port=5555
+
+clean:
+	rm -rf $(VENV) results.jsonl .pytest_cache .ruff_cache .mypy_cache
