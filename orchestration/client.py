@@ -82,6 +82,17 @@ def enqueue(spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, An
         send_coordinate(r.run_id for r in chunk)
 
 
+def set_budgets(limits: dict[str, Any]) -> None:
+    """Store limits for budget scopes (``{"run:<id>": Budget(...)}``) on the ledger."""
+    if not limits:
+        return
+    from .ledger import BudgetLedger
+
+    ledger = BudgetLedger(connection.get_redis())
+    for scope_name, budget in limits.items():
+        ledger.set_limits(scope_name, budget)
+
+
 class RunHandle:
     """A submitted run: ask its status, follow its events, wait for its result, cancel it."""
 

@@ -118,6 +118,11 @@ def rate_limit(provider: str, model: str) -> str:
     return f"{PREFIX}:rate:{provider}:{model}"
 
 
+def rate_limits() -> str:
+    """Hash: ``provider:model`` -> JSON of its fleet-wide rate limits."""
+    return f"{PREFIX}:ratelimits"
+
+
 def rate_pause(provider: str, model: str) -> str:
     """Fleet-wide pause after a vendor 429 with Retry-After."""
     return f"{PREFIX}:pause:{provider}:{model}"

@@ -126,6 +126,8 @@ def decide(state: LoopState) -> Action:
             return Finish("interrupted", state.budget_blocked)
         return Generate()
     last = state.steps[-1]
+    if last.interrupted and last.interrupted.startswith("budget:"):
+        return Finish("interrupted", last.interrupted)
     if last.interrupted == "error":
         return Finish("failed", f"{last.role}:round_{last.round}:error")
     if last.interrupted:

@@ -63,7 +63,7 @@ return 1
 # A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
 _BEGIN_STEP = """
 local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'prompt')
+local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes')
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
 if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
@@ -74,7 +74,7 @@ local input = redis.call('HGET', inputs, ARGV[1])
 if not input then return {'gone'} end
 redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
 if not holder then redis.call('XADD', events, '*', 'e', ARGV[4]) end
-return {'go', input, st[3], st[4] or ''}
+return {'go', input, st[3], st[4] or '', st[5] or ''}
 """
 
 # Store a step's result once; a second store of the same step is refused.
@@ -109,6 +109,8 @@ class StepStart:
     input: dict[str, Any] | None = None
     spec_id: str | None = None
     user_id: str | None = None
+    #: Budget scopes the step's call is charged to.
+    scopes: tuple[str, ...] = ()
 
 
 def event_json(type_: str, run_id: str, round_: int | None = None, **data: Any) -> str:
@@ -245,7 +247,8 @@ class RunStore:
         )
         if res[0] != "go":
             return StepStart(res[0])
-        return StepStart("go", json.loads(res[1]), res[2], res[3] or None)
+        scopes = tuple(s for s in res[4].split(",") if s) if len(res) > 4 else ()
+        return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes)
 
     def complete_step(
         self, run_id: str, step_key: str, result: Mapping[str, Any], completed_event: str,

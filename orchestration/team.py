@@ -10,7 +10,8 @@ from typing import Any
 from . import local
 from .agents import Agent
 from .architecture import ActorCritic
-from .client import BatchHandle, RunHandle, enqueue, new_id
+from .budget import Budget, scope
+from .client import BatchHandle, RunHandle, enqueue, new_id, set_budgets
 from .errors import ConfigError
 from .results import RunResult
 from .settings import get_settings
@@ -24,12 +25,32 @@ class Team:
     first run starts an embedded Redis and an in-process worker (stopped at exit).
     """
 
-    def __init__(self, architecture: ActorCritic, *, model: str | None = None) -> None:
+    def __init__(
+        self,
+        architecture: ActorCritic,
+        *,
+        model: str | None = None,
+        budget: Budget | None = None,
+        global_budgets: Iterable[str] = (),
+    ) -> None:
         self.architecture = architecture
         #: Accepted for compatibility with the spec and unused: the coordinator is a
         #: Celery task, not a model.
         self.model = model
         self.spec = architecture.to_spec()
+        #: Limits for each run of this team (scope ``run:<id>``).
+        self.budget = budget
+        #: Named fleet-wide budgets (``global:<name>``) every run of this team is charged to.
+        self.global_budgets = tuple(scope("global", name) for name in global_budgets)
+        self._check_priced(budget)
+
+    def _check_priced(self, budget: Budget | None) -> None:
+        """A USD limit on a model with no known price would never trip: refuse it now."""
+        if budget is not None and budget.max_usd is not None:
+            from .pricing import require_price
+
+            require_price(self.spec.actor)
+            require_price(self.spec.critic)
 
     @classmethod
     def actor_critic(
@@ -43,6 +64,8 @@ class Team:
         refine_template: str | None = None,
         persistent_subagents: bool = True,
         model: str | None = None,
+        budget: Budget | None = None,
+        global_budgets: Iterable[str] = (),
     ) -> Team:
         """A team whose actor and critic review each other's work.
 
@@ -50,6 +73,9 @@ class Team:
             persistent_subagents: actor and critic each keep one conversation per user
                 across rounds and runs (stored in Redis, so any worker continues it).
             model: accepted and unused; the coordinator is a task, not a model.
+            budget: limits for each run (tokens, USD, calls), a hard cap fleet-wide.
+            global_budgets: names of fleet-wide budgets (``duet budget set global:NAME``)
+                that every run of this team is also charged to.
         """
         registry = {"actor": actor, "critic": critic} if persistent_subagents else None
         roles = {"actor": "actor", "critic": "critic"} if persistent_subagents else None
@@ -65,13 +91,16 @@ class Team:
                 role_to_worker_id=roles,
             ),
             model=model,
+            budget=budget,
+            global_budgets=global_budgets,
         )
 
     # --- submitting -------------------------------------------------------
     def _record(
         self, prompt: Any, *, where: str, user_id: str | None = None,
         batch_id: str | None = None, input_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None, run_budget: bool = False,
+        batch_budget: bool = False,
     ) -> RunRecord:
         if not isinstance(prompt, str) or not prompt.strip():
             raise ConfigError(f"{where}: prompt must be a non-empty string")
@@ -81,33 +110,57 @@ class Team:
                 f"{where}: prompt is {len(prompt):,} characters, over the limit of {limit:,} "
                 "(DUET_MAX_PROMPT_CHARS)"
             )
+        run_id = new_id()
+        scopes = [scope("run", run_id)] if run_budget else []
+        if batch_budget and batch_id:
+            scopes.append(scope("batch", batch_id))
+        if user_id:
+            scopes.append(scope("user", user_id))
+        scopes.extend(self.global_budgets)
         return RunRecord(
-            run_id=new_id(), spec_id=self.spec.spec_id, prompt=prompt, user_id=user_id,
-            batch_id=batch_id, input_id=input_id, metadata=metadata,
+            run_id=run_id, spec_id=self.spec.spec_id, prompt=prompt, user_id=user_id,
+            batch_id=batch_id, input_id=input_id, metadata=metadata, budget_scopes=tuple(scopes),
         )
 
     def submit(
-        self, prompt: str, *, user_id: str | None = None, metadata: Mapping[str, Any] | None = None
+        self, prompt: str, *, user_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunHandle:
-        """Queue one run and return at once."""
-        record = self._record(prompt, where="submit", user_id=user_id, metadata=metadata)
+        """Queue one run and return at once; ``budget`` overrides the team's per-run budget."""
+        budget = budget or self.budget
+        self._check_priced(budget)
+        record = self._record(
+            prompt, where="submit", user_id=user_id, metadata=metadata, run_budget=budget is not None
+        )
         local.ensure_backend()
+        if budget is not None:
+            set_budgets({record.budget_scopes[0]: budget})
         enqueue(self.spec, [record])
         return RunHandle(record.run_id)
 
     def submit_batch(
-        self, items: Iterable[str | Mapping[str, Any]], *, batch_id: str | None = None
+        self, items: Iterable[str | Mapping[str, Any]], *, batch_id: str | None = None,
+        budget: Budget | None = None,
     ) -> BatchHandle:
         """Queue many runs as one batch: prompts, or dicts ``{id, prompt, user_id, metadata}``.
+
+        ``budget`` caps the whole batch (scope ``batch:<id>``); the team's per-run budget
+        still applies to each run.
 
         Every item is checked before anything is written, so a bad item refuses the batch
         with a message naming it (the CLI reports bad inputs and proceeds with the rest).
         """
         batch_id = batch_id or new_id()
+        self._check_priced(budget)
+        per_run = self.budget is not None
+        in_batch = budget is not None
         records = []
         for n, item in enumerate(items):
             if isinstance(item, str):
-                records.append(self._record(item, where=f"item {n}", batch_id=batch_id, input_id=str(n)))
+                records.append(
+                    self._record(item, where=f"item {n}", batch_id=batch_id, input_id=str(n),
+                                 run_budget=per_run, batch_budget=in_batch)
+                )
                 continue
             if not isinstance(item, Mapping):
                 raise ConfigError(f"item {n}: expected a prompt string or a mapping, got {type(item).__name__}")
@@ -116,9 +169,16 @@ class Team:
                 self._record(
                     item.get("prompt"), where=f"item {n} (id {input_id!r})", user_id=item.get("user_id"),
                     batch_id=batch_id, input_id=str(input_id), metadata=item.get("metadata"),
+                    run_budget=per_run, batch_budget=in_batch,
                 )
             )
         local.ensure_backend()
+        limits: dict[str, Budget] = {}
+        if budget is not None:
+            limits[scope("batch", batch_id)] = budget
+        if self.budget is not None:
+            limits.update((r.budget_scopes[0], self.budget) for r in records)
+        set_budgets(limits)
         batch = {"batch_id": batch_id, "spec_id": self.spec.spec_id, "total": len(records),
                  "done": 0, "created_at": repr(time.time())}  # fmt: skip
         enqueue(self.spec, records, batch=batch)
@@ -127,16 +187,18 @@ class Team:
     # --- running ----------------------------------------------------------
     def run_sync(
         self, prompt: str, *, user_id: str | None = None, timeout: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None, budget: Budget | None = None,
     ) -> RunResult:
         """Run the loop on ``prompt`` and wait for its result."""
-        return self.submit(prompt, user_id=user_id, metadata=metadata).result(timeout=timeout)
+        handle = self.submit(prompt, user_id=user_id, metadata=metadata, budget=budget)
+        return handle.result(timeout=timeout)
 
     async def run(
         self, prompt: str, *, user_id: str | None = None, timeout: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None, budget: Budget | None = None,
     ) -> RunResult:
         """Async form of :meth:`run_sync` (the wait runs in a thread)."""
         return await asyncio.to_thread(
-            self.run_sync, prompt, user_id=user_id, timeout=timeout, metadata=metadata
+            self.run_sync, prompt, user_id=user_id, timeout=timeout, metadata=metadata,
+            budget=budget,
         )

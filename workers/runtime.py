@@ -11,10 +11,12 @@ from orchestration.settings import get_settings
 from orchestration.store import RunStore
 
 from .app import app
+from .budgeting import Budgets
 
 _lock = threading.RLock()
 _store: RunStore | None = None
 _coordinator: Coordinator | None = None
+_budgets: Budgets | None = None
 
 
 def get_store() -> RunStore:
@@ -31,16 +33,26 @@ def get_coordinator() -> Coordinator:
     if _coordinator is None:
         with _lock:
             if _coordinator is None:
-                _coordinator = Coordinator(get_store())
+                _coordinator = Coordinator(get_store(), budget_check=get_budgets().round_check)
     return _coordinator
+
+
+def get_budgets() -> Budgets:
+    global _budgets
+    if _budgets is None:
+        with _lock:
+            if _budgets is None:
+                _budgets = Budgets(get_redis())
+    return _budgets
 
 
 def reset() -> None:
     """Forget per-process state (after the Redis URL changed, or in a forked child)."""
-    global _store, _coordinator
+    global _store, _coordinator, _budgets
     with _lock:
         _store = None
         _coordinator = None
+        _budgets = None
 
 
 def coordinator_send(run_id: str, seq: int) -> None:

@@ -44,6 +44,10 @@ def state(*steps: StepOutcome, rounds: int = 3, threshold: float = 0.9, **kw) ->
         (state(StepOutcome("generate", 0, interrupted="provider_error:auth")),
          Finish("interrupted", "actor:round_0:provider_error:auth")),
         (state(StepOutcome("generate", 0, interrupted="error")), Finish("failed", "actor:round_0:error")),
+        # a step refused by the budget ledger ends the run with the ledger's reason
+        (state(StepOutcome("generate", 0, interrupted="budget:global:tokens")),
+         Finish("interrupted", "budget:global:tokens")),
+        (state(G, C(1, 0.2, interrupted="budget:run:usd")), Finish("interrupted", "budget:run:usd")),
         # round 1
         (state(G), Critique(1)),
         (state(G, budget_blocked="budget:batch:usd"), Finish("interrupted", "budget:batch:usd")),

@@ -1,0 +1,116 @@
+"""Budget and rate-limit checks around one model call, on the fleet-wide Redis ledger.
+
+Before a call: reserve its worst case (input estimate + ``max_tokens``, priced) in every
+scope of the run at once, or learn that there is no room. After it: settle the real
+usage (once per step, however often the step is delivered). The Lua is in
+:mod:`orchestration.ledger`; this module only decides what to ask it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestration import events as ev
+from orchestration.agents import AgentSpec
+from orchestration.budget import Amount, Refusal
+from orchestration.ledger import BudgetLedger, RateLimiter
+from orchestration.pricing import cost_usd, price_for
+from orchestration.store import event_json
+
+from .providers import Completion, Message
+
+#: How long the per-process copy of the fleet's rate-limit table is trusted.
+RATE_TABLE_TTL_S = 5.0
+
+
+def step_id(run_id: str, key: str) -> str:
+    """The id a step's reservation and settlement share, stable across redeliveries."""
+    return f"{run_id}:{key}"
+
+
+def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
+    """A call's worst case. Input: one token per UTF-8 byte, an upper bound for BPE
+    tokenizers; output: the agent's ``max_tokens``."""
+    input_tokens = len(agent.instructions.encode()) + sum(len(m["content"].encode()) for m in messages)
+    price = price_for(agent)
+    usd = cost_usd(price, input_tokens, agent.max_tokens) if price else 0.0
+    return Amount(input_tokens=input_tokens, output_tokens=agent.max_tokens, usd=usd, calls=1)
+
+
+def actual(agent: AgentSpec, completion: Completion) -> Amount:
+    """What a finished call really cost."""
+    price = price_for(agent)
+    usd = (
+        cost_usd(price, completion.input_tokens, completion.output_tokens, completion.cached_input_tokens)
+        if price
+        else 0.0
+    )
+    return Amount(
+        input_tokens=completion.input_tokens, output_tokens=completion.output_tokens, usd=usd, calls=1
+    )
+
+
+class Budgets:
+    """The ledger and the rate limiter of one worker process."""
+
+    def __init__(self, redis_client: Any) -> None:
+        self.redis = redis_client
+        self.ledger = BudgetLedger(redis_client)
+        self.limiter = RateLimiter(redis_client)
+        self._rates: dict[str, tuple[int | None, int | None, float]] = {}
+        self._rates_at = -math.inf
+        self._lock = threading.Lock()
+
+    # --- coordinator: the check at the start of a round --------------------
+    def round_check(self, run: Mapping[str, str], scopes: list[str]) -> tuple[str | None, list[str]]:
+        """(interruption reason or None, budget.warning events) for the run's scopes."""
+        status = self.ledger.round_status(scopes)
+        warnings = [
+            event_json(ev.BUDGET_WARNING, run["run_id"], scope=w.scope, unit=w.unit,
+                       fraction=round(w.fraction, 4))
+            for w in status.warnings
+        ]  # fmt: skip
+        return status.reason, warnings
+
+    # --- step: around the call ------------------------------------------
+    def reserve(self, sid: str, scopes: list[str], amount: Amount, lease_s: float) -> Refusal | None:
+        return self.ledger.reserve(sid, scopes, amount, lease_s) if scopes else None
+
+    def settle(self, sid: str, scopes: list[str], amount: Amount) -> None:
+        if scopes:
+            self.ledger.settle(sid, scopes, amount)
+
+    def release(self, sid: str, scopes: list[str]) -> None:
+        if scopes:
+            self.ledger.release(sid, scopes)
+
+    def rate_wait(self, agent: AgentSpec, tokens: int) -> float:
+        """Seconds to wait before this call may go (0.0: it is counted and may go now)."""
+        limits = self._rate_table().get(f"{agent.provider}:{agent.model_name}")
+        paused = self.limiter.paused_for(agent.provider, agent.model_name) if limits is None else 0.0
+        if limits is None:
+            return paused
+        rpm, tpm, window_s = limits
+        return self.limiter.acquire(
+            agent.provider, agent.model_name, rpm=rpm, tpm=tpm,
+            tokens=min(tokens, tpm) if tpm else tokens, window_s=window_s,
+        )  # fmt: skip
+
+    def pause(self, agent: AgentSpec, seconds: float) -> None:
+        """A vendor said 429 + Retry-After: pause this model for the whole fleet."""
+        self.limiter.pause(agent.provider, agent.model_name, seconds)
+
+    def _rate_table(self) -> dict[str, tuple[int | None, int | None, float]]:
+        now = time.monotonic()
+        if now - self._rates_at > RATE_TABLE_TTL_S:
+            with self._lock:
+                if now - self._rates_at > RATE_TABLE_TTL_S:
+                    from orchestration.ratelimits import load_rate_limits
+
+                    self._rates = load_rate_limits(self.redis)
+                    self._rates_at = now
+        return self._rates
