@@ -1,0 +1,105 @@
+"""Persistent subagent conversations: each role's history per user (or per run), in Redis.
+
+With ``persistent_subagents`` (the default of ``Team.actor_critic``) the actor and the
+critic each keep one conversation per user, across rounds and runs, so any worker can
+continue it. A run without a user keeps its own (scope ``run:<id>``): the inputs of a
+batch never see each other's text.
+
+A conversation is a Redis list (:func:`keys.conversation`) with one element per
+*turn*: the prompt a step sent and the reply it got, stored together so the history
+always alternates user / assistant. Lists are bounded (``LTRIM``, oldest turn dropped
+first) and expire when left alone for the store's TTL.
+
+There is no lock. Runs of different users never wait on each other; two runs of the
+*same* user that overlap read the history as it stands when each step starts and append
+their turns as they finish, so their turns interleave and one may not see the other's
+latest turn. Each stored turn names its step, and a turn stored twice (a step whose
+model call was repeated after its claim expired) is read once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import keys
+
+#: One message of a conversation, as providers take it (``role``, ``content``).
+Message = dict[str, str]
+
+
+def conversation_scope(user_id: str | None, run_id: str) -> str:
+    """``user:<id>`` for a user's runs, else ``run:<id>`` so anonymous runs share nothing."""
+    return f"user:{user_id}" if user_id else f"run:{run_id}"
+
+
+class ConversationStore:
+    """Reads and appends persistent conversations. Thread-safe: it holds only a client.
+
+    Args:
+        client: a Redis client (``decode_responses`` either way).
+        ttl_s: seconds a conversation is kept after its last turn.
+    """
+
+    def __init__(self, client: Any, *, ttl_s: int = keys.DEFAULT_FINISHED_TTL_S) -> None:
+        self.r = client
+        self.ttl_s = ttl_s
+
+    def history(self, role: str, scope: str, turns: int) -> list[Message]:
+        """The last ``turns`` turns of ``role``'s conversation in ``scope``, as messages.
+
+        One round trip; ``[]`` when ``turns < 1`` (nothing is kept then).
+        """
+        if turns < 1:
+            return []
+        return messages_from(self.r.lrange(keys.conversation(role, scope), -turns, -1))
+
+    def append(
+        self,
+        role: str,
+        scope: str,
+        turns: int,
+        *,
+        step_id: str,
+        prompt: str,
+        reply: str,
+        pipe: Any = None,
+    ) -> None:
+        """Add one turn and drop the oldest beyond ``turns``, in one round trip.
+
+        With ``pipe`` the commands are only queued on it (the caller executes it).
+        Nothing is stored when ``turns < 1`` or the reply is empty (an empty assistant
+        message would make the vendors refuse every later call of the conversation).
+        """
+        if turns < 1 or not reply.strip():
+            return
+        key = keys.conversation(role, scope)
+        p = pipe if pipe is not None else self.r.pipeline(transaction=False)
+        p.rpush(key, json.dumps({"s": step_id, "u": prompt, "a": reply}, separators=(",", ":")))
+        p.ltrim(key, -turns, -1)
+        p.expire(key, self.ttl_s)
+        if pipe is None:
+            p.execute()
+
+    def clear(self, role: str, scope: str) -> None:
+        """Forget one conversation."""
+        self.r.delete(keys.conversation(role, scope))
+
+
+def messages_from(raw: list[Any]) -> list[Message]:
+    """Stored turns (oldest first) as alternating user / assistant messages."""
+    messages: list[Message] = []
+    seen: set[str] = set()
+    for item in raw:
+        turn = json.loads(item)
+        step = turn.get("s")
+        if step is not None:
+            if step in seen:
+                continue
+            seen.add(step)
+        messages.append({"role": "user", "content": turn["u"]})
+        messages.append({"role": "assistant", "content": turn["a"]})
+    return messages
+
+
+__all__ = ["ConversationStore", "Message", "conversation_scope", "messages_from"]
