@@ -15,7 +15,15 @@ from orchestration.errors import ConfigError
 
 from .base import Completion, Message, Provider
 
-__all__ = ["Completion", "Message", "Provider", "provider_for", "PROVIDER_MODULES"]
+__all__ = [
+    "Completion",
+    "Message",
+    "Provider",
+    "provider_for",
+    "close_providers",
+    "reset_providers",
+    "PROVIDER_MODULES",
+]
 
 #: provider name -> "module:Class" of its adapter.
 PROVIDER_MODULES = {
@@ -48,3 +56,25 @@ def provider_for(agent: AgentSpec) -> Provider:
             adapter = cls(base_url=agent.base_url, api_key_env=agent.api_key_env)
             _adapters[key] = adapter
     return adapter
+
+
+def _close_all(adapters: list[Provider]) -> None:
+    for adapter in adapters:
+        close = getattr(adapter, "close", None)  # the offline simulator holds no client
+        if close is not None:
+            close()
+
+
+def close_providers() -> None:
+    """Close every adapter's HTTP client (worker shutdown). An adapter used again reconnects."""
+    with _lock:
+        adapters = list(_adapters.values())
+    _close_all(adapters)
+
+
+def reset_providers() -> None:
+    """Close and forget every adapter, so the next call builds new ones (tests; new keys)."""
+    with _lock:
+        adapters = list(_adapters.values())
+        _adapters.clear()
+    _close_all(adapters)
