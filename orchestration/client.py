@@ -93,6 +93,28 @@ def set_budgets(limits: dict[str, Any]) -> None:
         ledger.set_limits(scope_name, budget)
 
 
+def resume_runs(run_ids: Iterable[str]) -> int:
+    """Send each unfinished run the message it is waiting for; how many were sent."""
+    st = store()
+    app = producer()
+    sent = 0
+    with app.producer_or_acquire() as prod:
+        for run_id in run_ids:
+            what, seq, step = st.resume_point(run_id)
+            if what == "coordinate":
+                app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
+            elif what == "step" and step is not None:
+                from .coordinator import TASK_BY_PHASE
+                from .loop import parse_step_key
+
+                task = TASK_BY_PHASE[parse_step_key(step)[0]]
+                app.send_task(task, args=(run_id, step), producer=prod)
+            else:
+                continue
+            sent += 1
+    return sent
+
+
 class RunHandle:
     """A submitted run: ask its status, follow its events, wait for its result, cancel it."""
 
@@ -132,6 +154,10 @@ class RunHandle:
         """Stop the run after its current step; False if it had already finished."""
         return store().cancel_run(self.run_id)
 
+    def resume(self) -> bool:
+        """Re-enqueue the run if it is not finished (a cancelled run is re-opened)."""
+        return resume_runs([self.run_id]) == 1
+
 
 class BatchHandle:
     """A submitted batch: progress, results in input order, cancel, resume."""
@@ -150,7 +176,9 @@ class BatchHandle:
         raw = store().r.hgetall(keys.batch(self.batch_id))
         if not raw:
             raise LookupError(f"batch {self.batch_id} not found (expired or never submitted)")
-        counts = {k.split(":", 1)[1]: int(v) for k, v in raw.items() if k.startswith("status:")}
+        counts = {
+            k.split(":", 1)[1]: int(v) for k, v in raw.items() if k.startswith("status:") and int(v)
+        }
         return {
             "batch_id": self.batch_id,
             "total": int(raw.get("total", 0)),
@@ -192,3 +220,17 @@ class BatchHandle:
         """Cancel every unfinished run; returns how many were flagged."""
         st = store()
         return sum(st.cancel_run(run_id) for run_id in self.run_ids())
+
+    def resume(self) -> int:
+        """Re-enqueue every run that is not finished (cancelled runs are re-opened).
+
+        Safe to call any time: a step whose result is stored is never run again, a step
+        another worker holds is left to it, and a transition already made is a no-op.
+        Returns how many runs were re-enqueued.
+        """
+        count = 0
+        start = 0
+        while ids := self.run_ids(start, start + SUBMIT_CHUNK - 1):
+            count += resume_runs(ids)
+            start += SUBMIT_CHUNK
+        return count

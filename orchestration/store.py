@@ -86,6 +86,30 @@ if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
 return stored
 """
 
+# Re-open a cancelled run (or find where an unfinished one stands) for `resume`.
+_REOPEN = """
+local run, batch, events = KEYS[1], KEYS[2], KEYS[3]
+local st = redis.call('HMGET', run, 'status', 'seq', 'current_step', 'dispatched')
+if not st[1] then return {'gone'} end
+if st[1] == 'cancelled' then
+  local seq = tonumber(st[2]) - 1
+  redis.call('HSET', run, 'status', seq == 0 and 'queued' or 'running', 'seq', seq,
+             'cancelled', '0', 'reason', '', 'finished_at', '')
+  redis.call('PERSIST', run)
+  for i = 4, #KEYS do redis.call('PERSIST', KEYS[i]) end
+  if batch ~= '' and redis.call('EXISTS', batch) == 1 then
+    redis.call('HINCRBY', batch, 'done', -1)
+    redis.call('HINCRBY', batch, 'status:cancelled', -1)
+  end
+  redis.call('XADD', events, '*', 'e', ARGV[1])
+  return {'running', tostring(seq), st[3] or ''}
+end
+if st[1] == 'queued' or st[1] == 'running' then
+  return {st[1], st[2] or '0', st[3] or ''}
+end
+return {'finished'}
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
@@ -130,6 +154,7 @@ class RunStore:
         self._transition = client.register_script(_TRANSITION)
         self._begin = client.register_script(_BEGIN_STEP)
         self._complete = client.register_script(_COMPLETE_STEP)
+        self._reopen = client.register_script(_REOPEN)
         self._specs: dict[str, LoopSpec] = {}
 
     # --- specs ------------------------------------------------------------
@@ -275,6 +300,28 @@ class RunStore:
         self.r.hset(keys.run(run_id), "cancelled", "1")
         return True
 
+    def resume_point(self, run_id: str) -> tuple[str, int, str | None]:
+        """Where an unfinished run stands, re-opening it first if it was cancelled.
+
+        Returns ``(what, seq, step_key)``: ``coordinate`` (send transition ``seq``),
+        ``step`` (re-send ``step_key``, whose result is not stored), or ``finished`` /
+        ``gone`` (nothing to do).
+        """
+        run = self.r.hmget(keys.run(run_id), "batch_id")
+        batch_id = run[0]
+        res = self._reopen(
+            keys=[keys.run(run_id), keys.batch(batch_id) if batch_id else "",
+                  keys.run_events(run_id), *keys.run_keys(run_id)[1:]],
+            args=[event_json("run.resumed", run_id)],
+        )
+        what = res[0]
+        if what not in ("queued", "running"):
+            return what, 0, None
+        seq, current = int(res[1]), res[2] or None
+        if current and not self.r.hexists(keys.run_steps(run_id), current):
+            return "step", seq, current
+        return "coordinate", seq, None
+
     def events(self, run_id: str, after: str = "-") -> list[tuple[str, Event]]:
         raw = self.r.xrange(keys.run_events(run_id), min=after)
         return [(eid, Event.model_validate_json(f["e"])) for eid, f in raw]
@@ -301,7 +348,8 @@ class RunStore:
                     last = eid
                     event = Event.model_validate_json(fields["e"])
                     yield event
-                    if event.type == "run.finished":
+                    # A resumed run has an earlier run.finished: only the last one ends it.
+                    if event.type == "run.finished" and self.status(run_id) in FINISHED_STATUSES:
                         return
             if not got and not self.r.exists(keys.run(run_id)):
                 raise LookupError(f"run {run_id} not found (expired or never submitted)")

@@ -189,3 +189,65 @@ def test_events_follow_live(worker: Any, client_on: str) -> None:
     assert seen[-1] == ev.RUN_FINISHED
     assert ev.APPROVED in seen
     assert time.monotonic() - started < 30
+
+
+def test_cancel_then_resume_a_batch_repeats_no_step(worker: Any, client_on: str, fake_llm: Any) -> None:
+    fake_llm.set_faults(latency_ms=150)
+    try:
+        team = Team.actor_critic(
+            actor=Agent("Fix the code.", model="openai:sim", base_url=fake_llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.1", base_url=fake_llm.url),
+            max_rounds=2,
+        )
+        before = fake_llm.stats()["requests"]
+        batch = team.submit_batch([f"snippet {i}: os.system(x)" for i in range(10)])
+        first = RunHandle(batch.run_ids(0, 0)[0])
+        for event in first.events(timeout=30):
+            if event.type == ev.CRITIC_STARTED:
+                break
+        assert batch.cancel() > 0
+        cancelled = list(batch.results(timeout=60))
+        assert any(r.status == "cancelled" for r in cancelled)
+        assert batch.progress()["done"] == 10
+
+        assert batch.resume() == sum(r.status == "cancelled" for r in cancelled)
+        results = list(batch.results(timeout=60))
+        assert [r.status for r in results] == ["max_rounds_reached"] * 10
+        assert batch.progress()["counts"] == {"max_rounds_reached": 10}
+        # Every step ran exactly once across cancel and resume: 1 + 2 x 2 calls a run.
+        assert fake_llm.stats()["requests"] - before == 10 * 5
+        for r in results:
+            starts = [e.type for e in r.events if e.type in (ev.ACTOR_STARTED, ev.CRITIC_STARTED)]
+            assert len(starts) == 5
+            assert r.usage.total.calls == 5
+    finally:
+        fake_llm.set_faults(latency_ms=0)
+
+
+def test_messages_carry_ids_only(redis_client: Any, monkeypatch: Any, redis_url: str) -> None:
+    """With no worker on this db the messages stay queued, so we can read them raw."""
+    from orchestration import connection
+    from orchestration.settings import get_settings
+
+    monkeypatch.setenv("DUET_REDIS_URL", redis_url)
+    get_settings.cache_clear()
+    connection.use_redis(redis_url)
+    try:
+        team = Team.actor_critic(
+            actor=Agent("SECRET-INSTRUCTIONS", model="sim"), critic=Agent("Review.", model="sim")
+        )
+        handle = team.submit("TOP-SECRET-PROMPT sk-live-123", user_id="alice")
+        raw = redis_client.lrange("coordinator", 0, -1)
+        assert len(raw) == 1
+        import base64
+        import json
+
+        message = json.loads(raw[0])
+        body = json.loads(base64.b64decode(message["body"]))
+        assert body[0] == [handle.run_id, 0]
+        everything = raw[0].decode() + base64.b64decode(message["body"]).decode()
+        for secret in ("TOP-SECRET", "sk-live", "SECRET-INSTRUCTIONS", "alice"):
+            assert secret not in everything
+    finally:
+        connection.reset()
+        get_settings.cache_clear()
