@@ -1,0 +1,411 @@
+"""The TOML config of a review batch: agents, loop, budget, rate limits, inputs. Pure.
+
+A config names the actor and the critic, the loop's settings, and how inputs are read::
+
+    [actor]
+    instructions = "Write or repair the code so it is correct and secure."
+    model = "claude-sonnet-4-5"
+
+    [critic]
+    instructions = "Find security bugs. Reply with strict JSON."
+    model = "gpt-4.1"
+
+    [loop]
+    max_rounds = 3
+    approval_threshold = 0.9
+
+:func:`load_config` reads and checks the whole file at once; every mistake is a
+:class:`~orchestration.errors.ConfigError` naming the file, the key path and the problem
+(``review.toml: loop.max_rounds: must be >= 1``). Values are not coerced: TOML has types,
+so ``max_rounds = "3"`` is a mistake worth reporting, not guessing about.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .agents import Agent, Price, resolve_model
+from .architecture import ActorCritic
+from .budget import Budget
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    from .team import Team
+
+ROLES = ("actor", "critic")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class PriceConfig(_Section):
+    """USD per million tokens, overriding the built-in price table."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+
+    def build(self) -> Price:
+        """The :class:`~orchestration.agents.Price` this section describes."""
+        return Price(**self.model_dump())
+
+
+class AgentConfig(_Section):
+    """``[actor]`` or ``[critic]``: the arguments of one :class:`~orchestration.Agent`."""
+
+    instructions: str = Field(min_length=1)
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int = Field(default=1024, ge=1)
+    timeout_s: float = Field(default=120.0, gt=0)
+    price: PriceConfig | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        resolve_model(value)  # ConfigError (a ValueError) lists what is accepted
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_needs_openai(cls, value: str | None, info: ValidationInfo) -> str | None:
+        model = info.data.get("model")
+        if value is not None and model is not None and resolve_model(model)[0] != "openai":
+            raise ValueError(
+                f"base_url is for OpenAI-compatible servers: use model = 'openai:NAME', not {model!r}"
+            )
+        return value
+
+    def build(self, name: str) -> Agent:
+        """The :class:`~orchestration.Agent` this section describes."""
+        return Agent(
+            self.instructions,
+            model=self.model,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            timeout_s=self.timeout_s,
+            price=self.price.build() if self.price else None,
+            name=name,
+        )
+
+
+class LoopConfig(_Section):
+    """``[loop]``: rounds, threshold, prompt templates, persistent subagents."""
+
+    max_rounds: int = Field(default=3, ge=1)
+    approval_threshold: float = Field(default=0.9, ge=0, le=1)
+    critique_template: str | None = Field(default=None, min_length=1)
+    refine_template: str | None = Field(default=None, min_length=1)
+    #: Paths relative to the config file's directory.
+    critique_template_file: str | None = Field(default=None, min_length=1)
+    refine_template_file: str | None = Field(default=None, min_length=1)
+    persistent_subagents: bool = True
+
+    @model_validator(mode="after")
+    def _one_source_per_template(self) -> LoopConfig:
+        for kind in ("critique", "refine"):
+            if getattr(self, f"{kind}_template") and getattr(self, f"{kind}_template_file"):
+                raise ValueError(f"set {kind}_template or {kind}_template_file, not both")
+        return self
+
+
+class BudgetConfig(Budget):
+    """``[budget]``: the fields of :class:`~orchestration.budget.Budget`, checked strictly."""
+
+    model_config = ConfigDict(strict=True)
+
+    def build(self) -> Budget:
+        """The :class:`~orchestration.budget.Budget` this section describes."""
+        return Budget.model_validate(self.model_dump())
+
+
+class RateLimitConfig(_Section):
+    """One entry of ``[rate_limits]``: requests and tokens per minute for a model."""
+
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _something_limited(self) -> RateLimitConfig:
+        if self.rpm is None and self.tpm is None:
+            raise ValueError("set rpm, tpm or both")
+        return self
+
+
+class InputsConfig(_Section):
+    """``[inputs]``: how input files are read."""
+
+    #: CSV column holding the prompt.
+    prompt_column: str = Field(default="prompt", min_length=1)
+    #: CSV column holding the input id (row number when the column is absent or empty).
+    id_column: str = Field(default="id", min_length=1)
+    #: Longest prompt accepted; longer inputs are rejected (DUET_MAX_PROMPT_CHARS caps it).
+    max_prompt_chars: int | None = Field(default=None, ge=1)
+
+
+class ReviewConfig(_Section):
+    """A whole review config. Build one with :func:`load_config`."""
+
+    actor: AgentConfig
+    critic: AgentConfig
+    loop: LoopConfig = LoopConfig()
+    budget: BudgetConfig | None = None
+    #: Model name -> limits, e.g. ``[rate_limits."gpt-4.1"] rpm = 500``.
+    rate_limits: dict[str, RateLimitConfig] = Field(default_factory=dict)
+    inputs: InputsConfig = InputsConfig()
+
+    _source: str = PrivateAttr(default="<config>")
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _templates: dict[str, str | None] | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> str:
+        """The file this config was read from, as given (used in every error message)."""
+        return self._source
+
+    def templates(self) -> dict[str, str | None]:
+        """``{"critique": ..., "refine": ...}``: inline text, a file's text, or None.
+
+        Raises:
+            ConfigError: a template file cannot be read, or a critique template that never
+                shows the critic the output (no ``{output}``).
+        """
+        if self._templates is None:
+            found: dict[str, str | None] = {}
+            for kind in ("critique", "refine"):
+                key = f"loop.{kind}_template"
+                text = getattr(self.loop, f"{kind}_template")
+                rel = getattr(self.loop, f"{kind}_template_file")
+                if rel is not None:
+                    key += "_file"
+                    file = self._base_dir / rel
+                    try:
+                        text = file.read_text(encoding="utf-8")
+                    except (OSError, UnicodeDecodeError) as exc:
+                        raise self._error(
+                            key, f"cannot read {str(file)!r}: {_reason(exc)}"
+                        ) from exc
+                if kind == "critique" and text is not None and "{output}" not in text:
+                    raise self._error(
+                        key, "must contain {output}, or the critic never sees the output"
+                    )
+                found[kind] = text
+            self._templates = found
+        return self._templates
+
+    def build_agents(self) -> tuple[Agent, Agent]:
+        """The actor and the critic.
+
+        Raises:
+            ConfigError: naming the file and the section of the agent that is wrong.
+        """
+        agents = []
+        for role in ROLES:
+            try:
+                agents.append(getattr(self, role).build(role))
+            except ConfigError as exc:
+                raise self._error(role, str(exc)) from exc
+        return agents[0], agents[1]
+
+    def build_architecture(self) -> ActorCritic:
+        """The :class:`~orchestration.ActorCritic` loop, without touching any backend."""
+        actor, critic = self.build_agents()
+        templates = self.templates()
+        registry = {"actor": actor, "critic": critic} if self.loop.persistent_subagents else None
+        try:
+            return ActorCritic(
+                actor=actor,
+                critic=critic,
+                max_rounds=self.loop.max_rounds,
+                approval_threshold=self.loop.approval_threshold,
+                critique_template=templates["critique"],
+                refine_template=templates["refine"],
+                worker_registry=registry,
+                role_to_worker_id={"actor": "actor", "critic": "critic"} if registry else None,
+            )
+        except ValueError as exc:
+            raise self._error("loop", str(exc)) from exc
+
+    def build_team(self) -> Team:
+        """The :class:`~orchestration.Team` that runs this config's loop.
+
+        Raises:
+            ConfigError: naming the file and key path of the first problem.
+        """
+        from .team import Team  # the client API pulls in redis and celery; load on use
+
+        return Team(self.build_architecture())
+
+    def build_budget(self) -> Budget | None:
+        """The ``[budget]`` section as a :class:`~orchestration.budget.Budget`, if given."""
+        return self.budget.build() if self.budget is not None else None
+
+    def _error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self._source}: {key}: {message}")
+
+
+def load_config(path: str | Path) -> ReviewConfig:
+    """Read and check a review config.
+
+    The agents and the loop are built once here (pure, no backend), so every mistake a
+    run would hit is reported now.
+
+    Args:
+        path: the TOML file; template files are found relative to its directory.
+
+    Returns:
+        The checked config.
+
+    Raises:
+        ConfigError: one line per problem, each ``FILE: KEY.PATH: what is wrong`` (TOML
+            syntax errors give the line and column instead of a key path).
+    """
+    source = str(path)
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read config: {_reason(exc)}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: {_toml_problem(exc)}") from exc
+    return parse_config(data, source=source, base_dir=file.parent)
+
+
+def parse_config(
+    data: dict[str, Any], *, source: str = "<config>", base_dir: Path | None = None
+) -> ReviewConfig:
+    """Check an already parsed config table (see :func:`load_config`)."""
+    try:
+        config = ReviewConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: {_key_path(e['loc'])}: {_describe(e)}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+    config._source = source
+    config._base_dir = base_dir if base_dir is not None else Path.cwd()
+    for model in config.rate_limits:
+        try:
+            resolve_model(model)
+        except ConfigError as exc:
+            raise config._error(_key_path(("rate_limits", model)), str(exc)) from exc
+    config.build_architecture()
+    return config
+
+
+# --- messages -----------------------------------------------------------------
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_TYPE_NAMES = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "model_type": "a table",
+    "dict_type": "a table",
+}
+_TOML_TYPES = {
+    bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+    list: "an array", dict: "a table",
+}  # fmt: skip
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    """``('rate_limits', 'gpt-4.1', 'rpm')`` -> ``rate_limits."gpt-4.1".rpm``, as TOML writes it."""
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{part}]"]
+        elif _BARE_KEY.match(part):
+            parts.append(part)
+        else:
+            parts.append(f'"{part}"')
+    return ".".join(parts) or "(top level)"
+
+
+def _describe(error: Any) -> str:
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        return "unknown key" + _expected_keys(error["loc"])
+    if kind in _TYPE_NAMES:
+        got = _TOML_TYPES.get(type(value), type(value).__name__)
+        return f"must be {_TYPE_NAMES[kind]}, got {got} {_short(value)}"
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
+              "less_than": "<"}  # fmt: skip
+    if kind in bounds:
+        limit = next(iter(ctx.values()))
+        return f"must be {bounds[kind]} {limit}, got {_short(value)}"
+    if kind == "string_too_short":
+        return "must not be empty"
+    if kind == "value_error":
+        return str(error["msg"]).removeprefix("Value error, ")
+    return str(error["msg"])
+
+
+def _expected_keys(loc: tuple[int | str, ...]) -> str:
+    """The keys allowed where an unknown one was found, to make a typo obvious."""
+    model: Any = ReviewConfig
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return ""
+        model = _section_type(field.annotation)
+        if model is None:
+            return ""
+        if getattr(field.annotation, "__origin__", None) is dict:
+            parts = parts[1:]  # the table's own key (a model name), then its section
+    return f" (expected one of: {', '.join(model.model_fields)})"
+
+
+def _section_type(annotation: Any) -> Any:
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _toml_problem(exc: Exception) -> str:
+    message = str(exc)
+    where = _TOML_WHERE.search(message)
+    if where is None:
+        return f"invalid TOML: {message}"
+    return f"line {where[1]}, column {where[2]}: invalid TOML: {message[: where.start()]}"
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc)

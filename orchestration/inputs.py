@@ -1,0 +1,366 @@
+"""Batch inputs read from files as a stream: JSONL, CSV, or a directory of files.
+
+Every input either becomes an :class:`InputRecord` or is reported as an
+:class:`InputProblem` naming its file, line and what is wrong; one bad line never stops
+the others. Files are read one line (or row, or file) at a time and only the ids seen so
+far are remembered, so a file of millions of inputs reads in flat memory.
+
+Formats:
+
+- **JSONL** (``.jsonl``, ``.ndjson``, anything else): one object a line,
+  ``{"id", "prompt", "user_id", "metadata"}``; ``custom_id`` is accepted as the id
+  (OpenAI batch files), the line number is the id when there is none.
+- **CSV** (``.csv``): a header row, a prompt column (``prompt`` unless configured), an
+  optional id column (the row number when absent or empty) and an optional ``user_id``
+  column; any other non-empty cells become the input's metadata.
+- **Directory**: one input per file, the id being its path relative to the directory;
+  hidden files and directories and binary files are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+FORMATS = ("jsonl", "csv", "dir")
+#: Bytes read from the start of a file to tell text from binary.
+_SNIFF_BYTES = 8192
+_JSON_TYPES = {
+    dict: "an object", list: "an array", str: "a string", int: "a number",
+    float: "a number", bool: "a boolean", type(None): "null",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One valid input.
+
+    Attributes:
+        id: unique within the input file.
+        prompt: the task given to the actor.
+        user_id: whose persistent conversation the run continues, if any.
+        metadata: carried through to the result untouched.
+        source: the file it came from.
+        line: its line in that file (``None`` for a whole file of a directory).
+    """
+
+    id: str
+    prompt: str
+    user_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    line: int | None = None
+
+    def as_item(self) -> dict[str, Any]:
+        """The mapping :meth:`Team.submit_batch <orchestration.Team.submit_batch>` takes."""
+        return {
+            "id": self.id,
+            "prompt": self.prompt,
+            "user_id": self.user_id,
+            "metadata": self.metadata or None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InputProblem:
+    """One input that cannot be run, and why.
+
+    Attributes:
+        source: the file.
+        line: the line in it (``None`` when the problem is the whole file).
+        reason: what is wrong, in words.
+        id: the input's id when it could be read.
+    """
+
+    source: str
+    line: int | None
+    reason: str
+    id: str | None = None
+
+    @property
+    def where(self) -> str:
+        """``file:line``, or just the file."""
+        return f"{self.source}:{self.line}" if self.line is not None else self.source
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+def detect_format(path: str | Path) -> str:
+    """``dir`` for a directory, ``csv`` for ``*.csv``, else ``jsonl``."""
+    path = Path(path)
+    if path.is_dir():
+        return "dir"
+    return "csv" if path.suffix.lower() == ".csv" else "jsonl"
+
+
+class InputReader:
+    """Iterate over the valid inputs of a file or directory, collecting the problems.
+
+    Args:
+        path: a JSONL or CSV file, or a directory.
+        format: ``jsonl``, ``csv`` or ``dir``; from the path when ``None``.
+        prompt_column: CSV column holding the prompt.
+        id_column: CSV column holding the id.
+        max_prompt_chars: longest prompt accepted; ``None`` for no limit.
+        strict: after the last input, raise :class:`InputError` listing every problem.
+        on_problem: called with each problem as it is found. When given, problems are
+            passed on instead of kept (only their count is), so memory stays flat even
+            for a file of nothing but bad lines.
+
+    Raises:
+        InputError: the path does not exist, the format is unknown, or (when iterating)
+            the whole file is unusable: a CSV without the prompt column, or not UTF-8.
+
+    Example::
+
+        reader = InputReader("inputs.jsonl", max_prompt_chars=100_000)
+        for record in reader:
+            ...
+        for problem in reader.problems:
+            print(problem)  # inputs.jsonl:7: malformed JSON: ...
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        format: str | None = None,
+        prompt_column: str = "prompt",
+        id_column: str = "id",
+        max_prompt_chars: int | None = None,
+        strict: bool = False,
+        on_problem: Callable[[InputProblem], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.source = str(path)
+        if not self.path.exists():
+            raise InputError(f"{self.source}: no such file or directory")
+        self.format = format or detect_format(self.path)
+        if self.format not in FORMATS:
+            raise InputError(f"unknown input format {self.format!r}; expected one of {FORMATS}")
+        if self.format == "dir" and not self.path.is_dir():
+            raise InputError(f"{self.source}: not a directory")
+        if self.format != "dir" and self.path.is_dir():
+            raise InputError(f"{self.source}: is a directory, not a {self.format} file")
+        self.prompt_column = prompt_column
+        self.id_column = id_column
+        self.max_prompt_chars = max_prompt_chars
+        self.strict = strict
+        self.on_problem = on_problem
+        #: Problems found so far (empty when ``on_problem`` takes them, unless strict).
+        self.problems: list[InputProblem] = []
+        self.problem_count = 0
+        #: Valid inputs yielded so far.
+        self.count = 0
+        #: Files of a directory skipped as binary.
+        self.skipped = 0
+        self._seen: dict[str, int | None] = {}
+
+    def __iter__(self) -> Iterator[InputRecord]:
+        read = {"jsonl": self._jsonl, "csv": self._csv, "dir": self._dir}[self.format]
+        for record in read():
+            self.count += 1
+            yield record
+        if self.strict and self.problems:
+            listed = "\n".join(f"  {p}" for p in self.problems)
+            raise InputError(f"{self.problem_count} bad input(s) in {self.source}:\n{listed}")
+
+    # --- formats ------------------------------------------------------------
+    def _jsonl(self) -> Iterator[InputRecord]:
+        with self.path.open("rb") as lines:
+            for n, raw in enumerate(lines, 1):
+                try:
+                    text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    self._problem(n, f"not UTF-8 text (byte {exc.start})")
+                    continue
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    self._problem(n, f"malformed JSON: {exc.msg} (column {exc.colno})")
+                    continue
+                if not isinstance(obj, dict):
+                    self._problem(n, f"expected a JSON object, got {_json_type(obj)}")
+                    continue
+                raw_id = obj.get("id", obj.get("custom_id"))
+                record = self._check(obj, raw_id, default_id=str(n), line=n)
+                if record is not None:
+                    yield record
+
+    def _csv(self) -> Iterator[InputRecord]:
+        # Prompts may be long: the csv module's default 128 KiB field cap would fail them
+        # with an obscure error; the prompt size limit below says it plainly instead.
+        csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+        with self.path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = csv.reader(handle)
+            try:
+                header = next(rows, None)
+                if header is None:
+                    return
+                if self.prompt_column not in header:
+                    raise InputError(
+                        f"{self.source}:1: no {self.prompt_column!r} column in the header "
+                        f"(columns: {', '.join(header)}); set [inputs] prompt_column"
+                    )
+                row_number = 0
+                while True:
+                    line = rows.line_num + 1
+                    try:
+                        row = next(rows, None)
+                    except csv.Error as exc:
+                        self._problem(line, f"unreadable CSV row: {exc}")
+                        if rows.line_num < line:
+                            return  # the reader cannot move past it
+                        continue
+                    if row is None:
+                        return
+                    if not row:
+                        continue  # a blank line
+                    row_number += 1
+                    if len(row) > len(header):
+                        self._problem(
+                            line, f"row has {len(row)} fields, the header has {len(header)}"
+                        )
+                        continue
+                    cells = dict(zip(header, row, strict=False))
+                    record = self._csv_record(cells, row_number, line)
+                    if record is not None:
+                        yield record
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{self.source}:{rows.line_num + 1}: not UTF-8 text (byte {exc.start})"
+                ) from exc
+
+    def _csv_record(self, cells: dict[str, str], row_number: int, line: int) -> InputRecord | None:
+        own = {self.prompt_column, self.id_column, "user_id"}
+        obj = {
+            "prompt": cells.get(self.prompt_column),
+            "user_id": cells.get("user_id") or None,
+            "metadata": {k: v for k, v in cells.items() if k not in own and v != ""},
+        }
+        return self._check(
+            obj, cells.get(self.id_column) or None, default_id=str(row_number), line=line
+        )
+
+    def _dir(self) -> Iterator[InputRecord]:
+        for folder, dirs, files in os.walk(self.path):
+            # Sorted, so ids come in the same order on every machine; hidden ones skipped.
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(f for f in files if not f.startswith(".")):
+                file = Path(folder, name)
+                rel = file.relative_to(self.path).as_posix()
+                record = self._file_record(file, rel)
+                if record is not None:
+                    yield record
+
+    def _file_record(self, file: Path, rel: str) -> InputRecord | None:
+        source = str(file)
+        limit = self.max_prompt_chars
+        try:
+            # A UTF-8 character is at most 4 bytes: a larger file is over the limit unread.
+            size = file.stat().st_size
+            if limit is not None and size > 4 * limit:
+                self._problem(
+                    None,
+                    f"file is {size:,} bytes, over the prompt limit of {limit:,} characters",
+                    rel,
+                    source,
+                )
+                return None
+            data = file.read_bytes()
+        except OSError as exc:
+            self._problem(None, f"cannot read: {exc.strerror or exc}", rel, source)
+            return None
+        try:
+            if b"\0" in data[:_SNIFF_BYTES]:
+                raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            self.skipped += 1
+            return None
+        return self._check({"prompt": text}, rel, default_id=rel, line=None, source=source)
+
+    # --- checks -------------------------------------------------------------
+    def _check(
+        self,
+        obj: Mapping[str, Any],
+        raw_id: Any,
+        *,
+        default_id: str,
+        line: int | None,
+        source: str | None = None,
+    ) -> InputRecord | None:
+        """The record for one parsed input, or None after reporting what is wrong."""
+        if raw_id is None:
+            input_id = default_id
+        elif isinstance(raw_id, str) and raw_id.strip():
+            input_id = raw_id
+        elif isinstance(raw_id, int) and not isinstance(raw_id, bool):
+            input_id = str(raw_id)
+        else:
+            self._problem(
+                line,
+                f"id must be a non-empty string or an integer, got {_json_type(raw_id)}",
+                None,
+                source,
+            )
+            return None
+        reason = self._prompt_problem(obj.get("prompt"))
+        user_id = obj.get("user_id")
+        if reason is None and user_id is not None and not isinstance(user_id, str):
+            reason = f"user_id must be a string, got {_json_type(user_id)}"
+        metadata = obj.get("metadata")
+        if reason is None and metadata is not None and not isinstance(metadata, dict):
+            reason = f"metadata must be an object, got {_json_type(metadata)}"
+        if reason is None and input_id in self._seen:
+            first = self._seen[input_id]
+            reason = f"duplicate id {input_id!r}" + (f" (first on line {first})" if first else "")
+        if reason is not None:
+            self._problem(line, reason, input_id, source)
+            return None
+        self._seen[input_id] = line
+        return InputRecord(
+            id=input_id,
+            prompt=obj["prompt"],
+            user_id=user_id,
+            metadata=metadata or {},
+            source=source or self.source,
+            line=line,
+        )
+
+    def _prompt_problem(self, prompt: Any) -> str | None:
+        if prompt is None:
+            return "missing prompt"
+        if not isinstance(prompt, str):
+            return f"prompt must be a string, got {_json_type(prompt)}"
+        if not prompt.strip():
+            return "empty prompt"
+        if self.max_prompt_chars is not None and len(prompt) > self.max_prompt_chars:
+            return (
+                f"prompt is {len(prompt):,} characters, over the limit of {self.max_prompt_chars:,}"
+            )
+        return None
+
+    def _problem(
+        self, line: int | None, reason: str, input_id: str | None = None, source: str | None = None
+    ) -> None:
+        problem = InputProblem(source or self.source, line, reason, input_id)
+        self.problem_count += 1
+        if self.on_problem is None or self.strict:
+            self.problems.append(problem)
+        if self.on_problem is not None:
+            self.on_problem(problem)
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
