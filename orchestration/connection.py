@@ -47,6 +47,9 @@ def get_redis() -> redis.Redis:
                 max_connections=get_settings().worker_concurrency + 16,
                 timeout=30,
                 decode_responses=True,
+                # Longer than any blocking read we issue (XREAD BLOCK waits <= 5 s).
+                socket_timeout=30,
+                socket_connect_timeout=10,
                 health_check_interval=30,
             )
             _client = redis.Redis(connection_pool=pool)

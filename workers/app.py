@@ -7,6 +7,7 @@ from ``DUET_*`` environment variables (see :mod:`orchestration.settings`).
 from __future__ import annotations
 
 from celery import Celery
+from kombu import Queue
 
 from orchestration import keys
 from orchestration.settings import get_settings
@@ -39,6 +40,8 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # Longer than any model call + retries, so Redis does not redeliver live work.
         "broker_transport_options": {"visibility_timeout": 3600},
         "task_default_queue": keys.QUEUE_COORDINATOR,
+        # A plain `celery -A workers worker` consumes all three queues; -Q picks some.
+        "task_queues": [Queue(name, routing_key=name) for name in keys.ALL_QUEUES],
         "task_routes": {name: {"queue": queue} for name, queue in keys.TASK_QUEUES.items()},
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         "worker_send_task_events": True,
@@ -50,9 +53,7 @@ def _config(broker_url: str | None) -> dict[str, object]:
 def configure(redis_url: str | None = None, broker_url: str | None = None) -> Celery:
     """(Re)point the app at a broker: DUET_BROKER_URL, else the run-state Redis."""
     settings = get_settings()
-    app.conf.update(
-        _config(broker_url or settings.broker_url or redis_url or settings.redis_url)
-    )
+    app.conf.update(_config(broker_url or settings.broker_url or redis_url or settings.redis_url))
     return app
 
 
