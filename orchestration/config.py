@@ -42,6 +42,8 @@ from .agents import Agent, Price, resolve_model
 from .architecture import ActorCritic
 from .budget import Budget
 from .errors import ConfigError
+from .pricing import require_price
+from .ratelimits import RateLimit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -144,10 +146,14 @@ class BudgetConfig(Budget):
 
 
 class RateLimitConfig(_Section):
-    """One entry of ``[rate_limits]``: requests and tokens per minute for a model."""
+    """One entry of ``[rate_limits]``: requests and tokens per minute for a model, fleet-wide."""
 
     rpm: int | None = Field(default=None, gt=0)
     tpm: int | None = Field(default=None, gt=0)
+
+    def build(self) -> RateLimit:
+        """The :class:`~orchestration.ratelimits.RateLimit` this entry describes."""
+        return RateLimit(rpm=self.rpm, tpm=self.tpm)
 
     @model_validator(mode="after")
     def _something_limited(self) -> RateLimitConfig:
@@ -173,7 +179,10 @@ class ReviewConfig(_Section):
     actor: AgentConfig
     critic: AgentConfig
     loop: LoopConfig = LoopConfig()
+    #: Caps the whole batch (scope ``batch:<id>``).
     budget: BudgetConfig | None = None
+    #: Caps each run (scope ``run:<id>``).
+    run_budget: BudgetConfig | None = None
     #: Model name -> limits, e.g. ``[rate_limits."gpt-4.1"] rpm = 500``.
     rate_limits: dict[str, RateLimitConfig] = Field(default_factory=dict)
     inputs: InputsConfig = InputsConfig()
@@ -258,11 +267,16 @@ class ReviewConfig(_Section):
         """
         from .team import Team  # the client API pulls in redis and celery; load on use
 
-        return Team(self.build_architecture())
+        run_budget = self.run_budget.build() if self.run_budget is not None else None
+        return Team(self.build_architecture(), budget=run_budget)
 
     def build_budget(self) -> Budget | None:
-        """The ``[budget]`` section as a :class:`~orchestration.budget.Budget`, if given."""
+        """The ``[budget]`` section (the whole batch's cap) as a Budget, if given."""
         return self.budget.build() if self.budget is not None else None
+
+    def build_rate_limits(self) -> dict[str, RateLimit]:
+        """``[rate_limits]`` as model -> :class:`~orchestration.ratelimits.RateLimit`."""
+        return {model: limit.build() for model, limit in self.rate_limits.items()}
 
     def _error(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self._source}: {key}: {message}")
@@ -315,7 +329,16 @@ def parse_config(
             resolve_model(model)
         except ConfigError as exc:
             raise config._error(_key_path(("rate_limits", model)), str(exc)) from exc
-    config.build_architecture()
+    spec = config.build_architecture().to_spec()
+    for section in ("budget", "run_budget"):
+        budget = getattr(config, section)
+        if budget is not None and budget.max_usd is not None:
+            # Spending on a model without a price cannot be counted, so the cap would never trip.
+            for role in ROLES:
+                try:
+                    require_price(getattr(spec, role))
+                except ConfigError as exc:
+                    raise config._error(f"{section}.max_usd", f"{role}: {exc}") from exc
     return config
 
 

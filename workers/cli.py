@@ -11,27 +11,46 @@ failed or inputs were rejected; 2 bad usage or a bad config; 130 interrupted.
 
 from __future__ import annotations
 
+import csv
+import difflib
 import functools
 import json
+import os
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from orchestration.config import ReviewConfig, load_config
-from orchestration.errors import ConfigError
+from orchestration.errors import ConfigError, RunTimeout
 from orchestration.inputs import InputProblem, InputReader
 from orchestration.settings import get_settings
 
-from .report import LABELS, OUTCOMES, Summary, rejected_record, result_record
+from .report import (
+    CSV_COLUMNS,
+    LABELS,
+    OUTCOMES,
+    Summary,
+    csv_row,
+    rejected_record,
+    render_report,
+    result_record,
+)
+
+if TYPE_CHECKING:
+    from orchestration.client import BatchHandle
+    from orchestration.results import RunResult
 
 #: Exit codes.
 OK, SOME_FAILED, BAD_USAGE, INTERRUPTED = 0, 1, 2, 130
@@ -51,39 +70,39 @@ COLOURS = {
 
 app = typer.Typer(
     name="duet",
-    help="Review many inputs with an actor model and a critic model, on a Celery fleet.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 out = Console()
 err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @app.callback()
 def _duet() -> None:
     """Review many inputs with an actor model and a critic model, on a Celery fleet.
 
-    Without DUET_REDIS_URL, `duet run` starts an embedded Redis and an in-process worker;
-    with it, every command works against that cluster.
+    Without DUET_REDIS_URL, `duet run` starts an embedded Redis and an in-process
+    worker; with it, every command works against that cluster.
     """
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
 def _fails_cleanly(command: F) -> F:
-    """Turn the errors a user can fix into a one-line message and exit code 2."""
+    """Turn the mistakes a user can fix into a one-line message and exit code 2."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # Settings are read once per process; a command starts from the environment
+        # Settings are read once per process; each command starts from the environment
         # it was given (this matters when many commands run in one test process).
         get_settings.cache_clear()
         try:
             return command(*args, **kwargs)
         except (ConfigError, LookupError) as exc:
+            if isinstance(exc, KeyError | IndexError):
+                raise  # a bug, not a batch or run that is not there
             _error(str(exc))
             raise typer.Exit(BAD_USAGE) from None
 
@@ -99,7 +118,7 @@ def _warn(message: str) -> None:
     err.print(Text("warning: " + message, style="yellow"), soft_wrap=True)
 
 
-# --- config and inputs ----------------------------------------------------------
+# --- config, backend, inputs ------------------------------------------------------
 def _load(config: Path, *, embedded: bool) -> ReviewConfig:
     """Load the config and check what only the worker side can check (sim options, keys)."""
     cfg = load_config(config)
@@ -113,21 +132,42 @@ def _load(config: Path, *, embedded: bool) -> ReviewConfig:
                 parse_sim_model(agent.model_name)
             except ConfigError as exc:
                 raise ConfigError(f"{cfg.source}: {role}.model: {exc}") from None
-        elif embedded and agent.api_key_env and not _env(agent.api_key_env):
+        elif embedded and agent.api_key_env and not os.environ.get(agent.api_key_env):
             raise ConfigError(
                 f"{cfg.source}: {role}: {agent.api_key_env} is not set, and the embedded worker "
                 "runs in this process; export it, or set DUET_REDIS_URL to use a cluster"
             )
-    if cfg.budget is not None or cfg.rate_limits:
-        # Checked and kept, but Team does not take them yet: say so rather than pretend.
-        _warn(f"{cfg.source}: [budget] and [rate_limits] are not enforced yet")
     return cfg
 
 
-def _env(name: str) -> str | None:
-    import os
+def _connect(*, embedded_ok: bool = False) -> str:
+    """Point this process at the cluster, or start the embedded one; the Redis URL.
 
-    return os.environ.get(name)
+    Raises:
+        ConfigError: no DUET_REDIS_URL and the command cannot use an embedded cluster.
+    """
+    from orchestration import connection, local
+
+    url = get_settings().redis_url
+    if url:
+        connection.use_redis(url)
+        return url
+    if not embedded_ok:
+        raise ConfigError(
+            "this command needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0). "
+            "An embedded cluster would stop when the command ends; `duet run` uses one."
+        )
+    with err.status("No DUET_REDIS_URL: starting an embedded Redis and an in-process worker"):
+        return local.ensure_backend()
+
+
+def _apply_rate_limits(cfg: ReviewConfig) -> None:
+    limits = cfg.build_rate_limits()
+    if limits:
+        from orchestration import connection
+        from orchestration.ratelimits import set_rate_limits
+
+        set_rate_limits(connection.get_redis(), limits)
 
 
 def _reader(
@@ -145,36 +185,51 @@ def _reader(
     )
 
 
-def _connect(*, embedded_ok: bool) -> str:
-    """Point this process at the cluster, or start the embedded one; the Redis URL."""
-    from orchestration import connection, local
+def _submit(
+    cfg: ReviewConfig, input: Path
+) -> tuple[BatchHandle, InputReader, list[tuple[int, InputProblem]]]:
+    """Read the inputs and submit the valid ones as one batch (with the config's limits).
 
-    url = get_settings().redis_url
-    if url:
-        connection.use_redis(url)
-        return url
-    if not embedded_ok:
-        raise ConfigError(
-            "this command needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0). "
-            "An embedded cluster would stop when the command ends; use `duet run` for that."
-        )
-    with err.status("No DUET_REDIS_URL: starting an embedded Redis and an in-process worker"):
-        return local.ensure_backend()
+    Returns the batch, the reader (counts) and each rejected input with the number of
+    valid inputs before it, which places it in the results file.
+    """
+    team = cfg.build_team()
+    _apply_rate_limits(cfg)
+    rejected: list[tuple[int, InputProblem]] = []
+    reader = _reader(cfg, input, lambda problem: rejected.append((reader.count, problem)))
+    with err.status(f"Reading {input} and submitting"):
+        handle = team.submit_batch((r.as_item() for r in reader), budget=cfg.build_budget())
+    if rejected:
+        _show_problems([p for _, p in rejected])
+    if reader.skipped:
+        _warn(f"skipped {reader.skipped} binary file(s) in {input}")
+    return handle, reader, rejected
 
 
-def _show_problems(problems: list[InputProblem], total: int) -> None:
-    table = Table(title=f"{total} rejected input(s)", title_style="bold red", title_justify="left")
+def _show_problems(problems: list[InputProblem]) -> None:
+    table = Table(
+        title=f"{len(problems)} rejected input(s)", title_style="bold red", title_justify="left"
+    )
     table.add_column("file:line", style="cyan", no_wrap=True)
     table.add_column("id")
     table.add_column("reason", style="red")
     for problem in problems[:SHOWN_PROBLEMS]:
         table.add_row(problem.where, problem.id or "", problem.reason)
-    if total > SHOWN_PROBLEMS:
-        table.caption = f"... and {total - SHOWN_PROBLEMS} more"
+    if len(problems) > SHOWN_PROBLEMS:
+        table.caption = f"... and {len(problems) - SHOWN_PROBLEMS} more"
     err.print(table)
 
 
-# --- progress -------------------------------------------------------------------
+def _batch(batch_id: str) -> BatchHandle:
+    """A handle on an existing batch (LookupError when there is none)."""
+    from orchestration.client import BatchHandle
+
+    handle = BatchHandle(batch_id)
+    handle.progress()
+    return handle
+
+
+# --- progress ---------------------------------------------------------------------
 class _Rate:
     """Runs per minute over the last minute of samples, and the ETA it implies."""
 
@@ -212,12 +267,9 @@ class _ProgressView:
         self.rejected = rejected
         self.rate = _Rate()
         self.progress = Progress(
-            TextColumn("[bold]batch"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
+            TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=err,
-        )
+        )  # fmt: skip
         self.task = self.progress.add_task("batch", total=None)
         self.detail = Text()
 
@@ -225,8 +277,7 @@ class _ProgressView:
         return Group(self.progress, self.detail)
 
     def update(self, p: dict[str, Any]) -> None:
-        now = time.monotonic()
-        self.rate.add(p["done"], now)
+        self.rate.add(p["done"], time.monotonic())
         self.progress.update(self.task, total=p["total"], completed=p["done"])
         detail = _counts_text(p["counts"], self.rejected)
         detail.append(f"| {p['tokens']:,} tokens  ${p['usd']:.4f}")
@@ -242,19 +293,19 @@ class _ProgressView:
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f}s"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _follow(
-    handle: Any, view: _ProgressView, finished: Callable[[dict[str, Any], float], bool]
+    handle: BatchHandle, view: _ProgressView, finished: Callable[[dict[str, Any], float], bool]
 ) -> dict[str, Any]:
     """Refresh ``view`` from ``handle.progress()`` until ``finished(progress, wait_s)``.
 
     ``finished`` is also how the loop paces itself: it waits up to ``wait_s`` (on a
-    thread, or just the clock) before answering.
+    thread, or on the clock) before answering.
     """
     with Live(view, console=err, refresh_per_second=8) as live:
         while True:
@@ -272,20 +323,29 @@ def _follow(
 class _ResultWriter:
     """Writes result records in input order, rejected inputs in their places.
 
-    Rejections arrive as ``(valid inputs before it, problem)``: each is written just
+    Rejections come as ``(valid inputs before it, problem)``: each is written just
     before the result of the next valid input, so the file follows the input file.
     """
 
-    def __init__(self, sink: IO[str], rejected: list[tuple[int, InputProblem]]) -> None:
+    def __init__(
+        self, sink: IO[str], rejected: Iterable[tuple[int, InputProblem]] = (), *,
+        as_csv: bool = False,
+    ) -> None:  # fmt: skip
         self.sink = sink
-        self.rejected = rejected
+        self.rejected = list(rejected)
+        self.csv = csv.writer(sink) if as_csv else None
+        if self.csv is not None:
+            self.csv.writerow(CSV_COLUMNS)
         self.summary = Summary()
         self.error: BaseException | None = None
         self._next_rejected = 0
 
     def write(self, record: dict[str, Any]) -> None:
-        self.sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.sink.flush()  # as they come: a watcher (or a crash) sees every finished line
+        if self.csv is not None:
+            self.csv.writerow(csv_row(record))
+        else:
+            self.sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.sink.flush()  # as they come: a reader (or a crash) sees every finished line
         self.summary.add(record)
 
     def _rejected_up_to(self, position: int | None) -> None:
@@ -296,8 +356,8 @@ class _ResultWriter:
             self.write(rejected_record(problem))
             self._next_rejected += 1
 
-    def drain(self, results: Iterable[Any]) -> None:
-        """Write every result (then any trailing rejections); keeps the error for the caller."""
+    def drain(self, results: Iterable[RunResult]) -> None:
+        """Write every result (then any trailing rejections); keeps an error for the caller."""
         try:
             for n, result in enumerate(results):
                 self._rejected_up_to(n)
@@ -307,8 +367,47 @@ class _ResultWriter:
             self.error = exc
 
 
-def _summary_table(summary: Summary, wall_s: float, title: str = "Summary") -> Table:
-    table = Table(title=title, title_justify="left", show_header=False)
+def _write_while_watching(
+    handle: BatchHandle,
+    writer: _ResultWriter,
+    *,
+    rejected: int = 0,
+    timeout: float | None = None,
+    cancel_on_interrupt: bool = True,
+) -> None:
+    """Write results as they come while showing progress.
+
+    Ctrl-C cancels the batch (``cancel_on_interrupt``) and keeps writing the runs as they
+    stop, or just stops; a second Ctrl-C quits at once.
+    """
+    thread = threading.Thread(
+        target=writer.drain, args=(handle.results(timeout=timeout),), daemon=True
+    )
+    thread.start()
+
+    def finished(_: dict[str, Any], wait_s: float) -> bool:
+        thread.join(wait_s)
+        return not thread.is_alive()
+
+    view = _ProgressView(rejected=rejected)
+    try:
+        _follow(handle, view, finished)
+    except KeyboardInterrupt:
+        if not cancel_on_interrupt:
+            raise typer.Exit(INTERRUPTED) from None
+        handle.cancel()
+        _warn("cancelled: runs stop after their current step (Ctrl-C again to quit now)")
+        try:
+            _follow(handle, view, finished)
+        except KeyboardInterrupt:
+            raise typer.Exit(INTERRUPTED) from None
+    thread.join()
+    if writer.error is not None:
+        raise writer.error
+
+
+def _summary_table(summary: Summary, wall_s: float | None = None) -> Table:
+    table = Table(title="Summary", title_justify="left", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     for outcome in OUTCOMES:
@@ -321,11 +420,20 @@ def _summary_table(summary: Summary, wall_s: float, title: str = "Summary") -> T
     )
     table.add_row("model calls", f"{summary.calls:,}")
     table.add_row("cost", f"${summary.usd:.4f}")
-    table.add_row("wall time", _duration(wall_s))
+    if wall_s is not None:
+        table.add_row("wall time", _duration(wall_s))
     return table
 
 
-# --- commands -------------------------------------------------------------------
+def _is_csv(path: Path) -> bool:
+    return path.suffix.lower() == ".csv"
+
+
+def _exit_for(summary: Summary) -> typer.Exit:
+    return typer.Exit(OK if summary.ok else SOME_FAILED)
+
+
+# --- arguments shared by commands -------------------------------------------------------
 ConfigArg = Annotated[
     Path,
     typer.Argument(help="Review config (TOML).", exists=True, dir_okay=False, show_default=False),
@@ -337,8 +445,18 @@ InputOpt = Annotated[
         help="Inputs: a JSONL file, a CSV file, or a directory (one input per file).",
     ),
 ]  # fmt: skip
+BatchArg = Annotated[
+    str, typer.Argument(help="Batch id (printed by `duet submit`).", show_default=False)
+]
+RunArg = Annotated[
+    str, typer.Argument(help="Run id (the run_id field of a result).", show_default=False)
+]
+TimeoutOpt = Annotated[
+    float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 1).")
+]
 
 
+# --- commands ---------------------------------------------------------------------------
 @app.command(
     epilog="Example: duet run examples/review.toml --input examples/inputs.jsonl --output results.jsonl"
 )
@@ -352,38 +470,27 @@ def run(
             "--output",
             "-o",
             dir_okay=False,
-            help="Results file (JSONL, one record per input, in input order). "
-            "Default: INPUT-NAME.results.jsonl in the current directory.",
+            help="Results file, one record per input in input order: JSONL, or CSV when the "
+            "name ends in .csv. Default: INPUT-NAME.results.jsonl in the current directory.",
         ),
     ] = None,  # fmt: skip
 ) -> None:
     """Review every input and wait for the results, with a live progress bar.
 
-    Runs on the cluster in DUET_REDIS_URL, or, when it is unset, on an embedded Redis
-    with an in-process worker that stop when the command ends. Bad inputs are listed and
+    Runs on the cluster in DUET_REDIS_URL or, when it is unset, on an embedded Redis with
+    an in-process worker that stop when the command ends. Bad inputs are listed and
     written to the results file with status "rejected"; the others run.
 
     Exit code 0 when every input finished without failure, 1 when some run failed or
     some input was rejected, 2 for a bad config or bad usage.
     """
-    embedded = not get_settings().redis_url
-    cfg = _load(config, embedded=embedded)
-    team = cfg.build_team()
-    target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     started = time.monotonic()
+    cfg = _load(config, embedded=not get_settings().redis_url)
+    target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     _connect(embedded_ok=True)
-
-    rejected: list[tuple[int, InputProblem]] = []
-    reader = _reader(cfg, input, lambda problem: rejected.append((reader.count, problem)))
-    with err.status(f"Reading {input} and submitting"):
-        handle = team.submit_batch(record.as_item() for record in reader)
-    if rejected:
-        _show_problems([p for _, p in rejected], len(rejected))
-    if reader.skipped:
-        _warn(f"skipped {reader.skipped} binary file(s) in {input}")
-
-    with target.open("w", encoding="utf-8") as sink:
-        writer = _ResultWriter(sink, rejected)
+    handle, reader, rejected = _submit(cfg, input)
+    with target.open("w", encoding="utf-8", newline="") as sink:
+        writer = _ResultWriter(sink, rejected, as_csv=_is_csv(target))
         if reader.count == 0:
             _warn("no valid inputs: nothing to run")
             writer.drain(())
@@ -391,36 +498,294 @@ def run(
             err.print(
                 f"batch [bold]{handle.batch_id}[/]: {reader.count} run(s), results -> {target}"
             )
-            _wait_for_batch(handle, writer, rejected=len(rejected))
-    if writer.error is not None:
-        raise writer.error
+            _write_while_watching(handle, writer, rejected=len(rejected))
     out.print(_summary_table(writer.summary, time.monotonic() - started))
     out.print(f"results: {target}")
-    raise typer.Exit(OK if writer.summary.ok else SOME_FAILED)
+    raise _exit_for(writer.summary)
 
 
-def _wait_for_batch(handle: Any, writer: _ResultWriter, *, rejected: int) -> None:
-    """Write results as they come while showing progress; Ctrl-C cancels the batch."""
-    thread = threading.Thread(target=writer.drain, args=(handle.results(),), daemon=True)
-    thread.start()
+@app.command(epilog="Example: BATCH=$(duet submit examples/review.toml -i examples/inputs.jsonl)")
+@_fails_cleanly
+def submit(
+    config: ConfigArg,
+    input: InputOpt,
+    rejected_to: Annotated[
+        Path | None,
+        typer.Option("--rejected", dir_okay=False, help="Also write rejected inputs here (JSONL)."),
+    ] = None,
+) -> None:
+    """Queue every input on the cluster and print the batch id; returns at once.
 
-    def finished(_: dict[str, Any], wait_s: float) -> bool:
-        thread.join(wait_s)
-        return not thread.is_alive()
+    Needs DUET_REDIS_URL (an embedded cluster would stop with the command). Follow the
+    batch with `duet watch`, fetch it with `duet results`. Exit code 1 when some input
+    was rejected (they are listed; the others are queued).
+    """
+    _connect()
+    cfg = _load(config, embedded=False)
+    handle, reader, rejected = _submit(cfg, input)
+    if rejected_to is not None:
+        with rejected_to.open("w", encoding="utf-8") as sink:
+            _ResultWriter(sink, rejected).drain(())
+    err.print(f"queued {reader.count} run(s); follow with: duet watch {handle.batch_id}")
+    out.print(handle.batch_id, soft_wrap=True)
+    raise typer.Exit(SOME_FAILED if rejected else OK)
 
-    view = _ProgressView(rejected=rejected)
+
+@app.command(epilog="Example: duet watch 4c9e34663fac4c9d8513fd84d3ff8b17")
+@_fails_cleanly
+def watch(batch: BatchArg) -> None:
+    """Show a batch's progress live until it finishes: done/total, outcomes, spend, rate, ETA.
+
+    Ctrl-C stops watching and leaves the batch running. Exit code 1 when some run failed.
+    """
+    _connect()
+    handle = _batch(batch)
+
+    def finished(p: dict[str, Any], wait_s: float) -> bool:
+        if p["done"] >= p["total"]:
+            return True
+        time.sleep(wait_s)  # the screen's refresh interval
+        return False
+
     try:
-        _follow(handle, view, finished)
+        p = _follow(handle, _ProgressView(), finished)
     except KeyboardInterrupt:
-        handle.cancel()
-        err.print(
-            "[yellow]cancelled: runs stop after their current step (Ctrl-C again to quit now)[/]"
+        err.print(f"stopped watching; the batch keeps running (duet watch {batch})")
+        raise typer.Exit(OK) from None
+    raise typer.Exit(SOME_FAILED if p["counts"].get("failed") else OK)
+
+
+@app.command(epilog="Example: duet results 4c9e34663fac4c9d8513fd84d3ff8b17 -o results.csv")
+@_fails_cleanly
+def results(
+    batch: BatchArg,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            dir_okay=False,
+            help="Write here: CSV when the name ends in .csv, else JSONL. Default: JSONL on stdout.",
+        ),
+    ] = None,  # fmt: skip
+    timeout: TimeoutOpt = None,
+) -> None:
+    """Stream a batch's results in input order, each as soon as it (and those before it) finished.
+
+    Exit code 1 when some run failed (or the timeout passed).
+    """
+    _connect()
+    handle = _batch(batch)
+    try:
+        if output is None:
+            writer = _ResultWriter(sys.stdout)
+            writer.drain(handle.results(timeout=timeout))
+            if writer.error is not None:
+                raise writer.error
+        else:
+            with output.open("w", encoding="utf-8", newline="") as sink:
+                writer = _ResultWriter(sink, as_csv=_is_csv(output))
+                _write_while_watching(handle, writer, timeout=timeout, cancel_on_interrupt=False)
+            err.print(_summary_table(writer.summary))
+    except RunTimeout as exc:
+        _error(str(exc))
+        raise typer.Exit(SOME_FAILED) from None
+    raise _exit_for(writer.summary)
+
+
+@app.command(epilog="Example: duet show 9f1c2e0d7a6b4c3d8e5f4a3b2c1d0e9f")
+@_fails_cleanly
+def show(
+    run_id: RunArg,
+    full: Annotated[bool, typer.Option("--full", help="Show the final output in full.")] = False,
+) -> None:
+    """Show one run: each round's score, issues and summary, and what each revision changed."""
+    _connect()
+    from orchestration.client import store
+
+    result = store().result(run_id)
+    out.print(_run_header(result))
+    previous = result.rounds[0].judged_output if result.rounds else result.output
+    for rnd in result.rounds:
+        score = f"{rnd.score:.2f}" if rnd.score is not None else "-"
+        body: list[Any] = [Text(rnd.summary or "(no summary)")]
+        body += [Text(f"• {issue}", style="yellow") for issue in rnd.issues]
+        if rnd.revision is not None:
+            diff = _diff(
+                previous or "", rnd.revision, f"revision {rnd.round - 1}", f"revision {rnd.round}"
+            )
+            body.append(Syntax(diff, "diff", word_wrap=True) if diff else Text("(unchanged)"))
+            previous = rnd.revision
+        out.print(
+            Panel(Group(*body), title=f"round {rnd.round}: score {score}", title_align="left")
         )
-        try:
-            _follow(handle, view, finished)
-        except KeyboardInterrupt:
-            raise typer.Exit(INTERRUPTED) from None
-    thread.join()
+    if result.output is not None:
+        text = result.output if full or len(result.output) <= 2000 else result.output[:2000] + "\n…"
+        out.print(Panel(Text(text), title="final output", title_align="left"))
+
+
+def _run_header(result: RunResult) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    usage = result.usage.total
+    rows: list[tuple[str, str | Text]] = [
+        ("run", result.run_id),
+        ("input", result.input_id or "-"),
+        ("batch", result.batch_id or "-"),
+        ("status", Text(str(result.status), style=COLOURS.get(str(result.status), ""))),
+        ("final score", f"{result.final_score:.2f}" if result.final_score is not None else "-"),
+        ("reason", result.interruption_reason or "-"),
+        ("error", result.error or "-"),
+        ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+                  f"{usage.calls} calls, ${usage.usd:.4f}"),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _diff(before: str, after: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), old, new
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+@app.command(
+    epilog="Example: duet report 4c9e34663fac4c9d8513fd84d3ff8b17 -o report.html "
+    "(or: duet report results.jsonl -o report.html)"
+)
+@_fails_cleanly
+def report(
+    batch: Annotated[
+        str, typer.Argument(help="Batch id, or a results file (JSONL) written by `duet run`.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", dir_okay=False, help="The HTML file to write.")
+    ] = Path("report.html"),
+    timeout: TimeoutOpt = None,
+) -> None:
+    """Write one self-contained HTML page about a batch: outcomes, scores, rounds, cost, time.
+
+    Reads a results file directly (no cluster needed), or a batch on the cluster,
+    waiting for it to finish.
+    """
+    if Path(batch).is_file():
+        records: Iterable[dict[str, Any]] = _read_records(Path(batch))
+        title = f"Duet report: {Path(batch).name}"
+    else:
+        _connect()
+        handle = _batch(batch)
+        with err.status(f"Waiting for batch {batch} to finish"):
+            try:
+                records = [result_record(r) for r in handle.results(timeout=timeout)]
+            except RunTimeout as exc:
+                _error(str(exc))
+                raise typer.Exit(SOME_FAILED) from None
+        title = f"Duet report: batch {batch}"
+    page = render_report(records, title=title)
+    output.write_text(page, encoding="utf-8")
+    err.print(f"report: {output}")
+
+
+def _read_records(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as lines:
+        for n, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}:{n}: not a results record: {exc.msg}") from None
+
+
+@app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")
+@_fails_cleanly
+def cancel(
+    id: Annotated[str, typer.Argument(help="A batch id or a run id.", show_default=False)],
+) -> None:
+    """Cancel a batch (every unfinished run) or one run; each stops after its current step."""
+    _connect()
+    from orchestration.client import BatchHandle, RunHandle, store
+
+    handle = BatchHandle(id)
+    try:
+        handle.progress()
+    except LookupError:
+        if store().status(id) is None:
+            raise LookupError(f"no batch or run {id} (expired or never submitted)") from None
+        flagged = RunHandle(id).cancel()
+        out.print(f"run {id}: {'cancelled' if flagged else 'already finished'}")
+        return
+    out.print(f"batch {id}: cancelled {handle.cancel()} unfinished run(s)")
+
+
+@app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
+@_fails_cleanly
+def resume(batch: BatchArg) -> None:
+    """Re-enqueue every unfinished run of a batch (after a crash, or to undo a cancel).
+
+    Safe at any time: stored steps are never repeated.
+    """
+    _connect()
+    handle = _batch(batch)
+    out.print(f"batch {batch}: re-enqueued {handle.resume()} unfinished run(s)")
+
+
+@app.command(
+    epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet worker --queues actor,critic --concurrency 200"
+)
+@_fails_cleanly
+def worker(
+    queues: Annotated[
+        str, typer.Option("--queues", "-Q", help="Comma-separated queues to consume.")
+    ] = "actor,critic,coordinator",
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            min=1,
+            help="Calls in flight (threads). Default: DUET_WORKER_CONCURRENCY.",
+        ),
+    ] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery log level.")] = "INFO",
+) -> None:
+    """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
+    from orchestration import keys
+
+    if not (get_settings().redis_url or get_settings().broker_url):
+        raise ConfigError(
+            "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
+        )
+    chosen = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = sorted(set(chosen) - set(keys.ALL_QUEUES))
+    if not chosen or unknown:
+        raise ConfigError(
+            f"--queues: unknown queue(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(keys.ALL_QUEUES)}"
+        )
+    argv = [
+        sys.executable, "-m", "celery", "-A", "workers", "worker",
+        "--pool", "threads", "--concurrency", str(concurrency or get_settings().worker_concurrency),
+        "-E", "-Q", ",".join(chosen), "--loglevel", loglevel,
+        "--hostname", f"duet-{os.getpid()}@%h",
+    ]  # fmt: skip
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(argv[0], argv)  # this process becomes the worker: signals go straight to it
+
+
+@app.command("fake-llm", epilog="Example: duet fake-llm --port 8765 --latency-ms 50")
+def fake_llm(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+    latency_ms: Annotated[float, typer.Option(help="Delay added to every answer.")] = 0.0,
+) -> None:
+    """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
+    from .fake_llm import serve
+
+    serve(host, port, latency_ms)
 
 
 def main() -> None:
