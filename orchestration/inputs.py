@@ -180,7 +180,9 @@ class InputReader:
                 try:
                     text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
-                    self._problem(n, f"not UTF-8 text (byte {exc.start})")
+                    self._problem(
+                        n, f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+                    )
                     continue
                 if not text.strip():
                     continue
@@ -237,9 +239,7 @@ class InputReader:
                     if record is not None:
                         yield record
             except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{self.source}:{rows.line_num + 1}: not UTF-8 text (byte {exc.start})"
-                ) from exc
+                raise InputError(f"{self.source}:{rows.line_num + 1}: not UTF-8 text") from exc
 
     def _csv_record(self, cells: dict[str, str], row_number: int, line: int) -> InputRecord | None:
         own = {self.prompt_column, self.id_column, "user_id"}
