@@ -1,0 +1,189 @@
+"""Review configs: the examples load, and every mistake names the file and the key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestration.budget import Budget
+from orchestration.config import load_config
+from orchestration.errors import ConfigError
+from orchestration.ratelimits import RateLimit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = """\
+[actor]
+instructions = "Fix the code."
+model = "sim"
+
+[critic]
+instructions = "Find security bugs."
+model = "sim"
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "review.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return str(caught.value)
+
+
+# (extra TOML after BASE, or a whole file when it has no [actor]; expected message).
+MISTAKES = [
+    ("[loop]\nmax_rounds = 0\n", "loop.max_rounds: must be >= 1, got 0"),
+    ('[loop]\nmax_rounds = "3"\n', "loop.max_rounds: must be an integer, got a string '3'"),
+    ("[loop]\nmax_rounds = true\n", "loop.max_rounds: must be an integer, got a boolean True"),
+    ("[loop]\napproval_threshold = 1.5\n", "loop.approval_threshold: must be <= 1"),
+    ("[loop]\nmax_round = 3\n", "loop.max_round: unknown key (expected one of: max_rounds,"),
+    ("[lop]\nmax_rounds = 3\n", "lop: unknown key (expected one of: actor, critic, loop,"),
+    ("[loop]\npersistent_subagents = 1\n", "loop.persistent_subagents: must be true or false"),
+    (
+        '[loop]\ncritique_template = "Judge {output}"\ncritique_template_file = "c.txt"\n',
+        "loop: set critique_template or critique_template_file, not both",
+    ),
+    ('[loop]\ncritique_template = "Judge it"\n', "loop.critique_template: must contain {output}"),
+    ('[loop]\ncritique_template_file = "missing.txt"\n', "loop.critique_template_file: cannot read"),
+    ("[budget]\nmax_usd = -1\n", "budget.max_usd: must be >= 0"),
+    ("[budget]\nmax_dollars = 1\n", "budget.max_dollars: unknown key (expected one of: max_input_tokens,"),
+    ('[budget]\nmax_calls = "10"\n', "budget.max_calls: must be an integer"),
+    ("[budget]\nwarn_at = 0\n", "budget.warn_at: must be > 0"),
+    ("[run_budget]\nmax_tokens = -5\n", "run_budget.max_tokens: must be >= 0"),
+    ('[rate_limits."gpt-4.1"]\nrpm = 0\n', 'rate_limits."gpt-4.1".rpm: must be > 0, got 0'),
+    ('[rate_limits."gpt-4.1"]\nrps = 1\n', 'rate_limits."gpt-4.1".rps: unknown key (expected one of: rpm, tpm)'),
+    ('[rate_limits."gpt-4.1"]\n', 'rate_limits."gpt-4.1": set rpm, tpm or both'),
+    ("[rate_limits.llama]\nrpm = 5\n", "rate_limits.llama: unknown model 'llama'"),
+    ('[inputs]\nprompt_column = ""\n', "inputs.prompt_column: must not be empty"),
+    ("[inputs]\nmax_prompt_chars = 0\n", "inputs.max_prompt_chars: must be >= 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "expected"), MISTAKES)
+def test_mistake_names_file_key_path_and_problem(tmp_path: Path, extra: str, expected: str) -> None:
+    message = _error(tmp_path, BASE + "\n" + extra)
+    assert message.startswith(f"{tmp_path / 'review.toml'}: "), message
+    assert expected in message
+
+
+AGENT_MISTAKES = [
+    ('model = "llama-3"', "actor.model: unknown model 'llama-3': cannot tell its provider. Accepted:"),
+    ('model = "sim"\nmax_tokens = 0', "actor.max_tokens: must be >= 1, got 0"),
+    ('model = "sim"\ntemperature = 3.0', "actor.temperature: must be <= 2"),
+    ('model = "sim"\ntimeout_s = 0', "actor.timeout_s: must be > 0"),
+    ('model = "sim"\ntemprature = 1', "actor.temprature: unknown key (expected one of: instructions,"),
+    (
+        'model = "claude-sonnet-4-5"\nbase_url = "http://x"',
+        "actor.base_url: base_url is for OpenAI-compatible servers",
+    ),
+    ('model = "sim"\nprice = { input_per_mtok = 1 }', "actor.price.output_per_mtok: required key is missing"),
+    ('model = "sim"\nprice = 3', "actor.price: must be a table, got an integer"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("lines", "expected"), AGENT_MISTAKES)
+def test_agent_mistakes_name_the_agent_key(tmp_path: Path, lines: str, expected: str) -> None:
+    text = f'[actor]\ninstructions = "Fix."\n{lines}\n\n[critic]\ninstructions = "Judge."\nmodel = "sim"\n'
+    assert expected in _error(tmp_path, text)
+
+
+def test_missing_sections_and_empty_instructions(tmp_path: Path) -> None:
+    message = _error(tmp_path, '[actor]\ninstructions = ""\nmodel = "sim"\n')
+    assert "review.toml: actor.instructions: must not be empty" in message
+    assert "review.toml: critic: required key is missing" in message
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    message = _error(tmp_path, BASE + "[loop]\nmax_rounds = 0\napproval_threshold = 2.0\n")
+    assert len(message.splitlines()) == 2
+
+
+def test_toml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
+    message = _error(tmp_path, '[actor]\ninstructions = "x"\nmodel = \n')
+    assert message == f"{tmp_path / 'review.toml'}: line 3, column 9: invalid TOML: Invalid value"
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read config: No such file"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_usd_budget_on_a_model_without_a_price_is_refused(tmp_path: Path) -> None:
+    text = BASE.replace('model = "sim"', 'model = "openai:my-finetune"', 1)
+    message = _error(tmp_path, text + "[budget]\nmax_usd = 5.0\n")
+    assert (
+        "review.toml: budget.max_usd: actor: no known price for model 'openai:my-finetune'"
+        in message
+    )
+
+
+def test_usd_budget_is_fine_with_an_explicit_price(tmp_path: Path) -> None:
+    text = BASE.replace(
+        'model = "sim"',
+        'model = "openai:my-finetune"\nprice = { input_per_mtok = 1.0, output_per_mtok = 2.0 }',
+        1,
+    )
+    cfg = load_config(_write(tmp_path, text + "[budget]\nmax_usd = 5.0\n"))
+    assert cfg.build_budget() == Budget(max_usd=5.0)
+
+
+# --- what a good config builds ----------------------------------------------------------
+def test_template_files_are_read_relative_to_the_config(tmp_path: Path) -> None:
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "critique.txt").write_text("Judge {output} against {prompt}")
+    path = _write(
+        tmp_path / "templates",
+        BASE
+        + '[loop]\ncritique_template_file = "critique.txt"\nrefine_template = "Fix: {critique}"\n',
+        name="nested.toml",
+    )
+    spec = load_config(path).build_architecture().to_spec()
+    assert spec.critique_template == "Judge {output} against {prompt}"
+    assert spec.refine_template == "Fix: {critique}"
+
+
+def test_full_config_builds_team_budgets_and_rate_limits(tmp_path: Path) -> None:
+    text = BASE + (
+        "[loop]\nmax_rounds = 5\napproval_threshold = 0.75\npersistent_subagents = false\n"
+        "[budget]\nmax_usd = 2.5\nwarn_at = 0.5\n"
+        "[run_budget]\nmax_calls = 9\n"
+        '[rate_limits."gpt-4.1"]\nrpm = 100\n'
+        '[inputs]\nprompt_column = "question"\nmax_prompt_chars = 5000\n'
+    )
+    cfg = load_config(_write(tmp_path, text))
+    team = cfg.build_team()
+    assert (team.spec.max_rounds, team.spec.approval_threshold) == (5, 0.75)
+    assert team.spec.persistent_subagents is False
+    assert team.budget == Budget(max_calls=9)
+    assert cfg.build_budget() == Budget(max_usd=2.5, warn_at=0.5)
+    assert cfg.build_rate_limits() == {"gpt-4.1": RateLimit(rpm=100)}
+    assert (cfg.inputs.prompt_column, cfg.inputs.max_prompt_chars) == ("question", 5000)
+
+
+@pytest.mark.parametrize("name", ["review.toml", "review-openai-anthropic.toml"])
+def test_examples_load(name: str) -> None:
+    cfg = load_config(ROOT / "examples" / name)
+    spec = cfg.build_architecture().to_spec()
+    assert spec.max_rounds == 3
+    assert spec.approval_threshold == 0.9
+
+
+def test_sim_example_is_offline_and_vendor_example_uses_two_vendors() -> None:
+    sim = load_config(ROOT / "examples" / "review.toml").build_architecture().to_spec()
+    assert (sim.actor.provider, sim.critic.provider) == ("sim", "sim")
+    assert "scores=" not in sim.critic.model, (
+        "the demo relies on the critic's input-dependent scores"
+    )
+    real = (
+        load_config(ROOT / "examples" / "review-openai-anthropic.toml")
+        .build_architecture()
+        .to_spec()
+    )
+    assert (real.actor.provider, real.critic.provider) == ("anthropic", "openai")
