@@ -1,0 +1,246 @@
+"""Result records, their summary, and the HTML report: valid HTML with the numbers in it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from orchestration.inputs import InputProblem
+from orchestration.results import RoundRecord, RunResult, UsageReport
+from orchestration.usage import Usage
+from workers.report import (
+    CSV_COLUMNS,
+    Summary,
+    csv_row,
+    rejected_record,
+    render_report,
+    result_record,
+)
+
+
+def _record(
+    id: str, status: str, score: float | None, rounds: list[float], usd: float, duration: float,
+    **extra: Any,
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "id": id,
+        "status": status,
+        "output": "fixed code",
+        "final_score": score,
+        "rounds": [
+            {"round": n, "score": s, "issues": [], "summary": ""} for n, s in enumerate(rounds, 1)
+        ],
+        "n_rounds": len(rounds),
+        "usage": {
+            "input_tokens": 1000,
+            "output_tokens": 200,
+            "calls": 2 * len(rounds) + 1,
+            "usd": usd,
+        },
+        "reason": extra.pop("reason", None),
+        "error": extra.pop("error", None),
+        "run_id": f"run-{id}",
+        "user_id": None,
+        "metadata": {},
+        "duration_s": duration,
+        **extra,
+    }
+
+
+RECORDS = [
+    _record("sql-fstring", "approved", 0.95, [0.55, 0.95], 0.0125, 3.5),
+    _record("shell-true", "approved", 0.92, [0.92], 0.0051, 1.25),
+    _record("pickle", "max_rounds_reached", 0.71, [0.31, 0.52, 0.71], 0.0304, 9.75),
+    _record("jwt", "interrupted", 0.4, [0.4], 0.002, 2.0, reason="budget:batch:usd"),
+    _record("<script>alert(1)</script>", "failed", None, [], 0.0, 0.5, error="auth: bad key"),
+    rejected_record(InputProblem("inputs.jsonl", 7, "malformed JSON: Expecting value (column 1)")),
+]
+
+
+class _StrictHTML(HTMLParser):
+    """Fails on any end tag that does not close the element open at that point."""
+
+    VOID = {"meta", "br", "hr", "img", "input", "link"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.tags: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes {self.stack[-1:]}"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def page() -> _StrictHTML:
+    parser = _StrictHTML()
+    parser.feed(render_report(RECORDS, title="Batch <b> & co"))
+    parser.close()
+    assert parser.stack == [], f"unclosed elements: {parser.stack}"
+    return parser
+
+
+def test_report_is_well_formed_html(page: _StrictHTML) -> None:
+    assert page.tags[:3] == ["html", "head", "meta"]
+    assert "body" in page.tags
+
+
+def test_report_has_inline_svg_charts_and_fetches_nothing(page: _StrictHTML) -> None:
+    html = render_report(RECORDS)
+    assert page.tags.count("svg") == 5  # outcomes, scores, by round, rounds to approval, cost
+    assert "<script" not in html.replace("&lt;script&gt;", "")
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in html
+
+
+@pytest.mark.parametrize(
+    "expected",
+    [
+        "Batch <b> & co",  # the title, escaped in the source and intact as text
+        "2 (33%)",  # approved
+        "1.40",  # mean rounds over the runs that ran: (2 + 1 + 3 + 1 + 0) / 5
+        "$0.0500",  # total cost
+        "9.75 s",  # the slowest input's time
+        "budget:batch:usd",
+        "auth: bad key",
+        "malformed JSON: Expecting value (column 1)",
+        "inputs.jsonl:7",
+        "<script>alert(1)</script>",  # shown as text, never as a tag
+    ],
+)
+def test_report_shows_the_numbers_from_the_records(page: _StrictHTML, expected: str) -> None:
+    text = "".join(page.text)
+    assert expected in text
+    assert page.tags.count("script") == 0
+
+
+@pytest.mark.parametrize(
+    ("row", "value"),
+    [("inputs", "6"), ("approved", "2 (33%)"), ("model calls", "18"), ("cost", "$0.0500")],
+)
+def test_summary_table_rows(row: str, value: str) -> None:
+    html = render_report(RECORDS)
+    assert f'<th>{row}</th><td class="n">{value}</td>' in html
+
+
+def test_score_by_round_means(page: _StrictHTML) -> None:
+    text = "".join(page.text)
+    # Round 1: (0.55 + 0.92 + 0.31 + 0.4) / 4 = 0.545; round 2: (0.95 + 0.52) / 2; round 3: 0.71.
+    for label in ("round 1", "round 2", "round 3"):
+        assert label in text
+    assert "0.55" in text and "0.73" in text and "0.71" in text
+
+
+def test_report_of_nothing_is_still_a_page() -> None:
+    parser = _StrictHTML()
+    parser.feed(render_report([]))
+    assert parser.stack == []
+    assert "No scores yet." in "".join(parser.text)
+
+
+def test_summary_counts_records_and_skips_rejected_from_means() -> None:
+    summary = Summary()
+    for record in RECORDS:
+        summary.add(record)
+    assert summary.counts["approved"] == 2
+    assert summary.counts["rejected"] == 1
+    assert summary.total == 6
+    assert summary.runs == 5
+    assert summary.mean_rounds == pytest.approx(7 / 5)
+    assert summary.usd == pytest.approx(0.05)
+    assert summary.tokens == 5 * 1200
+    assert not summary.ok
+
+
+@pytest.mark.parametrize(
+    ("statuses", "ok"),
+    [
+        (["approved", "max_rounds_reached", "interrupted", "cancelled"], True),
+        (["approved", "failed"], False),
+        (["approved", "rejected"], False),
+    ],
+)
+def test_summary_ok_means_no_failure_and_no_rejection(statuses: list[str], ok: bool) -> None:
+    summary = Summary()
+    for status in statuses:
+        summary.add({"status": status})
+    assert summary.ok is ok
+
+
+def test_result_record_from_a_run_result() -> None:
+    result = RunResult(
+        run_id="r1",
+        status="approved",
+        output="done",
+        final_score=0.93,
+        rounds=[
+            RoundRecord(round=1, score=0.5, issues=["SQL injection"], summary="bad", revision="v1"),
+            RoundRecord(round=2, score=0.93, issues=[], summary="good"),
+        ],
+        usage=UsageReport(total=Usage(input_tokens=10, output_tokens=5, calls=3, usd=0.0001234567)),
+        input_id="sql",
+        user_id="u1",
+        metadata={"lang": "py"},
+        started_at=100.0,
+        finished_at=102.5,
+    )
+    record = result_record(result)
+    assert record == {
+        "id": "sql",
+        "status": "approved",
+        "output": "done",
+        "final_score": 0.93,
+        "rounds": [
+            {"round": 1, "score": 0.5, "issues": ["SQL injection"], "summary": "bad"},
+            {"round": 2, "score": 0.93, "issues": [], "summary": "good"},
+        ],
+        "n_rounds": 2,
+        "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3, "usd": 0.000123},
+        "reason": None,
+        "error": None,
+        "run_id": "r1",
+        "user_id": "u1",
+        "metadata": {"lang": "py"},
+        "duration_s": 2.5,
+    }
+    json.dumps(record)  # a results-file line
+
+
+def test_rejected_record_says_where_and_why() -> None:
+    record = rejected_record(InputProblem("in.csv", 4, "empty prompt", "x"))
+    assert (record["id"], record["status"], record["reason"]) == ("x", "rejected", "empty prompt")
+    assert (record["source"], record["line"], record["n_rounds"]) == ("in.csv", 4, 0)
+
+
+def test_csv_row_flattens_usage_and_keeps_nested_fields_as_json() -> None:
+    sink = io.StringIO()
+    writer = csv.writer(sink)
+    writer.writerow(CSV_COLUMNS)
+    writer.writerow(csv_row(RECORDS[0]))
+    row = next(csv.DictReader(io.StringIO(sink.getvalue())))
+    assert (row["id"], row["status"], row["usd"], row["n_rounds"]) == (
+        "sql-fstring",
+        "approved",
+        "0.0125",
+        "2",
+    )
+    assert json.loads(row["rounds"])[1]["score"] == 0.95
+    assert row["reason"] == ""
