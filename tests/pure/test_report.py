@@ -134,7 +134,7 @@ def test_report_shows_the_numbers_from_the_records(page: _StrictHTML, expected: 
 
 @pytest.mark.parametrize(
     ("row", "value"),
-    [("inputs", "6"), ("approved", "2 (33%)"), ("model calls", "18"), ("cost", "$0.0500")],
+    [("inputs", "6"), ("approved", "2 (33%)"), ("model calls", "19"), ("cost", "$0.0500")],
 )
 def test_summary_table_rows(row: str, value: str) -> None:
     html = render_report(RECORDS)
