@@ -158,7 +158,9 @@ def _connect(*, embedded_ok: bool = False) -> str:
             "An embedded cluster would stop when the command ends; `duet run` uses one."
         )
     with err.status("No DUET_REDIS_URL: starting an embedded Redis and an in-process worker"):
-        return local.ensure_backend()
+        url = local.ensure_backend()
+    connection.use_redis(url)  # the cluster may have been started earlier in this process
+    return url
 
 
 def _apply_rate_limits(cfg: ReviewConfig) -> None:

@@ -1,0 +1,337 @@
+"""The ``duet`` command, end to end: in-process through typer's CliRunner and as a real
+subprocess, on the embedded default and on a cluster with a real worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from workers.cli import app
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = ROOT / "examples" / "review.toml"
+EXAMPLE_INPUTS = ROOT / "examples" / "inputs.jsonl"
+DUET_SCRIPT = Path(sys.executable).parent / "duet"
+
+FAST_CONFIG = """\
+[actor]
+instructions = "Fix the code."
+model = "sim"
+
+[critic]
+instructions = "Find security bugs."
+model = "sim"
+
+[loop]
+max_rounds = 2
+"""
+
+
+def _ids(path: Path) -> list[str | None]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This environment without a cluster (the embedded default), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
+    return {**env, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _duet(
+    *args: str | Path, env: dict[str, str], cwd: Path, script: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``duet`` as its own process: the console script, or ``python -m workers.cli``."""
+    head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "workers.cli"]
+    return subprocess.run(
+        [*head, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.fixture
+def embedded(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No cluster configured in this process, so `duet run` uses the embedded one.
+
+    The embedded cluster is process-wide and lives until exit (restarting it in one
+    process is not supported); only this process's pointer to it is reset afterwards.
+    """
+    from orchestration import connection
+    from orchestration.settings import get_settings
+
+    monkeypatch.delenv("DUET_REDIS_URL", raising=False)
+    monkeypatch.delenv("DUET_BROKER_URL", raising=False)
+    get_settings.cache_clear()
+    yield
+    connection.reset()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def fast_config(tmp_path: Path) -> Path:
+    path = tmp_path / "fast.toml"
+    path.write_text(FAST_CONFIG)
+    return path
+
+
+# --- duet run on the embedded default -----------------------------------------------------
+def test_run_examples_in_process(embedded: None, tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(
+        app, ["run", str(EXAMPLE_CONFIG), "--input", str(EXAMPLE_INPUTS), "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert _ids(out) == _ids(EXAMPLE_INPUTS), "one record per input, in input order"
+    statuses = {r["status"] for r in _records(out)}
+    assert statuses <= {"approved", "max_rounds_reached"}
+    assert len(statuses) == 2, "the demo shows a mix of outcomes"
+    assert "Summary" in result.stdout and "approved" in result.stdout
+
+
+def test_run_examples_as_console_script(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    done = _duet(
+        "run", EXAMPLE_CONFIG, "--input", EXAMPLE_INPUTS, "--output", out, env=_env(), cwd=tmp_path,
+        script=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = _records(out)
+    assert [r["id"] for r in records] == _ids(EXAMPLE_INPUTS)
+    for record in records:
+        assert record["run_id"] and record["n_rounds"] == len(record["rounds"]) >= 1
+        assert record["usage"]["calls"] >= 3 and record["usage"]["usd"] > 0
+        assert record["final_score"] is not None and record["output"]
+    assert "mean rounds" in done.stdout
+
+
+def test_bad_inputs_are_listed_written_as_rejected_and_exit_1(
+    fast_config: Path, tmp_path: Path
+) -> None:
+    inputs = tmp_path / "bad.jsonl"
+    inputs.write_text(
+        '{"id": "a", "prompt": "Review this: eval(input())"}\n'
+        '["not", "an", "object"]\n'
+        '{"id": "b", "prompt": "Review this: pickle.loads(body)"}\n'
+        '{"id": "a", "prompt": "a duplicate id"}\n'
+        '{"id": "c", "prompt": ""}\n'
+        "{oops\n"
+    )
+    out = tmp_path / "out.jsonl"
+    done = _duet("run", fast_config, "-i", inputs, "-o", out, env=_env(), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    for where in ("bad.jsonl:2", "bad.jsonl:4", "bad.jsonl:5", "bad.jsonl:6"):
+        assert where in done.stderr
+    assert "duplicate id 'a' (first on line 1)" in done.stderr
+    records = _records(out)
+    assert [(r["id"], r["status"]) for r in records] == [
+        ("a", records[0]["status"]),
+        (None, "rejected"),
+        ("b", records[2]["status"]),
+        ("a", "rejected"),
+        ("c", "rejected"),
+        (None, "rejected"),
+    ], "every input accounted for, in input order"
+    assert records[0]["status"] in ("approved", "max_rounds_reached")
+    assert [(r["line"], r["reason"][:15]) for r in records if r["status"] == "rejected"] == [
+        (2, "expected a JSON"),
+        (4, "duplicate id 'a"),
+        (5, "empty prompt"),
+        (6, "malformed JSON:"),
+    ]
+
+
+def test_interrupted_runs_are_recorded_with_their_reason(embedded: None, tmp_path: Path) -> None:
+    # A permanent provider error interrupts the run (status "failed" is kept for errors of
+    # Duet itself): the input is accounted for, with why it stopped.
+    config = tmp_path / "failing.toml"
+    config.write_text(FAST_CONFIG.replace('model = "sim"', 'model = "sim?fail_at=0&fail=auth"', 1))
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text('{"id": "x", "prompt": "Review this"}\n')
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["run", str(config), "-i", str(inputs), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    [record] = _records(out)
+    assert (record["id"], record["status"]) == ("x", "interrupted")
+    assert "auth" in record["reason"]
+    assert "interrupted 1" in result.stderr
+
+
+# --- bad usage -----------------------------------------------------------------------------
+BAD_CONFIGS = [
+    (FAST_CONFIG.replace("max_rounds = 2", "max_rounds = 0"), "loop.max_rounds: must be >= 1, got 0"),
+    (FAST_CONFIG + "\n[budget]\nmax_usd = -1\n", "budget.max_usd: must be >= 0"),
+    (FAST_CONFIG.replace('model = "sim"', 'model = "llama-3"', 1), "actor.model: unknown model 'llama-3'"),
+    (FAST_CONFIG.replace('model = "sim"', 'model = "sim?colour=red"', 1), "actor.model: sim model"),
+    ("[actor]\nmodel = \n", "line 2, column 9: invalid TOML"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD_CONFIGS)
+def test_bad_config_exits_2_naming_file_and_key(
+    embedded: None, tmp_path: Path, text: str, expected: str
+) -> None:
+    config = tmp_path / "review.toml"
+    config.write_text(text)
+    result = CliRunner().invoke(app, ["run", str(config), "-i", str(EXAMPLE_INPUTS)])
+    assert result.exit_code == 2
+    assert f"{config}: " in result.stderr and expected in result.stderr
+
+
+def test_bad_config_as_subprocess(tmp_path: Path) -> None:
+    config = tmp_path / "review.toml"
+    config.write_text(FAST_CONFIG + "\n[loop_typo]\nx = 1\n")
+    done = _duet("run", config, "--input", EXAMPLE_INPUTS, env=_env(), cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{config}: loop_typo: unknown key" in done.stderr
+    assert not (tmp_path / "inputs.results.jsonl").exists(), "nothing ran, nothing written"
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(
+        app, ["run", str(EXAMPLE_CONFIG), "--input", str(tmp_path / "none.jsonl")]
+    )
+    assert missing.exit_code == 2
+    assert runner.invoke(app, ["run", str(EXAMPLE_CONFIG)]).exit_code == 2  # no --input
+    assert runner.invoke(app, ["frobnicate"]).exit_code == 2
+
+
+CLUSTER_COMMANDS = [
+    ["submit", str(EXAMPLE_CONFIG), "--input", str(EXAMPLE_INPUTS)],
+    ["watch", "b1"],
+    ["results", "b1"],
+    ["show", "r1"],
+    ["report", "b1", "-o", "report.html"],
+    ["cancel", "b1"],
+    ["resume", "b1"],
+    ["worker"],
+]
+
+
+@pytest.mark.parametrize("args", CLUSTER_COMMANDS, ids=lambda a: a[0])
+def test_cluster_commands_refuse_without_a_cluster(embedded: None, args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "DUET_REDIS_URL" in result.stderr
+
+
+def test_worker_refuses_unknown_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DUET_REDIS_URL", "redis://127.0.0.1:1/0")  # never reached
+    result = CliRunner().invoke(app, ["worker", "--queues", "actor,bogus"])
+    assert result.exit_code == 2
+    assert "unknown queue(s) bogus" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "run",
+        "submit",
+        "watch",
+        "results",
+        "show",
+        "report",
+        "cancel",
+        "resume",
+        "worker",
+        "fake-llm",
+    ],
+)
+def test_every_command_help_shows_an_example(command: str) -> None:
+    result = CliRunner().invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert f"Example: duet {command}" in result.stdout or f"duet {command} " in result.stdout
+
+
+def test_python_dash_m_works(tmp_path: Path) -> None:
+    done = _duet("--help", env=_env(), cwd=tmp_path)
+    assert done.returncode == 0
+    assert "submit" in done.stdout and "watch" in done.stdout
+
+
+# --- on a cluster: submit, watch, results, show, report, cancel, resume ---------------------
+@pytest.fixture
+def cluster_env(worker: subprocess.Popen[bytes], system_redis_url: str) -> dict[str, str]:
+    """Environment for ``duet`` processes pointed at the system tests' Redis and worker."""
+    return _env(DUET_REDIS_URL=system_redis_url)
+
+
+def test_submit_watch_results_show_report_on_a_cluster(
+    cluster_env: dict[str, str], fast_config: Path, tmp_path: Path
+) -> None:
+    submitted = _duet("submit", fast_config, "-i", EXAMPLE_INPUTS, env=cluster_env, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    batch = submitted.stdout.strip()
+    assert len(batch) == 32, submitted.stdout
+
+    watched = _duet("watch", batch, env=cluster_env, cwd=tmp_path)
+    assert watched.returncode == 0, watched.stderr
+    total = len(_ids(EXAMPLE_INPUTS))
+    assert f"{total}/{total}" in watched.stderr
+
+    out = tmp_path / "results.jsonl"
+    fetched = _duet("results", batch, "-o", out, env=cluster_env, cwd=tmp_path)
+    assert fetched.returncode == 0, fetched.stderr
+    records = _records(out)
+    assert [r["id"] for r in records] == _ids(EXAMPLE_INPUTS)
+
+    streamed = _duet("results", batch, env=cluster_env, cwd=tmp_path)
+    assert [json.loads(line)["run_id"] for line in streamed.stdout.splitlines()] == [
+        r["run_id"] for r in records
+    ]
+    as_csv = tmp_path / "results.csv"
+    assert _duet("results", batch, "-o", as_csv, env=cluster_env, cwd=tmp_path).returncode == 0
+    assert as_csv.read_text().splitlines()[0].startswith("id,status,final_score")
+
+    revised = next(r for r in records if r["n_rounds"] >= 2)
+    shown = _duet("show", revised["run_id"], env=cluster_env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "round 1: score" in shown.stdout and "round 2: score" in shown.stdout
+    assert "--- revision 0" in shown.stdout and "+++ revision 1" in shown.stdout
+
+    page = tmp_path / "report.html"
+    reported = _duet("report", batch, "-o", page, env=cluster_env, cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert page.read_text().count("<svg") >= 4  # outcomes, scores, by round, cost (+ approvals)
+
+    cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (
+        0, f"batch {batch}: cancelled 0 unfinished run(s)"
+    )  # fmt: skip
+    resumed = _duet("resume", batch, env=cluster_env, cwd=tmp_path)
+    assert resumed.returncode == 0 and "re-enqueued 0" in resumed.stdout
+
+
+def test_run_on_a_cluster_and_report_from_the_results_file(
+    cluster_env: dict[str, str], fast_config: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "results.jsonl"
+    done = _duet("run", fast_config, "-i", EXAMPLE_INPUTS, "-o", out, env=cluster_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "embedded" not in done.stderr
+    assert _ids(out) == _ids(EXAMPLE_INPUTS)
+    page = tmp_path / "report.html"
+    # A results file needs no cluster: the report works after an embedded run is gone.
+    reported = _duet("report", out, "-o", page, env=_env(), cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert "<svg" in page.read_text()
+
+
+def test_unknown_batch_or_run_exits_2(cluster_env: dict[str, str], tmp_path: Path) -> None:
+    for args in (["watch", "nope"], ["cancel", "nope"], ["show", "nope"]):
+        done = _duet(*args, env=cluster_env, cwd=tmp_path)
+        assert done.returncode == 2, args
+        assert (
+            "nope" in done.stderr and "not found" in done.stderr or "no batch or run" in done.stderr
+        )
