@@ -7,10 +7,17 @@ step claim and repeats nothing already done), so no worker thread sleeps through
 backoff. A permanent failure, or a transient one out of attempts, interrupts the agent
 with reason ``provider_error:<kind>`` and the scrubbed message as the run's error.
 
+Before the call the fleet-wide rate limit is checked and the call's worst case is reserved
+in every budget scope of the run; after it the real usage is settled (a failed call
+releases its hold). Waiting for a rate limit or for budget room re-schedules the step
+too, but does not count as a failed attempt; a budget with no room left interrupts the
+agent with reason ``budget:<scope kind>:<unit>``.
+
 Per call: one script to take the step, one read of the conversation history (persistent
-subagents only), the model call, one script to store the result, one pipelined append of
-the turn (persistent only), one message to the coordinator. Specs, prices and adapters
-are resolved once per process.
+subagents only), the rate-limit check, the reservation (budgeted runs only), the model
+call, the settlement (budgeted only), one script to store the result, one pipelined
+append of the turn (persistent only), one message to the coordinator. Specs, prices and
+adapters are resolved once per process.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 from orchestration import events as ev
 from orchestration import keys
 from orchestration.agents import AgentSpec, Price
+from orchestration.budget import Amount, Refusal
 from orchestration.conversations import ConversationStore, conversation_scope
 from orchestration.critique import parse_critique
 from orchestration.errors import ProviderError
@@ -32,11 +40,17 @@ from orchestration.pricing import cost_usd, price_for
 from orchestration.settings import get_settings
 from orchestration.store import RunStore, event_json
 
+from .budgeting import estimate
+from .budgeting import step_id as budget_step_id
 from .providers import Completion, provider_for
 from .providers.errors import scrub
-from .runtime import coordinator_send, get_store
+from .runtime import coordinator_send, get_budgets, get_store
 
 log = logging.getLogger(__name__)
+
+#: Message header counting a step's failed provider attempts. Waiting for a rate limit
+#: or for budget room re-schedules the step too, but is not a failure.
+FAILURES_HEADER = "duet_failures"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,65 +168,108 @@ def run_step(task: Any, run_id: str, key: str) -> None:
     seat = seat_for(store, start.spec_id, role)
     prompt: str = start.input["prompt"]
     messages: list[Any] = [{"role": "user", "content": prompt}]
+    convs, scope = None, ""
     if seat.turns:
         convs = conversations(store)
         scope = conversation_scope(start.user_id, run_id)
         messages[:0] = convs.history(role, scope, seat.turns)
-    began = time.time()
-    completion: Completion | None = None
-    try:
-        completion = provider_for(seat.agent).complete(seat.agent, messages)
-        result = _result_from(
-            completion,
-            phase,
-            key,
-            seat,
-            started_at=began,
-            finished_at=time.time(),
-            model=seat.agent.model,
-        )
-    except ProviderError as exc:
-        attempt = task.request.retries or 0
-        if exc.transient and attempt + 1 < settings.max_attempts:
-            wait = backoff_s(attempt, exc.retry_after)
-            log.info(
-                "run %s step %s: %s; retry %s in %.1fs", run_id, key, exc.kind, attempt + 1, wait
-            )
-            retry = event_json(
-                ev.STEP_RETRY,
-                run_id,
-                round_,
-                phase=phase,
-                kind=exc.kind,
-                status_code=exc.status_code,
-                attempt=attempt + 1,
-                max_attempts=settings.max_attempts,
-                wait=round(wait, 3),
-            )
-            store.r.xadd(keys.run_events(run_id), {"e": retry})
-            raise task.retry(countdown=wait, exc=exc, max_retries=settings.max_attempts) from exc
-        result = _failure(key, f"provider_error:{exc.kind}", str(exc), began)
-    except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
-        log.exception("run %s step %s failed", run_id, key)
-        result = _failure(key, "error", scrub(f"{type(exc).__name__}: {exc}"), began)
+    result, completion = _call(task, run_id, key, seat, messages, list(start.scopes))
     stored = store.complete_step(
         run_id, key, result, _completed_event(run_id, phase, round_, result), claimant
     )
-    if stored and completion is not None and seat.turns:
+    if stored and completion is not None and convs is not None:
         convs.append(
             role, scope, seat.turns, step_id=f"{run_id}/{key}", prompt=prompt, reply=completion.text
         )
     coordinator_send(run_id, handover)
 
 
-def _failure(key: str, reason: str, message: str, began: float) -> dict[str, Any]:
+def _call(
+    task: Any, run_id: str, key: str, seat: Seat, messages: list[Any], scopes: list[str]
+) -> tuple[dict[str, Any], Completion | None]:
+    """Call the model within the fleet's rate limits and the run's budgets.
+
+    Returns the step's result (and the completion, when the model answered). Raises
+    Celery's ``Retry`` to re-schedule the step: for a transient failure (counted against
+    ``max_attempts``), a rate-limit wait or budget room held by calls in flight (not).
+    """
+    settings, budgets = get_settings(), get_budgets()
+    agent = seat.agent
+    phase, round_ = parse_step_key(key)
+    failures = failed_attempts(task)
+    sid = budget_step_id(run_id, key)
+    worst = estimate(agent, messages)
+    began = time.time()
+    # Fleet-wide rate limits and pauses first (a wait holds no budget), then the budget.
+    wait = budgets.rate_wait(agent, worst.tokens)
+    if wait > 0:
+        raise _wait(task, wait, failures)
+    refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
+    if refusal is not None:
+        if not refusal.exhausted:  # the room is held by calls in flight; it frees soon
+            raise _wait(task, backoff_s(min(task.request.retries or 0, 6), None), failures)
+        return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None
+    try:
+        completion = provider_for(agent).complete(agent, messages)
+        result = _result_from(
+            completion, phase, key, seat, started_at=began, finished_at=time.time(),
+            model=agent.model,
+        )  # fmt: skip
+    except ProviderError as exc:
+        budgets.release(sid, scopes)
+        if exc.kind == "rate_limited" and exc.retry_after:
+            budgets.pause(agent, exc.retry_after)
+        if exc.transient and failures + 1 < settings.max_attempts:
+            wait = backoff_s(failures, exc.retry_after)
+            log.info("run %s step %s: %s; retry %s in %.1fs",
+                     run_id, key, exc.kind, failures + 1, wait)  # fmt: skip
+            retry = event_json(
+                ev.STEP_RETRY, run_id, round_, phase=phase, kind=exc.kind,
+                status_code=exc.status_code, attempt=failures + 1,
+                max_attempts=settings.max_attempts, wait=round(wait, 3),
+            )  # fmt: skip
+            get_store().r.xadd(keys.run_events(run_id), {"e": retry})
+            raise _wait(task, wait, failures + 1, exc) from exc
+        return _failure(key, f"provider_error:{exc.kind}", str(exc), began), None
+    except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
+        log.exception("run %s step %s failed", run_id, key)
+        budgets.release(sid, scopes)
+        return _failure(key, "error", scrub(f"{type(exc).__name__}: {exc}"), began), None
+    used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
+                  usd=result["usd"], calls=1)  # fmt: skip
+    budgets.settle(sid, scopes, used)
+    return result, completion
+
+
+def failed_attempts(task: Any) -> int:
+    """Provider attempts of this step that failed so far (carried in a message header)."""
+    return int((task.request.headers or {}).get(FAILURES_HEADER, 0))
+
+
+def _wait(task: Any, seconds: float, failures: int, exc: Exception | None = None) -> Exception:
+    """Re-schedule the step in ``seconds`` (no thread waits); the same task id keeps its claim."""
+    return task.retry(
+        countdown=seconds, exc=exc, max_retries=None, headers={FAILURES_HEADER: failures}
+    )
+
+
+def _refused(refusal: Refusal) -> str:
+    return (
+        f"budget {refusal.scope}: no room for this call's {refusal.unit} "
+        f"(limit {refusal.limit:g}, spent {refusal.spent:g}, this call up to {refusal.requested:g})"
+    )
+
+
+def _failure(
+    key: str, reason: str, message: str, began: float, *, calls: int = 1
+) -> dict[str, Any]:
     return {
         "key": key,
         "text": None,
         "input_tokens": 0,
         "output_tokens": 0,
         "usd": 0.0,
-        "calls": 1,
+        "calls": calls,
         "interrupted": reason,
         "error": message,
         "started_at": began,
