@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .keys import DEFAULT_FINISHED_TTL_S, DEFAULT_STEP_LEASE_S
 
@@ -32,8 +33,23 @@ class Settings(BaseSettings):
     retry_base_s: float = Field(default=1.0, gt=0)
     #: Cap of one retry wait, seconds.
     retry_max_s: float = Field(default=60.0, gt=0)
+    #: Vendor SDKs a worker imports at start (e.g. ``openai,anthropic``) instead of on
+    #: its first call to them.
+    preload_providers: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: Largest prompt accepted, in characters.
     max_prompt_chars: int = Field(default=200_000, ge=1)
+
+
+    @field_validator("preload_providers", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            names = [v.strip() for v in value.split(",") if v.strip()]
+            unknown = set(names) - {"openai", "anthropic", "sim"}
+            if unknown:
+                raise ValueError(f"unknown providers {sorted(unknown)}; known: openai, anthropic, sim")
+            return names
+        return value
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,11 @@ from ``DUET_*`` environment variables (see :mod:`orchestration.settings`).
 
 from __future__ import annotations
 
+import importlib
+import logging
+
 from celery import Celery
+from celery.signals import worker_init, worker_shutdown
 from kombu import Queue
 
 from orchestration import keys
@@ -58,3 +62,25 @@ def configure(redis_url: str | None = None, broker_url: str | None = None) -> Ce
 
 
 configure()
+
+
+@worker_init.connect(weak=False)
+def _preload_providers(**_: object) -> None:
+    """Import the vendor SDKs named in DUET_PRELOAD_PROVIDERS before taking work.
+
+    The SDKs are imported lazily (seconds each); a worker that serves a vendor can pay
+    that at start instead of on its first call.
+    """
+    from .providers import PROVIDER_MODULES
+
+    for name in get_settings().preload_providers:
+        module = PROVIDER_MODULES[name].partition(":")[0]
+        importlib.import_module(module).preload()
+        logging.getLogger(__name__).info("preloaded provider %s", name)
+
+
+@worker_shutdown.connect(weak=False)
+def _close_providers(**_: object) -> None:
+    from .providers import close_providers
+
+    close_providers()

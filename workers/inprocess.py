@@ -40,7 +40,10 @@ class InProcessWorker:
     def start(self, timeout_s: float = 30.0) -> InProcessWorker:
         configure(redis_url=self.redis_url)
         runtime.reset()
+        # Pool threads have no "current app" of their own: make ours the default too, or
+        # Celery hands them its unconfigured default app (and task.retry goes nowhere).
         app.set_current()
+        app.set_default()
         self._controller = _Controller(
             app=app,
             pool_cls="threads",
@@ -61,12 +64,15 @@ class InProcessWorker:
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        from .providers import close_providers
+
         if self._controller is not None:
             self._controller.stop(in_sighandler=False, exitcode=0)
         if self._thread is not None:
             self._thread.join(timeout_s)
         self._controller = None
         self._thread = None
+        close_providers()
 
     def __enter__(self) -> InProcessWorker:
         return self.start()

@@ -200,6 +200,9 @@ def _call(
     sid = budget_step_id(run_id, key)
     worst = estimate(agent, messages)
     began = time.time()
+    provider = provider_for(agent)
+    # Ready the HTTP client before taking a rate permit, so the permit is spent at once.
+    provider.warm()
     # Fleet-wide rate limits and pauses first (a wait holds no budget), then the budget.
     wait = budgets.rate_wait(agent, worst.tokens)
     if wait > 0:
@@ -210,7 +213,7 @@ def _call(
             raise _wait(task, backoff_s(min(task.request.retries or 0, 6), None), failures)
         return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None
     try:
-        completion = provider_for(agent).complete(agent, messages)
+        completion = provider.complete(agent, messages)
         result = _result_from(
             completion, phase, key, seat, started_at=began, finished_at=time.time(),
             model=agent.model,

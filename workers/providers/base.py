@@ -63,6 +63,10 @@ class Provider(ABC):
         except Exception as exc:  # noqa: BLE001 - every vendor failure becomes one error type
             raise self.classify(exc) from exc
 
+    def warm(self) -> None:
+        """Get ready to call (e.g. create the HTTP client); errors wait for :meth:`complete`."""
+        return None  # noqa: B027 - optional hook; most adapters have nothing to prepare
+
     @abstractmethod
     def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
         """Make the call. Raise anything; :meth:`classify` maps it."""

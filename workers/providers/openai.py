@@ -7,6 +7,7 @@ are ours, done by rescheduling the Celery task with the classified error's hints
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
@@ -92,9 +93,19 @@ class OpenAIProvider(Provider):
     def classify(self, exc: Exception) -> ProviderError:
         return classify_exception(exc, provider=self.name, secrets=[self._key])
 
+    def warm(self) -> None:
+        # A missing key is reported by complete(), on the run; here it is not an error.
+        with contextlib.suppress(ProviderError):
+            self.client()
+
     def close(self) -> None:
         """Close the HTTP connection pool (the next call opens a new client)."""
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def preload() -> None:
+    """Import the SDK now (a worker at start) rather than on the first call."""
+    import openai  # noqa: F401

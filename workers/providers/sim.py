@@ -213,3 +213,7 @@ class SimProvider(Provider):
         if latency > 0:
             time.sleep(latency / 1000)
         return completion
+
+
+def preload() -> None:
+    """Nothing to import: the simulator is part of Duet."""

@@ -1,0 +1,196 @@
+"""Fleet-wide budgets end to end: real worker processes, real Redis, one shared cap."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from orchestration import Agent, Team
+from orchestration import events as ev
+from orchestration.budget import Budget
+from orchestration.client import store
+from orchestration.ledger import BudgetLedger
+from tests.support import celery_worker, wait_for
+
+pytestmark = pytest.mark.system
+
+
+def test_twenty_runs_share_a_5000_token_cap(
+    worker: Any, client_on: str, system_redis_url: str
+) -> None:
+    name = f"cap-{uuid.uuid4().hex[:8]}"
+    ledger = BudgetLedger(store().r)
+    ledger.set_limits(f"global:{name}", Budget(max_tokens=5000, warn_at=0.5))
+    team = Team.actor_critic(
+        actor=Agent("Fix the code.", model="sim?latency_ms=30", max_tokens=300),
+        critic=Agent("Review.", model="sim?scores=0.1&latency_ms=30", max_tokens=300),
+        max_rounds=3,
+        global_budgets=[name],
+    )
+    # A second worker process: the cap holds across processes, not just threads.
+    with celery_worker(system_redis_url, name="budget2"):
+        handles = [team.submit(f"Review snippet {i}: eval(input())") for i in range(20)]
+        results = [h.result(timeout=120) for h in handles]
+    spent = sum(r.usage.total.total_tokens for r in results)
+    state = ledger.get(f"global:{name}")
+    assert spent <= 5000
+    assert state.spent.tokens == spent  # the ledger charged exactly what the runs used
+    assert state.reserved.tokens == 0
+    interrupted = [r for r in results if r.status == "interrupted"]
+    assert interrupted, "a 5,000-token cap cannot hold 20 worst-case runs"
+    assert all(r.interruption_reason == "budget:global:tokens" for r in interrupted)
+    warnings = [e for r in results for e in r.events if e.type == ev.BUDGET_WARNING]
+    assert len(warnings) == 1
+    assert warnings[0].data["scope"] == f"global:{name}"
+
+
+def test_run_budget_stops_at_the_start_of_a_round(worker: Any, client_on: str) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.1"),
+        max_rounds=3,
+        budget=Budget(max_calls=3),
+    )
+    result = team.run_sync("print(1)", timeout=30)
+    assert result.status == "interrupted"
+    assert result.interruption_reason == "budget:run:calls"
+    assert result.usage.total.calls == 3
+    assert result.output is not None and result.output.startswith("[revision 1]")
+
+
+def test_usd_budget_on_unpriced_model_is_refused_at_submit() -> None:
+    from orchestration.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="price"):
+        Team.actor_critic(
+            actor=Agent("Fix.", model="openai:my-local-model", base_url="http://127.0.0.1:1/v1"),
+            critic=Agent("Review.", model="sim"),
+            budget=Budget(max_usd=1.0),
+        )
+
+
+# --- tests with their own workers on their own db (fresh per-process caches) -------------
+
+ISOLATED_DB = 15
+
+
+@pytest.fixture
+def isolated_url(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An empty db of its own, with this process's client pointed at it."""
+    import redis
+
+    from orchestration import connection
+    from orchestration.settings import get_settings
+
+    url = f"{redis_url.rpartition('/')[0]}/{ISOLATED_DB}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    monkeypatch.setenv("DUET_REDIS_URL", url)
+    get_settings.cache_clear()
+    connection.use_redis(url)
+    yield url
+    connection.reset()
+    get_settings.cache_clear()
+    client.flushdb()
+    client.close()
+
+
+def _windows_respected(times: list[float], limit: int, window_s: float, jitter_s: float) -> bool:
+    """No span of ``window_s`` (less the network jitter between grant and arrival) holds
+    more than ``limit`` of ``times``."""
+    times = sorted(times)
+    return all(
+        sum(1 for u in times[i:] if u < t + window_s - jitter_s) <= limit
+        for i, t in enumerate(times)
+    )
+
+
+def test_rate_limit_holds_across_worker_processes(isolated_url: str, fake_llm: Any) -> None:
+    from orchestration.ratelimits import RateLimit, set_rate_limits
+
+    limit, window = 4, 2.0
+    set_rate_limits(store().r, {"openai:sim": RateLimit(rpm=limit, window_s=window)})
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
+        max_rounds=1,
+    )
+    # Workers import the SDK at start, so no import sits between a grant and its request.
+    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_PRELOAD_PROVIDERS": "openai"}
+    start = fake_llm.stats()["requests"]
+    with (
+        celery_worker(isolated_url, env=env, name="rate1"),
+        celery_worker(isolated_url, env=env, name="rate2"),
+    ):
+        handles = [team.submit(f"snippet {i}") for i in range(10)]
+        results = [h.result(timeout=90) for h in handles]
+    assert [r.status for r in results] == ["approved"] * 10
+    stats = fake_llm.stats()
+    assert stats["requests"] - start == 20
+    actor_arrivals = [a["t"] for a in stats["arrivals"] if a["model"] == "sim"][-10:]
+    assert len(actor_arrivals) == 10
+    # Arrivals trail their grants by the SDK's time per request; a process's first
+    # request is the slowest (~0.1 s: the SDK builds its models), hence the allowance.
+    assert _windows_respected(actor_arrivals, limit, window, jitter_s=0.2)
+    assert not _windows_respected(actor_arrivals, limit - 1, window, jitter_s=0.2)
+    # ...and the limiter did not simply serialise everything: it used its allowance.
+    assert max(actor_arrivals) - min(actor_arrivals) < 10 / limit * window + window
+
+
+def test_vendor_429_pauses_the_whole_fleet(isolated_url: str, fake_llm: Any) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
+        max_rounds=1,
+    )
+    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_RETRY_BASE_S": "0.1"}
+    fake_llm.set_faults(status=429, retry_after="2", times=1, model="sim")
+    try:
+        with (
+            celery_worker(isolated_url, env=env, name="p1"),
+            celery_worker(isolated_url, env=env, name="p2"),
+        ):
+            first = team.submit("the first snippet")
+            wait_for(lambda: fake_llm.stats()["by_status"].get("429"), 30, "the 429")
+            t429 = max(a["t"] for a in fake_llm.stats()["arrivals"] if a["model"] == "sim")
+            others = [team.submit(f"snippet {i}") for i in range(6)]
+            results = [h.result(timeout=60) for h in [first, *others]]
+        assert [r.status for r in results] == ["approved"] * 7
+        later = [
+            a["t"] for a in fake_llm.stats()["arrivals"] if a["model"] == "sim" and a["t"] > t429
+        ]
+        assert len(later) == 7
+        assert min(later) >= t429 + 2 - 0.05, "a worker called the paused model"
+    finally:
+        fake_llm.set_faults()
+
+
+def test_dead_workers_reservation_expires_after_its_lease(isolated_url: str, fake_llm: Any) -> None:
+    import signal
+
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent("Review.", model="openai:sim:critic", base_url=fake_llm.url),
+        budget=Budget(max_tokens=100_000),
+    )
+    ledger = BudgetLedger(store().r)
+    fake_llm.set_faults(latency_ms=20_000)
+    try:
+        env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_STEP_LEASE_S": "5"}
+        with celery_worker(isolated_url, env=env, name="doomed") as proc:
+            handle = team.submit("a snippet")
+            scope = f"run:{handle.run_id}"
+            wait_for(lambda: ledger.get(scope).open_reservations == 1, 30, "the reservation")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        held = ledger.get(scope).reserved.tokens
+        assert held > 0
+        state = wait_for(
+            lambda: (s := ledger.get(scope)).open_reservations == 0 and s, 20, "the lease to expire"
+        )
+        assert state.reserved.tokens == 0
+        assert state.spent.tokens == 0
+    finally:
+        fake_llm.set_faults(latency_ms=0)
