@@ -1,0 +1,349 @@
+"""deploy/: the Dockerfile, compose file and Kubernetes manifests say what Duet needs.
+
+Docker and a cluster are not needed: the files are read and checked for the things that
+matter — every worker runs ``celery -A workers worker`` on the threads pool with the
+right ``-Q``, each queue has a pool and a KEDA trigger on the list Celery uses for it
+(:data:`orchestration.keys.QUEUE_*`), grace periods outlast a model call, and no file
+holds a secret. Text checks always run; structural checks need PyYAML and are skipped
+without it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestration import keys
+from orchestration.agents import AgentSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+ALL_FILES = sorted(p for p in DEPLOY.rglob("*") if p.is_file())
+YAML_FILES = sorted(p for p in ALL_FILES if p.suffix in (".yaml", ".yml"))
+QUEUES = set(keys.ALL_QUEUES)
+#: The default per-call timeout: a pool making model calls must outlast one.
+MODEL_TIMEOUT_S = float(AgentSpec.model_fields["timeout_s"].default)
+KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "REDIS_PASSWORD", "FLOWER_BASIC_AUTH")
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# --- text checks (no YAML library needed) ------------------------------------------
+
+
+def test_the_expected_files_exist() -> None:
+    for name in ("Dockerfile", "compose.yaml", "README.md", "k8s/keda.yaml", "k8s/workers.yaml",
+                 "k8s/flower.yaml", "k8s/configmap.yaml", "k8s/secret.template.yaml",
+                 "k8s/alternatives/hpa.yaml", "k8s/kustomization.yaml"):  # fmt: skip
+        assert (DEPLOY / name).is_file(), f"deploy/{name} is missing"
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=rel)
+def test_no_file_holds_an_api_key(path: Path) -> None:
+    text = path.read_text()
+    # An OpenAI / Anthropic key starts with "sk-" (not "task-", hence the look-behind).
+    found = re.findall(r"(?<![A-Za-z0-9_])sk-[A-Za-z0-9_\-]*", text)
+    assert not found, f"{rel(path)} holds what looks like an API key: {found}"
+    assert not re.search(r"AKIA[0-9A-Z]{16}", text), f"{rel(path)} holds an AWS key id"
+
+
+@pytest.mark.parametrize("path", [*YAML_FILES, DEPLOY / "Dockerfile"], ids=rel)
+def test_key_variables_are_never_given_a_value(path: Path) -> None:
+    allowed = re.compile(r'^(""|\'\'|\$\{?\w+.*|<[^>]*>|)$')
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        for var in KEY_VARS:
+            m = re.search(rf"\b{var}\b\s*[:=]\s*(\S*)", line)
+            if m:
+                assert allowed.match(m.group(1)), f"{rel(path)}:{n} gives {var} a value"
+
+
+def dockerfile_lines() -> str:
+    """The Dockerfile with continuation lines joined."""
+    return re.sub(r"\\\n\s*", " ", (DEPLOY / "Dockerfile").read_text())
+
+
+def dockerfile_cmd() -> list[str]:
+    cmd = [line for line in dockerfile_lines().splitlines() if line.startswith("CMD ")]
+    assert len(cmd) == 1, "the Dockerfile has one CMD, in exec form"
+    argv: list[str] = json.loads(cmd[0][4:])
+    return argv
+
+
+def test_dockerfile_runs_a_non_root_threads_worker_on_every_queue() -> None:
+    text = dockerfile_lines()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1].split(":")[0] not in ("root", "0"), "the image runs as root"
+    assert re.search(r"pip install .*\bduet\b|pip install .*\s\.(\s|$)", text), (
+        "installs the project"
+    )
+    assert re.search(r"^HEALTHCHECK .*celery -A workers inspect ping", text, re.M)
+    argv = dockerfile_cmd()
+    assert argv[:4] == ["celery", "-A", "workers", "worker"]
+    opts = worker_options(argv)
+    assert opts["pool"] == "threads" and opts["concurrency"] == "200" and opts["events"]
+    assert set(opts["queues"]) == QUEUES
+
+
+def test_keda_lists_are_the_celery_queue_names_by_text() -> None:
+    names = re.findall(r"^\s*listName:\s*['\"]?([\w-]+)", (K8S / "keda.yaml").read_text(), re.M)
+    assert sorted(names) == sorted(QUEUES)
+    assert {keys.QUEUE_ACTOR, keys.QUEUE_CRITIC, keys.QUEUE_COORDINATOR} == set(names)
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def worker_options(argv: list[str]) -> dict[str, Any]:
+    """The options of a ``celery ... worker`` command line that the checks look at."""
+    opts: dict[str, Any] = {"app": None, "pool": None, "concurrency": None, "queues": [],
+                            "events": False, "is_worker": "worker" in argv}  # fmt: skip
+    it = iter(range(len(argv)))
+    for i in it:
+        arg = argv[i]
+        name, eq, inline = arg.partition("=")
+        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        field = {"-A": "app", "--app": "app", "-P": "pool", "--pool": "pool",
+                 "-c": "concurrency", "--concurrency": "concurrency",
+                 "-Q": "queues", "--queues": "queues"}.get(name)  # fmt: skip
+        if field:
+            opts[field] = value.split(",") if field == "queues" else value
+            if not eq:
+                next(it, None)
+        elif arg in ("-E", "--task-events"):
+            opts["events"] = True
+    return opts
+
+
+def check_worker(argv: list[str], where: str) -> list[str]:
+    """Assert the worker basics; return its queues."""
+    assert argv[0] == "celery", f"{where}: starts with celery"
+    opts = worker_options(argv)
+    assert opts["app"] == "workers", f"{where}: uses -A workers"
+    assert opts["pool"] == "threads", f"{where}: runs the threads pool"
+    assert opts["queues"], f"{where}: names its queues with -Q"
+    assert set(opts["queues"]) <= QUEUES, f"{where}: unknown queue in {opts['queues']}"
+    assert opts["events"], f"{where}: sends task events (-E) for Flower"
+    queues: list[str] = opts["queues"]
+    return queues
+
+
+def seconds(value: Any) -> float:
+    """Compose durations (``3m``, ``90s``, ``1m30s``) or plain numbers, in seconds."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    total = 0.0
+    for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)", str(value)):
+        total += float(amount) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}[unit]
+    return total
+
+
+# --- structural checks (PyYAML) -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def yaml() -> Any:
+    return pytest.importorskip("yaml")
+
+
+def load_all(yaml: Any, path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def k8s_docs(yaml: Any) -> Iterator[tuple[Path, dict[str, Any]]]:
+    for path in sorted(K8S.rglob("*.yaml")):
+        for doc in load_all(yaml, path):
+            yield path, doc
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=rel)
+def test_every_yaml_file_parses(yaml: Any, path: Path) -> None:
+    docs = load_all(yaml, path)
+    assert docs and all(isinstance(d, dict) for d in docs), f"{rel(path)} has no mapping"
+
+
+def test_compose_has_one_scalable_pool_per_queue(yaml: Any) -> None:
+    compose = load_all(yaml, DEPLOY / "compose.yaml")[0]
+    services = compose["services"]
+    pools: dict[str, str] = {}
+    for name, svc in services.items():
+        command = svc.get("command")
+        if isinstance(command, list) and "worker" in command and command[0] == "celery":
+            queues = check_worker(command, f"compose service {name}")
+            assert len(queues) == 1, f"{name}: one queue per pool, got {queues}"
+            pools[queues[0]] = name
+            assert "replicas" in svc.get("deploy", {}), f"{name}: scalable with deploy.replicas"
+            grace = seconds(svc.get("stop_grace_period", "10s"))
+            if queues[0] != keys.QUEUE_COORDINATOR:
+                assert grace > MODEL_TIMEOUT_S, f"{name}: stop_grace_period under one model call"
+    assert set(pools) == QUEUES, f"a pool per queue, got {pools}"
+
+    redis = services["redis"]
+    assert str(redis["image"]).startswith("redis:7")
+    volume = redis["volumes"][0].split(":")[0]
+    assert volume in compose["volumes"], "Redis keeps its data on a named volume"
+
+
+def test_compose_env_passes_keys_through_without_values(yaml: Any) -> None:
+    services = load_all(yaml, DEPLOY / "compose.yaml")[0]["services"]
+    for name, svc in services.items():
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(e.partition("=")[::2] if "=" in e else (e, None) for e in env)
+        for var, value in env.items():
+            if var in KEY_VARS:
+                assert value is None or re.fullmatch(rf"\$\{{{var}(:?-)?\}}", str(value)), (
+                    f"compose {name}: {var} must come from the host environment"
+                )
+        if "worker" in (svc.get("command") or []):
+            assert "DUET_REDIS_URL" in env, f"compose {name}: DUET_REDIS_URL is set"
+            pool = check_worker(svc["command"], name)[0]
+            has_keys = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} <= set(env)
+            assert has_keys == (pool != keys.QUEUE_COORDINATOR), (
+                f"compose {name}: vendor keys go to the actor and critic pools only"
+            )
+
+
+def test_compose_flower_and_fake_llm(yaml: Any) -> None:
+    services = load_all(yaml, DEPLOY / "compose.yaml")[0]["services"]
+    flower = " ".join(services["flower"]["command"])
+    assert "--broker" in flower and "DUET_REDIS_URL" in flower and "flower" in flower
+    assert any(str(p).endswith("5555") for p in services["flower"]["ports"])
+    fake = services["fake-llm"]
+    assert fake.get("profiles"), "the fake LLM only starts under a profile"
+    assert "workers.fake_llm" in fake["command"]
+
+
+def test_k8s_manifests_are_namespace_agnostic(yaml: Any) -> None:
+    for path, doc in k8s_docs(yaml):
+        if doc.get("kind") == "Kustomization":
+            continue
+        assert "namespace" not in doc.get("metadata", {}), f"{rel(path)}: hard-coded namespace"
+
+
+def deployments(yaml: Any) -> dict[str, dict[str, Any]]:
+    return {
+        doc["metadata"]["name"]: doc
+        for path, doc in k8s_docs(yaml)
+        if doc.get("kind") == "Deployment" and path.parent == K8S
+    }
+
+
+def worker_pools(yaml: Any) -> dict[str, tuple[str, dict[str, Any]]]:
+    """queue -> (deployment name, deployment) for every Celery worker Deployment."""
+    pools: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, dep in deployments(yaml).items():
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        argv = [*container.get("command", []), *container.get("args", [])]
+        if "worker" not in argv:
+            continue
+        queues = check_worker(argv, f"k8s Deployment {name}")
+        assert len(queues) == 1, f"{name}: one queue per pool, got {queues}"
+        assert queues[0] not in pools, f"two pools consume {queues[0]}"
+        pools[queues[0]] = (name, dep)
+    return pools
+
+
+def test_k8s_worker_pools(yaml: Any) -> None:
+    pools = worker_pools(yaml)
+    assert set(pools) == QUEUES, f"a Deployment per queue, got {sorted(pools)}"
+    for queue, (name, dep) in pools.items():
+        spec = dep["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        if queue != keys.QUEUE_COORDINATOR:
+            assert grace > MODEL_TIMEOUT_S, f"{name}: grace period under one model call"
+        assert container["resources"]["requests"], f"{name}: resource requests"
+        assert container["resources"]["limits"]["memory"], f"{name}: a memory limit"
+        refs = [next(iter(e.values()))["name"] for e in container.get("envFrom", [])]
+        assert "duet-config" in refs, f"{name}: reads the duet-config ConfigMap"
+        assert ("duet-api-keys" in refs) == (queue != keys.QUEUE_COORDINATOR), (
+            f"{name}: vendor keys go to the actor and critic pools only"
+        )
+        user = spec.get("securityContext", {}).get("runAsUser")
+        assert spec["securityContext"].get("runAsNonRoot") and user not in (None, 0)
+
+
+def test_keda_scales_each_pool_on_its_queue_list(yaml: Any) -> None:
+    pools = worker_pools(yaml)
+    scaled = [doc for _, doc in k8s_docs(yaml) if doc.get("kind") == "ScaledObject"]
+    seen = set()
+    for obj in scaled:
+        target = obj["spec"]["scaleTargetRef"]["name"]
+        (trigger,) = obj["spec"]["triggers"]
+        assert trigger["type"] == "redis"
+        meta = trigger["metadata"]
+        list_name = meta["listName"]
+        assert list_name in QUEUES
+        assert pools[list_name][0] == target, f"{target} scales on the wrong list {list_name}"
+        assert int(meta["listLength"]) > 0
+        assert meta.get("address") or meta.get("addressFromEnv") or meta.get("host")
+        seen.add(list_name)
+    assert seen == QUEUES
+
+
+def test_hpa_alternative_targets_the_pools(yaml: Any) -> None:
+    names = {name for name, _ in worker_pools(yaml).values()}
+    hpas = load_all(yaml, K8S / "alternatives" / "hpa.yaml")
+    assert {h["spec"]["scaleTargetRef"]["name"] for h in hpas} == names
+    assert all(h["apiVersion"] == "autoscaling/v2" for h in hpas)
+
+
+def test_secrets_are_templates_with_placeholders_only(yaml: Any) -> None:
+    secrets = [(p, d) for p, d in k8s_docs(yaml) if d.get("kind") == "Secret"]
+    assert secrets, "a Secret template exists"
+    placeholder = re.compile(r"^(|<[^>]*>|REPLACE[_A-Z]*)$")
+    for path, secret in secrets:
+        assert "template" in path.name, f"{rel(path)}: a Secret lives only in a template"
+        for field in ("stringData", "data"):
+            for k, v in (secret.get(field) or {}).items():
+                assert placeholder.match(str(v)), f"{rel(path)}: {k} has a value"
+        assert "DUET_REDIS_URL" not in (secret.get("stringData") or {}), (
+            "an empty DUET_REDIS_URL in a Secret would override the ConfigMap's"
+        )
+
+
+def test_configmap_holds_duet_settings_only(yaml: Any) -> None:
+    (cm,) = [d for _, d in k8s_docs(yaml) if d.get("kind") == "ConfigMap"]
+    data = cm["data"]
+    assert data["DUET_REDIS_URL"].startswith(("redis://", "rediss://"))
+    assert all(k.startswith("DUET_") for k in data)
+    assert all(isinstance(v, str) for v in data.values()), "ConfigMap values are strings"
+    assert not any(re.search(r"KEY|PASSWORD|SECRET|TOKEN", k) for k in data)
+
+
+def test_flower_deployment_and_service(yaml: Any) -> None:
+    dep = deployments(yaml)["duet-flower"]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    line = " ".join([*container.get("command", []), *container.get("args", [])])
+    assert "-A workers" in line and "--broker" in line and "DUET_REDIS_URL" in line
+    assert "flower --port=5555" in line
+    (svc,) = [d for _, d in k8s_docs(yaml) if d.get("kind") == "Service"
+              and d["metadata"]["name"] == "duet-flower"]  # fmt: skip
+    assert svc["spec"]["ports"][0]["port"] == 5555
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+
+
+def test_kustomization_lists_existing_files(yaml: Any) -> None:
+    kust = load_all(yaml, K8S / "kustomization.yaml")[0]
+    for res in kust["resources"]:
+        assert (K8S / res).is_file(), f"kustomization names a missing file {res}"
+    assert "secret.template.yaml" not in kust["resources"]
+
+
+def test_deployment_selectors_match_their_pods(yaml: Any) -> None:
+    for name, dep in deployments(yaml).items():
+        selector = dep["spec"]["selector"]["matchLabels"]
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), f"{name}: selector does not match its pods"
