@@ -163,6 +163,14 @@ def _connect(*, embedded_ok: bool = False) -> str:
     return url
 
 
+def _check_workers() -> None:
+    """Warn when no worker answers: runs would wait in the queue with nothing moving."""
+    from orchestration.client import producer
+
+    if not producer().control.ping(timeout=1.0):
+        _warn("no worker answered a ping; runs wait in the queue until one starts (duet worker)")
+
+
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
     limits = cfg.build_rate_limits()
     if limits:
@@ -197,6 +205,8 @@ def _submit(
     """
     team = cfg.build_team()
     _apply_rate_limits(cfg)
+    if get_settings().redis_url:
+        _check_workers()
     rejected: list[tuple[int, InputProblem]] = []
     reader = _reader(cfg, input, lambda problem: rejected.append((reader.count, problem)))
     with err.status(f"Reading {input} and submitting"):
@@ -376,36 +386,49 @@ def _write_while_watching(
     rejected: int = 0,
     timeout: float | None = None,
     cancel_on_interrupt: bool = True,
-) -> None:
-    """Write results as they come while showing progress.
+    announce: str | None = None,
+) -> bool:
+    """Write results as they come while showing progress; True if Ctrl-C cancelled the batch.
 
     Ctrl-C cancels the batch (``cancel_on_interrupt``) and keeps writing the runs as they
-    stop, or just stops; a second Ctrl-C quits at once.
+    stop, or just stops; a second Ctrl-C quits at once. ``announce`` is printed once Ctrl-C
+    is handled this way.
     """
-    thread = threading.Thread(
-        target=writer.drain, args=(handle.results(timeout=timeout),), daemon=True
-    )
-    thread.start()
+    # The main thread waits on an Event, not on Thread.join: a join interrupted by Ctrl-C
+    # can leave the thread looking finished while it still runs (CPython gh-90882).
+    drained = threading.Event()
+
+    def drain() -> None:
+        try:
+            writer.drain(handle.results(timeout=timeout))
+        finally:
+            drained.set()
+
+    threading.Thread(target=drain, name="duet-results", daemon=True).start()
 
     def finished(_: dict[str, Any], wait_s: float) -> bool:
-        thread.join(wait_s)
-        return not thread.is_alive()
+        return drained.wait(wait_s)
 
     view = _ProgressView(rejected=rejected)
+    interrupted = False
     try:
+        if announce:
+            err.print(announce)
         _follow(handle, view, finished)
     except KeyboardInterrupt:
         if not cancel_on_interrupt:
             raise typer.Exit(INTERRUPTED) from None
+        interrupted = True
         handle.cancel()
-        _warn("cancelled: runs stop after their current step (Ctrl-C again to quit now)")
+        _warn("cancelling: runs stop after their current step (Ctrl-C again to quit now)")
         try:
             _follow(handle, view, finished)
         except KeyboardInterrupt:
             raise typer.Exit(INTERRUPTED) from None
-    thread.join()
+    drained.wait()
     if writer.error is not None:
         raise writer.error
+    return interrupted
 
 
 def _summary_table(summary: Summary, wall_s: float | None = None) -> Table:
@@ -493,17 +516,18 @@ def run(
     handle, reader, rejected = _submit(cfg, input)
     with target.open("w", encoding="utf-8", newline="") as sink:
         writer = _ResultWriter(sink, rejected, as_csv=_is_csv(target))
+        interrupted = False
         if reader.count == 0:
             _warn("no valid inputs: nothing to run")
             writer.drain(())
         else:
-            err.print(
-                f"batch [bold]{handle.batch_id}[/]: {reader.count} run(s), results -> {target}"
-            )
-            _write_while_watching(handle, writer, rejected=len(rejected))
+            interrupted = _write_while_watching(
+                handle, writer, rejected=len(rejected),
+                announce=f"batch [bold]{handle.batch_id}[/]: {reader.count} run(s), results -> {target}",
+            )  # fmt: skip
     out.print(_summary_table(writer.summary, time.monotonic() - started))
     out.print(f"results: {target}")
-    raise _exit_for(writer.summary)
+    raise typer.Exit(INTERRUPTED) if interrupted else _exit_for(writer.summary)
 
 
 @app.command(epilog="Example: BATCH=$(duet submit examples/review.toml -i examples/inputs.jsonl)")

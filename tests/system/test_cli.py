@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -165,6 +166,32 @@ def test_interrupted_runs_are_recorded_with_their_reason(embedded: None, tmp_pat
     assert (record["id"], record["status"]) == ("x", "interrupted")
     assert "auth" in record["reason"]
     assert "interrupted 1" in result.stderr
+
+
+def test_ctrl_c_cancels_the_batch_and_still_accounts_for_every_input(tmp_path: Path) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text(FAST_CONFIG.replace('model = "sim"', 'model = "sim?latency_ms=2000"'))
+    out = tmp_path / "out.jsonl"
+    with subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "run", str(config), "-i", str(EXAMPLE_INPUTS), "-o", str(out)],
+        env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        assert proc.stderr is not None
+        for line in proc.stderr:  # printed once Ctrl-C cancels instead of just quitting
+            if "run(s), results ->" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        stderr = proc.stderr.read()  # the same buffered reader: nothing read ahead is lost
+    assert proc.returncode == 130, stderr
+    assert "cancelling" in stderr
+    records = _records(out)
+    assert [r["id"] for r in records] == _ids(EXAMPLE_INPUTS)
+    assert "cancelled" in {r["status"] for r in records}
 
 
 # --- bad usage -----------------------------------------------------------------------------
