@@ -576,7 +576,7 @@ def watch(batch: BatchArg) -> None:
     try:
         p = _follow(handle, _ProgressView(), finished)
     except KeyboardInterrupt:
-        err.print(f"stopped watching; the batch keeps running (duet watch {batch})")
+        err.print(f"stopped watching; the batch keeps running (duet watch {batch})", soft_wrap=True)
         raise typer.Exit(OK) from None
     raise typer.Exit(SOME_FAILED if p["counts"].get("failed") else OK)
 

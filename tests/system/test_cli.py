@@ -359,6 +359,5 @@ def test_unknown_batch_or_run_exits_2(cluster_env: dict[str, str], tmp_path: Pat
     for args in (["watch", "nope"], ["cancel", "nope"], ["show", "nope"]):
         done = _duet(*args, env=cluster_env, cwd=tmp_path)
         assert done.returncode == 2, args
-        assert (
-            "nope" in done.stderr and "not found" in done.stderr or "no batch or run" in done.stderr
-        )
+        assert "nope" in done.stderr
+        assert "not found" in done.stderr or "no batch or run" in done.stderr
