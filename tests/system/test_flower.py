@@ -39,6 +39,19 @@ def test_flower_shows_tasks_without_content(
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
+        # Flower's event receiver connects a moment after its web server answers, and
+        # events sent before that are not replayed: probe until a run shows up.
+        probe_team = Team.actor_critic(actor=Agent("p", model="sim"), critic=Agent("p", model="sim"))
+
+        def probe_seen() -> bool:
+            probe = probe_team.run_sync("probe", timeout=30)
+            try:
+                wait_for(lambda: probe.run_id in json.dumps(_tasks(port)), 2, "the probe")
+            except AssertionError:
+                return False
+            return True
+
+        wait_for(probe_seen, 60, "Flower to receive task events", interval=0)
         team = Team.actor_critic(
             actor=Agent("INSTRUCTIONS-ACTOR-42", model="sim"),
             critic=Agent("INSTRUCTIONS-CRITIC-42", model="sim?scores=0.2,0.95"),
