@@ -16,6 +16,7 @@ from celery import Celery
 
 from . import connection, keys
 from .architecture import LoopSpec
+from .broker import transport_for
 from .errors import RunTimeout
 from .events import Event
 from .results import FINISHED_STATUSES, RunResult
@@ -38,6 +39,7 @@ def producer() -> Celery:
             app = Celery("duet-client", set_as_current=False)
             app.conf.update(
                 broker_url=broker,
+                broker_transport=transport_for(broker),
                 task_serializer="json",
                 accept_content=["json"],
                 task_ignore_result=True,

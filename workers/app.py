@@ -14,6 +14,7 @@ from celery.signals import worker_init, worker_shutdown
 from kombu import Queue
 
 from orchestration import keys
+from orchestration.broker import transport_for
 from orchestration.settings import get_settings
 
 app = Celery("duet", include=["workers.tasks"])
@@ -23,6 +24,7 @@ def _config(broker_url: str | None) -> dict[str, object]:
     settings = get_settings()
     return {
         "broker_url": broker_url,
+        "broker_transport": transport_for(broker_url),
         # Messages carry ids only, so JSON is all we need; pickle is never accepted.
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -48,8 +50,9 @@ def _config(broker_url: str | None) -> dict[str, object]:
         "task_queues": [Queue(name, routing_key=name) for name in keys.ALL_QUEUES],
         "task_routes": {name: {"queue": queue} for name, queue in keys.TASK_QUEUES.items()},
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
+        # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
     }
 
