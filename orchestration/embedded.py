@@ -64,7 +64,11 @@ class EmbeddedRedis:
                 "--loglevel", "warning", "--maxclients", "10000"]  # fmt: skip
         log = open(Path(self._dir.name) / "server.log", "wb")  # noqa: SIM115 - closed in stop()
         self._log = log
-        self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        # Its own session: a Ctrl-C in the terminal must reach us, not the server, so a
+        # cancelled batch can still record what it finished.
+        self._proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -73,6 +73,8 @@ def ensure_backend() -> str:
         if _cluster is None:
             _cluster = LocalCluster(concurrency=min(get_settings().worker_concurrency, 64)).start()
             atexit.register(shutdown)
+        # Someone may have pointed the process elsewhere since (connection.reset()).
+        connection.use_redis(_cluster.url)
         return _cluster.url
 
 

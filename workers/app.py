@@ -61,6 +61,10 @@ def configure(redis_url: str | None = None, broker_url: str | None = None) -> Ce
     """(Re)point the app at a broker: DUET_BROKER_URL, else the run-state Redis."""
     settings = get_settings()
     app.conf.update(_config(broker_url or settings.broker_url or redis_url or settings.redis_url))
+    # Pools opened for the previous broker would keep sending there (as after a fork).
+    app._pool = None
+    if "amqp" in app.__dict__:
+        app.amqp._producer_pool = None
     return app
 
 
