@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .agents import Agent, AgentSpec, Price
 from .architecture import ActorCritic, LoopSpec
+from .budget import Budget
 from .critique import CriticOutput, parse_critique, parse_score
 from .errors import BudgetExceeded, ConfigError, DuetError, InputError, ProviderError, RunTimeout
 from .results import RoundRecord, RunResult
@@ -17,16 +18,25 @@ from .templates import fill_template
 from .usage import Usage
 
 if TYPE_CHECKING:
-    from .client import BatchHandle, RunHandle
+    from .client import BatchHandle, RunHandle, get_budget, list_budgets, reset_budget, set_budgets
     from .team import Team
 
-_LAZY = {"Team": ".team", "RunHandle": ".client", "BatchHandle": ".client"}
+_LAZY = {
+    "Team": ".team",
+    "RunHandle": ".client",
+    "BatchHandle": ".client",
+    "set_budgets": ".client",
+    "get_budget": ".client",
+    "reset_budget": ".client",
+    "list_budgets": ".client",
+}
 
 __all__ = [
-    "ActorCritic", "Agent", "AgentSpec", "BatchHandle", "BudgetExceeded", "ConfigError",
+    "ActorCritic", "Agent", "AgentSpec", "BatchHandle", "Budget", "BudgetExceeded", "ConfigError",
     "CriticOutput", "DuetError", "InputError", "LoopSpec", "Price", "ProviderError",
     "RoundRecord", "RunHandle", "RunResult", "RunTimeout", "Team", "Usage",
-    "fill_template", "parse_critique", "parse_score",
+    "fill_template", "get_budget", "list_budgets", "parse_critique", "parse_score",
+    "reset_budget", "set_budgets",
 ]  # fmt: skip
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
@@ -22,6 +22,10 @@ from .events import Event
 from .results import FINISHED_STATUSES, RunResult
 from .settings import get_settings
 from .store import RunRecord, RunStore
+
+if TYPE_CHECKING:
+    from .budget import Budget
+    from .ledger import BudgetLedger, ScopeState
 
 #: Runs written and messages sent per pipeline when submitting a batch.
 SUBMIT_CHUNK = 500
@@ -84,15 +88,38 @@ def enqueue(spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, An
         send_coordinate(r.run_id for r in chunk)
 
 
-def set_budgets(limits: dict[str, Any]) -> None:
-    """Store limits for budget scopes (``{"run:<id>": Budget(...)}``) on the ledger."""
-    if not limits:
-        return
+def ledger() -> BudgetLedger:
+    """The fleet's budget ledger on this process's Redis."""
     from .ledger import BudgetLedger
 
-    ledger = BudgetLedger(connection.get_redis())
-    for scope_name, budget in limits.items():
-        ledger.set_limits(scope_name, budget)
+    return BudgetLedger(connection.get_redis())
+
+
+def set_budgets(limits: Mapping[str, Budget]) -> None:
+    """Store limits for budget scopes (``{"global:team-a": Budget(max_usd=50)}``).
+
+    Scopes are ``run:<id>``, ``batch:<id>``, ``user:<id>`` and ``global:<name>``; a run is
+    charged to its own, its batch's, its user's and the team's named global scopes.
+    """
+    if limits:
+        book = ledger()
+        for scope_name, budget in limits.items():
+            book.set_limits(scope_name, budget)
+
+
+def get_budget(scope: str) -> ScopeState:
+    """Limits, spent, reserved and remaining of one scope (e.g. ``"user:alice"``)."""
+    return ledger().get(scope)
+
+
+def reset_budget(scope: str) -> None:
+    """Zero a scope's spending (e.g. a monthly budget at the start of the month)."""
+    ledger().reset(scope)
+
+
+def list_budgets(prefix: str = "") -> list[str]:
+    """Scopes with budget data whose name starts with ``prefix``."""
+    return ledger().list_scopes(prefix)
 
 
 def resume_runs(run_ids: Iterable[str]) -> int:

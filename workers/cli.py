@@ -814,6 +814,12 @@ def fake_llm(
     serve(host, port, latency_ms)
 
 
+# Sub-commands in their own modules, registered once the helpers above exist.
+from .cli_budget import budget_app  # noqa: E402
+
+app.add_typer(budget_app, name="budget")
+
+
 def main() -> None:
     """Console-script entry point (``duet``)."""
     app(prog_name="duet")

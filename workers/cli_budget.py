@@ -1,0 +1,111 @@
+"""``duet budget``: read and set the fleet's budgets (the ledger in Redis)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from orchestration.budget import UNITS, Budget, parse_scope
+
+from .cli import _connect, _fails_cleanly, out
+
+budget_app = typer.Typer(
+    help="Fleet-wide budgets: show what is spent, set limits, reset spending.",
+    no_args_is_help=True,
+)
+
+ScopeArg = Annotated[
+    str,
+    typer.Argument(
+        help="run:ID, batch:ID, user:ID or global:NAME", show_default=False, metavar="SCOPE"
+    ),
+]
+
+
+def _fmt(unit: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:,.4f}" if unit == "usd" else f"{value:,.0f}"
+
+
+@budget_app.command(
+    "show", epilog="Example: duet budget show global:team-a   (or: duet budget show user:)"
+)
+@_fails_cleanly
+def show(
+    scope: Annotated[
+        str, typer.Argument(help="A scope, or a prefix such as 'user:'; all when left out.")
+    ] = "",
+) -> None:
+    """Limit, spent, reserved and remaining per unit, for one scope or all that match."""
+    _connect()
+    from orchestration.client import get_budget, list_budgets
+
+    names = [scope] if scope.count(":") == 1 and scope.split(":")[1] else list_budgets(scope)
+    if not names:
+        out.print("no budgets" + (f" matching {scope!r}" if scope else ""))
+        return
+    for name in names:
+        state = get_budget(name)
+        table = Table(title=f"{name}  (warn at {state.warn_at:.0%})", title_justify="left")
+        for column in ("unit", "limit", "spent", "reserved", "remaining"):
+            table.add_column(column, justify="left" if column == "unit" else "right")
+        for unit in UNITS:
+            limit = state.limits.get(unit)
+            spent, reserved = state.spent.value(unit), state.reserved.value(unit)
+            if limit is None and not spent and not reserved:
+                continue
+            table.add_row(
+                unit, _fmt(unit, limit), _fmt(unit, spent), _fmt(unit, reserved),
+                _fmt(unit, state.remaining.get(unit)),
+            )  # fmt: skip
+        out.print(table)
+
+
+@budget_app.command(
+    "set", epilog="Example: duet budget set global:team-a --max-usd 50 --warn-at 0.8"
+)
+@_fails_cleanly
+def set_(
+    scope: ScopeArg,
+    max_input_tokens: Annotated[int | None, typer.Option(help="Input tokens.")] = None,
+    max_output_tokens: Annotated[int | None, typer.Option(help="Output tokens.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Input + output tokens.")] = None,
+    max_usd: Annotated[float | None, typer.Option(help="US dollars.")] = None,
+    max_calls: Annotated[int | None, typer.Option(help="Model calls.")] = None,
+    warn_at: Annotated[float, typer.Option(help="Warn past this fraction of a limit.")] = 0.8,
+) -> None:
+    """Set (replace) a scope's limits; what it has spent is kept."""
+    parse_scope(scope)
+    from pydantic import ValidationError
+
+    from orchestration.errors import ConfigError
+
+    try:
+        budget = Budget(
+            max_input_tokens=max_input_tokens, max_output_tokens=max_output_tokens,
+            max_tokens=max_tokens, max_usd=max_usd, max_calls=max_calls, warn_at=warn_at,
+        )  # fmt: skip
+    except ValidationError as exc:
+        problems = "; ".join(f"--{e['loc'][0]}: {e['msg']}".replace("_", "-") for e in exc.errors())
+        raise ConfigError(problems) from None
+    _connect()
+    from orchestration.client import set_budgets
+
+    set_budgets({scope: budget})
+    limits = ", ".join(f"{u} {_fmt(u, v)}" for u, v in budget.limits().items()) or "no limits"
+    out.print(f"{scope}: {limits}")
+
+
+@budget_app.command("reset", epilog="Example: duet budget reset global:team-a")
+@_fails_cleanly
+def reset(scope: ScopeArg) -> None:
+    """Zero a scope's spending (its limits stay)."""
+    parse_scope(scope)
+    _connect()
+    from orchestration.client import reset_budget
+
+    reset_budget(scope)
+    out.print(f"{scope}: spending reset")
