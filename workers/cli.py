@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import functools
 import json
 import os
 import sys
@@ -21,10 +20,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,6 +36,18 @@ from orchestration.errors import ConfigError, RunTimeout
 from orchestration.inputs import InputProblem, InputReader
 from orchestration.settings import get_settings
 
+from .cli_budget import budget_app
+from .cli_support import (
+    INTERRUPTED,
+    OK,
+    SOME_FAILED,
+    _connect,
+    _error,
+    _fails_cleanly,
+    _warn,
+    err,
+    out,
+)
 from .report import (
     CSV_COLUMNS,
     LABELS,
@@ -52,8 +63,6 @@ if TYPE_CHECKING:
     from orchestration.client import BatchHandle
     from orchestration.results import RunResult
 
-#: Exit codes.
-OK, SOME_FAILED, BAD_USAGE, INTERRUPTED = 0, 1, 2, 130
 #: Seconds between progress refreshes (a screen refresh, not a synchronisation).
 REFRESH_S = 0.2
 #: Rejected inputs listed on screen; the results file always has every one.
@@ -75,10 +84,6 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-out = Console()
-err = Console(stderr=True)
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @app.callback()
@@ -88,34 +93,6 @@ def _duet() -> None:
     Without DUET_REDIS_URL, `duet run` starts an embedded Redis and an in-process
     worker; with it, every command works against that cluster.
     """
-
-
-def _fails_cleanly(command: F) -> F:
-    """Turn the mistakes a user can fix into a one-line message and exit code 2."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # Settings are read once per process; each command starts from the environment
-        # it was given (this matters when many commands run in one test process).
-        get_settings.cache_clear()
-        try:
-            return command(*args, **kwargs)
-        except (ConfigError, LookupError) as exc:
-            if isinstance(exc, KeyError | IndexError):
-                raise  # a bug, not a batch or run that is not there
-            _error(str(exc))
-            raise typer.Exit(BAD_USAGE) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _error(message: str) -> None:
-    # soft_wrap: a long path or key path stays on one line, whole, for copy and grep.
-    err.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
-
-
-def _warn(message: str) -> None:
-    err.print(Text("warning: " + message, style="yellow"), soft_wrap=True)
 
 
 # --- config, backend, inputs ------------------------------------------------------
@@ -138,29 +115,6 @@ def _load(config: Path, *, embedded: bool) -> ReviewConfig:
                 "runs in this process; export it, or set DUET_REDIS_URL to use a cluster"
             )
     return cfg
-
-
-def _connect(*, embedded_ok: bool = False) -> str:
-    """Point this process at the cluster, or start the embedded one; the Redis URL.
-
-    Raises:
-        ConfigError: no DUET_REDIS_URL and the command cannot use an embedded cluster.
-    """
-    from orchestration import connection, local
-
-    url = get_settings().redis_url
-    if url:
-        connection.use_redis(url)
-        return url
-    if not embedded_ok:
-        raise ConfigError(
-            "this command needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0). "
-            "An embedded cluster would stop when the command ends; `duet run` uses one."
-        )
-    with err.status("No DUET_REDIS_URL: starting an embedded Redis and an in-process worker"):
-        url = local.ensure_backend()
-    connection.use_redis(url)  # the cluster may have been started earlier in this process
-    return url
 
 
 def _check_workers() -> None:
@@ -813,9 +767,6 @@ def fake_llm(
 
     serve(host, port, latency_ms)
 
-
-# Sub-commands in their own modules, registered once the helpers above exist.
-from .cli_budget import budget_app  # noqa: E402
 
 app.add_typer(budget_app, name="budget")
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from orchestration.budget import UNITS, Budget, parse_scope
 
-from .cli import _connect, _fails_cleanly, out
+from .cli_support import _connect, _fails_cleanly, out
 
 budget_app = typer.Typer(
     help="Fleet-wide budgets: show what is spent, set limits, reset spending.",
