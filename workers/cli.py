@@ -41,12 +41,12 @@ from .cli_support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
-    _connect,
-    _error,
-    _fails_cleanly,
-    _warn,
+    connect,
     err,
+    error,
+    fails_cleanly,
     out,
+    warn,
 )
 from .report import (
     CSV_COLUMNS,
@@ -122,7 +122,7 @@ def _check_workers() -> None:
     from orchestration.client import producer
 
     if not producer().control.ping(timeout=1.0):
-        _warn("no worker answered a ping; runs wait in the queue until one starts (duet worker)")
+        warn("no worker answered a ping; runs wait in the queue until one starts (duet worker)")
 
 
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
@@ -168,7 +168,7 @@ def _submit(
     if rejected:
         _show_problems([p for _, p in rejected])
     if reader.skipped:
-        _warn(f"skipped {reader.skipped} binary file(s) in {input}")
+        warn(f"skipped {reader.skipped} binary file(s) in {input}")
     return handle, reader, rejected
 
 
@@ -374,7 +374,7 @@ def _write_while_watching(
             raise typer.Exit(INTERRUPTED) from None
         interrupted = True
         handle.cancel()
-        _warn("cancelling: runs stop after their current step (Ctrl-C again to quit now)")
+        warn("cancelling: runs stop after their current step (Ctrl-C again to quit now)")
         try:
             _follow(handle, view, finished)
         except KeyboardInterrupt:
@@ -439,7 +439,7 @@ TimeoutOpt = Annotated[
 @app.command(
     epilog="Example: duet run examples/review.toml --input examples/inputs.jsonl --output results.jsonl"
 )
-@_fails_cleanly
+@fails_cleanly
 def run(
     config: ConfigArg,
     input: InputOpt,
@@ -466,13 +466,13 @@ def run(
     started = time.monotonic()
     cfg = _load(config, embedded=not get_settings().redis_url)
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
-    _connect(embedded_ok=True)
+    connect(embedded_ok=True)
     handle, reader, rejected = _submit(cfg, input)
     with target.open("w", encoding="utf-8", newline="") as sink:
         writer = _ResultWriter(sink, rejected, as_csv=_is_csv(target))
         interrupted = False
         if reader.count == 0:
-            _warn("no valid inputs: nothing to run")
+            warn("no valid inputs: nothing to run")
             writer.drain(())
         else:
             interrupted = _write_while_watching(
@@ -485,7 +485,7 @@ def run(
 
 
 @app.command(epilog="Example: BATCH=$(duet submit examples/review.toml -i examples/inputs.jsonl)")
-@_fails_cleanly
+@fails_cleanly
 def submit(
     config: ConfigArg,
     input: InputOpt,
@@ -500,7 +500,7 @@ def submit(
     batch with `duet watch`, fetch it with `duet results`. Exit code 1 when some input
     was rejected (they are listed; the others are queued).
     """
-    _connect()
+    connect()
     cfg = _load(config, embedded=False)
     handle, reader, rejected = _submit(cfg, input)
     if rejected_to is not None:
@@ -512,13 +512,13 @@ def submit(
 
 
 @app.command(epilog="Example: duet watch 4c9e34663fac4c9d8513fd84d3ff8b17")
-@_fails_cleanly
+@fails_cleanly
 def watch(batch: BatchArg) -> None:
     """Show a batch's progress live until it finishes: done/total, outcomes, spend, rate, ETA.
 
     Ctrl-C stops watching and leaves the batch running. Exit code 1 when some run failed.
     """
-    _connect()
+    connect()
     handle = _batch(batch)
 
     def finished(p: dict[str, Any], wait_s: float) -> bool:
@@ -536,7 +536,7 @@ def watch(batch: BatchArg) -> None:
 
 
 @app.command(epilog="Example: duet results 4c9e34663fac4c9d8513fd84d3ff8b17 -o results.csv")
-@_fails_cleanly
+@fails_cleanly
 def results(
     batch: BatchArg,
     output: Annotated[
@@ -554,7 +554,7 @@ def results(
 
     Exit code 1 when some run failed (or the timeout passed).
     """
-    _connect()
+    connect()
     handle = _batch(batch)
     try:
         if output is None:
@@ -568,19 +568,19 @@ def results(
                 _write_while_watching(handle, writer, timeout=timeout, cancel_on_interrupt=False)
             err.print(_summary_table(writer.summary))
     except RunTimeout as exc:
-        _error(str(exc))
+        error(str(exc))
         raise typer.Exit(SOME_FAILED) from None
     raise _exit_for(writer.summary)
 
 
 @app.command(epilog="Example: duet show 9f1c2e0d7a6b4c3d8e5f4a3b2c1d0e9f")
-@_fails_cleanly
+@fails_cleanly
 def show(
     run_id: RunArg,
     full: Annotated[bool, typer.Option("--full", help="Show the final output in full.")] = False,
 ) -> None:
     """Show one run: each round's score, issues and summary, and what each revision changed."""
-    _connect()
+    connect()
     from orchestration.client import store
 
     result = store().result(run_id)
@@ -636,7 +636,7 @@ def _diff(before: str, after: str, old: str, new: str) -> str:
     epilog="Example: duet report 4c9e34663fac4c9d8513fd84d3ff8b17 -o report.html "
     "(or: duet report results.jsonl -o report.html)"
 )
-@_fails_cleanly
+@fails_cleanly
 def report(
     batch: Annotated[
         str, typer.Argument(help="Batch id, or a results file (JSONL) written by `duet run`.")
@@ -655,13 +655,13 @@ def report(
         records: Iterable[dict[str, Any]] = _read_records(Path(batch))
         title = f"Duet report: {Path(batch).name}"
     else:
-        _connect()
+        connect()
         handle = _batch(batch)
         with err.status(f"Waiting for batch {batch} to finish"):
             try:
                 records = [result_record(r) for r in handle.results(timeout=timeout)]
             except RunTimeout as exc:
-                _error(str(exc))
+                error(str(exc))
                 raise typer.Exit(SOME_FAILED) from None
         title = f"Duet report: batch {batch}"
     page = render_report(records, title=title)
@@ -680,12 +680,12 @@ def _read_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 @app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")
-@_fails_cleanly
+@fails_cleanly
 def cancel(
     id: Annotated[str, typer.Argument(help="A batch id or a run id.", show_default=False)],
 ) -> None:
     """Cancel a batch (every unfinished run) or one run; each stops after its current step."""
-    _connect()
+    connect()
     from orchestration.client import BatchHandle, RunHandle, store
 
     handle = BatchHandle(id)
@@ -701,13 +701,13 @@ def cancel(
 
 
 @app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
-@_fails_cleanly
+@fails_cleanly
 def resume(batch: BatchArg) -> None:
     """Re-enqueue every unfinished run of a batch (after a crash, or to undo a cancel).
 
     Safe at any time: stored steps are never repeated.
     """
-    _connect()
+    connect()
     handle = _batch(batch)
     out.print(f"batch {batch}: re-enqueued {handle.resume()} unfinished run(s)")
 
@@ -715,7 +715,7 @@ def resume(batch: BatchArg) -> None:
 @app.command(
     epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet worker --queues actor,critic --concurrency 200"
 )
-@_fails_cleanly
+@fails_cleanly
 def worker(
     queues: Annotated[
         str, typer.Option("--queues", "-Q", help="Comma-separated queues to consume.")

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from orchestration.budget import UNITS, Budget, parse_scope
 
-from .cli_support import _connect, _fails_cleanly, out
+from .cli_support import connect, fails_cleanly, out
 
 budget_app = typer.Typer(
     help="Fleet-wide budgets: show what is spent, set limits, reset spending.",
@@ -33,14 +33,14 @@ def _fmt(unit: str, value: float | None) -> str:
 @budget_app.command(
     "show", epilog="Example: duet budget show global:team-a   (or: duet budget show user:)"
 )
-@_fails_cleanly
+@fails_cleanly
 def show(
     scope: Annotated[
         str, typer.Argument(help="A scope, or a prefix such as 'user:'; all when left out.")
     ] = "",
 ) -> None:
     """Limit, spent, reserved and remaining per unit, for one scope or all that match."""
-    _connect()
+    connect()
     from orchestration.client import get_budget, list_budgets
 
     names = [scope] if scope.count(":") == 1 and scope.split(":")[1] else list_budgets(scope)
@@ -67,7 +67,7 @@ def show(
 @budget_app.command(
     "set", epilog="Example: duet budget set global:team-a --max-usd 50 --warn-at 0.8"
 )
-@_fails_cleanly
+@fails_cleanly
 def set_(
     scope: ScopeArg,
     max_input_tokens: Annotated[int | None, typer.Option(help="Input tokens.")] = None,
@@ -91,7 +91,7 @@ def set_(
     except ValidationError as exc:
         problems = "; ".join(f"--{e['loc'][0]}: {e['msg']}".replace("_", "-") for e in exc.errors())
         raise ConfigError(problems) from None
-    _connect()
+    connect()
     from orchestration.client import set_budgets
 
     set_budgets({scope: budget})
@@ -100,11 +100,11 @@ def set_(
 
 
 @budget_app.command("reset", epilog="Example: duet budget reset global:team-a")
-@_fails_cleanly
+@fails_cleanly
 def reset(scope: ScopeArg) -> None:
     """Zero a scope's spending (its limits stay)."""
     parse_scope(scope)
-    _connect()
+    connect()
     from orchestration.client import reset_budget
 
     reset_budget(scope)

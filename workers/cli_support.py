@@ -22,7 +22,7 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _fails_cleanly(command: F) -> F:
+def fails_cleanly(command: F) -> F:
     """Turn the mistakes a user can fix into a one-line message and exit code 2."""
 
     @functools.wraps(command)
@@ -35,22 +35,22 @@ def _fails_cleanly(command: F) -> F:
         except (ConfigError, LookupError) as exc:
             if isinstance(exc, KeyError | IndexError):
                 raise  # a bug, not a batch or run that is not there
-            _error(str(exc))
+            error(str(exc))
             raise typer.Exit(BAD_USAGE) from None
 
     return wrapper  # type: ignore[return-value]
 
 
-def _error(message: str) -> None:
+def error(message: str) -> None:
     # soft_wrap: a long path or key path stays on one line, whole, for copy and grep.
     err.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     err.print(Text("warning: " + message, style="yellow"), soft_wrap=True)
 
 
-def _connect(*, embedded_ok: bool = False) -> str:
+def connect(*, embedded_ok: bool = False) -> str:
     """Point this process at the cluster, or start the embedded one; the Redis URL.
 
     Raises:
