@@ -28,12 +28,19 @@ def wait_for(condition, timeout: float, what: str, interval: float = 0.05):  # t
 
 @contextlib.contextmanager
 def celery_worker(
-    redis_url: str, *, concurrency: int = 32, env: dict[str, str] | None = None,
-    queues: str = "actor,critic,coordinator", name: str = "w1",
+    redis_url: str,
+    *,
+    concurrency: int = 32,
+    env: dict[str, str] | None = None,
+    queues: str = "actor,critic,coordinator",
+    name: str = "w1",
+    broker_url: str | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A ``celery -A workers worker`` subprocess, ready when this yields."""
     full_env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("DUET_BROKER_URL", None)
+    if broker_url:
+        full_env["DUET_BROKER_URL"] = broker_url
     log = open(ROOT / f".pytest-worker-{name}-{os.getpid()}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
@@ -44,11 +51,12 @@ def celery_worker(
     )  # fmt: skip
     from celery import Celery
 
-    probe = Celery("probe", broker=redis_url, set_as_current=False)
+    probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
     try:
         wait_for(
             lambda: proc.poll() is not None or probe.control.ping(timeout=0.5),
-            60, "the worker to answer a ping",
+            60,
+            "the worker to answer a ping",
         )
         if proc.poll() is not None:
             raise AssertionError(f"worker exited: {(ROOT / log.name).read_text()[-2000:]}")
@@ -65,5 +73,3 @@ def celery_worker(
         log.close()
         with contextlib.suppress(OSError):
             os.unlink(log.name)
-
-

@@ -1,0 +1,49 @@
+"""Run state in Redis, messages through RabbitMQ (DUET_BROKER_URL)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import pytest
+
+from orchestration import Agent, Team
+from tests.support import celery_worker
+
+pytestmark = pytest.mark.system
+
+RABBIT = os.environ.get("DUET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def _rabbit_up() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 127.0.0.1:5672")
+def test_runs_through_a_rabbitmq_broker(
+    redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestration import connection
+    from orchestration.settings import get_settings
+
+    monkeypatch.setenv("DUET_REDIS_URL", redis_url)
+    monkeypatch.setenv("DUET_BROKER_URL", RABBIT)
+    get_settings.cache_clear()
+    connection.use_redis(redis_url)
+    try:
+        with celery_worker(redis_url, broker_url=RABBIT, name="amqp"):
+            team = Team.actor_critic(
+                actor=Agent("Fix.", model="sim"),
+                critic=Agent("Review.", model="sim?scores=0.2,0.95"),
+            )
+            results = [h.result(timeout=60) for h in [team.submit(f"x{i}") for i in range(5)]]
+        assert [(r.status, len(r.rounds)) for r in results] == [("approved", 2)] * 5
+        assert not redis_client.llen("coordinator"), "messages went to Redis, not RabbitMQ"
+    finally:
+        connection.reset()
+        get_settings.cache_clear()
