@@ -11,17 +11,13 @@ temperature is therefore not sent (logged once per adapter).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import threading
 from typing import Any
 
 from orchestration.agents import AgentSpec
-from orchestration.errors import ProviderError
 
-from .base import Completion, Message, Provider, StopReason
-from .errors import classify_exception
+from .base import Completion, Message, StopReason
+from .sdk import SDKProvider
 
 log = logging.getLogger(__name__)
 
@@ -32,42 +28,22 @@ _STOP_REASONS: dict[str | None, StopReason] = {
 }
 
 
-class AnthropicProvider(Provider):
+class AnthropicProvider(SDKProvider):
     """Claude models through the Messages API."""
 
     name = "anthropic"
+    default_key_env = "ANTHROPIC_API_KEY"
 
     def __init__(self, *, base_url: str | None = None, api_key_env: str | None = None) -> None:
         super().__init__(base_url=base_url, api_key_env=api_key_env)
-        self._client: Any = None
-        self._key: str | None = None
-        self._lock = threading.Lock()
         self._warned_temperature = False
 
-    def client(self) -> Any:
-        """The adapter's one ``anthropic.Anthropic`` client, created on first use."""
-        client = self._client
-        if client is not None:
-            return client
-        with self._lock:
-            if self._client is None:
-                key = os.environ.get(self.api_key_env) if self.api_key_env else None
-                if not key:
-                    raise ProviderError(
-                        f"anthropic: no API key: environment variable "
-                        f"{self.api_key_env or 'ANTHROPIC_API_KEY'} is not set on this worker",
-                        kind="missing_key",
-                        transient=False,
-                    )
-                import anthropic  # heavy: only when a worker first calls Anthropic
+    def _new_client(self, key: str) -> Any:
+        import anthropic  # heavy: only when a worker first calls Anthropic
 
-                # An explicit api_key stops the SDK from looking for profiles or
-                # federation settings; base_url None lets it read ANTHROPIC_BASE_URL.
-                self._key = key
-                self._client = anthropic.Anthropic(
-                    api_key=key, base_url=self.base_url, max_retries=0
-                )
-            return self._client
+        # An explicit api_key stops the SDK from looking for profiles or federation
+        # settings; base_url None lets it read ANTHROPIC_BASE_URL.
+        return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0)
 
     def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
         client = self.client()
@@ -101,21 +77,6 @@ class AnthropicProvider(Provider):
             stop_reason=_STOP_REASONS.get(response.stop_reason, "other"),
             raw_stop_reason=response.stop_reason,
         )
-
-    def classify(self, exc: Exception) -> ProviderError:
-        return classify_exception(exc, provider=self.name, secrets=[self._key])
-
-    def warm(self) -> None:
-        # A missing key is reported by complete(), on the run; here it is not an error.
-        with contextlib.suppress(ProviderError):
-            self.client()
-
-    def close(self) -> None:
-        """Close the HTTP connection pool (the next call opens a new client)."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
 
 
 def preload() -> None:

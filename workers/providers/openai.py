@@ -7,16 +7,13 @@ are ours, done by rescheduling the Celery task with the classified error's hints
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
 from typing import Any
 
 from orchestration.agents import AgentSpec
 from orchestration.errors import ProviderError
 
-from .base import Completion, Message, Provider, StopReason
-from .errors import classify_exception
+from .base import Completion, Message, StopReason
+from .sdk import SDKProvider
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"
@@ -25,40 +22,21 @@ _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 _STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tokens"}
 
 
-class OpenAIProvider(Provider):
+class OpenAIProvider(SDKProvider):
     """Chat Completions on api.openai.com or any server that speaks that API."""
 
     name = "openai"
+    default_key_env = "OPENAI_API_KEY"
 
-    def __init__(self, *, base_url: str | None = None, api_key_env: str | None = None) -> None:
-        super().__init__(base_url=base_url, api_key_env=api_key_env)
-        self._client: Any = None
-        self._key: str | None = None
-        self._lock = threading.Lock()
+    def _new_client(self, key: str) -> Any:
+        import openai  # heavy: only when a worker first calls OpenAI
 
-    def client(self) -> Any:
-        """The adapter's one ``openai.OpenAI`` client, created on first use."""
-        client = self._client
-        if client is not None:
-            return client
-        with self._lock:
-            if self._client is None:
-                key = os.environ.get(self.api_key_env) if self.api_key_env else None
-                if not key:
-                    if self.base_url is None:
-                        raise ProviderError(
-                            f"openai: no API key: environment variable "
-                            f"{self.api_key_env or 'OPENAI_API_KEY'} is not set on this worker",
-                            kind="missing_key",
-                            transient=False,
-                        )
-                    key = PLACEHOLDER_KEY
-                import openai  # heavy: only when a worker first calls OpenAI
+        # base_url None lets the SDK read OPENAI_BASE_URL, else api.openai.com.
+        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0)
 
-                # base_url None lets the SDK read OPENAI_BASE_URL, else api.openai.com.
-                self._key = key
-                self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0)
-            return self._client
+    def _missing_key(self) -> str:
+        # A self-hosted OpenAI-compatible server (explicit base_url) often wants no key.
+        return PLACEHOLDER_KEY if self.base_url is not None else super()._missing_key()
 
     def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
         client = self.client()
@@ -89,21 +67,6 @@ class OpenAIProvider(Provider):
             stop_reason=_STOP_REASONS.get(choice.finish_reason, "other"),
             raw_stop_reason=choice.finish_reason,
         )
-
-    def classify(self, exc: Exception) -> ProviderError:
-        return classify_exception(exc, provider=self.name, secrets=[self._key])
-
-    def warm(self) -> None:
-        # A missing key is reported by complete(), on the run; here it is not an error.
-        with contextlib.suppress(ProviderError):
-            self.client()
-
-    def close(self) -> None:
-        """Close the HTTP connection pool (the next call opens a new client)."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
 
 
 def preload() -> None:

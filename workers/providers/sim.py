@@ -134,7 +134,10 @@ def _critic_score(opts: SimOptions, reviewed: str, revision: int) -> float:
     if opts.scores:
         return opts.scores[min(max(revision, 0), len(opts.scores) - 1)]
     # No schedule: start somewhere in [0.35, 0.85) by the reviewed text's task, +0.2 a revision.
-    base = 0.35 + (_digest(reviewed.split("\n", 1)[0].replace(f"[revision {revision}]", "")) % 50) / 100
+    base = (
+        0.35
+        + (_digest(reviewed.split("\n", 1)[0].replace(f"[revision {revision}]", "")) % 50) / 100
+    )
     return round(min(1.0, base + 0.2 * max(revision, 0)), 2)
 
 
@@ -189,7 +192,11 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
     else:
         text = _actor_reply(opts, last, revision)
     stop = "end"
-    limit = max_tokens if opts.truncate_at is None or opts.truncate_at != revision else tokens(text) // 2
+    limit = (
+        max_tokens
+        if opts.truncate_at is None or opts.truncate_at != revision
+        else tokens(text) // 2
+    )
     if tokens(text) > limit:
         text, stop = text[: limit * 4], "max_tokens"
     prompt_chars = len(system) + sum(len(m["content"]) for m in messages)

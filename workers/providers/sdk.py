@@ -1,0 +1,72 @@
+"""What the vendor-SDK adapters share: one lazily created client, keys, errors, cleanup.
+
+A subclass names its key variable and writes :meth:`SDKProvider._new_client` (import the
+SDK there, not at module import: ``import anthropic`` alone takes seconds) and ``_call``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+from orchestration.errors import ProviderError
+
+from .base import Provider
+from .errors import classify_exception
+
+
+class SDKProvider(Provider):
+    """One client (so one HTTP connection pool) per adapter, made on first use."""
+
+    #: The environment variable named in messages when the agent names none.
+    default_key_env: ClassVar[str]
+
+    def __init__(self, *, base_url: str | None = None, api_key_env: str | None = None) -> None:
+        super().__init__(base_url=base_url, api_key_env=api_key_env)
+        self._client: Any = None
+        self._key: str | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> Any:
+        """The adapter's client, created on first use (``max_retries=0``: retries are ours)."""
+        client = self._client
+        if client is not None:
+            return client
+        with self._lock:
+            if self._client is None:
+                key = os.environ.get(self.api_key_env) if self.api_key_env else None
+                self._key = key or self._missing_key()
+                self._client = self._new_client(self._key)
+            return self._client
+
+    @abstractmethod
+    def _new_client(self, key: str) -> Any:
+        """Import the SDK and build its client."""
+
+    def _missing_key(self) -> str:
+        """The key to use when the variable is unset; by default, that is an error."""
+        raise ProviderError(
+            f"{self.name}: no API key: environment variable "
+            f"{self.api_key_env or self.default_key_env} is not set on this worker",
+            kind="missing_key",
+            transient=False,
+        )
+
+    def classify(self, exc: Exception) -> ProviderError:
+        # The key in use is scrubbed from any message that echoes it.
+        return classify_exception(exc, provider=self.name, secrets=[self._key])
+
+    def warm(self) -> None:
+        # A missing key is reported by complete(), on the run; here it is not an error.
+        with contextlib.suppress(ProviderError):
+            self.client()
+
+    def close(self) -> None:
+        """Close the HTTP connection pool (the next call opens a new client)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
