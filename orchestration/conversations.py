@@ -71,11 +71,11 @@ class ConversationStore:
         Nothing is stored when ``turns < 1`` or the reply is empty (an empty assistant
         message would make the vendors refuse every later call of the conversation).
         """
-        if turns < 1 or not reply.strip():
+        if not keeps(turns, reply):
             return
         key = keys.conversation(role, scope)
         p = pipe if pipe is not None else self.r.pipeline(transaction=False)
-        p.rpush(key, json.dumps({"s": step_id, "u": prompt, "a": reply}, separators=(",", ":")))
+        p.rpush(key, turn_json(step_id, prompt, reply))
         p.ltrim(key, -turns, -1)
         p.expire(key, self.ttl_s)
         if pipe is None:
@@ -84,6 +84,17 @@ class ConversationStore:
     def clear(self, role: str, scope: str) -> None:
         """Forget one conversation."""
         self.r.delete(keys.conversation(role, scope))
+
+
+def keeps(turns: int, reply: str) -> bool:
+    """Whether a turn with this reply is stored: not when no turns are kept, nor an
+    empty reply (an empty assistant message makes the vendors refuse every later call)."""
+    return turns >= 1 and bool(reply.strip())
+
+
+def turn_json(step_id: str, prompt: str, reply: str) -> str:
+    """One stored turn: the step that made it, the prompt it sent, the reply it got."""
+    return json.dumps({"s": step_id, "u": prompt, "a": reply}, separators=(",", ":"))
 
 
 def messages_from(raw: list[Any]) -> list[Message]:
@@ -102,4 +113,11 @@ def messages_from(raw: list[Any]) -> list[Message]:
     return messages
 
 
-__all__ = ["ConversationStore", "Message", "conversation_scope", "messages_from"]
+__all__ = [
+    "ConversationStore",
+    "Message",
+    "conversation_scope",
+    "keeps",
+    "messages_from",
+    "turn_json",
+]

@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import events as ev
+from . import keys
+from .architecture import LoopSpec
+from .conversations import conversation_scope
 from .keys import TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE, TASK_REFINE
 from .loop import (
+    ROLE_OF,
     Finish,
     LoopState,
     StepOutcome,
@@ -58,11 +62,28 @@ def outcomes(steps: Mapping[str, Mapping[str, Any]]) -> tuple[StepOutcome, ...]:
     return tuple(sorted(found, key=lambda o: (o.round, order[o.phase])))
 
 
-def _current_output(steps: Mapping[str, Mapping[str, Any]], outs: tuple[StepOutcome, ...]) -> str:
-    for out in reversed(outs):
-        if out.role == "actor" and not out.interrupted:
-            return str(steps[step_key(out.phase, out.round)]["text"])
-    return ""
+def _key_at(index: int) -> str:
+    """The key of the ``index``-th step of a run (inverse of :func:`loop.step_index`)."""
+    if index == 0:
+        return step_key("generate", 0)
+    return step_key("critique" if index % 2 else "refine", (index + 1) // 2)
+
+
+def _steps_before(seq: int) -> tuple[str, ...]:
+    """The keys of the (up to) two steps before transition ``seq``."""
+    return tuple(_key_at(i) for i in (seq - 1, seq - 2) if i >= 0)
+
+
+def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, Any]:
+    """What the step's begin script reads for it: the pause key of its model and, with
+    persistent subagents, its conversation (key and turns kept)."""
+    agent = spec.actor if role == "actor" else spec.critic
+    reads: dict[str, Any] = {"pause": keys.rate_pause(agent.provider, agent.model_name)}
+    turns = spec.conversation_turns if spec.persistent_subagents else 0
+    if turns > 0:
+        scope = conversation_scope(run.get("user_id") or None, run["run_id"])
+        reads.update(conv=keys.conversation(role, scope), turns=turns)
+    return reads
 
 
 class Coordinator:
@@ -74,7 +95,10 @@ class Coordinator:
 
     def advance(self, run_id: str, seq: int) -> Dispatch | None:
         """Make transition ``seq`` of ``run_id``; the step to enqueue, if any."""
-        run, steps = self.store.load_run(run_id)
+        # Every step's outcome, but the text of only the last two steps: the one that
+        # just finished and the one before it hold the current output and the critique.
+        view = self.store.load_for_transition(run_id, _steps_before(seq))
+        run, steps = view.run, view.steps
         if not run:
             log.warning("coordinate: run %s not found (expired?)", run_id)
             return None
@@ -112,13 +136,15 @@ class Coordinator:
         if isinstance(action, Finish):
             self._finish(run, steps, outs, seq, action, events)
             return None
-        current = _current_output(steps, outs)
+        current = self._current_output(run_id, steps, outs)
         if action.phase == "generate":
             prompt = run["prompt"]
         elif action.phase == "critique":
-            prompt = render_critique_prompt(spec.critique_template, prompt=run["prompt"], output=current)
+            prompt = render_critique_prompt(
+                spec.critique_template, prompt=run["prompt"], output=current
+            )
         else:
-            critique = steps[step_key("critique", action.round)]
+            critique = self._full(run_id, steps, step_key("critique", action.round))
             prompt = render_refine_prompt(
                 spec.refine_template,
                 prompt=run["prompt"],
@@ -128,14 +154,38 @@ class Coordinator:
             )
         key = step_key(action.phase, action.round)
         step_input = {"phase": action.phase, "round": action.round, "prompt": prompt}
+        step_input.update(_reads_for(spec, ROLE_OF[action.phase], run))
         if self.store.record_step(run, seq, key, step_input, events) != 1:
             return None  # another coordinator made this transition first
         return Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1)
 
+    def _full(self, run_id: str, steps: dict[str, dict[str, Any]], key: str) -> Mapping[str, Any]:
+        """The whole stored result of ``key`` (read now if only its outcome was loaded)."""
+        step = steps[key]
+        if "key" not in step:  # an outcome only: the full result has its own key
+            loaded = self.store.step_result(run_id, key)
+            if loaded is not None:
+                step = steps[key] = loaded
+        return step
+
+    def _current_output(
+        self, run_id: str, steps: dict[str, dict[str, Any]], outs: tuple[StepOutcome, ...]
+    ) -> str:
+        for out in reversed(outs):
+            if out.role == "actor" and not out.interrupted:
+                return str(self._full(run_id, steps, step_key(out.phase, out.round))["text"])
+        return ""
+
     def _redispatch(
         self, run: Mapping[str, str], steps: Mapping[str, Any], made: int
     ) -> Dispatch | None:
-        """A transition made but never handed to the broker (a crash in between): send it."""
+        """A transition made but never handed to the broker (a crash in between): send it.
+
+        A step that reached a worker is marked ``dispatched`` by its begin script, and a
+        stored one has an outcome: both are left alone. A step still waiting in the
+        queue is sent again; the copy is harmless (the step claim and the stored result
+        make a second delivery a no-op).
+        """
         current = run.get("current_step")
         if not current or int(run.get("dispatched", -1)) >= made or current in steps:
             return None
@@ -145,7 +195,7 @@ class Coordinator:
     def _finish(
         self,
         run: Mapping[str, str],
-        steps: Mapping[str, Mapping[str, Any]],
+        steps: dict[str, dict[str, Any]],
         outs: tuple[StepOutcome, ...],
         seq: int,
         action: Finish,
@@ -160,14 +210,26 @@ class Coordinator:
             events.append(event_json(ev.MAX_ROUNDS_REACHED, run_id, last_round, score=score))
         error = None
         if outs and action.status in ("interrupted", "failed"):
-            error = steps[step_key(outs[-1].phase, outs[-1].round)].get("error")
+            last = self._full(run_id, steps, step_key(outs[-1].phase, outs[-1].round))
+            error = last.get("error")
         events.append(
-            event_json(ev.RUN_FINISHED, run_id, last_round, status=action.status,
-                       reason=action.reason, score=score)
+            event_json(
+                ev.RUN_FINISHED,
+                run_id,
+                last_round,
+                status=action.status,
+                reason=action.reason,
+                score=score,
+            )
         )
         self.store.record_finish(
-            run, seq, action.status, reason=action.reason, error=error,
-            usage=run_usage(steps), events=events,
+            run,
+            seq,
+            action.status,
+            reason=action.reason,
+            error=error,
+            usage=run_usage(steps),
+            events=events,
         )
 
 

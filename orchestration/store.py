@@ -61,9 +61,14 @@ return 1
 """
 
 # A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
+# Taking it also notes that the step reached a worker (``dispatched``, read by a
+# redelivered coordinator) and, when the input names them (see ``RunStore.record_step``),
+# reads the fleet-wide pause of the step's model and the role's conversation history, so
+# a step needs no other read before its call.
 _BEGIN_STEP = """
 local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes')
+local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
+                      'current_step', 'seq')
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
 if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
@@ -74,14 +79,35 @@ local input = redis.call('HGET', inputs, ARGV[1])
 if not input then return {'gone'} end
 redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
 if not holder then redis.call('XADD', events, '*', 'e', ARGV[4]) end
-return {'go', input, st[3], st[4] or '', st[5] or ''}
+if st[6] == ARGV[1] then redis.call('HSET', run, 'dispatched', st[7]) end
+local out = {'go', input, st[3], st[4] or '', st[5] or '', 'x'}
+local meta = cjson.decode(input)
+if type(meta['pause']) == 'string' then out[6] = redis.call('PTTL', meta['pause']) end
+local turns = tonumber(meta['turns']) or 0
+if type(meta['conv']) == 'string' and turns > 0 then
+  out[7] = 'h'
+  local turn = redis.call('LRANGE', meta['conv'], -turns, -1)
+  for i = 1, #turn do out[7 + i] = turn[i] end
+end
+return out
 """
 
-# Store a step's result once; a second store of the same step is refused.
+# Store a step's result once; a second store of the same step is refused. The first
+# store also notes the step's compact outcome on the run (``o:<step key>``, read by the
+# coordinator instead of every step's text) and appends the turn to the role's
+# conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] TTL).
 _COMPLETE_STEP = """
-local steps, claim, events = KEYS[1], KEYS[2], KEYS[3]
+local steps, claim, events, run, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
-if stored == 1 then redis.call('XADD', events, '*', 'e', ARGV[3]) end
+if stored == 1 then
+  redis.call('XADD', events, '*', 'e', ARGV[3])
+  if redis.call('EXISTS', run) == 1 then redis.call('HSET', run, 'o:' .. ARGV[1], ARGV[5]) end
+  if conv ~= '' then
+    redis.call('RPUSH', conv, ARGV[6])
+    redis.call('LTRIM', conv, -tonumber(ARGV[7]), -1)
+    redis.call('EXPIRE', conv, ARGV[8])
+  end
+end
 if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
 return stored
 """
@@ -135,6 +161,72 @@ class StepStart:
     user_id: str | None = None
     #: Budget scopes the step's call is charged to.
     scopes: tuple[str, ...] = ()
+    #: Seconds left of the fleet-wide pause of the step's model (0.0: none); None when
+    #: the input named no pause key (a step recorded by an older coordinator).
+    paused_s: float | None = None
+    #: The role's stored conversation turns (raw, oldest first); None when the input
+    #: named no conversation (none kept, or recorded by an older coordinator).
+    history: list[Any] | None = None
+
+
+#: Fields of a stored step result kept in its compact outcome (see ``step_outcome``).
+OUTCOME_FIELDS = (
+    "interrupted", "score", "input_tokens", "output_tokens", "cached_input_tokens", "calls",
+    "usd",
+)  # fmt: skip
+#: Prefix of the run-hash fields holding the compact outcome of each stored step.
+OUTCOME_PREFIX = "o:"
+
+
+def step_outcome(result: Mapping[str, Any]) -> str:
+    """The compact outcome of a step result: what the coordinator needs of every step
+    (how it ended, the score, the usage), without its text."""
+    return json.dumps({f: result[f] for f in OUTCOME_FIELDS if f in result}, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """What the coordinator reads of a run for one transition (see ``load_for_transition``).
+
+    ``steps`` maps *every* stored step key to its outcome fields; only the steps named in
+    ``full`` carry their whole stored result (text, issues, error...).
+    """
+
+    run: dict[str, str]
+    steps: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """One call of a registered script, to run with others in one round trip."""
+
+    script: Any  # redis.commands.core.Script
+    keys: list[Any]
+    args: list[Any]
+
+
+def run_scripts(client: redis.Redis, calls: list[ScriptCall]) -> list[Any]:
+    """Run ``calls`` in order in one round trip (a non-transaction pipeline of EVALSHA).
+
+    Each script is sent by its SHA; one the server does not know (restarted, flushed) is
+    run again on its own through its ``Script``, which loads it. A pipeline is never
+    handed the ``Script`` objects themselves: redis-py would add a SCRIPT EXISTS round
+    trip per execution.
+    """
+    if len(calls) == 1:
+        only = calls[0]
+        return [only.script(keys=only.keys, args=only.args)]
+    pipe = client.pipeline(transaction=False)
+    for call in calls:
+        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+    results = pipe.execute(raise_on_error=False)
+    for i, res in enumerate(results):
+        if isinstance(res, redis.exceptions.NoScriptError):
+            call = calls[i]
+            results[i] = call.script(keys=call.keys, args=call.args)
+        elif isinstance(res, Exception):
+            raise res
+    return results
 
 
 def event_json(type_: str, run_id: str, round_: int | None = None, **data: Any) -> str:
@@ -209,8 +301,43 @@ class RunStore:
         run, steps = pipe.execute()
         return run, {k: json.loads(v) for k, v in steps.items()}
 
+    def load_for_transition(self, run_id: str, full: tuple[str, ...]) -> RunView:
+        """The run record, every stored step's outcome, and the whole results of the
+        steps named in ``full``: one round trip, whatever the size of the texts.
+
+        Outcomes come from the run's ``o:<step key>`` fields; a run with a step stored
+        without one (by an older worker) is read whole instead.
+        """
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(keys.run(run_id))
+        pipe.hlen(keys.run_steps(run_id))
+        if full:
+            pipe.hmget(keys.run_steps(run_id), full)
+        got = pipe.execute()
+        run: dict[str, str] = got[0]
+        steps: dict[str, dict[str, Any]] = {}
+        for field in [f for f in run if f.startswith(OUTCOME_PREFIX)]:
+            steps[field[len(OUTCOME_PREFIX) :]] = json.loads(run.pop(field))
+        if len(steps) != got[1]:
+            _, every = self.load_run(run_id)
+            return RunView(run, every)
+        if full:
+            for key, raw in zip(full, got[2], strict=True):
+                if raw is not None:
+                    steps[key] = json.loads(raw)
+        return RunView(run, steps)
+
+    def step_result(self, run_id: str, step_key: str) -> dict[str, Any] | None:
+        """One stored step result, or None."""
+        raw = self.r.hget(keys.run_steps(run_id), step_key)
+        return None if raw is None else json.loads(raw)
+
     def record_step(
-        self, run: Mapping[str, str], seq: int, step_key: str, step_input: Mapping[str, Any],
+        self,
+        run: Mapping[str, str],
+        seq: int,
+        step_key: str,
+        step_input: Mapping[str, Any],
         events: list[str],
     ) -> int:
         """Make transition ``seq`` create ``step_key``; 1 if made, <= 0 if not (see script)."""
@@ -218,14 +345,30 @@ class RunStore:
         return self._run_transition(run, seq, args, events)
 
     def record_finish(
-        self, run: Mapping[str, str], seq: int, status: str, *, reason: str | None,
-        error: str | None, usage: Mapping[str, Any], events: list[str],
+        self,
+        run: Mapping[str, str],
+        seq: int,
+        status: str,
+        *,
+        reason: str | None,
+        error: str | None,
+        usage: Mapping[str, Any],
+        events: list[str],
     ) -> int:
         """Make transition ``seq`` finish the run; 1 if made, <= 0 if not."""
         return self._run_transition(
-            run, seq,
-            ["finish", repr(time.time()), status, reason or "", error or "",
-             json.dumps(usage), str(self.finished_ttl_s), run["run_id"]],
+            run,
+            seq,
+            [
+                "finish",
+                repr(time.time()),
+                status,
+                reason or "",
+                error or "",
+                json.dumps(usage),
+                str(self.finished_ttl_s),
+                run["run_id"],
+            ],
             events,
         )
 
@@ -246,19 +389,21 @@ class RunStore:
             args.append("")
         return int(self._transition(keys=script_keys, args=[seq, *args, *events]))
 
-    def mark_dispatched(self, run_id: str, seq: int) -> None:
-        """Note that the step made by transition ``seq - 1`` was handed to the broker."""
-        self.r.hset(keys.run(run_id), "dispatched", seq)
-
     def fail_run(self, run_id: str, error: str) -> None:
         """End a run as ``failed`` whatever transition it is at (a bug, not a decision)."""
         run, steps = self.load_run(run_id)
         if not run or run.get("status") in FINISHED_STATUSES:
             return
         self.record_finish(
-            run, int(run.get("seq", 0)), "failed", reason="coordinator:error", error=error,
+            run,
+            int(run.get("seq", 0)),
+            "failed",
+            reason="coordinator:error",
+            error=error,
             usage=run_usage(steps),
-            events=[event_json("run.finished", run_id, status="failed", reason="coordinator:error")],
+            events=[
+                event_json("run.finished", run_id, status="failed", reason="coordinator:error")
+            ],
         )
 
     # --- the step's side --------------------------------------------------
@@ -266,27 +411,49 @@ class RunStore:
         self, run_id: str, step_key: str, claimant: str, lease_s: int, started_event: str
     ) -> StepStart:
         res = self._begin(
-            keys=[keys.run(run_id), keys.run_inputs(run_id), keys.run_steps(run_id),
-                  keys.step_claim(run_id, step_key), keys.run_events(run_id)],
+            keys=[
+                keys.run(run_id),
+                keys.run_inputs(run_id),
+                keys.run_steps(run_id),
+                keys.step_claim(run_id, step_key),
+                keys.run_events(run_id),
+            ],
             args=[step_key, claimant, lease_s, started_event],
         )
         if res[0] != "go":
             return StepStart(res[0])
-        scopes = tuple(s for s in res[4].split(",") if s) if len(res) > 4 else ()
-        return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes)
+        scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
+        paused_ms = res[5]
+        paused = None if paused_ms == "x" else (paused_ms / 1000 if paused_ms > 0 else 0.0)
+        history = res[7:] if len(res) > 6 else None
+        return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history)
 
     def complete_step(
-        self, run_id: str, step_key: str, result: Mapping[str, Any], completed_event: str,
+        self,
+        run_id: str,
+        step_key: str,
+        result: Mapping[str, Any],
+        completed_event: str,
         claimant: str,
+        *,
+        conversation: tuple[str, str, int] | None = None,
+        before: Iterable[ScriptCall] = (),
     ) -> bool:
-        """Store the step's result unless one is stored already; True if this one was."""
-        return bool(
-            self._complete(
-                keys=[keys.run_steps(run_id), keys.step_claim(run_id, step_key),
-                      keys.run_events(run_id)],
-                args=[step_key, json.dumps(result), completed_event, claimant],
-            )
-        )
+        """Store the step's result unless one is stored already; True if this one was.
+
+        ``conversation`` is ``(key, turn, turns kept)``: the turn is appended to that
+        conversation when, and only when, this result is the one stored. ``before`` are
+        other scripts to run first in the same round trip (e.g. the budget settlement).
+        """
+        conv_key, turn, turns = conversation or ("", "", 0)
+        call = ScriptCall(
+            self._complete,
+            [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
+             keys.run_events(run_id), keys.run(run_id), conv_key],
+            [step_key, json.dumps(result), completed_event, claimant, step_outcome(result),
+             turn, turns, self.finished_ttl_s],
+        )  # fmt: skip
+        return bool(run_scripts(self.r, [*before, call])[-1])
 
     # --- reading ------------------------------------------------------------
     def status(self, run_id: str) -> str | None:
@@ -310,8 +477,12 @@ class RunStore:
         run = self.r.hmget(keys.run(run_id), "batch_id")
         batch_id = run[0]
         res = self._reopen(
-            keys=[keys.run(run_id), keys.batch(batch_id) if batch_id else "",
-                  keys.run_events(run_id), *keys.run_keys(run_id)[1:]],
+            keys=[
+                keys.run(run_id),
+                keys.batch(batch_id) if batch_id else "",
+                keys.run_events(run_id),
+                *keys.run_keys(run_id)[1:],
+            ],
             args=[event_json("run.resumed", run_id)],
         )
         what = res[0]

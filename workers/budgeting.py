@@ -15,11 +15,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestration import events as ev
+from orchestration import keys
 from orchestration.agents import AgentSpec
 from orchestration.budget import Amount, Refusal
-from orchestration.ledger import BudgetLedger, RateLimiter
+from orchestration.ledger import (
+    DEFAULT_SETTLED_TTL_S,
+    BudgetLedger,
+    RateLimiter,
+    _scope_keys,
+    _wire,
+)
 from orchestration.pricing import cost_usd, price_for
-from orchestration.store import event_json
+from orchestration.store import ScriptCall, event_json
 
 from .providers import Completion, Message
 
@@ -35,7 +42,9 @@ def step_id(run_id: str, key: str) -> str:
 def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
     """A call's worst case. Input: one token per UTF-8 byte, an upper bound for BPE
     tokenizers; output: the agent's ``max_tokens``."""
-    input_tokens = len(agent.instructions.encode()) + sum(len(m["content"].encode()) for m in messages)
+    input_tokens = len(agent.instructions.encode()) + sum(
+        len(m["content"].encode()) for m in messages
+    )
     price = price_for(agent)
     usd = cost_usd(price, input_tokens, agent.max_tokens) if price else 0.0
     return Amount(input_tokens=input_tokens, output_tokens=agent.max_tokens, usd=usd, calls=1)
@@ -45,12 +54,17 @@ def actual(agent: AgentSpec, completion: Completion) -> Amount:
     """What a finished call really cost."""
     price = price_for(agent)
     usd = (
-        cost_usd(price, completion.input_tokens, completion.output_tokens, completion.cached_input_tokens)
+        cost_usd(
+            price, completion.input_tokens, completion.output_tokens, completion.cached_input_tokens
+        )
         if price
         else 0.0
     )
     return Amount(
-        input_tokens=completion.input_tokens, output_tokens=completion.output_tokens, usd=usd, calls=1
+        input_tokens=completion.input_tokens,
+        output_tokens=completion.output_tokens,
+        usd=usd,
+        calls=1,
     )
 
 
@@ -66,7 +80,9 @@ class Budgets:
         self._lock = threading.Lock()
 
     # --- coordinator: the check at the start of a round --------------------
-    def round_check(self, run: Mapping[str, str], scopes: list[str]) -> tuple[str | None, list[str]]:
+    def round_check(
+        self, run: Mapping[str, str], scopes: list[str]
+    ) -> tuple[str | None, list[str]]:
         """(interruption reason or None, budget.warning events) for the run's scopes."""
         status = self.ledger.round_status(scopes)
         warnings = [
@@ -77,23 +93,44 @@ class Budgets:
         return status.reason, warnings
 
     # --- step: around the call ------------------------------------------
-    def reserve(self, sid: str, scopes: list[str], amount: Amount, lease_s: float) -> Refusal | None:
+    def reserve(
+        self, sid: str, scopes: list[str], amount: Amount, lease_s: float
+    ) -> Refusal | None:
         return self.ledger.reserve(sid, scopes, amount, lease_s) if scopes else None
 
     def settle(self, sid: str, scopes: list[str], amount: Amount) -> None:
         if scopes:
             self.ledger.settle(sid, scopes, amount)
 
+    def settle_calls(self, sid: str, scopes: list[str], amount: Amount) -> list[ScriptCall]:
+        """:meth:`settle` as a script call to run with the step's store (one round trip);
+        none when the run has no budget scopes."""
+        if not scopes:
+            return []
+        return [
+            ScriptCall(
+                self.ledger._settle,
+                [*_scope_keys(scopes), keys.budget_settled(sid)],
+                [sid, DEFAULT_SETTLED_TTL_S, _wire(amount), len(scopes)],
+            )
+        ]
+
     def release(self, sid: str, scopes: list[str]) -> None:
         if scopes:
             self.ledger.release(sid, scopes)
 
-    def rate_wait(self, agent: AgentSpec, tokens: int) -> float:
-        """Seconds to wait before this call may go (0.0: it is counted and may go now)."""
+    def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float | None = None) -> float:
+        """Seconds to wait before this call may go (0.0: it is counted and may go now).
+
+        ``paused_s`` is the model's fleet-wide pause if the caller read it already (the
+        step's begin script does); a model with rate limits has it checked again by the
+        acquire script, atomically with the grant.
+        """
         limits = self._rate_table().get(f"{agent.provider}:{agent.model_name}")
-        paused = self.limiter.paused_for(agent.provider, agent.model_name) if limits is None else 0.0
         if limits is None:
-            return paused
+            if paused_s is None:
+                return self.limiter.paused_for(agent.provider, agent.model_name)
+            return paused_s
         rpm, tpm, window_s = limits
         return self.limiter.acquire(
             agent.provider, agent.model_name, rpm=rpm, tpm=tpm,

@@ -61,6 +61,9 @@ def coordinator_send(run_id: str, seq: int) -> None:
 
 
 def dispatch(step: Dispatch) -> None:
-    """Enqueue a step the coordinator decided on, then note that it was sent."""
+    """Enqueue a step the coordinator decided on.
+
+    Nothing is written after the send: the step's begin script notes that it arrived
+    (``dispatched``), which is what a redelivered coordinator message checks.
+    """
     app.send_task(step.task, args=(step.run_id, step.step_key))
-    get_store().mark_dispatched(step.run_id, step.seq)

@@ -13,11 +13,12 @@ releases its hold). Waiting for a rate limit or for budget room re-schedules the
 too, but does not count as a failed attempt; a budget with no room left interrupts the
 agent with reason ``budget:<scope kind>:<unit>``.
 
-Per call: one script to take the step, one read of the conversation history (persistent
-subagents only), the rate-limit check, the reservation (budgeted runs only), the model
-call, the settlement (budgeted only), one script to store the result, one pipelined
-append of the turn (persistent only), one message to the coordinator. Specs, prices and
-adapters are resolved once per process.
+Per call: one script to take the step (it also reads the model's fleet-wide pause and,
+for persistent subagents, the conversation history, and notes that the step arrived),
+the rate-limit grant (models with fleet rate limits only), the reservation (budgeted runs
+only), the model call, one round trip storing the result with the settlement (budgeted
+runs) and the conversation turn (persistent only), one message to the coordinator.
+Specs, prices and adapters are resolved once per process.
 """
 
 from __future__ import annotations
@@ -32,13 +33,19 @@ from orchestration import events as ev
 from orchestration import keys
 from orchestration.agents import AgentSpec, Price
 from orchestration.budget import Amount, Refusal
-from orchestration.conversations import ConversationStore, conversation_scope
+from orchestration.conversations import (
+    ConversationStore,
+    conversation_scope,
+    keeps,
+    messages_from,
+    turn_json,
+)
 from orchestration.critique import parse_critique
 from orchestration.errors import ProviderError
 from orchestration.loop import ROLE_OF, parse_step_key, step_index
 from orchestration.pricing import cost_usd, price_for
 from orchestration.settings import get_settings
-from orchestration.store import RunStore, event_json
+from orchestration.store import RunStore, ScriptCall, event_json
 
 from .budgeting import estimate
 from .budgeting import step_id as budget_step_id
@@ -168,30 +175,47 @@ def run_step(task: Any, run_id: str, key: str) -> None:
     seat = seat_for(store, start.spec_id, role)
     prompt: str = start.input["prompt"]
     messages: list[Any] = [{"role": "user", "content": prompt}]
-    convs, scope = None, ""
+    conv_key = ""
     if seat.turns:
-        convs = conversations(store)
-        scope = conversation_scope(start.user_id, run_id)
-        messages[:0] = convs.history(role, scope, seat.turns)
-    result, completion = _call(task, run_id, key, seat, messages, list(start.scopes))
-    stored = store.complete_step(
-        run_id, key, result, _completed_event(run_id, phase, round_, result), claimant
+        conv_key = keys.conversation(role, conversation_scope(start.user_id, run_id))
+        if start.history is not None:  # read by the begin script
+            messages[:0] = messages_from(start.history)
+        else:  # a step recorded by an older coordinator
+            messages[:0] = conversations(store).history(
+                role, conversation_scope(start.user_id, run_id), seat.turns
+            )
+    result, completion, settle = _call(
+        task, run_id, key, seat, messages, list(start.scopes), start.paused_s
     )
-    if stored and completion is not None and convs is not None:
-        convs.append(
-            role, scope, seat.turns, step_id=f"{run_id}/{key}", prompt=prompt, reply=completion.text
-        )
+    conversation = None
+    if completion is not None and conv_key and keeps(seat.turns, completion.text):
+        turn = turn_json(f"{run_id}/{key}", prompt, completion.text)
+        conversation = (conv_key, turn, seat.turns)
+    # The settlement, the result and the conversation turn: one round trip.
+    store.complete_step(
+        run_id, key, result, _completed_event(run_id, phase, round_, result), claimant,
+        conversation=conversation, before=settle,
+    )  # fmt: skip
     coordinator_send(run_id, handover)
 
 
 def _call(
-    task: Any, run_id: str, key: str, seat: Seat, messages: list[Any], scopes: list[str]
-) -> tuple[dict[str, Any], Completion | None]:
+    task: Any,
+    run_id: str,
+    key: str,
+    seat: Seat,
+    messages: list[Any],
+    scopes: list[str],
+    paused_s: float | None = None,
+) -> tuple[dict[str, Any], Completion | None, list[ScriptCall]]:
     """Call the model within the fleet's rate limits and the run's budgets.
 
-    Returns the step's result (and the completion, when the model answered). Raises
+    Returns the step's result, the completion (when the model answered) and the budget
+    settlement still to run (with the result's store, in one round trip). Raises
     Celery's ``Retry`` to re-schedule the step: for a transient failure (counted against
     ``max_attempts``), a rate-limit wait or budget room held by calls in flight (not).
+    ``paused_s`` is the model's fleet-wide pause as the begin script read it (None: not
+    read yet).
     """
     settings, budgets = get_settings(), get_budgets()
     agent = seat.agent
@@ -204,14 +228,14 @@ def _call(
     # Ready the HTTP client before taking a rate permit, so the permit is spent at once.
     provider.warm()
     # Fleet-wide rate limits and pauses first (a wait holds no budget), then the budget.
-    wait = budgets.rate_wait(agent, worst.tokens)
+    wait = budgets.rate_wait(agent, worst.tokens, paused_s)
     if wait > 0:
         raise _wait(task, wait, failures)
     refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
     if refusal is not None:
         if not refusal.exhausted:  # the room is held by calls in flight; it frees soon
             raise _wait(task, backoff_s(min(task.request.retries or 0, 6), None), failures)
-        return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None
+        return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
     try:
         completion = provider.complete(agent, messages)
         result = _result_from(
@@ -233,15 +257,14 @@ def _call(
             )  # fmt: skip
             get_store().r.xadd(keys.run_events(run_id), {"e": retry})
             raise _wait(task, wait, failures + 1, exc) from exc
-        return _failure(key, f"provider_error:{exc.kind}", str(exc), began), None
+        return _failure(key, f"provider_error:{exc.kind}", str(exc), began), None, []
     except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
         log.exception("run %s step %s failed", run_id, key)
         budgets.release(sid, scopes)
-        return _failure(key, "error", scrub(f"{type(exc).__name__}: {exc}"), began), None
+        return _failure(key, "error", scrub(f"{type(exc).__name__}: {exc}"), began), None, []
     used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                   usd=result["usd"], calls=1)  # fmt: skip
-    budgets.settle(sid, scopes, used)
-    return result, completion
+    return result, completion, budgets.settle_calls(sid, scopes, used)
 
 
 def failed_attempts(task: Any) -> int:

@@ -1,0 +1,108 @@
+"""The run store's folded round trips on a real server: scripts run together in one
+pipeline (a script the server forgot is loaded and run again), the begin script reads
+what the step input names, and the coordinator's compact read falls back to the whole
+steps when a step was stored without its outcome."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from orchestration import keys
+from orchestration.store import RunStore, ScriptCall, run_scripts, step_outcome
+
+
+@pytest.fixture
+def client(redis_client: Any, redis_url: str) -> Iterator[Any]:
+    """A decoding client (as the store uses) on the emptied test db."""
+    decoded = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield decoded
+    decoded.close()
+
+
+def _running(store: RunStore, run_id: str, step_input: dict[str, Any]) -> None:
+    r = store.r
+    r.hset(
+        keys.run(run_id),
+        mapping={"run_id": run_id, "spec_id": "s", "status": "running", "seq": 1,
+                 "current_step": "r0.generate"},
+    )  # fmt: skip
+    r.hset(keys.run_inputs(run_id), "r0.generate", json.dumps(step_input))
+
+
+def test_scripts_in_one_pipeline_load_a_script_the_server_lacks(client: Any) -> None:
+    store = RunStore(client, finished_ttl_s=60)
+    _running(store, "fold1", {"phase": "generate", "round": 0, "prompt": "p"})
+    # A script never loaded on this server: its EVALSHA in the pipeline gets NOSCRIPT.
+    probe = client.register_script(f"-- {uuid.uuid4()}\nreturn redis.call('INCR', KEYS[1])")
+    counter = f"{keys.PREFIX}:test:fold1:counter"
+    try:
+        stored = store.complete_step(
+            "fold1", "r0.generate", {"key": "r0.generate", "text": "t", "calls": 1}, "{}", "me",
+            before=[ScriptCall(probe, [counter], [])],
+        )  # fmt: skip
+        assert stored is True
+        assert client.get(counter) == "1"
+        out = run_scripts(client, [ScriptCall(probe, [counter], [])] * 2)
+        assert out == [2, 3]
+        fresh = client.register_script(f"-- {uuid.uuid4()}\nreturn redis.call('INCR', KEYS[1])")
+        assert run_scripts(client, [ScriptCall(fresh, [counter], [])] * 2) == [4, 5]
+    finally:
+        client.delete(counter, *keys.run_keys("fold1"))
+
+
+def test_begin_reads_pause_and_history_and_marks_dispatched(client: Any) -> None:
+    store = RunStore(client, finished_ttl_s=60)
+    conv = f"{keys.PREFIX}:conv:actor:run:fold2"
+    pause = f"{keys.PREFIX}:pause:test:fold2"
+    _running(store, "fold2", {"phase": "generate", "round": 0, "prompt": "p",
+                              "pause": pause, "conv": conv, "turns": 2})  # fmt: skip
+    try:
+        client.rpush(conv, "t1", "t2", "t3")
+        client.set(pause, "1", px=5000)
+        start = store.begin_step("fold2", "r0.generate", "me", 60, "{}")
+        assert start.outcome == "go"
+        assert start.history == ["t2", "t3"]
+        assert start.paused_s is not None and 4 < start.paused_s <= 5
+        assert client.hget(keys.run("fold2"), "dispatched") == "1"
+    finally:
+        client.delete(conv, pause, *keys.run_keys("fold2"))
+        client.delete(keys.step_claim("fold2", "r0.generate"))
+
+
+def test_begin_without_reads_in_the_input(client: Any) -> None:
+    store = RunStore(client, finished_ttl_s=60)
+    _running(store, "fold3", {"phase": "generate", "round": 0, "prompt": "p"})
+    try:
+        start = store.begin_step("fold3", "r0.generate", "me", 60, "{}")
+        assert start.outcome == "go"
+        assert start.history is None and start.paused_s is None
+    finally:
+        client.delete(*keys.run_keys("fold3"), keys.step_claim("fold3", "r0.generate"))
+
+
+def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -> None:
+    store = RunStore(client, finished_ttl_s=60)
+    _running(store, "fold4", {"phase": "generate", "round": 0, "prompt": "p"})
+    result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
+    try:
+        store.complete_step("fold4", "r0.generate", result, "{}", "me")
+        assert client.hget(keys.run("fold4"), "o:r0.generate") == step_outcome(result)
+        view = store.load_for_transition("fold4", ())
+        assert view.steps == {"r0.generate": {"interrupted": None, "calls": 1}}
+        assert not any(f.startswith("o:") for f in view.run)
+        view = store.load_for_transition("fold4", ("r0.generate",))
+        assert view.steps["r0.generate"]["text"] == "draft"
+        # A step stored by an older worker (no outcome field): every step is read whole.
+        client.hset(keys.run_steps("fold4"), "r1.critique", json.dumps({"key": "r1.critique",
+                          "text": "ok", "score": 0.5}))  # fmt: skip
+        view = store.load_for_transition("fold4", ())
+        assert view.steps["r1.critique"]["score"] == 0.5
+        assert view.steps["r0.generate"]["text"] == "draft"
+    finally:
+        client.delete(*keys.run_keys("fold4"), keys.step_claim("fold4", "r0.generate"))
