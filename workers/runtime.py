@@ -10,7 +10,7 @@ from orchestration.keys import TASK_COORDINATE
 from orchestration.settings import get_settings
 from orchestration.store import RunStore
 
-from .app import app
+from .app import SEND_OPTIONS, app
 from .budgeting import Budgets
 
 _lock = threading.RLock()
@@ -55,9 +55,18 @@ def reset() -> None:
         _budgets = None
 
 
+def send(name: str, args: tuple[str, str | int]) -> None:
+    """Send task ``name`` with ``args`` (ids only).
+
+    The arguments' repr for Flower is written here (ids are short: it is what Celery's
+    ``saferepr`` would make, without its ~20 us), and :data:`app.SEND_OPTIONS` applies.
+    """
+    app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **SEND_OPTIONS)
+
+
 def coordinator_send(run_id: str, seq: int) -> None:
     """Hand the run to the coordinator for transition ``seq``."""
-    app.send_task(TASK_COORDINATE, args=(run_id, seq))
+    send(TASK_COORDINATE, (run_id, seq))
 
 
 def dispatch(step: Dispatch) -> None:
@@ -66,4 +75,4 @@ def dispatch(step: Dispatch) -> None:
     Nothing is written after the send: the step's begin script notes that it arrived
     (``dispatched``), which is what a redelivered coordinator message checks.
     """
-    app.send_task(step.task, args=(step.run_id, step.step_key))
+    send(step.task, (step.run_id, step.step_key))
