@@ -9,6 +9,8 @@ command takes a connection from the pool), so one per channel is enough.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
@@ -17,9 +19,30 @@ from kombu.transport import redis as kombu_redis
 TRANSPORT = "orchestration.broker:Transport"
 
 
+class QoS(kombu_redis.QoS):
+    """kombu's ack emulation, with plain (non-MULTI) pipelines for its bookkeeping.
+
+    Every delivered message is noted (ZADD to the unacked index, HSET of the message) and
+    every ack removes it (ZREM, HDEL). kombu sends each pair as a MULTI/EXEC transaction,
+    four commands where two do: the pair is sent in one round trip either way, Redis runs
+    it back to back, and the only other reader, the restore of messages unacked past the
+    visibility timeout, watches the unacked hash and skips a tag without a message.
+    Restores keep their own transaction (they pass their pipeline in).
+    """
+
+    @contextmanager
+    def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
+        if pipe:
+            yield pipe
+        else:
+            with self.channel.conn_or_acquire(client) as conn:
+                yield conn.pipeline(transaction=False)
+
+
 class Channel(kombu_redis.Channel):
     """A kombu Redis channel that reuses its synchronous client."""
 
+    QoS = QoS
     _duet_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
