@@ -73,3 +73,30 @@ def celery_worker(
         log.close()
         with contextlib.suppress(OSError):
             os.unlink(log.name)
+
+
+@contextlib.contextmanager
+def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
+    """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,
+    and back to nothing afterwards."""
+    from orchestration import connection
+    from orchestration.settings import get_settings
+
+    saved = {k: os.environ.get(k) for k in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
+    os.environ["DUET_REDIS_URL"] = redis_url
+    if broker_url:
+        os.environ["DUET_BROKER_URL"] = broker_url
+    else:
+        os.environ.pop("DUET_BROKER_URL", None)
+    get_settings.cache_clear()
+    connection.use_redis(redis_url)
+    try:
+        yield redis_url
+    finally:
+        connection.reset()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        get_settings.cache_clear()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import celery_worker
+from tests.support import celery_worker, client_pointed_at
 
 ROOT = Path(__file__).resolve().parents[2]
 #: System tests share one worker per session; they keep to their own db and ids.
@@ -50,14 +50,7 @@ def worker(system_redis_url: str) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @pytest.fixture
-def client_on(system_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def client_on(system_redis_url: str) -> Iterator[str]:
     """Point this process's client API at the system-test Redis."""
-    from orchestration import connection
-    from orchestration.settings import get_settings
-
-    monkeypatch.setenv("DUET_REDIS_URL", system_redis_url)
-    get_settings.cache_clear()
-    connection.use_redis(system_redis_url)
-    yield system_redis_url
-    connection.reset()
-    get_settings.cache_clear()
+    with client_pointed_at(system_redis_url) as url:
+        yield url

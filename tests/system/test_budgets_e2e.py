@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -12,7 +13,7 @@ from orchestration import events as ev
 from orchestration.budget import Budget
 from orchestration.client import store
 from orchestration.ledger import BudgetLedger
-from tests.support import celery_worker, wait_for
+from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -73,26 +74,19 @@ def test_usd_budget_on_unpriced_model_is_refused_at_submit() -> None:
 
 # --- tests with their own workers on their own db (fresh per-process caches) -------------
 
-ISOLATED_DB = 15
+ISOLATED_DB = int(os.environ.get("DUET_ISOLATED_REDIS_DB", "15"))
 
 
 @pytest.fixture
-def isolated_url(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+def isolated_url(redis_url: str) -> Any:
     """An empty db of its own, with this process's client pointed at it."""
     import redis
-
-    from orchestration import connection
-    from orchestration.settings import get_settings
 
     url = f"{redis_url.rpartition('/')[0]}/{ISOLATED_DB}"
     client = redis.Redis.from_url(url)
     client.flushdb()
-    monkeypatch.setenv("DUET_REDIS_URL", url)
-    get_settings.cache_clear()
-    connection.use_redis(url)
-    yield url
-    connection.reset()
-    get_settings.cache_clear()
+    with client_pointed_at(url):
+        yield url
     client.flushdb()
     client.close()
 

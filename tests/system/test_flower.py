@@ -41,7 +41,9 @@ def test_flower_shows_tasks_without_content(
         assert flower.poll() is None, "Flower exited"
         # Flower's event receiver connects a moment after its web server answers, and
         # events sent before that are not replayed: probe until a run shows up.
-        probe_team = Team.actor_critic(actor=Agent("p", model="sim"), critic=Agent("p", model="sim"))
+        probe_team = Team.actor_critic(
+            actor=Agent("p", model="sim"), critic=Agent("p", model="sim")
+        )
 
         def probe_seen() -> bool:
             probe = probe_team.run_sync("probe", timeout=30)

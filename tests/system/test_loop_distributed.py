@@ -11,7 +11,7 @@ from orchestration import Agent, RunResult, Team
 from orchestration import events as ev
 from orchestration.client import RunHandle, producer, store
 from orchestration.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
-from tests.support import wait_for
+from tests.support import client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -46,9 +46,13 @@ def check_run(result: RunResult, status: str, rounds: int, calls: int) -> None:
     assert result.status == status, (result.status, result.interruption_reason, result.error)
     assert len(result.rounds) == rounds
     assert result.usage.total.calls == calls
-    assert result.usage.by_role["actor"].calls == 1 + (rounds if status != "approved" else rounds - 1)
+    assert result.usage.by_role["actor"].calls == 1 + (
+        rounds if status != "approved" else rounds - 1
+    )
     assert [(e.type, e.round) for e in result.events] == expected_events(status, rounds)
-    assert result.output and result.output.startswith(f"[revision {calls // 2 if status != 'approved' else rounds - 1}]")
+    assert result.output and result.output.startswith(
+        f"[revision {calls // 2 if status != 'approved' else rounds - 1}]"
+    )
     if status == "approved":
         assert result.final_score is not None and result.final_score >= 0.9
         assert result.rounds[-1].revision is None
@@ -66,7 +70,9 @@ def test_fifty_runs_end_right(worker: Any, client_on: str) -> None:
             approval_threshold=0.9,
         )
         for i in range(10):
-            handles.append((name, team.submit(f"Review snippet {name}-{i}:\nimport os", user_id=f"u{i % 3}")))
+            handles.append(
+                (name, team.submit(f"Review snippet {name}-{i}:\nimport os", user_id=f"u{i % 3}"))
+            )
     assert len(handles) == 50
     for name, handle in handles:
         _, status, rounds, calls = GROUPS[name]
@@ -93,7 +99,9 @@ def _queues_drained(client: Any) -> bool:
     return all(client.llen(q) == 0 for q in ALL_QUEUES) and not client.hlen("unacked")
 
 
-def test_step_delivered_twice_calls_the_model_once(worker: Any, client_on: str, fake_llm: Any) -> None:
+def test_step_delivered_twice_calls_the_model_once(
+    worker: Any, client_on: str, fake_llm: Any
+) -> None:
     fake_llm.set_faults(latency_ms=400)
     try:
         team = Team.actor_critic(
@@ -191,7 +199,9 @@ def test_events_follow_live(worker: Any, client_on: str) -> None:
     assert time.monotonic() - started < 30
 
 
-def test_cancel_then_resume_a_batch_repeats_no_step(worker: Any, client_on: str, fake_llm: Any) -> None:
+def test_cancel_then_resume_a_batch_repeats_no_step(
+    worker: Any, client_on: str, fake_llm: Any
+) -> None:
     fake_llm.set_faults(latency_ms=150)
     try:
         team = Team.actor_critic(
@@ -224,15 +234,9 @@ def test_cancel_then_resume_a_batch_repeats_no_step(worker: Any, client_on: str,
         fake_llm.set_faults(latency_ms=0)
 
 
-def test_messages_carry_ids_only(redis_client: Any, monkeypatch: Any, redis_url: str) -> None:
+def test_messages_carry_ids_only(redis_client: Any, redis_url: str) -> None:
     """With no worker on this db the messages stay queued, so we can read them raw."""
-    from orchestration import connection
-    from orchestration.settings import get_settings
-
-    monkeypatch.setenv("DUET_REDIS_URL", redis_url)
-    get_settings.cache_clear()
-    connection.use_redis(redis_url)
-    try:
+    with client_pointed_at(redis_url):
         team = Team.actor_critic(
             actor=Agent("SECRET-INSTRUCTIONS", model="sim"), critic=Agent("Review.", model="sim")
         )
@@ -248,6 +252,3 @@ def test_messages_carry_ids_only(redis_client: Any, monkeypatch: Any, redis_url:
         everything = raw[0].decode() + base64.b64decode(message["body"]).decode()
         for secret in ("TOP-SECRET", "sk-live", "SECRET-INSTRUCTIONS", "alice"):
             assert secret not in everything
-    finally:
-        connection.reset()
-        get_settings.cache_clear()

@@ -20,7 +20,7 @@ import workers.fake_llm as fake_llm
 from orchestration import Agent, RunResult, Team
 from orchestration import events as ev
 from orchestration.pricing import PRICES, cost_usd
-from tests.support import celery_worker
+from tests.support import celery_worker, client_pointed_at
 from workers.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.system
@@ -50,19 +50,11 @@ def vendor_url(redis_url: str) -> Iterator[str]:
     vendor endpoints), with this process's client API pointed at it."""
     import redis
 
-    from orchestration import connection
-    from orchestration.settings import get_settings
-
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     client.close()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DUET_REDIS_URL", redis_url)
-        get_settings.cache_clear()
-        connection.use_redis(redis_url)
+    with client_pointed_at(redis_url):
         yield redis_url
-        connection.reset()
-    get_settings.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestration import Agent, Team
-from tests.support import celery_worker
+from tests.support import celery_worker, client_pointed_at
 
 pytestmark = pytest.mark.system
 
@@ -25,17 +25,8 @@ def _rabbit_up() -> bool:
 
 
 @pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 127.0.0.1:5672")
-def test_runs_through_a_rabbitmq_broker(
-    redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from orchestration import connection
-    from orchestration.settings import get_settings
-
-    monkeypatch.setenv("DUET_REDIS_URL", redis_url)
-    monkeypatch.setenv("DUET_BROKER_URL", RABBIT)
-    get_settings.cache_clear()
-    connection.use_redis(redis_url)
-    try:
+def test_runs_through_a_rabbitmq_broker(redis_url: str, redis_client: Any) -> None:
+    with client_pointed_at(redis_url, broker_url=RABBIT):
         with celery_worker(redis_url, broker_url=RABBIT, name="amqp"):
             team = Team.actor_critic(
                 actor=Agent("Fix.", model="sim"),
@@ -44,6 +35,3 @@ def test_runs_through_a_rabbitmq_broker(
             results = [h.result(timeout=60) for h in [team.submit(f"x{i}") for i in range(5)]]
         assert [(r.status, len(r.rounds)) for r in results] == [("approved", 2)] * 5
         assert not redis_client.llen("coordinator"), "messages went to Redis, not RabbitMQ"
-    finally:
-        connection.reset()
-        get_settings.cache_clear()
