@@ -108,6 +108,11 @@ def budget_reservations(scope: str) -> str:
     return f"{PREFIX}:budget:{scope}:leases"
 
 
+def budget_holds(scope: str) -> str:
+    """Hash: step id -> amount held by that step's open reservation in one scope."""
+    return f"{PREFIX}:budget:{scope}:holds"
+
+
 def budget_settled(step_id: str) -> str:
     """Marker that a step's usage was settled (so a redelivered step is charged once)."""
     return f"{PREFIX}:settled:{step_id}"
@@ -116,6 +121,11 @@ def budget_settled(step_id: str) -> str:
 def rate_limit(provider: str, model: str) -> str:
     """Rate limiter state for one (provider, model) pair."""
     return f"{PREFIX}:rate:{provider}:{model}"
+
+
+def rate_tokens(provider: str, model: str) -> str:
+    """Hash: running token sum and sequence of one (provider, model) rate window."""
+    return f"{PREFIX}:rate:{provider}:{model}:tokens"
 
 
 def rate_limits() -> str:

@@ -42,22 +42,6 @@ DEFAULT_SETTLED_TTL_S = keys.DEFAULT_FINISHED_TTL_S
 _STORED = ("input_tokens", "output_tokens", "usd", "calls")
 
 
-def budget_holds(scope: str) -> str:
-    """Hash: step id -> amount held by that step's open reservation in one scope.
-
-    Lives here until it moves to :mod:`orchestration.keys`.
-    """
-    return f"{keys.budget(scope)}:holds"
-
-
-def rate_tokens(provider: str, model: str) -> str:
-    """Hash: running token sum and sequence of one (provider, model) rate window.
-
-    Lives here until it moves to :mod:`orchestration.keys`.
-    """
-    return f"{keys.rate_limit(provider, model)}:tokens"
-
-
 # --- Lua ------------------------------------------------------------------------
 # Amounts travel as "input,output,usd_micros,calls" strings, so Lua never formats a
 # large number itself (tostring would switch to exponent notation).
@@ -326,7 +310,7 @@ def _check_step(step_id: str) -> None:
 def _scope_keys(scopes: list[str]) -> list[str]:
     out: list[str] = []
     for item in scopes:
-        out += [keys.budget(item), keys.budget_reservations(item), budget_holds(item)]
+        out += [keys.budget(item), keys.budget_reservations(item), keys.budget_holds(item)]
     return out
 
 
@@ -694,7 +678,7 @@ class RateLimiter:
         wait_us, now_us = self._acquire(
             keys=[
                 keys.rate_limit(provider, model),
-                rate_tokens(provider, model),
+                keys.rate_tokens(provider, model),
                 keys.rate_pause(provider, model),
             ],
             args=[rpm_arg, tpm_arg, tokens, max(1, round(window_s * 1_000_000))],

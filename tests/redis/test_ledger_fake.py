@@ -15,7 +15,8 @@ import pytest
 from orchestration import keys
 from orchestration.budget import CALLS, TOKENS, UNITS, USD, Amount, Budget
 from orchestration.errors import ConfigError
-from orchestration.ledger import BudgetLedger, RateLimiter, budget_holds, rate_tokens
+from orchestration.keys import budget_holds, rate_tokens
+from orchestration.ledger import BudgetLedger, RateLimiter
 
 LONG = 60.0  # a lease no test outlives
 
