@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -252,3 +253,52 @@ def test_messages_carry_ids_only(redis_client: Any, redis_url: str) -> None:
         everything = raw[0].decode() + base64.b64decode(message["body"]).decode()
         for secret in ("TOP-SECRET", "sk-live", "SECRET-INSTRUCTIONS", "alice"):
             assert secret not in everything
+
+
+def test_async_run_and_the_nested_form_run_the_same_loop(worker: Any, client_on: str) -> None:
+    import asyncio
+
+    from orchestration import ActorCritic
+
+    actor = Agent("Generate the code.", model="sim")
+    critic = Agent("Find bugs. Return strict JSON.", model="sim?scores=0.4,0.95")
+    team = Team.actor_critic(actor=actor, critic=critic, max_rounds=3, model="claude-opus-4-7")
+    nested = Agent(
+        "Manage actor + critic.",
+        model="claude-opus-4-7",
+        architecture=ActorCritic(actor=actor, critic=critic, max_rounds=3, approval_threshold=0.9),
+    )
+
+    async def both() -> list[RunResult]:
+        return await asyncio.gather(
+            team.run("Write a function that sanitizes user input.", user_id="alice", timeout=30),
+            nested.run("Write a function that sanitizes user input.", timeout=30),
+        )
+
+    from_team, from_agent = asyncio.run(both())
+    for result in (from_team, from_agent):
+        check_run(result, "approved", 2, 4)
+    assert from_team.user_id == "alice"
+    assert from_team.output == from_agent.output  # the same deterministic loop
+
+
+def test_embedded_default_runs_without_any_redis_configured() -> None:
+    """What a newcomer's laptop does: no DUET_REDIS_URL, so Redis and a worker start here."""
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
+    code = (
+        "from orchestration import Agent, Team\n"
+        "t = Team.actor_critic(actor=Agent('w', model='sim'), "
+        "critic=Agent('r', model='sim?scores=0.5,0.95'))\n"
+        "r = t.run_sync('hello', timeout=60)\n"
+        "print(r.status, len(r.rounds), r.usage.total.calls)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["approved", "2", "4"]
