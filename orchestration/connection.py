@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import redis
 
@@ -34,8 +35,12 @@ def redis_url() -> str:
     return url
 
 
-def get_redis() -> redis.Redis:
-    """The process-wide client (a blocking pool sized for a threaded worker)."""
+def get_redis() -> Any:
+    """The process-wide client (a blocking pool sized for a threaded worker).
+
+    Typed ``Any``: it decodes responses to ``str``, which redis-py's annotations
+    (``bytes | str`` everywhere) cannot express.
+    """
     global _client
     client = _client
     if client is not None:

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 from .errors import ConfigError
 
@@ -50,6 +51,7 @@ class EmbeddedRedis:
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
     @property
@@ -95,7 +97,7 @@ class EmbeddedRedis:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
-        if getattr(self, "_log", None) is not None:
+        if self._log is not None:
             self._log.close()
             self._log = None
         if self._dir is not None:
