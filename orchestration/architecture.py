@@ -71,7 +71,9 @@ class ActorCritic:
         if not isinstance(approval_threshold, int | float) or not (
             0.0 <= float(approval_threshold) <= 1.0
         ):
-            raise ValueError(f"approval_threshold must be in [0.0, 1.0], got {approval_threshold!r}")
+            raise ValueError(
+                f"approval_threshold must be in [0.0, 1.0], got {approval_threshold!r}"
+            )
         self._actor = actor
         self._critic = critic
         self.max_rounds = max_rounds

@@ -70,7 +70,9 @@ def send_coordinate(run_ids: Iterable[str], seq: int = 0) -> None:
             app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
 
 
-def enqueue(spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, Any] | None = None) -> None:
+def enqueue(
+    spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, Any] | None = None
+) -> None:
     """Write ``records`` (and the batch record) and send each run to the coordinator."""
     st = store()
     for start in range(0, max(len(records), 1), SUBMIT_CHUNK):

@@ -39,7 +39,6 @@ class Settings(BaseSettings):
     #: Largest prompt accepted, in characters.
     max_prompt_chars: int = Field(default=200_000, ge=1)
 
-
     @field_validator("preload_providers", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
@@ -47,7 +46,9 @@ class Settings(BaseSettings):
             names = [v.strip() for v in value.split(",") if v.strip()]
             unknown = set(names) - {"openai", "anthropic", "sim"}
             if unknown:
-                raise ValueError(f"unknown providers {sorted(unknown)}; known: openai, anthropic, sim")
+                raise ValueError(
+                    f"unknown providers {sorted(unknown)}; known: openai, anthropic, sim"
+                )
             return names
         return value
 

@@ -97,9 +97,15 @@ class Team:
 
     # --- submitting -------------------------------------------------------
     def _record(
-        self, prompt: Any, *, where: str, user_id: str | None = None,
-        batch_id: str | None = None, input_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None, run_budget: bool = False,
+        self,
+        prompt: Any,
+        *,
+        where: str,
+        user_id: str | None = None,
+        batch_id: str | None = None,
+        input_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        run_budget: bool = False,
         batch_budget: bool = False,
     ) -> RunRecord:
         if not isinstance(prompt, str) or not prompt.strip():
@@ -118,19 +124,33 @@ class Team:
             scopes.append(scope("user", user_id))
         scopes.extend(self.global_budgets)
         return RunRecord(
-            run_id=run_id, spec_id=self.spec.spec_id, prompt=prompt, user_id=user_id,
-            batch_id=batch_id, input_id=input_id, metadata=metadata, budget_scopes=tuple(scopes),
+            run_id=run_id,
+            spec_id=self.spec.spec_id,
+            prompt=prompt,
+            user_id=user_id,
+            batch_id=batch_id,
+            input_id=input_id,
+            metadata=metadata,
+            budget_scopes=tuple(scopes),
         )
 
     def submit(
-        self, prompt: str, *, user_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+        self,
+        prompt: str,
+        *,
+        user_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         budget: Budget | None = None,
     ) -> RunHandle:
         """Queue one run and return at once; ``budget`` overrides the team's per-run budget."""
         budget = budget or self.budget
         self._check_priced(budget)
         record = self._record(
-            prompt, where="submit", user_id=user_id, metadata=metadata, run_budget=budget is not None
+            prompt,
+            where="submit",
+            user_id=user_id,
+            metadata=metadata,
+            run_budget=budget is not None,
         )
         local.ensure_backend()
         if budget is not None:
@@ -139,7 +159,10 @@ class Team:
         return RunHandle(record.run_id)
 
     def submit_batch(
-        self, items: Iterable[str | Mapping[str, Any]], *, batch_id: str | None = None,
+        self,
+        items: Iterable[str | Mapping[str, Any]],
+        *,
+        batch_id: str | None = None,
         budget: Budget | None = None,
     ) -> BatchHandle:
         """Queue many runs as one batch: prompts, or dicts ``{id, prompt, user_id, metadata}``.
@@ -158,18 +181,31 @@ class Team:
         for n, item in enumerate(items):
             if isinstance(item, str):
                 records.append(
-                    self._record(item, where=f"item {n}", batch_id=batch_id, input_id=str(n),
-                                 run_budget=per_run, batch_budget=in_batch)
+                    self._record(
+                        item,
+                        where=f"item {n}",
+                        batch_id=batch_id,
+                        input_id=str(n),
+                        run_budget=per_run,
+                        batch_budget=in_batch,
+                    )
                 )
                 continue
             if not isinstance(item, Mapping):
-                raise ConfigError(f"item {n}: expected a prompt string or a mapping, got {type(item).__name__}")
+                raise ConfigError(
+                    f"item {n}: expected a prompt string or a mapping, got {type(item).__name__}"
+                )
             input_id = item.get("id", item.get("custom_id", n))
             records.append(
                 self._record(
-                    item.get("prompt"), where=f"item {n} (id {input_id!r})", user_id=item.get("user_id"),
-                    batch_id=batch_id, input_id=str(input_id), metadata=item.get("metadata"),
-                    run_budget=per_run, batch_budget=in_batch,
+                    item.get("prompt"),
+                    where=f"item {n} (id {input_id!r})",
+                    user_id=item.get("user_id"),
+                    batch_id=batch_id,
+                    input_id=str(input_id),
+                    metadata=item.get("metadata"),
+                    run_budget=per_run,
+                    batch_budget=in_batch,
                 )
             )
         local.ensure_backend()
@@ -186,19 +222,33 @@ class Team:
 
     # --- running ----------------------------------------------------------
     def run_sync(
-        self, prompt: str, *, user_id: str | None = None, timeout: float | None = None,
-        metadata: Mapping[str, Any] | None = None, budget: Budget | None = None,
+        self,
+        prompt: str,
+        *,
+        user_id: str | None = None,
+        timeout: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Run the loop on ``prompt`` and wait for its result."""
         handle = self.submit(prompt, user_id=user_id, metadata=metadata, budget=budget)
         return handle.result(timeout=timeout)
 
     async def run(
-        self, prompt: str, *, user_id: str | None = None, timeout: float | None = None,
-        metadata: Mapping[str, Any] | None = None, budget: Budget | None = None,
+        self,
+        prompt: str,
+        *,
+        user_id: str | None = None,
+        timeout: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Async form of :meth:`run_sync` (the wait runs in a thread)."""
         return await asyncio.to_thread(
-            self.run_sync, prompt, user_id=user_id, timeout=timeout, metadata=metadata,
+            self.run_sync,
+            prompt,
+            user_id=user_id,
+            timeout=timeout,
+            metadata=metadata,
             budget=budget,
         )

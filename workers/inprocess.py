@@ -30,7 +30,9 @@ class _Controller(WorkController):
 class InProcessWorker:
     """Start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
 
-    def __init__(self, redis_url: str, *, concurrency: int = 64, queues: tuple[str, ...] = keys.ALL_QUEUES):
+    def __init__(
+        self, redis_url: str, *, concurrency: int = 64, queues: tuple[str, ...] = keys.ALL_QUEUES
+    ):
         self.redis_url = redis_url
         self.concurrency = concurrency
         self.queues = queues

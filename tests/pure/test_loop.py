@@ -39,15 +39,27 @@ def state(*steps: StepOutcome, rounds: int = 3, threshold: float = 0.9, **kw) ->
         # round 0
         (state(), Generate()),
         (state(budget_blocked="budget:run:tokens"), Finish("interrupted", "budget:run:tokens")),
-        (state(StepOutcome("generate", 0, interrupted="max_tokens")),
-         Finish("interrupted", "actor:round_0:max_tokens")),
-        (state(StepOutcome("generate", 0, interrupted="provider_error:auth")),
-         Finish("interrupted", "actor:round_0:provider_error:auth")),
-        (state(StepOutcome("generate", 0, interrupted="error")), Finish("failed", "actor:round_0:error")),
+        (
+            state(StepOutcome("generate", 0, interrupted="max_tokens")),
+            Finish("interrupted", "actor:round_0:max_tokens"),
+        ),
+        (
+            state(StepOutcome("generate", 0, interrupted="provider_error:auth")),
+            Finish("interrupted", "actor:round_0:provider_error:auth"),
+        ),
+        (
+            state(StepOutcome("generate", 0, interrupted="error")),
+            Finish("failed", "actor:round_0:error"),
+        ),
         # a step refused by the budget ledger ends the run with the ledger's reason
-        (state(StepOutcome("generate", 0, interrupted="budget:global:tokens")),
-         Finish("interrupted", "budget:global:tokens")),
-        (state(G, C(1, 0.2, interrupted="budget:run:usd")), Finish("interrupted", "budget:run:usd")),
+        (
+            state(StepOutcome("generate", 0, interrupted="budget:global:tokens")),
+            Finish("interrupted", "budget:global:tokens"),
+        ),
+        (
+            state(G, C(1, 0.2, interrupted="budget:run:usd")),
+            Finish("interrupted", "budget:run:usd"),
+        ),
         # round 1
         (state(G), Critique(1)),
         (state(G, budget_blocked="budget:batch:usd"), Finish("interrupted", "budget:batch:usd")),
@@ -55,9 +67,15 @@ def state(*steps: StepOutcome, rounds: int = 3, threshold: float = 0.9, **kw) ->
         (state(G, C(1, 0.9)), Finish("approved")),  # at the threshold approves
         (state(G, C(1, 0.89)), Refine(1)),
         (state(G, C(1, 0.0)), Refine(1)),
-        (state(G, C(1, 0.5, interrupted="max_tokens")), Finish("interrupted", "critic:round_1:max_tokens")),
+        (
+            state(G, C(1, 0.5, interrupted="max_tokens")),
+            Finish("interrupted", "critic:round_1:max_tokens"),
+        ),
         (state(G, C(1, 0.2), R(1)), Critique(2)),
-        (state(G, C(1, 0.2), R(1, interrupted="max_tokens")), Finish("interrupted", "actor:round_1:max_tokens")),
+        (
+            state(G, C(1, 0.2), R(1, interrupted="max_tokens")),
+            Finish("interrupted", "actor:round_1:max_tokens"),
+        ),
         # round 2 and 3: approval at each round
         (state(G, C(1, 0.2), R(1), C(2, 0.91)), Finish("approved")),
         (state(G, C(1, 0.2), R(1), C(2, 0.5)), Refine(2)),
@@ -68,11 +86,15 @@ def state(*steps: StepOutcome, rounds: int = 3, threshold: float = 0.9, **kw) ->
         (state(G, C(1, 0.2), R(1), C(2, 0.5), R(2), C(3, 0.6), R(3)), Finish("max_rounds_reached")),
         # budget checked at the start of a round, not between critique and refine
         (state(G, C(1, 0.2), budget_blocked="budget:run:tokens"), Refine(1)),
-        (state(G, C(1, 0.2), R(1), budget_blocked="budget:user:calls"),
-         Finish("interrupted", "budget:user:calls")),
+        (
+            state(G, C(1, 0.2), R(1), budget_blocked="budget:user:calls"),
+            Finish("interrupted", "budget:user:calls"),
+        ),
         # the last round ends by rounds, even with the budget spent
-        (state(G, C(1, 0.2), R(1), rounds=1, budget_blocked="budget:run:tokens"),
-         Finish("max_rounds_reached")),
+        (
+            state(G, C(1, 0.2), R(1), rounds=1, budget_blocked="budget:run:tokens"),
+            Finish("max_rounds_reached"),
+        ),
         # max_rounds = 1
         (state(G, rounds=1), Critique(1)),
         (state(G, C(1, 0.3), rounds=1), Refine(1)),
@@ -97,16 +119,25 @@ def test_worst_case_is_one_plus_two_per_round(rounds: int) -> None:
         action = decide(state(*steps, rounds=rounds))
         if isinstance(action, Finish):
             break
-        steps.append(StepOutcome(action.phase, action.round, score=0.0 if action.phase == "critique" else None))
+        steps.append(
+            StepOutcome(
+                action.phase, action.round, score=0.0 if action.phase == "critique" else None
+            )
+        )
     assert action == Finish("max_rounds_reached")
     assert len(steps) == 1 + 2 * rounds
 
 
 @pytest.mark.parametrize(
     ("steps", "expected"),
-    [((), True), ((G,), True), ((G, C(1, 0.1)), False), ((G, C(1, 0.1), R(1)), True),
-     ((G, C(1, 0.1), R(1), C(2, 0.1), R(2), C(3, 0.1), R(3)), False),
-     ((StepOutcome("generate", 0, interrupted="max_tokens"),), False)],
+    [
+        ((), True),
+        ((G,), True),
+        ((G, C(1, 0.1)), False),
+        ((G, C(1, 0.1), R(1)), True),
+        ((G, C(1, 0.1), R(1), C(2, 0.1), R(2), C(3, 0.1), R(3)), False),
+        ((StepOutcome("generate", 0, interrupted="max_tokens"),), False),
+    ],
 )
 def test_starts_round(steps: tuple[StepOutcome, ...], expected: bool) -> None:
     assert starts_round(state(*steps)) is expected
@@ -114,8 +145,13 @@ def test_starts_round(steps: tuple[StepOutcome, ...], expected: bool) -> None:
 
 @pytest.mark.parametrize(
     ("phase", "round_", "key", "index"),
-    [("generate", 0, "r0.generate", 0), ("critique", 1, "r1.critique", 1),
-     ("refine", 1, "r1.refine", 2), ("critique", 3, "r3.critique", 5), ("refine", 3, "r3.refine", 6)],
+    [
+        ("generate", 0, "r0.generate", 0),
+        ("critique", 1, "r1.critique", 1),
+        ("refine", 1, "r1.refine", 2),
+        ("critique", 3, "r3.critique", 5),
+        ("refine", 3, "r3.refine", 6),
+    ],
 )
 def test_step_keys(phase: str, round_: int, key: str, index: int) -> None:
     assert step_key(phase, round_) == key  # type: ignore[arg-type]
