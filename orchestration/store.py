@@ -305,12 +305,12 @@ class RunStore:
         """The run record, every stored step's outcome, and the whole results of the
         steps named in ``full``: one round trip, whatever the size of the texts.
 
-        Outcomes come from the run's ``o:<step key>`` fields; a run with a step stored
-        without one (by an older worker) is read whole instead.
+        Outcomes come from the run's ``o:<step key>`` fields. A run whose outcomes do not
+        number its transitions (cancelled mid-step, a redelivered message, or a step
+        stored by an older worker without one) is read whole instead.
         """
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(keys.run(run_id))
-        pipe.hlen(keys.run_steps(run_id))
         if full:
             pipe.hmget(keys.run_steps(run_id), full)
         got = pipe.execute()
@@ -318,11 +318,11 @@ class RunStore:
         steps: dict[str, dict[str, Any]] = {}
         for field in [f for f in run if f.startswith(OUTCOME_PREFIX)]:
             steps[field[len(OUTCOME_PREFIX) :]] = json.loads(run.pop(field))
-        if len(steps) != got[1]:
+        if run and len(steps) != int(run.get("seq", 0)):
             _, every = self.load_run(run_id)
             return RunView(run, every)
         if full:
-            for key, raw in zip(full, got[2], strict=True):
+            for key, raw in zip(full, got[1], strict=True):
                 if raw is not None:
                     steps[key] = json.loads(raw)
         return RunView(run, steps)

@@ -98,7 +98,9 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
         assert not any(f.startswith("o:") for f in view.run)
         view = store.load_for_transition("fold4", ("r0.generate",))
         assert view.steps["r0.generate"]["text"] == "draft"
-        # A step stored by an older worker (no outcome field): every step is read whole.
+        # Transition 1 made, its step stored by an older worker (no outcome field): the
+        # outcomes do not number the transitions, so every step is read whole.
+        client.hset(keys.run("fold4"), "seq", 2)
         client.hset(keys.run_steps("fold4"), "r1.critique", json.dumps({"key": "r1.critique",
                           "text": "ok", "score": 0.5}))  # fmt: skip
         view = store.load_for_transition("fold4", ())
