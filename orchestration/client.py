@@ -210,9 +210,18 @@ class BatchHandle:
         counts = {
             k.split(":", 1)[1]: int(v) for k, v in raw.items() if k.startswith("status:") and int(v)
         }
+        budget = None
+        if raw.get("budgeted") == "1":
+            state = get_budget(f"batch:{self.batch_id}")
+            budget = {
+                unit: {"limit": limit, "spent": state.spent.value(unit)}
+                for unit, limit in state.limits.items()
+            }
         return {
             "batch_id": self.batch_id,
             "total": int(raw.get("total", 0)),
+            #: Per limited unit of the batch's budget: its limit and what is spent.
+            "budget": budget,
             "done": int(raw.get("done", 0)),
             "counts": counts,
             "usd": float(raw.get("usd", 0.0)),

@@ -216,7 +216,7 @@ class Team:
             limits.update((r.budget_scopes[0], self.budget) for r in records)
         set_budgets(limits)
         batch = {"batch_id": batch_id, "spec_id": self.spec.spec_id, "total": len(records),
-                 "done": 0, "created_at": repr(time.time())}  # fmt: skip
+                 "done": 0, "created_at": repr(time.time()), "budgeted": int(budget is not None)}  # fmt: skip
         enqueue(self.spec, records, batch=batch)
         return BatchHandle(batch_id)
 

@@ -247,6 +247,13 @@ class _ProgressView:
         self.progress.update(self.task, total=p["total"], completed=p["done"])
         detail = _counts_text(p["counts"], self.rejected)
         detail.append(f"| {p['tokens']:,} tokens  ${p['usd']:.4f}")
+        for unit, b in (p.get("budget") or {}).items():
+            money = unit == "usd"
+            spent = f"${b['spent']:.4f}" if money else f"{b['spent']:,.0f}"
+            limit = f"${b['limit']:.2f}" if money else f"{b['limit']:,.0f}"
+            share = b["spent"] / b["limit"] if b["limit"] else 1.0
+            style = "red" if share >= 1 else "yellow" if share >= 0.8 else ""
+            detail.append(f"  budget {unit} {spent} of {limit}", style=style)
         rate = self.rate.per_minute()
         if rate is not None:
             detail.append(f"  | {rate:,.1f} runs/min")
