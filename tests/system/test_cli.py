@@ -10,10 +10,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.support import wait_for
 from workers.cli import app
 
 pytestmark = pytest.mark.system
@@ -361,3 +363,57 @@ def test_unknown_batch_or_run_exits_2(cluster_env: dict[str, str], tmp_path: Pat
         assert done.returncode == 2, args
         assert "nope" in done.stderr
         assert "not found" in done.stderr or "no batch or run" in done.stderr
+
+
+def test_cancel_and_resume_mid_batch_repeat_no_step(
+    cluster_env: dict[str, str], fake_llm: Any, tmp_path: Path
+) -> None:
+    config = tmp_path / "slow.toml"
+    config.write_text(
+        f"""\
+[actor]
+instructions = "Fix the code."
+model = "openai:sim"
+base_url = "{fake_llm.url}"
+
+[critic]
+instructions = "Find security bugs."
+model = "openai:sim:critic?scores=0.1"
+base_url = "{fake_llm.url}"
+
+[loop]
+max_rounds = 2
+"""
+    )
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(8))
+    )
+    fake_llm.set_faults(latency_ms=150)
+    try:
+        before = fake_llm.stats()["requests"]
+        submitted = _duet("submit", config, "-i", inputs, env=cluster_env, cwd=tmp_path)
+        assert submitted.returncode == 0, submitted.stderr
+        batch = submitted.stdout.strip()
+        wait_for(lambda: fake_llm.stats()["requests"] - before >= 4, 30, "the batch to get going")
+
+        cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert _duet("watch", batch, env=cluster_env, cwd=tmp_path).returncode == 0
+        halfway = tmp_path / "halfway.jsonl"
+        _duet("results", batch, "-o", halfway, env=cluster_env, cwd=tmp_path)
+        stopped = sum(r["status"] == "cancelled" for r in _records(halfway))
+        assert stopped >= 1
+
+        resumed = _duet("resume", batch, env=cluster_env, cwd=tmp_path)
+        assert resumed.returncode == 0 and f"re-enqueued {stopped}" in resumed.stdout
+        assert _duet("watch", batch, env=cluster_env, cwd=tmp_path).returncode == 0
+        out = tmp_path / "final.jsonl"
+        assert _duet("results", batch, "-o", out, env=cluster_env, cwd=tmp_path).returncode == 0
+        records = _records(out)
+        assert [r["status"] for r in records] == ["max_rounds_reached"] * 8
+        assert [r["usage"]["calls"] for r in records] == [5] * 8
+        # Counted at the server: every step ran once, across cancel and resume.
+        assert fake_llm.stats()["requests"] - before == 8 * 5
+    finally:
+        fake_llm.set_faults(latency_ms=0)
