@@ -15,7 +15,8 @@ difference is Duet's own logic and Redis state. Variants:
 
 - ``--events 1``: worker task events on (what Flower needs; Duet's default), ``0`` off;
 - ``--transport duet``: :mod:`orchestration.broker` (one Redis client per channel, plain
-  pipelines for the unacked bookkeeping), ``kombu``: kombu's stock Redis transport.
+  pipelines for the unacked bookkeeping) and Duet's worker consumer (task events
+  published at most every 50 ms); ``kombu``: kombu's stock transport and consumer.
 
 Sends from inside task ``a`` use Duet's send options (:data:`workers.app.SEND_OPTIONS`
 equivalents) when the transport is ``duet``, like the real tasks do.
@@ -56,6 +57,8 @@ def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurren
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
     )
+    if transport == "duet":  # Duet's consumer: task events published at most every 50 ms
+        app.conf.worker_consumer = "workers.app:Consumer"
     send_options: dict[str, Any] = {"declare": []} if transport == "duet" else {}
     done = threading.Event()
     count = [0]
