@@ -39,34 +39,35 @@ class OpenAIProvider(SDKProvider):
         return PLACEHOLDER_KEY if self.base_url is not None else super()._missing_key()
 
     def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
-        client = self.client()
-        params: dict[str, Any] = {
+        body: dict[str, Any] = {
             "model": agent.model_name,
             "messages": [{"role": "system", "content": agent.instructions}, *messages],
-            "timeout": agent.timeout_s,
         }
         if agent.model_name.startswith(_REASONING_PREFIXES):
-            params["max_completion_tokens"] = agent.max_tokens
+            body["max_completion_tokens"] = agent.max_tokens
         else:
-            params["max_tokens"] = agent.max_tokens
+            body["max_tokens"] = agent.max_tokens
         if agent.temperature is not None:
-            params["temperature"] = agent.temperature
-        response = client.chat.completions.create(**params)
-        if not response.choices:
-            raise ProviderError(
-                "openai: response has no choices", kind="bad_response", transient=False
+            body["temperature"] = agent.temperature
+        data = self._post("/chat/completions", body, agent.timeout_s)
+        try:
+            choice = data["choices"][0]
+            usage = data.get("usage") or {}
+            details = usage.get("prompt_tokens_details") or {}
+            return Completion(
+                text=(choice.get("message") or {}).get("content") or "",
+                input_tokens=int(usage.get("prompt_tokens") or 0),
+                output_tokens=int(usage.get("completion_tokens") or 0),
+                cached_input_tokens=int(details.get("cached_tokens") or 0),
+                stop_reason=_STOP_REASONS.get(choice.get("finish_reason"), "other"),
+                raw_stop_reason=choice.get("finish_reason"),
             )
-        choice = response.choices[0]
-        usage = response.usage
-        details = getattr(usage, "prompt_tokens_details", None) if usage else None
-        return Completion(
-            text=choice.message.content or "",
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
-            cached_input_tokens=(getattr(details, "cached_tokens", None) or 0) if details else 0,
-            stop_reason=_STOP_REASONS.get(choice.finish_reason, "other"),
-            raw_stop_reason=choice.finish_reason,
-        )
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ProviderError(
+                f"openai: unexpected reply shape ({type(exc).__name__}: {exc})",
+                kind="bad_response",
+                transient=False,
+            ) from exc
 
 
 def preload() -> None:

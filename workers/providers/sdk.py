@@ -55,6 +55,25 @@ class SDKProvider(Provider):
             transient=False,
         )
 
+    def _post(self, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """POST ``body`` with the SDK's client (auth, connection pool, error types) and
+        return the JSON reply.
+
+        The SDKs' typed methods validate and copy every message of a request and build
+        typed models of the reply: with a 20-turn conversation that cost ~5 ms of CPU a
+        call here, against ~1.3 ms for the same request posted as JSON. Duet builds the
+        body itself and reads four fields of the reply, so it posts JSON the way the SDKs
+        document for endpoints they do not wrap.
+        """
+        reply = self.client().post(
+            path, body=body, cast_to=dict[str, Any], options={"timeout": timeout_s}
+        )
+        if not isinstance(reply, dict):
+            raise ProviderError(
+                f"{self.name}: the reply is not a JSON object", kind="bad_response", transient=False
+            )
+        return reply
+
     def classify(self, exc: Exception) -> ProviderError:
         # The key in use is scrubbed from any message that echoes it.
         return classify_exception(exc, provider=self.name, secrets=[self._key])

@@ -1,0 +1,112 @@
+"""Adapters read vendor replies defensively: an odd shape is a clear, permanent error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestration import Agent, ProviderError
+from workers.providers.anthropic import AnthropicProvider
+from workers.providers.openai import OpenAIProvider
+
+
+class _Client:
+    """Stands in for the SDK client: records the post and returns a canned reply."""
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+        self.posts: list[tuple[str, dict[str, Any]]] = []
+
+    def post(self, path: str, *, body: dict[str, Any], cast_to: Any, options: Any) -> Any:
+        self.posts.append((path, body))
+        return self.reply
+
+
+def _adapter(cls: type, reply: Any) -> Any:
+    adapter = cls(base_url=None, api_key_env="KEY")
+    adapter._client = _Client(reply)
+    return adapter
+
+
+OPENAI_OK = {
+    "choices": [{"message": {"content": "hi"}, "finish_reason": "length"}],
+    "usage": {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    },
+}
+ANTHROPIC_OK = {
+    "content": [{"type": "text", "text": "h"}, {"type": "tool_use"}, {"type": "text", "text": "i"}],
+    "stop_reason": "end_turn",
+    "usage": {
+        "input_tokens": 5,
+        "output_tokens": 3,
+        "cache_read_input_tokens": 2,
+        "cache_creation_input_tokens": 1,
+    },
+}
+
+
+def test_openai_reply_is_read() -> None:
+    adapter = _adapter(OpenAIProvider, OPENAI_OK)
+    spec = Agent("sys", model="gpt-4o", temperature=0.2, max_tokens=50).spec
+    done = adapter.complete(spec, [{"role": "user", "content": "q"}])
+    assert (done.text, done.input_tokens, done.output_tokens, done.cached_input_tokens, done.stop_reason) == (
+        "hi", 7, 3, 2, "max_tokens",
+    )  # fmt: skip
+    path, body = adapter._client.posts[0]
+    assert path == "/chat/completions"
+    assert body["messages"][0] == {"role": "system", "content": "sys"}
+    assert (body["max_tokens"], body["temperature"]) == (50, 0.2)
+
+
+def test_openai_reasoning_models_get_max_completion_tokens() -> None:
+    adapter = _adapter(OpenAIProvider, OPENAI_OK)
+    adapter.complete(
+        Agent("s", model="o3-mini", max_tokens=9).spec, [{"role": "user", "content": "q"}]
+    )
+    body = adapter._client.posts[0][1]
+    assert body["max_completion_tokens"] == 9 and "max_tokens" not in body
+
+
+def test_anthropic_reply_is_read_and_temperature_sent() -> None:
+    adapter = _adapter(AnthropicProvider, ANTHROPIC_OK)
+    spec = Agent("sys", model="claude-haiku-4-5", temperature=0.5).spec
+    done = adapter.complete(spec, [{"role": "user", "content": "q"}])
+    # input_tokens include cache reads and writes; cached_input_tokens are the reads.
+    assert (done.text, done.input_tokens, done.cached_input_tokens, done.stop_reason) == (
+        "hi",
+        8,
+        2,
+        "end",
+    )
+    path, body = adapter._client.posts[0]
+    assert path == "/v1/messages"
+    assert (body["system"], body["temperature"]) == ("sys", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("cls", "model", "reply"),
+    [
+        (OpenAIProvider, "gpt-4o", {"choices": []}),
+        (OpenAIProvider, "gpt-4o", {"choices": "nope"}),
+        (OpenAIProvider, "gpt-4o", ["not", "a", "dict"]),
+        (
+            OpenAIProvider,
+            "gpt-4o",
+            {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}},
+        ),
+        (AnthropicProvider, "claude-haiku-4-5", {"content": None}),
+        (AnthropicProvider, "claude-haiku-4-5", {"stop_reason": "end_turn"}),
+        (AnthropicProvider, "claude-haiku-4-5", "plain text"),
+    ],
+)
+def test_odd_replies_are_permanent_bad_response_errors(cls: type, model: str, reply: Any) -> None:
+    adapter = _adapter(cls, reply)
+    with pytest.raises(ProviderError) as err:
+        adapter.complete(Agent("s", model=model).spec, [{"role": "user", "content": "q"}])
+    assert err.value.kind == "bad_response"
+    assert err.value.transient is False
+    assert cls.name in str(err.value)
