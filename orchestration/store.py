@@ -240,7 +240,9 @@ def event_json(type_: str, run_id: str, round_: int | None = None, **data: Any) 
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
-    def __init__(self, client: redis.Redis, *, finished_ttl_s: int = keys.DEFAULT_FINISHED_TTL_S):
+    def __init__(self, client: Any, *, finished_ttl_s: int = keys.DEFAULT_FINISHED_TTL_S):
+        # ``client`` decodes responses to str (see connection.get_redis), which redis-py's
+        # annotations cannot express, hence Any.
         self.r = client
         self.finished_ttl_s = finished_ttl_s
         self._transition = client.register_script(_TRANSITION)
