@@ -43,6 +43,15 @@ def expected_events(status: str, rounds: int) -> list[tuple[str, int | None]]:
     return seq
 
 
+def stand_in_team(fake_llm: Any, *, scores: str, max_rounds: int) -> Team:
+    """Actor and critic on the real OpenAI SDK, talking to the stand-in server."""
+    return Team.actor_critic(
+        actor=Agent("Fix the code.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent("Review.", model=f"openai:sim:critic?scores={scores}", base_url=fake_llm.url),
+        max_rounds=max_rounds,
+    )
+
+
 def check_run(result: RunResult, status: str, rounds: int, calls: int) -> None:
     assert result.status == status, (result.status, result.interruption_reason, result.error)
     assert len(result.rounds) == rounds
@@ -105,11 +114,7 @@ def test_step_delivered_twice_calls_the_model_once(
 ) -> None:
     fake_llm.set_faults(latency_ms=400)
     try:
-        team = Team.actor_critic(
-            actor=Agent("Fix the code.", model="openai:sim", base_url=fake_llm.url),
-            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
-            max_rounds=3,
-        )
+        team = stand_in_team(fake_llm, scores="0.95", max_rounds=3)
         before = fake_llm.stats()["requests"]
         handle = team.submit("def f(x): return eval(x)")
         for event in handle.events(timeout=30):
@@ -205,11 +210,7 @@ def test_cancel_then_resume_a_batch_repeats_no_step(
 ) -> None:
     fake_llm.set_faults(latency_ms=150)
     try:
-        team = Team.actor_critic(
-            actor=Agent("Fix the code.", model="openai:sim", base_url=fake_llm.url),
-            critic=Agent("Review.", model="openai:sim:critic?scores=0.1", base_url=fake_llm.url),
-            max_rounds=2,
-        )
+        team = stand_in_team(fake_llm, scores="0.1", max_rounds=2)
         before = fake_llm.stats()["requests"]
         batch = team.submit_batch([f"snippet {i}: os.system(x)" for i in range(10)])
         first = RunHandle(batch.run_ids(0, 0)[0])
