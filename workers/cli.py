@@ -289,7 +289,10 @@ def _follow(
                 p = handle.progress()
                 view.update(p)
                 live.refresh()
-                return p
+                break
+    if not err.is_terminal:
+        err.print()  # a file or pipe gets the last frame without its line end
+    return p
 
 
 # --- results ----------------------------------------------------------------------
