@@ -6,7 +6,7 @@ the agent's place when it is left out. Options (any role):
 
 ``latency_ms``   sleep this long per call, like a model's wall time (default 0)
 ``scores``       critic: score for revision 0, 1, 2...; the last repeats (default: from a
-                 hash of the prompt, rising with each revision, so a batch has variety)
+                 hash of the prompt in [0.35, 0.95], +0.2 a revision, so a batch has variety)
 ``format``       critic reply: ``json`` (default), ``fenced``, ``prose``, ``fraction``
                  (``"7/10"``), ``percent`` (``"85%"``), ``text`` (no JSON, ``Score: 9/10``),
                  ``garbage`` (no JSON, no score)
@@ -133,11 +133,10 @@ def _actor_reply(opts: SimOptions, task: str, revision: int) -> str:
 def _critic_score(opts: SimOptions, reviewed: str, revision: int) -> float:
     if opts.scores:
         return opts.scores[min(max(revision, 0), len(opts.scores) - 1)]
-    # No schedule: start somewhere in [0.35, 0.85) by the reviewed text's task, +0.2 a revision.
-    base = (
-        0.35
-        + (_digest(reviewed.split("\n", 1)[0].replace(f"[revision {revision}]", "")) % 50) / 100
-    )
+    # No schedule: start somewhere in [0.35, 0.95] by the reviewed text's task, +0.2 a
+    # revision, so a batch shows every outcome (approved at once, later, or never).
+    task = reviewed.split("\n", 1)[0].replace(f"[revision {revision}]", "")
+    base = 0.35 + (_digest(task) % 61) / 100
     return round(min(1.0, base + 0.2 * max(revision, 0)), 2)
 
 
