@@ -135,7 +135,7 @@ def _apply_rate_limits(cfg: ReviewConfig) -> None:
 
 
 def _reader(
-    cfg: ReviewConfig, path: Path, on_problem: Callable[[InputProblem], None]
+    cfg: ReviewConfig, path: Path, on_problem: Callable[[InputProblem], None], *, strict: bool
 ) -> InputReader:
     limit = get_settings().max_prompt_chars
     if cfg.inputs.max_prompt_chars is not None:
@@ -146,11 +146,12 @@ def _reader(
         id_column=cfg.inputs.id_column,
         max_prompt_chars=limit,
         on_problem=on_problem,
+        strict=strict,
     )
 
 
 def _submit(
-    cfg: ReviewConfig, input: Path
+    cfg: ReviewConfig, input: Path, *, strict: bool = False
 ) -> tuple[BatchHandle, InputReader, list[tuple[int, InputProblem]]]:
     """Read the inputs and submit the valid ones as one batch (with the config's limits).
 
@@ -162,7 +163,9 @@ def _submit(
     if get_settings().redis_url:
         _check_workers()
     rejected: list[tuple[int, InputProblem]] = []
-    reader = _reader(cfg, input, lambda problem: rejected.append((reader.count, problem)))
+    reader = _reader(
+        cfg, input, lambda problem: rejected.append((reader.count, problem)), strict=strict
+    )
     with err.status(f"Reading {input} and submitting"):
         handle = team.submit_batch((r.as_item() for r in reader), budget=cfg.build_budget())
     if rejected:
@@ -434,6 +437,12 @@ InputOpt = Annotated[
         help="Inputs: a JSONL file, a CSV file, or a directory (one input per file).",
     ),
 ]  # fmt: skip
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict", help="Refuse the whole batch (exit 2) if any input is bad, listing every one.",
+    ),
+]  # fmt: skip
 BatchArg = Annotated[
     str, typer.Argument(help="Batch id (printed by `duet submit`).", show_default=False)
 ]
@@ -463,6 +472,7 @@ def run(
             "name ends in .csv. Default: INPUT-NAME.results.jsonl in the current directory.",
         ),
     ] = None,  # fmt: skip
+    strict: StrictOpt = False,
 ) -> None:
     """Review every input and wait for the results, with a live progress bar.
 
@@ -477,7 +487,7 @@ def run(
     cfg = _load(config, embedded=not get_settings().redis_url)
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     connect(embedded_ok=True)
-    handle, reader, rejected = _submit(cfg, input)
+    handle, reader, rejected = _submit(cfg, input, strict=strict)
     with target.open("w", encoding="utf-8", newline="") as sink:
         writer = _ResultWriter(sink, rejected, as_csv=_is_csv(target))
         interrupted = False
@@ -503,6 +513,7 @@ def submit(
         Path | None,
         typer.Option("--rejected", dir_okay=False, help="Also write rejected inputs here (JSONL)."),
     ] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -512,7 +523,7 @@ def submit(
     """
     connect()
     cfg = _load(config, embedded=False)
-    handle, reader, rejected = _submit(cfg, input)
+    handle, reader, rejected = _submit(cfg, input, strict=strict)
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
             _ResultWriter(sink, rejected).drain(())

@@ -419,3 +419,17 @@ max_rounds = 2
         assert fake_llm.stats()["requests"] - before == 8 * 5
     finally:
         fake_llm.set_faults(latency_ms=0)
+
+
+def test_strict_refuses_the_whole_batch_listing_every_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"id": "a", "prompt": "ok"}\nnot json\n{"id": "a", "prompt": "dup"}\n{"id": "b"}\n'
+    )
+    out = tmp_path / "out.jsonl"
+    done = _duet("run", EXAMPLE_CONFIG, "-i", bad, "-o", out, "--strict", env=_env(), cwd=tmp_path)
+    assert done.returncode == 2
+    for where, reason in [("bad.jsonl:2", "malformed JSON"), ("bad.jsonl:3", "duplicate id 'a'"),
+                          ("bad.jsonl:4", "missing prompt")]:  # fmt: skip
+        assert f"{where}: {reason}" in done.stderr
+    assert not out.exists(), "a refused batch runs nothing and writes no results"
