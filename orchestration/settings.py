@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     finished_ttl_s: int = Field(default=DEFAULT_FINISHED_TTL_S, ge=60)
     #: Seconds a step's claim (and budget reservation) outlives a worker that died.
     step_lease_s: int = Field(default=DEFAULT_STEP_LEASE_S, ge=5)
+    #: Seconds before a Redis broker gives an unacknowledged message (its worker died) to
+    #: another worker. Longer than any step can run, including a retry's countdown.
+    visibility_timeout_s: int = Field(default=3600, ge=5)
     #: Threads per worker process: calls in flight at once (they wait on the model).
     worker_concurrency: int = Field(default=200, ge=1)
     #: Attempts for a transient provider failure before the agent is interrupted.

@@ -93,8 +93,14 @@ def _config(broker_url: str | None) -> dict[str, object]:
         "worker_concurrency": settings.worker_concurrency,
         "broker_pool_limit": max(10, min(settings.worker_concurrency, 100)),
         "broker_connection_retry_on_startup": True,
-        # Longer than any model call + retries, so Redis does not redeliver live work.
-        "broker_transport_options": {"visibility_timeout": 3600},
+        # A dead worker's messages go back to the queue after the visibility timeout
+        # (longer than any step runs, so live work is never redelivered); the sweep that
+        # does it runs a few times per timeout instead of kombu's every ~100 s.
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
+            "unacked_restore_throttle": 1,
+        },
         "task_default_queue": keys.QUEUE_COORDINATOR,
         # A plain `celery -A workers worker` consumes all three queues; -Q picks some.
         "task_queues": [Queue(name, routing_key=name) for name in keys.ALL_QUEUES],

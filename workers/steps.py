@@ -273,7 +273,13 @@ def failed_attempts(task: Any) -> int:
 
 
 def _wait(task: Any, seconds: float, failures: int, exc: Exception | None = None) -> Exception:
-    """Re-schedule the step in ``seconds`` (no thread waits); the same task id keeps its claim."""
+    """Re-schedule the step in ``seconds`` (no thread waits); the same task id keeps its claim.
+
+    The worker holds a waiting message unacknowledged, so a wait is kept well inside the
+    broker's visibility timeout; a longer pause (a vendor's Retry-After) is still obeyed,
+    as the fleet-wide pause makes the step wait again when it comes back.
+    """
+    seconds = min(seconds, get_settings().visibility_timeout_s / 2)
     return task.retry(
         countdown=seconds, exc=exc, max_retries=None, headers={FAILURES_HEADER: failures}
     )

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
 import pytest
+import redis
 
 from orchestration import Agent, RunResult, Team
 from orchestration import events as ev
 from orchestration.client import RunHandle, producer, store
 from orchestration.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
-from tests.support import client_pointed_at, wait_for
+from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -303,3 +305,33 @@ def test_embedded_default_runs_without_any_redis_configured() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["approved", "2", "4"]
+
+
+def test_a_killed_workers_step_is_redelivered_and_the_run_finishes(
+    fake_llm: Any, redis_url: str
+) -> None:
+    """SIGKILL mid-call: the unacknowledged message returns after the visibility timeout,
+    another worker finishes the run, and no stored step is run again."""
+    url = f"{redis_url.rpartition('/')[0]}/{int(os.environ.get('DUET_KILL_REDIS_DB', '12'))}"
+    redis.Redis.from_url(url).flushdb()
+    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_VISIBILITY_TIMEOUT_S": "5"}
+    fake_llm.set_faults(latency_ms=0, delays_ms=[3000])  # the first call hangs 3 s
+    try:
+        with client_pointed_at(url):
+            team = stand_in_team(fake_llm, scores="0.95", max_rounds=3)
+            before = fake_llm.stats()["requests"]
+            with celery_worker(url, env=env, name="doomed") as doomed:
+                handle = team.submit("def f(x): return eval(x)")
+                wait_for(lambda: fake_llm.stats()["requests"] - before >= 1, 30, "the first call")
+                doomed.send_signal(signal.SIGKILL)
+                doomed.wait(10)
+            with celery_worker(url, env=env, name="heir"):
+                result = handle.result(timeout=60)
+        assert result.status == "approved"
+        assert result.usage.total.calls == 2
+        # The dead worker's call reached the server but its reply was lost: 2 + 1.
+        assert fake_llm.stats()["requests"] - before == 3
+        assert [e.type for e in result.events].count(ev.ACTOR_STARTED) == 1
+    finally:
+        fake_llm.set_faults(latency_ms=0)
+        redis.Redis.from_url(url).flushdb()
