@@ -19,6 +19,7 @@ from .architecture import LoopSpec
 from .broker import transport_for
 from .errors import RunTimeout
 from .events import Event
+from .loop import parse_step_key
 from .results import FINISHED_STATUSES, RunResult
 from .settings import get_settings
 from .store import RunRecord, RunStore
@@ -135,10 +136,7 @@ def resume_runs(run_ids: Iterable[str]) -> int:
             if what == "coordinate":
                 app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
             elif what == "step" and step is not None:
-                from .coordinator import TASK_BY_PHASE
-                from .loop import parse_step_key
-
-                task = TASK_BY_PHASE[parse_step_key(step)[0]]
+                task = keys.TASK_BY_PHASE[parse_step_key(step)[0]]
                 app.send_task(task, args=(run_id, step), producer=prod)
             else:
                 continue

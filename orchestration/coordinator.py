@@ -16,7 +16,7 @@ from . import events as ev
 from . import keys
 from .architecture import LoopSpec
 from .conversations import conversation_scope
-from .keys import TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE, TASK_REFINE
+from .keys import TASK_BY_PHASE
 from .loop import (
     ROLE_OF,
     Finish,
@@ -32,8 +32,6 @@ from .store import RunStore, event_json
 from .templates import render_critique_prompt, render_refine_prompt
 
 log = logging.getLogger(__name__)
-
-TASK_BY_PHASE = {"generate": TASK_GENERATE, "critique": TASK_CRITIQUE, "refine": TASK_REFINE}
 
 #: (scopes) -> (blocked reason or None, warning events); set when budgets are wired in.
 BudgetCheck = Callable[[Mapping[str, str], list[str]], tuple[str | None, list[str]]]
@@ -233,4 +231,4 @@ class Coordinator:
         )
 
 
-__all__ = ["Coordinator", "Dispatch", "TASK_COORDINATE", "outcomes"]
+__all__ = ["Coordinator", "Dispatch", "outcomes"]

@@ -31,6 +31,9 @@ TASK_QUEUES = {
     TASK_COORDINATE: QUEUE_COORDINATOR,
 }
 
+#: The step task for each phase of the loop.
+TASK_BY_PHASE = {"generate": TASK_GENERATE, "critique": TASK_CRITIQUE, "refine": TASK_REFINE}
+
 # --- time to live ---------------------------------------------------------
 #: Seconds a finished run (record, steps, events) is kept; DUET_FINISHED_TTL_S overrides.
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
