@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestration.agents import AgentSpec
-from orchestration.errors import ProviderError
 
 from .base import Completion, Message, StopReason
-from .sdk import SDKProvider
+from .sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 _STOP_REASONS: dict[str | None, StopReason] = {
     "end_turn": "end",
@@ -67,12 +66,8 @@ class AnthropicProvider(SDKProvider):
                 stop_reason=_STOP_REASONS.get(data.get("stop_reason"), "other"),
                 raw_stop_reason=data.get("stop_reason"),
             )
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise ProviderError(
-                f"anthropic: unexpected reply shape ({type(exc).__name__}: {exc})",
-                kind="bad_response",
-                transient=False,
-            ) from exc
+        except REPLY_SHAPE_ERRORS as exc:
+            raise self._bad_reply(exc) from exc
 
 
 def preload() -> None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestration.agents import AgentSpec
-from orchestration.errors import ProviderError
 
 from .base import Completion, Message, StopReason
-from .sdk import SDKProvider
+from .sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"
@@ -62,12 +61,8 @@ class OpenAIProvider(SDKProvider):
                 stop_reason=_STOP_REASONS.get(choice.get("finish_reason"), "other"),
                 raw_stop_reason=choice.get("finish_reason"),
             )
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-            raise ProviderError(
-                f"openai: unexpected reply shape ({type(exc).__name__}: {exc})",
-                kind="bad_response",
-                transient=False,
-            ) from exc
+        except REPLY_SHAPE_ERRORS as exc:
+            raise self._bad_reply(exc) from exc
 
 
 def preload() -> None:

@@ -17,6 +17,9 @@ from orchestration.errors import ProviderError
 from .base import Provider
 from .errors import classify_exception
 
+#: What reading an unexpected reply shape raises (a missing key, a wrong type...).
+REPLY_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+
 
 class SDKProvider(Provider):
     """One client (so one HTTP connection pool) per adapter, made on first use."""
@@ -69,10 +72,14 @@ class SDKProvider(Provider):
             path, body=body, cast_to=dict[str, Any], options={"timeout": timeout_s}
         )
         if not isinstance(reply, dict):
-            raise ProviderError(
-                f"{self.name}: the reply is not a JSON object", kind="bad_response", transient=False
-            )
+            raise self._bad_reply("the reply is not a JSON object")
         return reply
+
+    def _bad_reply(self, what: str | Exception) -> ProviderError:
+        """A reply Duet cannot read: permanent, as asking again gets the same."""
+        if isinstance(what, Exception):
+            what = f"unexpected reply shape ({type(what).__name__}: {what})"
+        return ProviderError(f"{self.name}: {what}", kind="bad_response", transient=False)
 
     def classify(self, exc: Exception) -> ProviderError:
         # The key in use is scrubbed from any message that echoes it.
