@@ -14,7 +14,7 @@ Compare the figure with ``bench.overhead``'s *Duet total* minus its SDK referenc
 difference is Duet's own logic and Redis state. Variants:
 
 - ``--events 1``: worker task events on (what Flower needs; Duet's default), ``0`` off;
-- ``--transport duet``: :mod:`orchestration.broker` (one Redis client per channel, plain
+- ``--transport duet``: :mod:`orchestration.state.broker` (one Redis client per channel, plain
   pipelines for the unacked bookkeeping) and Duet's worker consumer (task events
   published at most every 50 ms); ``kombu``: kombu's stock transport and consumer.
 
@@ -33,8 +33,8 @@ import threading
 import time
 from typing import Any
 
-from orchestration.broker import TRANSPORT
-from orchestration.embedded import EmbeddedRedis
+from duet.embedded import EmbeddedRedis
+from orchestration.state.broker import TRANSPORT
 
 
 def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurrency: int,

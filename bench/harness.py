@@ -17,16 +17,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from orchestration.embedded import EmbeddedRedis, free_port
+from duet.embedded import EmbeddedRedis, free_port
 
 
 @contextlib.contextmanager
 def fake_llm_process(latency_ms: float = 0) -> Iterator[str]:
-    """``python -m workers.fake_llm`` as a child process (its CPU is not ours); yields
+    """``python -m duet.fake_llm`` as a child process (its CPU is not ours); yields
     the OpenAI ``base_url``."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.fake_llm", "--port", str(port),
+        [sys.executable, "-m", "duet.fake_llm", "--port", str(port),
          "--latency-ms", str(latency_ms)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -83,8 +83,8 @@ def embedded_duet(concurrency: int) -> Iterator[str]:
     with EmbeddedRedis() as server:
         os.environ["DUET_REDIS_URL"] = server.url
         os.environ["DUET_WORKER_CONCURRENCY"] = str(concurrency)
-        from orchestration import connection
         from orchestration.settings import get_settings
+        from orchestration.state import connection
 
         get_settings.cache_clear()
         connection.use_redis(server.url)

@@ -50,7 +50,7 @@ def run(
     import time as _time
 
     from orchestration import Agent, Team
-    from orchestration.client import store
+    from orchestration.client.handles import store
 
     lat = f"latency_ms={latency_ms:g}"
     team = Team.actor_critic(

@@ -8,27 +8,41 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .agents import Agent, AgentSpec, Price
-from .architecture import ActorCritic, LoopSpec
-from .budget import Budget
-from .critique import CriticOutput, parse_critique, parse_score
-from .errors import BudgetExceeded, ConfigError, DuetError, InputError, ProviderError, RunTimeout
-from .results import RoundRecord, RunResult
-from .templates import fill_template
-from .usage import Usage
+from orchestration.core.agents import Agent, AgentSpec, Price
+from orchestration.core.architecture import ActorCritic, LoopSpec
+from orchestration.core.budget import Budget
+from orchestration.core.critique import CriticOutput, parse_critique, parse_score
+from orchestration.core.errors import (
+    BudgetExceeded,
+    ConfigError,
+    DuetError,
+    InputError,
+    ProviderError,
+    RunTimeout,
+)
+from orchestration.core.results import RoundRecord, RunResult
+from orchestration.core.templates import fill_template
+from orchestration.core.usage import Usage
 
 if TYPE_CHECKING:
-    from .client import BatchHandle, RunHandle, get_budget, list_budgets, reset_budget, set_budgets
-    from .team import Team
+    from orchestration.client.handles import (
+        BatchHandle,
+        RunHandle,
+        get_budget,
+        list_budgets,
+        reset_budget,
+        set_budgets,
+    )
+    from orchestration.client.team import Team
 
 _LAZY = {
-    "Team": ".team",
-    "RunHandle": ".client",
-    "BatchHandle": ".client",
-    "set_budgets": ".client",
-    "get_budget": ".client",
-    "reset_budget": ".client",
-    "list_budgets": ".client",
+    "Team": "orchestration.client.team",
+    "RunHandle": "orchestration.client.handles",
+    "BatchHandle": "orchestration.client.handles",
+    "set_budgets": "orchestration.client.handles",
+    "get_budget": "orchestration.client.handles",
+    "reset_budget": "orchestration.client.handles",
+    "list_budgets": "orchestration.client.handles",
 }
 
 __all__ = [
@@ -45,5 +59,5 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

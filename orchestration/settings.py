@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .keys import DEFAULT_FINISHED_TTL_S, DEFAULT_STEP_LEASE_S
+from orchestration.state.keys import DEFAULT_FINISHED_TTL_S, DEFAULT_STEP_LEASE_S
 
 
 class Settings(BaseSettings):

@@ -34,7 +34,7 @@ def redis_url() -> Iterator[str]:
     if _reachable("127.0.0.1", 6379):
         yield f"redis://127.0.0.1:6379/{TEST_DB}"
         return
-    from orchestration.embedded import EmbeddedRedis
+    from duet.embedded import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         yield f"redis://127.0.0.1:{server.port}/{TEST_DB}"

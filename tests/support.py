@@ -79,8 +79,8 @@ def celery_worker(
 def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
     """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,
     and back to nothing afterwards."""
-    from orchestration import connection
     from orchestration.settings import get_settings
+    from orchestration.state import connection
 
     saved = {k: os.environ.get(k) for k in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
     os.environ["DUET_REDIS_URL"] = redis_url

@@ -3,6 +3,6 @@
 ``celery -A workers worker`` finds :data:`app` here.
 """
 
-from .app import app, configure
+from workers.app import app, configure
 
 __all__ = ["app", "configure"]

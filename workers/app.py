@@ -16,9 +16,9 @@ from celery.signals import worker_init, worker_shutdown
 from celery.worker import consumer as celery_consumer
 from kombu import Queue
 
-from orchestration import keys
-from orchestration.broker import transport_for
 from orchestration.settings import get_settings
+from orchestration.state import keys
+from orchestration.state.broker import transport_for
 
 app = Celery("duet", include=["workers.tasks"])
 
@@ -146,7 +146,7 @@ def _preload_providers(**_: object) -> None:
     The SDKs are imported lazily (seconds each); a worker that serves a vendor can pay
     that at start instead of on its first call.
     """
-    from .providers import PROVIDER_MODULES
+    from workers.providers import PROVIDER_MODULES
 
     for name in get_settings().preload_providers:
         module = PROVIDER_MODULES[name].partition(":")[0]
@@ -156,6 +156,6 @@ def _preload_providers(**_: object) -> None:
 
 @worker_shutdown.connect(weak=False)
 def _close_providers(**_: object) -> None:
-    from .providers import close_providers
+    from workers.providers import close_providers
 
     close_providers()

@@ -3,7 +3,7 @@
 Before a call: reserve its worst case (input estimate + ``max_tokens``, priced) in every
 scope of the run at once, or learn that there is no room. After it: settle the real
 usage (once per step, however often the step is delivered). The Lua is in
-:mod:`orchestration.ledger`; this module only decides what to ask it.
+:mod:`orchestration.state.budgets`; this module only decides what to ask it.
 """
 
 from __future__ import annotations
@@ -14,21 +14,20 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestration import events as ev
-from orchestration import keys
-from orchestration.agents import AgentSpec
-from orchestration.budget import Amount, Refusal
-from orchestration.ledger import (
+from orchestration.core import events as ev
+from orchestration.core.agents import AgentSpec
+from orchestration.core.budget import Amount, Refusal
+from orchestration.core.pricing import cost_usd, price_for
+from orchestration.state import keys
+from orchestration.state.budgets import (
     DEFAULT_SETTLED_TTL_S,
     BudgetLedger,
     RateLimiter,
     _scope_keys,
     _wire,
 )
-from orchestration.pricing import cost_usd, price_for
-from orchestration.store import ScriptCall, event_json
-
-from .providers import Completion, Message
+from orchestration.state.runs import ScriptCall, event_json
+from workers.providers import Completion, Message
 
 #: How long the per-process copy of the fleet's rate-limit table is trusted.
 RATE_TABLE_TTL_S = 5.0
@@ -146,7 +145,7 @@ class Budgets:
         if now - self._rates_at > RATE_TABLE_TTL_S:
             with self._lock:
                 if now - self._rates_at > RATE_TABLE_TTL_S:
-                    from orchestration.ratelimits import load_rate_limits
+                    from orchestration.state.ratelimits import load_rate_limits
 
                     self._rates = load_rate_limits(self.redis)
                     self._rates_at = now

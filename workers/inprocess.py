@@ -10,10 +10,9 @@ import threading
 
 from celery.worker import WorkController
 
-from orchestration import keys
-
-from . import runtime
-from .app import app, configure
+from orchestration.state import keys
+from workers import runtime
+from workers.app import app, configure
 
 
 class _Controller(WorkController):
@@ -66,7 +65,7 @@ class InProcessWorker:
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        from .providers import close_providers
+        from workers.providers import close_providers
 
         if self._controller is not None:
             self._controller.stop(in_sighandler=False, exitcode=0)

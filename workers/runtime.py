@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import threading
 
-from orchestration.connection import get_redis
-from orchestration.coordinator import Coordinator, Dispatch
-from orchestration.keys import TASK_COORDINATE
+from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.settings import get_settings
-from orchestration.store import RunStore
-
-from .app import SEND_OPTIONS, app
-from .budgeting import Budgets
+from orchestration.state.connection import get_redis
+from orchestration.state.keys import TASK_COORDINATE
+from orchestration.state.runs import RunStore
+from workers.app import SEND_OPTIONS, app
+from workers.budgeting import Budgets
 
 _lock = threading.RLock()
 _store: RunStore | None = None

@@ -29,29 +29,28 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from orchestration import events as ev
-from orchestration import keys
-from orchestration.agents import AgentSpec, Price
-from orchestration.budget import Amount, Refusal
-from orchestration.conversations import (
+from orchestration.core import events as ev
+from orchestration.core.agents import AgentSpec, Price
+from orchestration.core.budget import Amount, Refusal
+from orchestration.core.critique import parse_critique
+from orchestration.core.errors import ProviderError
+from orchestration.core.loop import ROLE_OF, parse_step_key, step_index
+from orchestration.core.pricing import cost_usd, price_for
+from orchestration.settings import get_settings
+from orchestration.state import keys
+from orchestration.state.conversations import (
     ConversationStore,
     conversation_scope,
     keeps,
     messages_from,
     turn_json,
 )
-from orchestration.critique import parse_critique
-from orchestration.errors import ProviderError
-from orchestration.loop import ROLE_OF, parse_step_key, step_index
-from orchestration.pricing import cost_usd, price_for
-from orchestration.settings import get_settings
-from orchestration.store import RunStore, ScriptCall, event_json
-
-from .budgeting import estimate
-from .budgeting import step_id as budget_step_id
-from .providers import Completion, provider_for
-from .providers.errors import scrub
-from .runtime import coordinator_send, get_budgets, get_store
+from orchestration.state.runs import RunStore, ScriptCall, event_json
+from workers.budgeting import estimate
+from workers.budgeting import step_id as budget_step_id
+from workers.providers import Completion, provider_for
+from workers.providers.errors import scrub
+from workers.runtime import coordinator_send, get_budgets, get_store
 
 log = logging.getLogger(__name__)
 

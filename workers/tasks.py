@@ -1,5 +1,5 @@
 """The four tasks. Each is a thin shell: the work is in :mod:`workers.steps` and
-:mod:`orchestration.coordinator`. Messages carry ids only; content lives in Redis.
+:mod:`orchestration.services.coordinator`. Messages carry ids only; content lives in Redis.
 """
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ import logging
 
 from celery import Task
 
-from orchestration import keys
-
-from .app import app
-from .runtime import dispatch, get_coordinator, get_store
-from .steps import run_step
+from orchestration.state import keys
+from workers.app import app
+from workers.runtime import dispatch, get_coordinator, get_store
+from workers.steps import run_step
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from orchestration.budget import (
+from orchestration.core.budget import (
     CALLS,
     INPUT_TOKENS,
     OUTPUT_TOKENS,
@@ -22,8 +22,8 @@ from orchestration.budget import (
     scope,
     scopes_for,
 )
-from orchestration.errors import ConfigError
-from orchestration.usage import Usage
+from orchestration.core.errors import ConfigError
+from orchestration.core.usage import Usage
 
 
 def amt(i: int = 0, o: int = 0, usd: float = 0.0, calls: int = 0) -> Amount:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.budget import Budget
-from orchestration.config import load_config
-from orchestration.errors import ConfigError
-from orchestration.ratelimits import RateLimit
+from duet.config import load_config
+from orchestration.core.budget import Budget
+from orchestration.core.errors import ConfigError
+from orchestration.state.ratelimits import RateLimit
 
 ROOT = Path(__file__).resolve().parents[2]
 

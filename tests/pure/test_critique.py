@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 from pydantic import ValidationError
 
-from orchestration.critique import CriticOutput, parse_critique, parse_score
+from orchestration.core.critique import CriticOutput, parse_critique, parse_score
 
 
 @pytest.mark.parametrize(

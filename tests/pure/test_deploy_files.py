@@ -3,7 +3,7 @@
 Docker and a cluster are not needed: the files are read and checked for the things that
 matter — every worker runs ``celery -A workers worker`` on the threads pool with the
 right ``-Q``, each queue has a pool and a KEDA trigger on the list Celery uses for it
-(:data:`orchestration.keys.QUEUE_*`), grace periods outlast a model call, and no file
+(:data:`orchestration.state.keys.QUEUE_*`), grace periods outlast a model call, and no file
 holds a secret. Text checks always run; structural checks need PyYAML and are skipped
 without it.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from orchestration import keys
-from orchestration.agents import AgentSpec
+from orchestration.core.agents import AgentSpec
+from orchestration.state import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -221,7 +221,7 @@ def test_compose_flower_and_fake_llm(yaml: Any) -> None:
     assert any(str(p).endswith("5555") for p in services["flower"]["ports"])
     fake = services["fake-llm"]
     assert fake.get("profiles"), "the fake LLM only starts under a profile"
-    assert "workers.fake_llm" in fake["command"]
+    assert "duet.fake_llm" in fake["command"]
 
 
 def test_k8s_manifests_are_namespace_agnostic(yaml: Any) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.errors import InputError
-from orchestration.inputs import InputProblem, InputReader, detect_format
+from duet.inputs import InputProblem, InputReader, detect_format
+from orchestration.core.errors import InputError
 
 GOOD = '{"id": "ok", "prompt": "Review this"}'
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.loop import (
+from orchestration.core.loop import (
     Critique,
     Finish,
     Generate,

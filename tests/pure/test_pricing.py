@@ -6,9 +6,9 @@ import datetime
 
 import pytest
 
-from orchestration.agents import Agent, Price
-from orchestration.errors import ConfigError
-from orchestration.pricing import (
+from orchestration.core.agents import Agent, Price
+from orchestration.core.errors import ConfigError
+from orchestration.core.pricing import (
     PRICES,
     PRICES_CHECKED,
     SIM_PRICE,

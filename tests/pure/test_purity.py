@@ -9,17 +9,17 @@ import sys
 import pytest
 
 PURE_MODULES = [
-    "orchestration.agents",
-    "orchestration.architecture",
-    "orchestration.budget",
-    "orchestration.critique",
-    "orchestration.errors",
-    "orchestration.events",
-    "orchestration.loop",
-    "orchestration.pricing",
-    "orchestration.results",
-    "orchestration.templates",
-    "orchestration.usage",
+    "orchestration.core.agents",
+    "orchestration.core.architecture",
+    "orchestration.core.budget",
+    "orchestration.core.critique",
+    "orchestration.core.errors",
+    "orchestration.core.events",
+    "orchestration.core.loop",
+    "orchestration.core.pricing",
+    "orchestration.core.results",
+    "orchestration.core.templates",
+    "orchestration.core.usage",
 ]
 FORBIDDEN = ("celery", "kombu", "redis", "openai", "anthropic", "httpx", "httpx2")
 

@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestration.inputs import InputProblem
-from orchestration.results import RoundRecord, RunResult, UsageReport
-from orchestration.usage import Usage
-from workers.report import (
+from duet.inputs import InputProblem
+from duet.report import (
     CSV_COLUMNS,
     Summary,
     csv_row,
@@ -21,6 +19,8 @@ from workers.report import (
     render_report,
     result_record,
 )
+from orchestration.core.results import RoundRecord, RunResult, UsageReport
+from orchestration.core.usage import Usage
 
 
 def _record(

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from orchestration import ActorCritic, Agent, ConfigError
-from orchestration.agents import resolve_model
+from orchestration.core.agents import resolve_model
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.templates import (
+from orchestration.core.templates import (
     DEFAULT_CRITIQUE_TEMPLATE,
     DEFAULT_REFINE_TEMPLATE,
     bullet_issues,

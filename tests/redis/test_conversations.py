@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from orchestration import keys
-from orchestration.conversations import ConversationStore, conversation_scope, messages_from
+from orchestration.state import keys
+from orchestration.state.conversations import ConversationStore, conversation_scope, messages_from
 
 
 @pytest.fixture(params=["fakeredis", "redis"])

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from orchestration import keys
-from orchestration.budget import Amount, Budget
-from orchestration.ledger import BudgetLedger, RateLimiter
+from orchestration.core.budget import Amount, Budget
+from orchestration.state import keys
+from orchestration.state.budgets import BudgetLedger, RateLimiter
 
 pytestmark = pytest.mark.redis
 

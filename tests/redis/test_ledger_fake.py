@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestration import keys
-from orchestration.budget import CALLS, TOKENS, UNITS, USD, Amount, Budget
-from orchestration.errors import ConfigError
-from orchestration.keys import budget_holds, rate_tokens
-from orchestration.ledger import BudgetLedger, RateLimiter
+from orchestration.core.budget import CALLS, TOKENS, UNITS, USD, Amount, Budget
+from orchestration.core.errors import ConfigError
+from orchestration.state import keys
+from orchestration.state.budgets import BudgetLedger, RateLimiter
+from orchestration.state.keys import budget_holds, rate_tokens
 
 LONG = 60.0  # a lease no test outlives
 

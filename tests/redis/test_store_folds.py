@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from orchestration import keys
-from orchestration.store import RunStore, ScriptCall, run_scripts, step_outcome
+from orchestration.state import keys
+from orchestration.state.runs import RunStore, ScriptCall, run_scripts, step_outcome
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from orchestration import Agent, Team
-from orchestration import events as ev
-from orchestration.budget import Budget
-from orchestration.client import store
-from orchestration.ledger import BudgetLedger
+from orchestration.client.handles import store
+from orchestration.core import events as ev
+from orchestration.core.budget import Budget
+from orchestration.state.budgets import BudgetLedger
 from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
@@ -62,7 +62,7 @@ def test_run_budget_stops_at_the_start_of_a_round(worker: Any, client_on: str) -
 
 
 def test_usd_budget_on_unpriced_model_is_refused_at_submit() -> None:
-    from orchestration.errors import ConfigError
+    from orchestration.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="price"):
         Team.actor_critic(
@@ -102,7 +102,7 @@ def _windows_respected(times: list[float], limit: int, window_s: float, jitter_s
 
 
 def test_rate_limit_holds_across_worker_processes(isolated_url: str, fake_llm: Any) -> None:
-    from orchestration.ratelimits import RateLimit, set_rate_limits
+    from orchestration.state.ratelimits import RateLimit, set_rate_limits
 
     limit, window = 4, 2.0
     set_rate_limits(store().r, {"openai:sim": RateLimit(rpm=limit, window_s=window)})

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from duet.cli import app
 from tests.support import wait_for
-from workers.cli import app
 
 pytestmark = pytest.mark.system
 
@@ -56,8 +56,8 @@ def _env(**extra: str) -> dict[str, str]:
 def _duet(
     *args: str | Path, env: dict[str, str], cwd: Path, script: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``duet`` as its own process: the console script, or ``python -m workers.cli``."""
-    head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "workers.cli"]
+    """Run ``duet`` as its own process: the console script, or ``python -m duet.cli``."""
+    head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "duet.cli"]
     return subprocess.run(
         [*head, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=180
     )
@@ -70,8 +70,8 @@ def embedded(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     The embedded cluster is process-wide and lives until exit (restarting it in one
     process is not supported); only this process's pointer to it is reset afterwards.
     """
-    from orchestration import connection
     from orchestration.settings import get_settings
+    from orchestration.state import connection
 
     monkeypatch.delenv("DUET_REDIS_URL", raising=False)
     monkeypatch.delenv("DUET_BROKER_URL", raising=False)
@@ -177,7 +177,7 @@ def test_ctrl_c_cancels_the_batch_and_still_accounts_for_every_input(tmp_path: P
     config.write_text(FAST_CONFIG.replace('model = "sim"', 'model = "sim?latency_ms=2000"'))
     out = tmp_path / "out.jsonl"
     with subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "run", str(config), "-i", str(EXAMPLE_INPUTS), "-o", str(out)],
+        [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(EXAMPLE_INPUTS), "-o", str(out)],
         env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     ) as proc:  # fmt: skip
         assert proc.stderr is not None

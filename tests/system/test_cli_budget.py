@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from orchestration.budget import Amount
-from orchestration.ledger import BudgetLedger
-from workers.cli import app
+from duet.cli import app
+from orchestration.core.budget import Amount
+from orchestration.state.budgets import BudgetLedger
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def cluster(redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from orchestration import connection
+    from orchestration.state import connection
 
     monkeypatch.setenv("DUET_REDIS_URL", redis_url)
     yield redis_client

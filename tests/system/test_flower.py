@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from duet.embedded import free_port
 from orchestration import Agent, Team
-from orchestration.embedded import free_port
 from tests.support import ROOT, wait_for
 
 pytestmark = pytest.mark.system

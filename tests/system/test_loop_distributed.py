@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from orchestration import Agent, RunResult, Team
-from orchestration import events as ev
-from orchestration.client import RunHandle, producer, store
-from orchestration.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
+from orchestration.client.handles import RunHandle, producer, store
+from orchestration.core import events as ev
+from orchestration.state.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
 from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import workers.providers as providers
-from orchestration.agents import Agent
-from orchestration.errors import ProviderError
-from workers.fake_llm import FakeLLM
+from duet.fake_llm import FakeLLM
+from orchestration.core.agents import Agent
+from orchestration.core.errors import ProviderError
 from workers.providers import provider_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -302,7 +302,7 @@ def test_faults_filtered_by_path(llm: FakeLLM) -> None:
 
 def test_sdks_not_imported_until_first_call() -> None:
     code = (
-        "import sys, workers.providers.openai, workers.providers.anthropic, workers.fake_llm\n"
+        "import sys, workers.providers.openai, workers.providers.anthropic, duet.fake_llm\n"
         "assert 'openai' not in sys.modules and 'anthropic' not in sys.modules\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-import workers.fake_llm as fake_llm
+import duet.fake_llm as fake_llm
+from duet.fake_llm import FakeLLM
 from orchestration import Agent, RunResult, Team
-from orchestration import events as ev
-from orchestration.pricing import PRICES, cost_usd
+from orchestration.core import events as ev
+from orchestration.core.pricing import PRICES, cost_usd
 from tests.support import celery_worker, client_pointed_at
-from workers.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.system
 

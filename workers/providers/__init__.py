@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 import threading
 
-from orchestration.agents import AgentSpec
-from orchestration.errors import ConfigError
-
-from .base import Completion, Message, Provider
+from orchestration.core.agents import AgentSpec
+from orchestration.core.errors import ConfigError
+from workers.providers.base import Completion, Message, Provider
 
 __all__ = [
     "Completion",

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestration.agents import AgentSpec
-
-from .base import Completion, Message, StopReason
-from .sdk import REPLY_SHAPE_ERRORS, SDKProvider
+from orchestration.core.agents import AgentSpec
+from workers.providers.base import Completion, Message, StopReason
+from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 _STOP_REASONS: dict[str | None, StopReason] = {
     "end_turn": "end",

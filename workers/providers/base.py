@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypedDict
 
-from orchestration.agents import AgentSpec
-from orchestration.errors import ProviderError
+from orchestration.core.agents import AgentSpec
+from orchestration.core.errors import ProviderError
 
 #: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent.
 StopReason = Literal["end", "max_tokens", "other"]
@@ -42,7 +42,7 @@ class Completion:
 class Provider(ABC):
     """Base adapter: call the model, classify failures into :class:`ProviderError`."""
 
-    #: Provider name as :func:`orchestration.agents.resolve_model` returns it.
+    #: Provider name as :func:`orchestration.core.agents.resolve_model` returns it.
     name: ClassVar[str]
 
     def __init__(self, *, base_url: str | None = None, api_key_env: str | None = None) -> None:

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
-from orchestration.errors import ProviderError
+from orchestration.core.errors import ProviderError
 
 #: status code -> (kind, transient). Codes not listed: 5xx transient ``server_error``,
 #: other 4xx permanent ``client_error``.

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestration.agents import AgentSpec
-
-from .base import Completion, Message, StopReason
-from .sdk import REPLY_SHAPE_ERRORS, SDKProvider
+from orchestration.core.agents import AgentSpec
+from workers.providers.base import Completion, Message, StopReason
+from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"

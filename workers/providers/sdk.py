@@ -12,10 +12,9 @@ import threading
 from abc import abstractmethod
 from typing import Any, ClassVar
 
-from orchestration.errors import ProviderError
-
-from .base import Provider
-from .errors import classify_exception
+from orchestration.core.errors import ProviderError
+from workers.providers.base import Provider
+from workers.providers.errors import classify_exception
 
 #: What reading an unexpected reply shape raises (a missing key, a wrong type...).
 REPLY_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import parse_qsl
 
-from orchestration.agents import AgentSpec
-from orchestration.errors import ConfigError, ProviderError
-
-from .base import Completion, Message, Provider
+from orchestration.core.agents import AgentSpec
+from orchestration.core.errors import ConfigError, ProviderError
+from workers.providers.base import Completion, Message, Provider
 
 _REVISION = re.compile(r"\[revision (\d+)\]")
 _FORMATS = ("json", "fenced", "prose", "fraction", "percent", "text", "garbage")

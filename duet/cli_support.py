@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from orchestration.errors import ConfigError
+from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 
 #: Exit codes.
@@ -56,7 +56,8 @@ def connect(*, embedded_ok: bool = False) -> str:
     Raises:
         ConfigError: no DUET_REDIS_URL and the command cannot use an embedded cluster.
     """
-    from orchestration import connection, local
+    from duet import local
+    from orchestration.state import connection
 
     url = get_settings().redis_url
     if url:

@@ -14,10 +14,10 @@ from typing import Any
 
 import redis
 
-from . import keys
-from .architecture import LoopSpec
-from .events import Event
-from .results import FINISHED_STATUSES, RunResult, build_result, run_usage
+from orchestration.core.architecture import LoopSpec
+from orchestration.core.events import Event
+from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
+from orchestration.state import keys
 
 # Make transition `seq` (a step or the finish) exactly once; emit its events with it.
 _TRANSITION = """
@@ -511,7 +511,7 @@ class RunStore:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    from .errors import RunTimeout
+                    from orchestration.core.errors import RunTimeout
 
                     raise RunTimeout(f"run {run_id} did not finish within {timeout_s}s")
                 wait = max(1, min(block_ms, int(left * 1000)))

@@ -7,9 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestration.budget import UNITS, Budget, parse_scope
-
-from .cli_support import connect, fails_cleanly, out
+from duet.cli_support import connect, fails_cleanly, out
+from orchestration.core.budget import UNITS, Budget, parse_scope
 
 budget_app = typer.Typer(
     help="Fleet-wide budgets: show what is spent, set limits, reset spending.",
@@ -41,7 +40,7 @@ def show(
 ) -> None:
     """Limit, spent, reserved and remaining per unit, for one scope or all that match."""
     connect()
-    from orchestration.client import get_budget, list_budgets
+    from orchestration.client.handles import get_budget, list_budgets
 
     names = [scope] if scope.count(":") == 1 and scope.split(":")[1] else list_budgets(scope)
     if not names:
@@ -81,7 +80,7 @@ def set_(
     parse_scope(scope)
     from pydantic import ValidationError
 
-    from orchestration.errors import ConfigError
+    from orchestration.core.errors import ConfigError
 
     try:
         budget = Budget(
@@ -92,7 +91,7 @@ def set_(
         problems = "; ".join(f"--{e['loc'][0]}: {e['msg']}".replace("_", "-") for e in exc.errors())
         raise ConfigError(problems) from None
     connect()
-    from orchestration.client import set_budgets
+    from orchestration.client.handles import set_budgets
 
     set_budgets({scope: budget})
     limits = ", ".join(f"{u} {_fmt(u, v)}" for u, v in budget.limits().items()) or "no limits"
@@ -105,7 +104,7 @@ def reset(scope: ScopeArg) -> None:
     """Zero a scope's spending (its limits stay)."""
     parse_scope(scope)
     connect()
-    from orchestration.client import reset_budget
+    from orchestration.client.handles import reset_budget
 
     reset_budget(scope)
     out.print(f"{scope}: spending reset")

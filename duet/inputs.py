@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from orchestration.core.errors import InputError
 
 FORMATS = ("jsonl", "csv", "dir")
 #: Bytes read from the start of a file to tell text from binary.

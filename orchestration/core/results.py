@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import Event
-from .loop import ROLE_OF, Status, parse_step_key
-from .usage import Usage
+from orchestration.core.events import Event
+from orchestration.core.loop import ROLE_OF, Status, parse_step_key
+from orchestration.core.usage import Usage
 
 FINISHED_STATUSES: frozenset[str] = frozenset(
     {"approved", "max_rounds_reached", "interrupted", "failed", "cancelled"}

@@ -7,8 +7,8 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError
-from .settings import get_settings
+from orchestration.core.errors import ConfigError
+from orchestration.settings import get_settings
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None

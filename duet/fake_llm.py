@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestration.errors import ConfigError, ProviderError
+from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.sim import simulate
 
 OPENAI_PATH = "/v1/chat/completions"
@@ -571,7 +571,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, latency_ms: float = 0) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m workers.fake_llm [--host H] [--port P] [--latency-ms N]``."""
+    """``python -m duet.fake_llm [--host H] [--port P] [--latency-ms N]``."""
     parser = argparse.ArgumentParser(prog="duet fake-llm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)

@@ -16,7 +16,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 #: Celery ``broker_transport`` value selecting this transport.
-TRANSPORT = "orchestration.broker:Transport"
+TRANSPORT = "orchestration.state.broker:Transport"
 
 
 class QoS(kombu_redis.QoS):

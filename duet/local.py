@@ -12,9 +12,9 @@ import importlib
 import threading
 from typing import Any
 
-from . import connection
-from .embedded import EmbeddedRedis
-from .settings import get_settings
+from duet.embedded import EmbeddedRedis
+from orchestration.settings import get_settings
+from orchestration.state import connection
 
 WORKER_MODULE = "workers.inprocess"
 

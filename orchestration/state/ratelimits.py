@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import keys
-from .agents import resolve_model
+from orchestration.core.agents import resolve_model
+from orchestration.state import keys
 
 
 class RateLimit(BaseModel):

@@ -31,13 +31,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from orchestration.config import ReviewConfig, load_config
-from orchestration.errors import ConfigError, RunTimeout
-from orchestration.inputs import InputProblem, InputReader
-from orchestration.settings import get_settings
-
-from .cli_budget import budget_app
-from .cli_support import (
+from duet.cli_budget import budget_app
+from duet.cli_support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
@@ -48,7 +43,9 @@ from .cli_support import (
     out,
     warn,
 )
-from .report import (
+from duet.config import ReviewConfig, load_config
+from duet.inputs import InputProblem, InputReader
+from duet.report import (
     CSV_COLUMNS,
     LABELS,
     OUTCOMES,
@@ -58,10 +55,12 @@ from .report import (
     render_report,
     result_record,
 )
+from orchestration.core.errors import ConfigError, RunTimeout
+from orchestration.settings import get_settings
 
 if TYPE_CHECKING:
-    from orchestration.client import BatchHandle
-    from orchestration.results import RunResult
+    from orchestration.client.handles import BatchHandle
+    from orchestration.core.results import RunResult
 
 #: Seconds between progress refreshes (a screen refresh, not a synchronisation).
 REFRESH_S = 0.2
@@ -103,7 +102,7 @@ def _load(config: Path, *, embedded: bool) -> ReviewConfig:
     for role in ("actor", "critic"):
         agent = getattr(spec, role)
         if agent.provider == "sim":
-            from .providers.sim import parse_sim_model
+            from workers.providers.sim import parse_sim_model
 
             try:
                 parse_sim_model(agent.model_name)
@@ -119,7 +118,7 @@ def _load(config: Path, *, embedded: bool) -> ReviewConfig:
 
 def _check_workers() -> None:
     """Warn when no worker answers: runs would wait in the queue with nothing moving."""
-    from orchestration.client import producer
+    from orchestration.client.handles import producer
 
     if not producer().control.ping(timeout=1.0):
         warn("no worker answered a ping; runs wait in the queue until one starts (duet worker)")
@@ -128,8 +127,8 @@ def _check_workers() -> None:
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
     limits = cfg.build_rate_limits()
     if limits:
-        from orchestration import connection
-        from orchestration.ratelimits import set_rate_limits
+        from orchestration.state import connection
+        from orchestration.state.ratelimits import set_rate_limits
 
         set_rate_limits(connection.get_redis(), limits)
 
@@ -191,7 +190,7 @@ def _show_problems(problems: list[InputProblem]) -> None:
 
 def _batch(batch_id: str) -> BatchHandle:
     """A handle on an existing batch (LookupError when there is none)."""
-    from orchestration.client import BatchHandle
+    from orchestration.client.handles import BatchHandle
 
     handle = BatchHandle(batch_id)
     handle.progress()
@@ -602,7 +601,7 @@ def show(
 ) -> None:
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
-    from orchestration.client import store
+    from orchestration.client.handles import store
 
     result = store().result(run_id)
     out.print(_run_header(result))
@@ -707,7 +706,7 @@ def cancel(
 ) -> None:
     """Cancel a batch (every unfinished run) or one run; each stops after its current step."""
     connect()
-    from orchestration.client import BatchHandle, RunHandle, store
+    from orchestration.client.handles import BatchHandle, RunHandle, store
 
     handle = BatchHandle(id)
     try:
@@ -753,7 +752,7 @@ def worker(
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery log level.")] = "INFO",
 ) -> None:
     """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
-    from orchestration import keys
+    from orchestration.state import keys
 
     if not (get_settings().redis_url or get_settings().broker_url):
         raise ConfigError(
@@ -784,7 +783,7 @@ def fake_llm(
     latency_ms: Annotated[float, typer.Option(help="Delay added to every answer.")] = 0.0,
 ) -> None:
     """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
-    from .fake_llm import serve
+    from duet.fake_llm import serve
 
     serve(host, port, latency_ms)
 

@@ -5,13 +5,13 @@ Figures are USD per million tokens from the vendors' public price lists as of
 prompt-cache *read*; Anthropic cache writes are billed here at the plain input price.
 Newer models than the table knows fall back to their family by longest prefix (e.g.
 ``claude-opus-4-6`` -> ``claude-opus-4``), which errs on the expensive side. An
-:class:`~orchestration.agents.Agent`'s own ``price=`` always wins over the table.
+:class:`~orchestration.core.agents.Agent`'s own ``price=`` always wins over the table.
 """
 
 from __future__ import annotations
 
-from .agents import AgentSpec, Price
-from .errors import ConfigError
+from orchestration.core.agents import AgentSpec, Price
+from orchestration.core.errors import ConfigError
 
 #: When the figures below were last compared with the vendors' price pages.
 PRICES_CHECKED = "2025-11-30"

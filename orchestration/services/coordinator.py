@@ -12,12 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import events as ev
-from . import keys
-from .architecture import LoopSpec
-from .conversations import conversation_scope
-from .keys import TASK_BY_PHASE
-from .loop import (
+from orchestration.core import events as ev
+from orchestration.core.architecture import LoopSpec
+from orchestration.core.loop import (
     ROLE_OF,
     Finish,
     LoopState,
@@ -27,9 +24,12 @@ from .loop import (
     starts_round,
     step_key,
 )
-from .results import FINISHED_STATUSES, run_usage
-from .store import RunStore, event_json
-from .templates import render_critique_prompt, render_refine_prompt
+from orchestration.core.results import FINISHED_STATUSES, run_usage
+from orchestration.core.templates import render_critique_prompt, render_refine_prompt
+from orchestration.state import keys
+from orchestration.state.conversations import conversation_scope
+from orchestration.state.keys import TASK_BY_PHASE
+from orchestration.state.runs import RunStore, event_json
 
 log = logging.getLogger(__name__)
 

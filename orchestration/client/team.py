@@ -7,15 +7,15 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import local
-from .agents import Agent
-from .architecture import ActorCritic
-from .budget import Budget, scope
-from .client import BatchHandle, RunHandle, enqueue, new_id, set_budgets
-from .errors import ConfigError
-from .results import RunResult
-from .settings import get_settings
-from .store import RunRecord
+from duet import local
+from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id, set_budgets
+from orchestration.core.agents import Agent
+from orchestration.core.architecture import ActorCritic
+from orchestration.core.budget import Budget, scope
+from orchestration.core.errors import ConfigError
+from orchestration.core.results import RunResult
+from orchestration.settings import get_settings
+from orchestration.state.runs import RunRecord
 
 
 class Team:
@@ -47,7 +47,7 @@ class Team:
     def _check_priced(self, budget: Budget | None) -> None:
         """A USD limit on a model with no known price would never trip: refuse it now."""
         if budget is not None and budget.max_usd is not None:
-            from .pricing import require_price
+            from orchestration.core.pricing import require_price
 
             require_price(self.spec.actor)
             require_price(self.spec.critic)

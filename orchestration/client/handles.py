@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from . import connection, keys
-from .architecture import LoopSpec
-from .broker import transport_for
-from .errors import RunTimeout
-from .events import Event
-from .loop import parse_step_key
-from .results import FINISHED_STATUSES, RunResult
-from .settings import get_settings
-from .store import RunRecord, RunStore
+from orchestration.core.architecture import LoopSpec
+from orchestration.core.errors import RunTimeout
+from orchestration.core.events import Event
+from orchestration.core.loop import parse_step_key
+from orchestration.core.results import FINISHED_STATUSES, RunResult
+from orchestration.settings import get_settings
+from orchestration.state import connection, keys
+from orchestration.state.broker import transport_for
+from orchestration.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:
-    from .budget import Budget
-    from .ledger import BudgetLedger, ScopeState
+    from orchestration.core.budget import Budget
+    from orchestration.state.budgets import BudgetLedger, ScopeState
 
 #: Runs written and messages sent per pipeline when submitting a batch.
 SUBMIT_CHUNK = 500
@@ -93,7 +93,7 @@ def enqueue(
 
 def ledger() -> BudgetLedger:
     """The fleet's budget ledger on this process's Redis."""
-    from .ledger import BudgetLedger
+    from orchestration.state.budgets import BudgetLedger
 
     return BudgetLedger(connection.get_redis())
 

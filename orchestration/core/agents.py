@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ConfigError
+from orchestration.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .architecture import ActorCritic
-    from .results import RunResult
+    from orchestration.core.architecture import ActorCritic
+    from orchestration.core.results import RunResult
 
 #: Providers Duet can talk to, and the environment variable holding each one's key.
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "sim": None}
@@ -156,6 +156,6 @@ class Agent:
             raise ConfigError(
                 "Agent.run needs architecture=ActorCritic(...); a bare agent is a step, not a loop"
             )
-        from .team import Team
+        from orchestration.client.team import Team
 
         return Team(self.architecture)

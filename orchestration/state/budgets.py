@@ -1,4 +1,4 @@
-"""Fleet-wide budgets and rate limits: the atomic Redis side of :mod:`orchestration.budget`.
+"""Fleet-wide budgets and rate limits: the atomic Redis side of :mod:`orchestration.core.budget`.
 
 Every operation is one Lua script (one round trip, EVALSHA after the first call), so
 any number of workers on any number of machines share one hard cap:
@@ -8,7 +8,7 @@ any number of workers on any number of machines share one hard cap:
 - :meth:`BudgetLedger.settle` swaps the hold for the real usage, once per step;
 - a worker that dies between the two loses its hold when the lease runs out.
 
-Per scope Redis keeps (see :mod:`orchestration.keys`): a hash of limits and counters
+Per scope Redis keeps (see :mod:`orchestration.state.keys`): a hash of limits and counters
 (``limit:<unit>``, ``spent:<unit>``, ``reserved:<unit>``, ``warn_at``, ``warned:<unit>``),
 a sorted set of open holds scored by lease expiry (ms, server clock), and a hash of the
 amount of each open hold so it is released exactly. Dollars are stored as integer
@@ -23,8 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import keys
-from .budget import (
+from orchestration.core.budget import (
     UNITS,
     USD,
     Amount,
@@ -34,7 +33,8 @@ from .budget import (
     Refusal,
     parse_scope,
 )
-from .errors import ConfigError
+from orchestration.core.errors import ConfigError
+from orchestration.state import keys
 
 #: Seconds a settled-step marker lives (a redelivered step is charged once within it).
 DEFAULT_SETTLED_TTL_S = keys.DEFAULT_FINISHED_TTL_S

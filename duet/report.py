@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestration.inputs import InputProblem
-    from orchestration.results import RunResult
+    from duet.inputs import InputProblem
+    from orchestration.core.results import RunResult
 
 #: Every outcome of an input, in the order tables and charts list them.
 OUTCOMES = ("approved", "max_rounds_reached", "interrupted", "failed", "cancelled", "rejected")

@@ -15,7 +15,7 @@ A config names the actor and the critic, the loop's settings, and how inputs are
     approval_threshold = 0.9
 
 :func:`load_config` reads and checks the whole file at once; every mistake is a
-:class:`~orchestration.errors.ConfigError` naming the file, the key path and the problem
+:class:`~orchestration.core.errors.ConfigError` naming the file, the key path and the problem
 (``review.toml: loop.max_rounds: must be >= 1``). Values are not coerced: TOML has types,
 so ``max_rounds = "3"`` is a mistake worth reporting, not guessing about.
 """
@@ -38,12 +38,12 @@ from pydantic import (
     model_validator,
 )
 
-from .agents import Agent, Price, resolve_model
-from .architecture import ActorCritic
-from .budget import Budget
-from .errors import ConfigError
-from .pricing import require_price
-from .ratelimits import RateLimit
+from orchestration.core.agents import Agent, Price, resolve_model
+from orchestration.core.architecture import ActorCritic
+from orchestration.core.budget import Budget
+from orchestration.core.errors import ConfigError
+from orchestration.core.pricing import require_price
+from orchestration.state.ratelimits import RateLimit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,7 +51,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 if TYPE_CHECKING:
-    from .team import Team
+    from orchestration.client.team import Team
 
 ROLES = ("actor", "critic")
 
@@ -68,7 +68,7 @@ class PriceConfig(_Section):
     cached_input_per_mtok: float | None = Field(default=None, ge=0)
 
     def build(self) -> Price:
-        """The :class:`~orchestration.agents.Price` this section describes."""
+        """The :class:`~orchestration.core.agents.Price` this section describes."""
         return Price(**self.model_dump())
 
 
@@ -136,12 +136,12 @@ class LoopConfig(_Section):
 
 
 class BudgetConfig(Budget):
-    """``[budget]``: the fields of :class:`~orchestration.budget.Budget`, checked strictly."""
+    """``[budget]``: the fields of :class:`~orchestration.core.budget.Budget`, checked strictly."""
 
     model_config = ConfigDict(strict=True)
 
     def build(self) -> Budget:
-        """The :class:`~orchestration.budget.Budget` this section describes."""
+        """The :class:`~orchestration.core.budget.Budget` this section describes."""
         return Budget.model_validate(self.model_dump())
 
 
@@ -152,7 +152,7 @@ class RateLimitConfig(_Section):
     tpm: int | None = Field(default=None, gt=0)
 
     def build(self) -> RateLimit:
-        """The :class:`~orchestration.ratelimits.RateLimit` this entry describes."""
+        """The :class:`~orchestration.state.ratelimits.RateLimit` this entry describes."""
         return RateLimit(rpm=self.rpm, tpm=self.tpm)
 
     @model_validator(mode="after")
@@ -265,7 +265,9 @@ class ReviewConfig(_Section):
         Raises:
             ConfigError: naming the file and key path of the first problem.
         """
-        from .team import Team  # the client API pulls in redis and celery; load on use
+        from orchestration.client.team import (
+            Team,  # the client API pulls in redis and celery; load on use
+        )
 
         run_budget = self.run_budget.build() if self.run_budget is not None else None
         return Team(self.build_architecture(), budget=run_budget)
@@ -275,7 +277,7 @@ class ReviewConfig(_Section):
         return self.budget.build() if self.budget is not None else None
 
     def build_rate_limits(self) -> dict[str, RateLimit]:
-        """``[rate_limits]`` as model -> :class:`~orchestration.ratelimits.RateLimit`."""
+        """``[rate_limits]`` as model -> :class:`~orchestration.state.ratelimits.RateLimit`."""
         return {model: limit.build() for model, limit in self.rate_limits.items()}
 
     def _error(self, key: str, message: str) -> ConfigError:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .agents import Agent, AgentSpec
+from orchestration.core.agents import Agent, AgentSpec
 
 
 class LoopSpec(BaseModel):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import keys
+from orchestration.state import keys
 
 #: One message of a conversation, as providers take it (``role``, ``content``).
 Message = dict[str, str]

@@ -3,7 +3,7 @@
 A *scope* is a string naming who a budget belongs to: ``run:<id>``, ``batch:<id>``,
 ``user:<id>`` or ``global:<name>``. Every model call is charged to several scopes at
 once (its run, its batch, its user, the fleet). This module holds no I/O; the atomic
-Redis side (reservations, settlement, rate limits) lives in :mod:`orchestration.ledger`.
+Redis side (reservations, settlement, rate limits) lives in :mod:`orchestration.state.budgets`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ConfigError
+from orchestration.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .usage import Usage
+    from orchestration.core.usage import Usage
 
 # --- units ------------------------------------------------------------------
 INPUT_TOKENS: Final = "input_tokens"
@@ -118,7 +118,7 @@ class Amount(BaseModel):
 
     @classmethod
     def from_usage(cls, usage: Usage) -> Amount:
-        """The budget amount of a recorded :class:`~orchestration.usage.Usage`."""
+        """The budget amount of a recorded :class:`~orchestration.core.usage.Usage`."""
         return cls(
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,

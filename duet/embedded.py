@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .errors import ConfigError
+from orchestration.core.errors import ConfigError
 
 
 def find_server_binary() -> str:

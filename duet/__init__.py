@@ -1,0 +1,3 @@
+"""The face of Duet: the ``duet`` command, batch inputs and config files, the HTML report,
+the embedded default and the stand-in LLM server. It sits on top of ``orchestration`` and
+``workers``; nothing below imports it."""
