@@ -12,15 +12,24 @@ import math
 import time
 
 from celery import Celery
+from celery.app.amqp import AMQP as CeleryAMQP
 from celery.signals import worker_init, worker_shutdown
 from celery.worker import consumer as celery_consumer
 from kombu import Queue
 
 from orchestration.settings import get_settings
 from orchestration.state import keys
-from orchestration.state.broker import transport_for
+from orchestration.state.broker import Connection, transport_for
 
-app = Celery("duet", include=["workers.tasks"])
+
+class AMQP(CeleryAMQP):
+    """Celery's messaging setup, with connections that name Duet's transport ``redis``
+    in their URL (so Flower shows the Broker page and queue lengths)."""
+
+    Connection = Connection
+
+
+app = Celery("duet", include=["workers.tasks"], amqp=AMQP)
 
 #: Shortest interval between two publishes of buffered task events (seconds).
 EVENTS_FLUSH_INTERVAL_S = 0.05

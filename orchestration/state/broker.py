@@ -5,6 +5,11 @@ kombu's Redis channel builds a new ``redis.Redis`` object for nearly every opera
 table, and a model call does about a dozen of them: measured at ~1 ms of CPU per call,
 more than everything else Duet does. A ``redis.Redis`` object is thread-safe (each
 command takes a connection from the pool), so one per channel is enough.
+
+The transport is named by its class path in Celery's ``broker_transport``, so the broker
+URL keeps its ``redis://`` scheme, and :class:`Connection` names it ``redis`` again when
+it writes the URL back out (``as_uri``): Flower picks its broker client (Broker page,
+``/api/queues/length``) by that scheme.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import kombu
 from kombu.transport import redis as kombu_redis
 
 #: Celery ``broker_transport`` value selecting this transport.
@@ -59,6 +65,17 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel
+
+
+class Connection(kombu.Connection):
+    """kombu's connection, writing :data:`TRANSPORT` as ``redis`` in its URL and info.
+
+    ``resolve_aliases`` is kombu's table of transport names shown under another name
+    (``pyamqp`` is shown as ``amqp``); it changes only how the connection is described
+    (``as_uri``, ``info``), never which transport it uses.
+    """
+
+    resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis"}
 
 
 def transport_for(broker_url: str | None) -> str | None:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from duet.embedded import free_port
 from orchestration import Agent, Team
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -89,3 +94,85 @@ def _ping(port: int) -> bool:
             return resp.status == 200
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def _flower(redis_url: str, **env: str) -> Iterator[int]:
+    """A Flower process on ``redis_url`` (``celery -A workers flower``), its port once it answers."""
+    port = free_port()
+    full_env = {**os.environ, "DUET_REDIS_URL": redis_url, **env}
+    full_env.pop("DUET_BROKER_URL", None)
+    flower = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
+         "--address=127.0.0.1"],
+        cwd=ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
+        assert flower.poll() is None, "Flower exited"
+        yield port
+    finally:
+        flower.terminate()
+        flower.wait(10)
+
+
+def _get(port: int, path: str, auth: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_flower_broker_api_counts_each_queue_behind_a_login(
+    redis_url: str, redis_client: Any
+) -> None:
+    """Duet's broker URL names its own kombu transport; Flower still reads the queues.
+
+    The actor/critic pool is scaled to zero after Flower has seen it (as KEDA does): the
+    coordinator keeps dispatching, the actor list fills, Flower's Broker page and
+    ``/api/queues/length`` count it exactly; the pool comes back and everything drains.
+    """
+    login = "ops:s3cret-flower"
+    n = 7
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95")
+    )
+
+    def lengths() -> dict[str, int]:
+        status, body = _get(port, "/api/queues/length", login)
+        assert status == 200, body[:300]
+        return {q["name"]: q["messages"] for q in json.loads(body)["active_queues"]}
+
+    def workers_seen() -> set[str]:
+        status, body = _get(port, "/api/workers?refresh=1", login)
+        assert status == 200, body[:300]
+        return {q["name"] for w in json.loads(body).values() for q in w.get("active_queues") or []}
+
+    with (
+        client_pointed_at(redis_url),
+        celery_worker(redis_url, queues="coordinator", name="coord"),
+        _flower(redis_url, FLOWER_BASIC_AUTH=login) as port,
+    ):
+        # Login required: no credentials, or wrong ones, get 401 on pages and API alike.
+        for path in ("/broker", "/api/queues/length", "/api/tasks"):
+            assert _get(port, path)[0] == 401
+            assert _get(port, path, "ops:wrong")[0] == 401
+        with celery_worker(redis_url, queues="actor,critic", name="models"):
+            wait_for(lambda: workers_seen() == {"actor", "critic", "coordinator"}, 30,
+                     "Flower to see both pools")  # fmt: skip
+        handles = [team.submit(f"x{i}") for i in range(n)]
+        wait_for(lambda: redis_client.llen("actor") == n, 30, "the actor backlog")
+        assert lengths() == {"actor": n, "critic": 0, "coordinator": 0}
+        status, page = _get(port, "/broker", login)
+        assert status == 200
+        assert re.search(rb"<td>actor</td>\s*<td[^>]*>\s*7\s*</td>", page), page[-3000:]
+        assert b"s3cret" not in page  # the broker URL is shown without the password
+
+        with celery_worker(redis_url, queues="actor,critic", name="models2"):
+            results = [h.result(timeout=60) for h in handles]
+            assert [r.status for r in results] == ["approved"] * n
+            assert lengths() == {"actor": 0, "critic": 0, "coordinator": 0}
