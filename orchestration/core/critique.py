@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import re
 from decimal import Decimal
 from itertools import islice
 from numbers import Real
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,64 +68,95 @@ _SUMMARY_MAX_CHARS = 200
 _decoder = json.JSONDecoder()
 
 
+#: What :func:`parse_score` reads, named in the issue added for a score it cannot read.
+SCALES = "0-1, 0-10, 0-100, a fraction such as 7/10, or a percentage"
+_SHOWN_MAX_CHARS = 40
+
+
 def parse_score(value: Any) -> float:
     """Normalise a score as a critic wrote it to a float in [0.0, 1.0].
 
     Numbers in [0, 1] are kept; (1, 10] is read on a 10-point scale and (10, 100] on a
-    100-point one. Strings may hold a number (``" 9 "``), a fraction with any denominator
-    (``"7/10"``, ``"3/5"``, ``"7 out of 10"``) or a percentage (``"85%"``). Results outside
-    [0, 1] are clamped; negatives read as 0.0.
+    100-point one. Strings may hold a number (``" 9 "``), a fraction with any positive
+    denominator (``"7/10"``, ``"3/5"``, ``"7 out of 10"``) or a percentage (``"85%"``).
+    A value outside every one of those scales (``150``, ``"1000"``, ``1e9``, ``-3``,
+    ``"12/10"``, ``"120%"``) is not a score: it is not clamped into range, so a critic
+    that writes ``"score": 1000`` does not pass any threshold.
 
     Args:
         value: whatever the critic put in its score field.
 
     Returns:
-        The score in [0.0, 1.0]; 0.0 for booleans, None, NaN/infinity and anything that is
-        not a score. Never raises.
+        The score in [0.0, 1.0]; 0.0 for anything that is not a score (out of range,
+        booleans, None, NaN/infinity, text). Never raises.
     """
+    score = read_score(value)
+    return 0.0 if score is None else score
+
+
+def read_score(value: Any) -> float | None:
+    """:func:`parse_score`, but ``None`` for a value that is not a score on a known scale."""
     try:
-        return _parse_score(value)
+        return _read_score(value)
     except Exception:  # a score must never crash the loop; garbage reads as "not approved"
-        return 0.0
+        return None
 
 
-def _parse_score(value: Any) -> float:
+def _read_score(value: Any) -> float | None:
     # bool is an int subclass: True must not read as a perfect score.
     if isinstance(value, bool) or value is None:
-        return 0.0
-    if isinstance(value, int) and value > 100:
-        return 1.0  # float() of a huge int overflows; the answer is the clamp anyway
+        return None
+    if isinstance(value, int) and not 0 <= value <= 100:
+        return None  # float() of a huge int overflows; out of range anyway
     if isinstance(value, (Real, Decimal)):
         return _on_scale(float(value))
     if not isinstance(value, str):
-        return 0.0
+        return None
     match = _SCORE_STR.fullmatch(value)
     if match is None:
-        return 0.0
+        return None
     number = float(match["num"])
     if match["pct"]:
-        return _clamp(number / 100.0)
+        return _in_range(number / 100.0)
     if match["den"] is not None:
         denominator = float(match["den"])
-        return _clamp(number / denominator) if denominator > 0 else 0.0
+        return _in_range(number / denominator) if denominator > 0 else None
     return _on_scale(number)
 
 
-def _on_scale(number: float) -> float:
-    if number <= 1.0:
-        return _clamp(number)
-    if number <= 10.0:
+def _on_scale(number: float) -> float | None:
+    if 1.0 < number <= 10.0:
         return number / 10.0
-    if number <= 100.0:
+    if 10.0 < number <= 100.0:
         return number / 100.0
-    return _clamp(number)
+    return _in_range(number)
 
 
-def _clamp(number: float) -> float:
-    # A non-finite score is no judgement at all; approving on it would be wrong.
-    if not math.isfinite(number):
-        return 0.0
-    return min(max(number, 0.0), 1.0)
+def _in_range(number: float) -> float | None:
+    # NaN fails both comparisons, so a non-finite score is no score at all.
+    if 0.0 <= number <= 1.0:
+        return number + 0.0  # -0.0 reads as 0.0
+    return None
+
+
+def unreadable_score_issue(value: Any) -> str:
+    """The issue recorded when the critic's score is not on any scale the parser reads."""
+    try:
+        shown = repr(value.strip() if isinstance(value, str) else value)
+    except ValueError:  # an int too long to print
+        shown = f"a {type(value).__name__} too long to show"
+    if len(shown) > _SHOWN_MAX_CHARS:
+        shown = shown[: _SHOWN_MAX_CHARS - 1] + "…"
+    return f"unreadable score {shown}: not on any scale the parser reads ({SCALES}); read as 0.0"
+
+
+class Reading(NamedTuple):
+    """A critic reply as read: the critique, and whether it held a whole scored object."""
+
+    critique: CriticOutput
+    #: The reply holds a complete JSON object with a score key, so a reply cut at
+    #: ``max_tokens`` still said everything it meant to (see :func:`loop.interruption`).
+    complete: bool
 
 
 def parse_critique(text: Any) -> CriticOutput:
@@ -136,7 +166,8 @@ def parse_critique(text: Any) -> CriticOutput:
     reply (the first object that parses and has a ``"score"`` or ``"rating"`` key wins).
     Trailing commas and Python-style single quotes are tolerated. With no such object the
     whole reply becomes the single issue, the summary is its first line and the score is
-    read from the text (``Score: 9/10``), or is 0.0 when there is none.
+    read from the text (``Score: 9/10``), or is 0.0 when there is none. A score that is
+    not on any scale :func:`parse_score` reads is 0.0, and an issue says so.
 
     Args:
         text: the critic's reply. Non-strings are converted with ``str()``; ``None`` and
@@ -145,14 +176,20 @@ def parse_critique(text: Any) -> CriticOutput:
     Returns:
         The parsed critique.
     """
+    return read_critique(text).critique
+
+
+def read_critique(text: Any) -> Reading:
+    """:func:`parse_critique`, also saying whether the reply held a whole scored object."""
     try:
         reply = _as_text(text)
         found = _find_object(reply)
         if found is not None:
-            return _from_object(found, reply)
-        return _from_prose(reply)
+            return Reading(_from_object(found, reply), _has_score(found))
+        return Reading(_from_prose(reply), False)
     except Exception as e:  # last line of defence: the loop must keep going
-        return CriticOutput(score=0.0, issues=[f"unreadable critic reply ({type(e).__name__})"])
+        issue = f"unreadable critic reply ({type(e).__name__})"
+        return Reading(CriticOutput(score=0.0, issues=[issue]), False)
 
 
 def _as_text(text: Any) -> str:
@@ -279,15 +316,25 @@ def _key(obj: dict[str, Any], names: tuple[str, ...]) -> str | None:
 
 def _from_object(obj: dict[str, Any], reply: str) -> CriticOutput:
     score_key = _key(obj, _SCORE_KEYS)
-    score = parse_score(obj[score_key]) if score_key is not None else _score_from_text(reply)
+    if score_key is not None:
+        score, unreadable = _score_of(obj[score_key])
+    else:
+        score, unreadable = _score_from_text(reply)
     issues_key = _key(obj, ("issues",))
     summary_key = _key(obj, ("summary",))
     summary = obj[summary_key] if summary_key is not None else None
+    issues = _issues(obj[issues_key]) if issues_key is not None else []
     return CriticOutput(
         score=score,
-        issues=_issues(obj[issues_key]) if issues_key is not None else [],
+        issues=issues + unreadable,
         summary="" if summary is None else str(summary).strip(),
     )
+
+
+def _score_of(value: Any) -> tuple[float, list[str]]:
+    """The score and, when the value is not a score, the one issue saying so."""
+    score = read_score(value)
+    return (0.0, [unreadable_score_issue(value)]) if score is None else (score, [])
 
 
 def _issues(raw: Any) -> list[str]:
@@ -319,9 +366,10 @@ def _from_prose(reply: str) -> CriticOutput:
     first_line = stripped.splitlines()[0].strip()
     if len(first_line) > _SUMMARY_MAX_CHARS:
         first_line = first_line[: _SUMMARY_MAX_CHARS - 1].rstrip() + "…"
-    return CriticOutput(score=_score_from_text(stripped), issues=[stripped], summary=first_line)
+    score, unreadable = _score_from_text(stripped)
+    return CriticOutput(score=score, issues=[stripped, *unreadable], summary=first_line)
 
 
-def _score_from_text(text: str) -> float:
+def _score_from_text(text: str) -> tuple[float, list[str]]:
     match = _SCORE_AFTER_WORD.search(text) or _SCORE_BEFORE_WORD.search(text)
-    return parse_score(match["val"]) if match else 0.0
+    return _score_of(match["val"]) if match else (0.0, [])

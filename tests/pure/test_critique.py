@@ -12,7 +12,14 @@ from fractions import Fraction
 import pytest
 from pydantic import ValidationError
 
-from orchestration.core.critique import CriticOutput, parse_critique, parse_score
+from orchestration.core.critique import (
+    SCALES,
+    CriticOutput,
+    parse_critique,
+    parse_score,
+    read_critique,
+    read_score,
+)
 
 
 @pytest.mark.parametrize(
@@ -30,11 +37,6 @@ from orchestration.core.critique import CriticOutput, parse_critique, parse_scor
         (10, 1.0),
         (55, 0.55),
         (100, 1.0),
-        # clamped above, zero below
-        (150, 1.0),
-        (10**500, 1.0),
-        (-0.5, 0.0),
-        (-7, 0.0),
         # strings
         ("0.8", 0.8),
         (" 9 ", 0.9),
@@ -44,16 +46,9 @@ from orchestration.core.critique import CriticOutput, parse_critique, parse_scor
         ("8.5/10", 0.85),
         ("3/5", 0.6),
         ("4/4", 1.0),
-        ("12/10", 1.0),
         ("7 out of 10", 0.7),
         ("85%", 0.85),
         ("85 %", 0.85),
-        ("120%", 1.0),
-        ("-3", 0.0),
-        ("-3/10", 0.0),
-        ("-5%", 0.0),
-        ("3/0", 0.0),
-        ("3/-5", 0.0),
         # other numeric types
         (Fraction(3, 4), 0.75),
         (Decimal("0.65"), 0.65),
@@ -65,11 +60,6 @@ from orchestration.core.critique import CriticOutput, parse_critique, parse_scor
         ("abc", 0.0),
         ("good", 0.0),
         ("7/10 stars", 0.0),
-        ("nan", 0.0),
-        ("inf", 0.0),
-        (float("nan"), 0.0),
-        (float("inf"), 0.0),
-        (float("-inf"), 0.0),
         ([0.8], 0.0),
         ({"score": 0.8}, 0.0),
         (object(), 0.0),
@@ -77,6 +67,76 @@ from orchestration.core.critique import CriticOutput, parse_critique, parse_scor
 )
 def test_parse_score(value: object, expected: float) -> None:
     assert parse_score(value) == pytest.approx(expected)
+
+
+#: Outside every scale the parser reads (0-1, 0-10, 0-100, fractions, percentages), or
+#: not finite: none of these is a score, so none may approve.
+OUT_OF_RANGE = [
+    150, 100.5, 1000, "1000", 1e9, 10**500, "1e9", -0.5, -7, "-3", -1e-9, "12/10", "3/0",
+    "3/-5", "-3/10", "7/10e-5", "120%", "100.1%", "-5%", "nan", "inf", "-inf",
+    float("nan"), float("inf"), float("-inf"), Decimal("NaN"), Decimal("1000"),
+    Fraction(11, 1) * 10, Decimal("Infinity"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE, ids=repr)
+def test_out_of_range_scores_are_unparseable(value: object) -> None:
+    assert parse_score(value) == 0.0
+    assert read_score(value) is None
+    # As a critic would write it (Decimal and Fraction as the JSON numbers they stand for).
+    reply = json.dumps({"score": value, "issues": ["a"], "summary": "s"}, default=float)
+    critique = parse_critique(reply)
+    assert critique.score == 0.0
+    assert critique.issues[0] == "a"
+    assert len(critique.issues) == 2 and critique.issues[1].startswith("unreadable score ")
+    assert "0-1, 0-10, 0-100" in critique.issues[1]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(1, 1.0), (10, 1.0), (100, 1.0), ("100%", 1.0), ("10/10", 1.0), ("0/10", 0.0), (0, 0.0)],
+)
+def test_scale_edges_are_scores(value: object, expected: float) -> None:
+    assert read_score(value) == pytest.approx(expected)
+    assert parse_critique(json.dumps({"score": value})).issues == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        ("Score: 150. Far too lenient.", "'150.'"),
+        ("Score: -2", "'-2'"),
+        ("I rate it 12/10 overall as a score.", "'12/10'"),
+        ('{"score": 1000, "summary": "great"}', "1000"),
+        ('{"rating": "250%", "issues": []}', "'250%'"),
+    ],
+)
+def test_out_of_range_score_in_prose_or_json_adds_an_issue(reply: str, shown: str) -> None:
+    critique = parse_critique(reply)
+    assert critique.score == 0.0
+    assert critique.issues[-1].startswith(f"unreadable score {shown}:")
+
+
+@pytest.mark.parametrize(
+    ("reply", "complete"),
+    [
+        pytest.param('{"score": 0.95, "issues": [], "summary": "ok"}', True, id="whole"),
+        pytest.param('{"score": 0.95, "issues": ["a"]} Also, one more th', True, id="cut-after"),
+        pytest.param('```json\n{"score": 0.95, "issues": []}\n```\nNo', True, id="fenced"),
+        pytest.param('{"score": 0.95, "issues": ["a", "b', False, id="cut-inside"),
+        pytest.param('{"issues": ["a"], "summary": "no score"}', False, id="no-score"),
+        pytest.param("Score: 0.95 and then the text stops", False, id="prose"),
+        pytest.param("", False, id="empty"),
+    ],
+)
+def test_reading_says_whether_a_whole_scored_object_was_found(reply: str, complete: bool) -> None:
+    reading = read_critique(reply)
+    assert reading.complete is complete
+    assert reading.critique == parse_critique(reply)
+
+
+def _UNREADABLE(shown: str) -> str:  # noqa: N802 - reads like a constant in the table
+    return f"unreadable score {shown}: not on any scale the parser reads ({SCALES}); read as 0.0"
 
 
 def _json(score: object = 0.8, issues: object = ("a", "b"), summary: str = "ok") -> str:
@@ -174,11 +234,13 @@ def _json(score: object = 0.8, issues: object = ("a", "b"), summary: str = "ok")
         pytest.param(_json("85%"), 0.85, ["a", "b"], "ok", id="score-percent"),
         pytest.param(_json(8.5), 0.85, ["a", "b"], "ok", id="score-10-scale"),
         pytest.param(_json(72), 0.72, ["a", "b"], "ok", id="score-100-scale"),
-        pytest.param(_json(250), 1.0, ["a", "b"], "ok", id="score-clamped"),
-        pytest.param(_json(-1), 0.0, ["a", "b"], "ok", id="score-negative"),
-        pytest.param(_json("great"), 0.0, ["a", "b"], "ok", id="score-garbage"),
-        pytest.param(_json(None), 0.0, ["a", "b"], "ok", id="score-null"),
-        pytest.param(_json(True), 0.0, ["a", "b"], "ok", id="score-bool"),
+        pytest.param(_json(250), 0.0, ["a", "b", _UNREADABLE("250")], "ok", id="score-over"),
+        pytest.param(_json(-1), 0.0, ["a", "b", _UNREADABLE("-1")], "ok", id="score-negative"),
+        pytest.param(
+            _json("great"), 0.0, ["a", "b", _UNREADABLE("'great'")], "ok", id="score-garbage"
+        ),
+        pytest.param(_json(None), 0.0, ["a", "b", _UNREADABLE("None")], "ok", id="score-null"),
+        pytest.param(_json(True), 0.0, ["a", "b", _UNREADABLE("True")], "ok", id="score-bool"),
         pytest.param('{"rating": "4/5", "summary": "s"}', 0.8, [], "s", id="rating-key"),
         pytest.param(
             '{"Score": 0.9, "Issues": ["i"], "Summary": "S"}', 0.9, ["i"], "S", id="keys-any-case"
@@ -243,7 +305,6 @@ def test_parse_critique_json(reply: str, score: float, issues: list[str], summar
         ("**Score:** 7/10 - needs tests", 0.7),
         ("Overall score is 6 out of 10.", 0.6),
         ("I'd give this an 8/10 overall score.", 0.8),
-        ("Score: -2", 0.0),
         ('{"score": 0.8, "issues": ["a"', 0.8),  # truncated JSON still carries its score
         ("The score reflects 3 serious bugs.", 0.0),  # a number in prose is not a score
         ("Needs work: 3 bugs in 10 lines.", 0.0),
