@@ -634,7 +634,7 @@ def _run_header(result: RunResult) -> Table:
         ("input", result.input_id or "-"),
         ("batch", result.batch_id or "-"),
         ("status", Text(str(result.status), style=COLOURS.get(str(result.status), ""))),
-        ("final score", f"{result.final_score:.2f}" if result.final_score is not None else "-"),
+        ("final score", _final_score(result)),
         ("reason", result.interruption_reason or "-"),
         ("error", result.error or "-"),
         ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
@@ -643,6 +643,16 @@ def _run_header(result: RunResult) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _final_score(result: RunResult) -> str:
+    """The last score, and which output it judged when that is not the final one."""
+    if result.final_score is None:
+        return "-"
+    shown = f"{result.final_score:.2f}"
+    if result.final_score_judges_output:
+        return shown
+    return f"{shown} (of the round {result.scored_output_round} output; the final one is unscored)"
 
 
 def _diff(before: str, after: str, old: str, new: str) -> str:

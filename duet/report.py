@@ -43,6 +43,8 @@ def result_record(result: RunResult) -> dict[str, Any]:
         "status": str(result.status),
         "output": result.output,
         "final_score": result.final_score,
+        "scored_output_round": result.scored_output_round,
+        "output_round": result.output_round,
         "rounds": [
             {"round": r.round, "score": r.score, "issues": r.issues, "summary": r.summary}
             for r in result.rounds
@@ -70,6 +72,8 @@ def rejected_record(problem: InputProblem) -> dict[str, Any]:
         "status": "rejected",
         "output": None,
         "final_score": None,
+        "scored_output_round": None,
+        "output_round": None,
         "rounds": [],
         "n_rounds": 0,
         "usage": {"input_tokens": 0, "output_tokens": 0, "calls": 0, "usd": 0.0},

@@ -32,9 +32,9 @@ from typing import Any
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.budget import Amount, Refusal
-from orchestration.core.critique import parse_critique
+from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
-from orchestration.core.loop import ROLE_OF, parse_step_key, step_index
+from orchestration.core.loop import ROLE_OF, interruption, parse_step_key, step_index
 from orchestration.core.pricing import cost_usd, price_for
 from orchestration.settings import get_settings
 from orchestration.state import keys
@@ -122,12 +122,13 @@ def _result_from(completion: Completion, phase: str, key: str, seat: Seat, **ext
         ),
         "calls": 1,
         "stop_reason": completion.stop_reason,
-        "interrupted": "max_tokens" if completion.stop_reason == "max_tokens" else None,
         **extra,
     }
+    complete = False
     if phase == "critique":
-        critique = parse_critique(completion.text)
+        critique, complete = read_critique(completion.text)
         result.update(score=critique.score, issues=critique.issues, summary=critique.summary)
+    result["interrupted"] = interruption(phase, completion.stop_reason, complete)
     return result
 
 

@@ -41,6 +41,20 @@ def step_index(phase: Phase, round_: int) -> int:
     return 2 * round_ - 1 if phase == "critique" else 2 * round_
 
 
+def interruption(phase: str, stop_reason: str | None, complete_critique: bool) -> str | None:
+    """Whether a model's answer interrupts its agent: ``"max_tokens"`` or None.
+
+    An answer cut at ``max_tokens`` is not finished, so it interrupts the agent, except
+    a critique whose reply already holds a whole JSON object with a score: the critic said
+    everything the loop reads, and the cut fell in whatever it wrote after.
+    """
+    if stop_reason != "max_tokens":
+        return None
+    if phase == "critique" and complete_critique:
+        return None
+    return "max_tokens"
+
+
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
     """What the loop needs to know about one finished step."""

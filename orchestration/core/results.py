@@ -49,7 +49,15 @@ class RunResult(BaseModel):
     run_id: str
     status: Status | str
     output: str | None = None
+    #: The round whose actor step wrote ``output``: 0 for the first draft, ``n`` for the
+    #: revision made in round ``n``.
+    output_round: int | None = None
+    #: The critic's last score. It judged the output written in ``scored_output_round``,
+    #: which is ``output`` itself when the run was approved, but the output *before* the
+    #: last revision when the rounds ran out (that revision was never scored).
     final_score: float | None = None
+    #: The round whose output ``final_score`` judged (compare with ``output_round``).
+    scored_output_round: int | None = None
     interruption_reason: str | None = None
     error: str | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)
@@ -70,6 +78,11 @@ class RunResult(BaseModel):
     @property
     def approved(self) -> bool:
         return self.status == "approved"
+
+    @property
+    def final_score_judges_output(self) -> bool:
+        """Whether ``final_score`` is the critic's score of ``output`` itself."""
+        return self.final_score is not None and self.scored_output_round == self.output_round
 
     @property
     def model_calls(self) -> int:
@@ -93,8 +106,10 @@ def build_result(
     rounds: dict[int, dict[str, Any]] = {}
     by_role: dict[str, Usage] = {}
     output: str | None = None
-    partial: str | None = None
+    output_round: int | None = None
+    partial: tuple[str | None, int] | None = None
     final_score: float | None = None
+    scored_round: int | None = None
     for step in ordered:
         phase, round_ = parse_step_key(step["key"])
         role = ROLE_OF[phase]
@@ -111,21 +126,25 @@ def build_result(
                 critic_reply=text,
             )
             if step.get("score") is not None:
-                final_score = step["score"]
+                final_score, scored_round = step["score"], output_round
         elif step.get("interrupted"):
-            partial = text
+            partial = (text, round_)
         else:
             if phase == "refine":
                 rounds.setdefault(round_, {"round": round_})["revision"] = text
-            output = text
+            output, output_round = text, round_
+    if output is None and partial is not None:  # only a cut-off draft: better than nothing
+        output, output_round = partial
     total = Usage()
     for used in by_role.values():
         total = total + used
     return RunResult(
         run_id=run["run_id"],
         status=run.get("status", "queued"),
-        output=output if output is not None else partial,
+        output=output,
+        output_round=output_round,
         final_score=final_score,
+        scored_output_round=scored_round,
         interruption_reason=run.get("reason") or None,
         error=run.get("error") or None,
         rounds=[RoundRecord(**rounds[n]) for n in sorted(rounds)],

@@ -12,6 +12,7 @@ from orchestration.core.loop import (
     Refine,
     StepOutcome,
     decide,
+    interruption,
     parse_step_key,
     starts_round,
     step_index,
@@ -163,3 +164,23 @@ def test_step_keys(phase: str, round_: int, key: str, index: int) -> None:
 def test_parse_step_key_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_step_key(bad)
+
+
+@pytest.mark.parametrize(
+    ("phase", "stop_reason", "complete", "expected"),
+    [
+        ("generate", "end_turn", False, None),
+        ("generate", None, False, None),
+        ("generate", "max_tokens", False, "max_tokens"),
+        ("refine", "max_tokens", False, "max_tokens"),
+        # an actor's answer cut short is never finished, whatever it holds
+        ("refine", "max_tokens", True, "max_tokens"),
+        ("critique", "end_turn", False, None),
+        ("critique", "end_turn", True, None),
+        # a cut critique counts only when its JSON object was whole, score included
+        ("critique", "max_tokens", True, None),
+        ("critique", "max_tokens", False, "max_tokens"),
+    ],
+)
+def test_interruption(phase: str, stop_reason: str | None, complete: bool, expected: str | None):
+    assert interruption(phase, stop_reason, complete) == expected

@@ -190,7 +190,9 @@ def test_result_record_from_a_run_result() -> None:
         run_id="r1",
         status="approved",
         output="done",
+        output_round=1,
         final_score=0.93,
+        scored_output_round=1,
         rounds=[
             RoundRecord(round=1, score=0.5, issues=["SQL injection"], summary="bad", revision="v1"),
             RoundRecord(round=2, score=0.93, issues=[], summary="good"),
@@ -208,6 +210,8 @@ def test_result_record_from_a_run_result() -> None:
         "status": "approved",
         "output": "done",
         "final_score": 0.93,
+        "scored_output_round": 1,
+        "output_round": 1,
         "rounds": [
             {"round": 1, "score": 0.5, "issues": ["SQL injection"], "summary": "bad"},
             {"round": 2, "score": 0.93, "issues": [], "summary": "good"},

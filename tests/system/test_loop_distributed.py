@@ -194,6 +194,36 @@ def test_interruption_keeps_the_last_output(worker: Any, client_on: str) -> None
     assert result.usage.total.calls == 3
 
 
+#: The stand-in critic's prose reply of revision 0 at 0.95 is 33 tokens; its JSON object
+#: ends in token 28. At 30 the cut falls after the object, at 26 inside it.
+@pytest.mark.parametrize(
+    ("max_tokens", "status", "reason"),
+    [(30, "approved", None), (26, "interrupted", "critic:round_1:max_tokens")],
+)
+def test_a_critique_cut_at_max_tokens_counts_when_its_json_is_whole(
+    worker: Any, client_on: str, fake_llm: Any, max_tokens: int, status: str, reason: str | None
+) -> None:
+    team = Team.actor_critic(
+        actor=Agent("Fix the code.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent(
+            "Review.",
+            model="openai:sim:critic?scores=0.95&format=prose",
+            base_url=fake_llm.url,
+            max_tokens=max_tokens,
+        ),
+        max_rounds=2,
+    )
+    result = team.run_sync("def f(x): return eval(x)", timeout=30)
+    assert (result.status, result.interruption_reason) == (status, reason), result.error
+    [critique] = [e for e in result.events if e.type == ev.CRITIQUE]
+    assert critique.data["interrupted"] == (None if reason is None else "max_tokens")
+    assert critique.data["output_tokens"] == max_tokens  # the reply was cut in both cases
+    if status == "approved":
+        assert result.final_score == 0.95 and result.final_score_judges_output
+        reply = result.rounds[0].critic_reply or ""
+        assert '0.95."} Hope' in reply and not reply.endswith("helps.")  # cut after the JSON
+
+
 def test_events_follow_live(worker: Any, client_on: str) -> None:
     team = Team.actor_critic(
         actor=Agent("Fix.", model="sim?latency_ms=50"),
