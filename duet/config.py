@@ -42,7 +42,7 @@ from orchestration.core.agents import Agent, Price, resolve_model
 from orchestration.core.architecture import ActorCritic
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
-from orchestration.core.pricing import require_price
+from orchestration.prices import require_price
 from orchestration.state.ratelimits import RateLimit
 
 if sys.version_info >= (3, 11):
@@ -60,16 +60,24 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class PriceConfig(_Section):
-    """USD per million tokens, overriding the built-in price table."""
+class RatesConfig(_Section):
+    """USD per million tokens of each kind."""
 
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
     cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    cache_write_per_mtok: float | None = Field(default=None, ge=0)
+
+
+class PriceConfig(RatesConfig):
+    """``[actor] price = {...}``: overrides the price database; ``batch`` holds the
+    vendor batch rates."""
+
+    batch: RatesConfig | None = None
 
     def build(self) -> Price:
         """The :class:`~orchestration.core.agents.Price` this section describes."""
-        return Price(**self.model_dump())
+        return Price(**self.model_dump(exclude_none=True))
 
 
 class AgentConfig(_Section):
@@ -92,11 +100,12 @@ class AgentConfig(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _base_url_needs_openai(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _base_url_needs_a_vendor_api(cls, value: str | None, info: ValidationInfo) -> str | None:
         model = info.data.get("model")
-        if value is not None and model is not None and resolve_model(model)[0] != "openai":
+        if value is not None and model is not None and resolve_model(model)[0] == "sim":
             raise ValueError(
-                f"base_url is for OpenAI-compatible servers: use model = 'openai:NAME', not {model!r}"
+                "base_url is for OpenAI- or Anthropic-compatible servers: use model = "
+                f"'openai:NAME' or 'anthropic:NAME', not {model!r}"
             )
         return value
 
@@ -338,7 +347,7 @@ def parse_config(
             # Spending on a model without a price cannot be counted, so the cap would never trip.
             for role in ROLES:
                 try:
-                    require_price(getattr(spec, role))
+                    require_price(getattr(spec, role), toml_section=role)
                 except ConfigError as exc:
                     raise config._error(f"{section}.max_usd", f"{role}: {exc}") from exc
     return config

@@ -17,7 +17,8 @@ from typing import Any
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec
 from orchestration.core.budget import Amount, Refusal
-from orchestration.core.pricing import cost_usd, price_for
+from orchestration.core.pricing import cost_usd
+from orchestration.prices import price_for
 from orchestration.state import keys
 from orchestration.state.budgets import (
     DEFAULT_SETTLED_TTL_S,

@@ -35,7 +35,8 @@ from orchestration.core.budget import Amount, Refusal
 from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import ROLE_OF, interruption, parse_step_key, step_index
-from orchestration.core.pricing import cost_usd, price_for
+from orchestration.core.pricing import cost_usd
+from orchestration.prices import price_for
 from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.conversations import (

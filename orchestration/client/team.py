@@ -47,7 +47,7 @@ class Team:
     def _check_priced(self, budget: Budget | None) -> None:
         """A USD limit on a model with no known price would never trip: refuse it now."""
         if budget is not None and budget.max_usd is not None:
-            from orchestration.core.pricing import require_price
+            from orchestration.prices import require_price
 
             require_price(self.spec.actor)
             require_price(self.spec.critic)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestration.core.errors import ConfigError
 
@@ -49,11 +49,33 @@ def resolve_model(model: str) -> tuple[str, str]:
 class Price(BaseModel):
     """USD per million tokens for one model."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     input_per_mtok: float = Field(ge=0)
+    """Input tokens not read from or written to a prompt cache."""
     output_per_mtok: float = Field(ge=0)
+    """Output tokens."""
     cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    """Input tokens read from a prompt cache; the input rate when ``None``."""
+    cache_write_per_mtok: float | None = Field(default=None, ge=0)
+    """Input tokens written to a prompt cache (Anthropic); the input rate when ``None``."""
+    batch: Price | None = None
+    """The rates of a vendor batch call; the standard rates when ``None``."""
+    tiers: tuple[PriceTier, ...] = ()
+    """Long-context rates: a call with more input tokens than a tier's threshold pays
+    that tier's rates on all its tokens."""
+
+
+class PriceTier(BaseModel):
+    """The rates of calls with more than ``above_input_tokens`` input tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    above_input_tokens: int = Field(ge=0)
+    price: Price
+
+
+Price.model_rebuild()  # its fields name PriceTier, defined after it
 
 
 class AgentSpec(BaseModel):
@@ -83,7 +105,8 @@ class Agent:
         instructions: the system prompt.
         model: ``claude-*``, ``gpt-*``/``o1*``/``o3*``/``o4*``/``chatgpt-*``,
             ``openai:NAME``, ``anthropic:NAME`` or ``sim[:ROLE][?options]``.
-        base_url: endpoint of an OpenAI-compatible server (vLLM, Ollama, LiteLLM...).
+        base_url: endpoint of an OpenAI-compatible server (vLLM, Ollama, LiteLLM...) or
+            an Anthropic-compatible one (a gateway or proxy), for this agent only.
         api_key_env: name of the environment variable holding the key on the workers.
         temperature: sampling temperature, provider default when ``None``.
         max_tokens: output token limit per call; output cut there interrupts the agent.
@@ -113,10 +136,19 @@ class Agent:
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
         if temperature is not None and not 0 <= temperature <= 2:
             raise ConfigError(f"temperature must be in [0, 2], got {temperature}")
-        if base_url is not None and provider != "openai":
+        if base_url is not None and provider not in ("openai", "anthropic"):
             raise ConfigError(
-                f"base_url is for OpenAI-compatible servers: use model='openai:NAME', not {model!r}"
+                "base_url is for OpenAI- or Anthropic-compatible servers: use "
+                f"model='openai:NAME' or 'anthropic:NAME', not {model!r}"
             )
+        if isinstance(price, dict):
+            try:
+                price = Price.model_validate(price)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'price'}: {e['msg']}" for e in exc.errors()
+                )
+                raise ConfigError(f"price: {problems}") from None
         self.name = name
         self.architecture = architecture
         self.spec = AgentSpec(
@@ -129,7 +161,7 @@ class Agent:
             temperature=temperature,
             max_tokens=max_tokens,
             timeout_s=timeout_s,
-            price=Price(**price) if isinstance(price, dict) else price,
+            price=price,
         )
 
     @property

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from duet.config import load_config
+from orchestration.core.agents import Price
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state.ratelimits import RateLimit
@@ -80,9 +81,11 @@ AGENT_MISTAKES = [
     ('model = "sim"\ntimeout_s = 0', "actor.timeout_s: must be > 0"),
     ('model = "sim"\ntemprature = 1', "actor.temprature: unknown key (expected one of: instructions,"),
     (
-        'model = "claude-sonnet-4-5"\nbase_url = "http://x"',
-        "actor.base_url: base_url is for OpenAI-compatible servers",
+        'model = "sim"\nbase_url = "http://x"',
+        "actor.base_url: base_url is for OpenAI- or Anthropic-compatible servers",
     ),
+    ('model = "sim"\nprice = { input_per_mtok = 1, output_per_mtok = 2, batch = { input_per_mtok = 1 } }',
+     "actor.price.batch.output_per_mtok: required key is missing"),
     ('model = "sim"\nprice = { input_per_mtok = 1 }', "actor.price.output_per_mtok: required key is missing"),
     ('model = "sim"\nprice = 3', "actor.price: must be a table, got an integer"),
 ]  # fmt: skip
@@ -122,6 +125,31 @@ def test_usd_budget_on_a_model_without_a_price_is_refused(tmp_path: Path) -> Non
         "review.toml: budget.max_usd: actor: no known price for model 'openai:my-finetune'"
         in message
     )
+    # The advice is TOML, where the setting goes: not Python's Agent(price=...).
+    assert "add [actor] price = { input_per_mtok = ..., output_per_mtok = ... }" in message
+    assert "Agent" not in message
+
+
+def test_anthropic_base_url_is_accepted(tmp_path: Path) -> None:
+    text = BASE.replace(
+        'model = "sim"', 'model = "anthropic:claude-haiku-4-5"\nbase_url = "http://gw:9/"', 1
+    )
+    actor, _ = load_config(_write(tmp_path, text)).build_agents()
+    assert (actor.spec.provider, actor.spec.base_url) == ("anthropic", "http://gw:9/")
+
+
+def test_price_with_batch_and_cache_write_rates(tmp_path: Path) -> None:
+    text = BASE.replace(
+        'model = "sim"',
+        'model = "openai:my-finetune"\nprice = { input_per_mtok = 1.0, output_per_mtok = 2.0, '
+        "cache_write_per_mtok = 1.25, batch = { input_per_mtok = 0.5, output_per_mtok = 1.0 } }",
+        1,
+    )
+    actor, _ = load_config(_write(tmp_path, text)).build_agents()
+    assert actor.spec.price == Price(
+        input_per_mtok=1.0, output_per_mtok=2.0, cache_write_per_mtok=1.25,
+        batch=Price(input_per_mtok=0.5, output_per_mtok=1.0),
+    )  # fmt: skip
 
 
 def test_usd_budget_is_fine_with_an_explicit_price(tmp_path: Path) -> None:

@@ -61,7 +61,8 @@ def test_agent_spec_names_the_key_variable_never_the_key(monkeypatch: pytest.Mon
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"model": "claude-opus-4-7", "base_url": "http://x"}, "base_url"),
+        ({"model": "sim", "base_url": "http://x"}, "base_url"),
+        ({"model": "gpt-4o", "price": {"input_per_mtok": 1, "output_per_mtok": 1, "x": 1}}, "x"),
         ({"model": "gpt-4o", "max_tokens": 0}, "max_tokens"),
         ({"model": "gpt-4o", "timeout_s": 0}, "timeout_s"),
         ({"model": "gpt-4o", "temperature": 3}, "temperature"),

@@ -123,6 +123,19 @@ def test_openai_compatible_server_without_key(
     assert llm.stats()["by_model"] == {"llama3.1": 1}
 
 
+def test_anthropic_base_url_per_agent(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Anthropic-compatible gateway for one agent, no process-wide variable needed."""
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    with FakeLLM() as gateway:
+        a = Agent(ACTOR, model="anthropic:claude-haiku-4-5", base_url=gateway.anthropic_url)
+        done = call(a)
+        assert done.stop_reason == "end" and done.output_tokens > 0
+        assert gateway.stats()["by_path"] == {"/v1/messages": 1}
+    assert llm.stats()["requests"] == 0
+    # The same model without base_url goes where the environment says (and fails there).
+    assert fails(Agent(ACTOR, model="anthropic:claude-haiku-4-5")).kind == "connection"
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_critic_role_inferred_from_instructions(llm: FakeLLM, provider: str) -> None:
     done = call(agent(provider, CRITIC), [{"role": "user", "content": "[revision 1] my answer"}])
