@@ -15,7 +15,8 @@ The rules:
   ``ActorCritic(actor: Agent)``) are one idea split over two files of one layer, not a
   tangle. They still count for the layering test, so a type-only import cannot point up.
 - **Layers point down only**: core -> nothing of ours but core; state -> core and
-  ``orchestration.settings``; services and client -> core, state, settings; workers ->
+  ``orchestration.settings``; ``orchestration.prices`` -> core; services and client ->
+  core, state, settings, prices; workers ->
   ``orchestration.*``; nothing in ``orchestration/`` or ``workers/`` imports ``duet``.
 - **The core is pure**: no file under ``orchestration/core/`` imports celery, kombu, redis,
   a vendor SDK, an HTTP or socket library, reads the environment or the clock.
@@ -358,18 +359,21 @@ LAYERS = {
     "orchestration.services": "services",
     "orchestration.client": "client",
     "orchestration.settings": "settings",
+    "orchestration.prices": "prices",
     "orchestration": "orchestration",  # the package's public face (re-exports)
     "workers": "workers",
     "duet": "duet",
 }
-ORCHESTRATION = {"core", "state", "services", "client", "settings", "orchestration"}
+ORCHESTRATION = {"core", "state", "services", "client", "settings", "prices", "orchestration"}
 MAY_IMPORT = {
     "core": {"core"},
     "state": {"core", "state", "settings"},
     # The environment's defaults (finished TTL, step lease) live with the keys.
     "settings": {"core", "state"},
-    "services": {"core", "state", "settings", "services"},
-    "client": {"core", "state", "settings", "client"},
+    # The price database, read into core Price values (a package the core may not import).
+    "prices": {"core"},
+    "services": {"core", "state", "settings", "prices", "services"},
+    "client": {"core", "state", "settings", "prices", "client"},
     "orchestration": ORCHESTRATION,
     "workers": ORCHESTRATION | {"workers"},
     "duet": ORCHESTRATION | {"workers", "duet"},
