@@ -20,7 +20,8 @@ import duet.fake_llm as fake_llm
 from duet.fake_llm import FakeLLM
 from orchestration import Agent, RunResult, Team
 from orchestration.core import events as ev
-from orchestration.core.pricing import PRICES, cost_usd
+from orchestration.core.pricing import cost_usd
+from orchestration.prices import listed_price
 from tests.support import celery_worker, client_pointed_at
 
 pytestmark = pytest.mark.system
@@ -130,7 +131,8 @@ def test_usage_and_usd_equal_what_the_vendors_sent(
         }
         assert sent["requests"] == used.calls and set(sent["by_model"]) == {model}
         assert used.usd == pytest.approx(
-            cost_usd(PRICES[model], used.input_tokens, used.output_tokens), rel=1e-9
+            cost_usd(listed_price(vendor(model), model), used.input_tokens, used.output_tokens),
+            rel=1e-9,
         )
         assert used.usd > 0
         total_usd += used.usd
