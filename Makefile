@@ -25,8 +25,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/pure tests/redis
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestration workers tests bench
-	$(BIN)/ruff format --check orchestration workers tests bench
+	$(BIN)/ruff check orchestration workers duet tests bench
+	$(BIN)/ruff format --check orchestration workers duet tests bench
 	$(BIN)/mypy
 
 ## bench: per-call overhead of Duet against the reference, as ratios

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,6 +45,16 @@ def resolve_model(model: str) -> tuple[str, str]:
     if model.startswith(_OPENAI_PREFIXES):
         return "openai", model
     raise ConfigError(f"unknown model {model!r}: cannot tell its provider. Accepted: {_ACCEPTED}")
+
+
+class _Runner(Protocol):
+    """What :meth:`Agent.run` needs of a ``Team`` (named here so the core need not import it)."""
+
+    @property
+    def run(self) -> Callable[..., Awaitable[RunResult]]: ...
+
+    @property
+    def run_sync(self) -> Callable[..., RunResult]: ...
 
 
 class Price(BaseModel):
@@ -183,7 +194,7 @@ class Agent:
         """Blocking form of :meth:`run`."""
         return self._team().run_sync(prompt, **kwargs)
 
-    def _team(self) -> Any:
+    def _team(self) -> _Runner:
         if self.architecture is None:
             raise ConfigError(
                 "Agent.run needs architecture=ActorCritic(...); a bare agent is a step, not a loop"

@@ -102,11 +102,16 @@ class Amount(BaseModel):
 
     def value(self, unit: str) -> float:
         """The amount in one unit (``tokens`` is input plus output)."""
-        if unit == TOKENS:
-            return self.tokens
-        if unit not in UNITS:
+        amounts: dict[str, float] = {
+            INPUT_TOKENS: self.input_tokens,
+            OUTPUT_TOKENS: self.output_tokens,
+            TOKENS: self.tokens,
+            USD: self.usd,
+            CALLS: self.calls,
+        }
+        if unit not in amounts:
             raise ConfigError(f"unknown budget unit {unit!r}; expected one of {UNITS}")
-        return getattr(self, unit)
+        return amounts[unit]
 
     def __add__(self, other: Amount) -> Amount:
         return Amount(

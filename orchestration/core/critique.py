@@ -13,7 +13,7 @@ import re
 from decimal import Decimal
 from itertools import islice
 from numbers import Real
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -301,7 +301,7 @@ def _balanced(text: str, start: int) -> str | None:
     return None
 
 
-def _has_score(obj: Any) -> bool:
+def _has_score(obj: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(obj, dict) and _key(obj, _SCORE_KEYS) is not None
 
 
@@ -354,8 +354,9 @@ def _issue_text(item: Any) -> str:
         return item
     if isinstance(item, dict):
         key = _key(item, _ISSUE_TEXT_KEYS)
-        if key is not None and isinstance(item[key], str) and item[key].strip():
-            return item[key]
+        text = item[key] if key is not None else None
+        if isinstance(text, str) and text.strip():
+            return text
     return str(item)
 
 
