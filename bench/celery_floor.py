@@ -58,7 +58,7 @@ def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurren
         broker_connection_retry_on_startup=True,
     )
     if transport == "duet":  # Duet's consumer: task events published at most every 50 ms
-        app.conf.worker_consumer = "workers.app:Consumer"
+        app.conf.worker_consumer = "workers.celery_ext:Consumer"
     send_options: dict[str, Any] = {"declare": []} if transport == "duet" else {}
     done = threading.Event()
     count = [0]

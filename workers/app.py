@@ -8,75 +8,20 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
-import time
 
 from celery import Celery
-from celery.app.amqp import AMQP as CeleryAMQP
 from celery.signals import worker_init, worker_shutdown
-from celery.worker import consumer as celery_consumer
 from kombu import Queue
 
 from orchestration.settings import get_settings
 from orchestration.state import keys
-from orchestration.state.broker import Connection, transport_for
+from orchestration.state.broker import transport_for
+from workers import celery_ext
 
+# An untested Celery or kombu fails here, at start, rather than mid-batch.
+celery_ext.check_versions()
 
-class AMQP(CeleryAMQP):
-    """Celery's messaging setup, with connections that name Duet's transport ``redis``
-    in their URL (so Flower shows the Broker page and queue lengths)."""
-
-    Connection = Connection
-
-
-app = Celery("duet", include=["workers.tasks"], amqp=AMQP)
-
-#: Shortest interval between two publishes of buffered task events (seconds).
-EVENTS_FLUSH_INTERVAL_S = 0.05
-
-
-class Consumer(celery_consumer.Consumer):
-    """Celery's consumer, publishing buffered task events at most every 50 ms.
-
-    Celery buffers task events (received / started / succeeded) and publishes them as
-    one message on the next turn of the event loop, waking the loop from the pool thread
-    to do so: about one publish and one wake-up per task. Flower does not need them
-    sooner than every 50 ms (each event keeps the time it happened), so here a flush
-    that comes sooner is put off until then, on the loop's own timer, and events sent
-    meanwhile join it without waking the loop.
-    """
-
-    _events_flushed_at = -math.inf
-    #: When the put-off flush is due (monotonic s), or None. A timer lost with the hub
-    #: (a broker reconnect resets it) is ignored once it is a second overdue.
-    _events_flush_due: float | None = None
-
-    def _flush_pending(self, now: float) -> bool:
-        due = self._events_flush_due
-        return due is not None and now < due + 1.0
-
-    def on_send_event_buffered(self) -> None:
-        if not self._flush_pending(time.monotonic()):  # else the put-off flush takes it
-            super().on_send_event_buffered()
-
-    def _flush_events(self) -> None:
-        now = time.monotonic()
-        hub = self.hub
-        if hub is not None:
-            if self._flush_pending(now):
-                return
-            wait = self._events_flushed_at + EVENTS_FLUSH_INTERVAL_S - now
-            if wait > 0:
-                self._events_flush_due = now + wait
-                hub.call_later(wait, self._flush_events_now)
-                return
-        self._events_flush_due = None
-        self._events_flushed_at = now
-        super()._flush_events()
-
-    def _flush_events_now(self) -> None:
-        self._events_flush_due = None
-        self._flush_events()
+app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.AMQP)
 
 
 def _config(broker_url: str | None) -> dict[str, object]:
@@ -117,7 +62,7 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,
-        "worker_consumer": "workers.app:Consumer",
+        "worker_consumer": celery_ext.CONSUMER,
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
     }
@@ -139,9 +84,7 @@ def configure(redis_url: str | None = None, broker_url: str | None = None) -> Ce
     if config["broker_transport"] is not None:  # our Redis transport
         SEND_OPTIONS["declare"] = []
     # Pools opened for the previous broker would keep sending there (as after a fork).
-    app._pool = None
-    if "amqp" in app.__dict__:
-        app.amqp._producer_pool = None
+    celery_ext.forget_pools(app)
     return app
 
 

@@ -10,6 +10,12 @@ The transport is named by its class path in Celery's ``broker_transport``, so th
 URL keeps its ``redis://`` scheme, and :class:`Connection` names it ``redis`` again when
 it writes the URL back out (``as_uri``): Flower picks its broker client (Broker page,
 ``/api/queues/length``) by that scheme.
+
+These override methods kombu does not document (``Channel._create_client``,
+``QoS.pipe_or_acquire``), tested with the kombu release pinned in ``pyproject.toml``;
+:func:`check_versions` refuses an untested kombu when the transport is chosen. This is
+the one place Duet customises kombu (the client uses the transport too, so it cannot live
+with the worker's Celery customisations in ``workers/celery_ext.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +27,44 @@ from typing import Any
 import kombu
 from kombu.transport import redis as kombu_redis
 
+from orchestration.core.errors import ConfigError
+
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
+#: The kombu releases the overrides below are tested with (pyproject.toml pins the same).
+KOMBU_TESTED = ">=5.7,<5.8"
+
+
+def check_release(package: str, version: str, tested: str, missing: list[str]) -> None:
+    """Raise a :class:`ConfigError` if ``version`` of ``package`` is outside ``tested``
+    or a private name Duet overrides (``missing``) is gone."""
+    from packaging.specifiers import SpecifierSet
+
+    if version in SpecifierSet(tested) and not missing:
+        return
+    problem = f"{package} {version} is installed"
+    if missing:
+        problem += f" and lacks {', '.join(missing)}"
+    raise ConfigError(
+        f"{problem}, but Duet's customisations of it are tested with {package}{tested}: "
+        f"install that (pip install '{package}{tested}')"
+    )
+
+
+def check_versions() -> None:
+    """Refuse a kombu release the transport below was not tested with (ConfigError)."""
+    needed = [
+        (kombu_redis.Channel, "_create_client"),
+        (kombu_redis.Channel, "pool"),
+        (kombu_redis.Channel, "conn_or_acquire"),
+        (kombu_redis.Channel, "unacked_restore_throttle"),
+        (kombu_redis.QoS, "pipe_or_acquire"),
+        (kombu.Connection, "resolve_aliases"),
+    ]
+    missing = [
+        f"{cls.__module__}.{cls.__name__}.{name}" for cls, name in needed if not hasattr(cls, name)
+    ]
+    check_release("kombu", kombu.__version__, KOMBU_TESTED, missing)
 
 
 class QoS(kombu_redis.QoS):
@@ -79,7 +121,12 @@ class Connection(kombu.Connection):
 
 
 def transport_for(broker_url: str | None) -> str | None:
-    """Our transport for ``redis://`` / ``rediss://`` brokers; None keeps kombu's choice."""
+    """Our transport for ``redis://`` / ``rediss://`` brokers; None keeps kombu's choice.
+
+    Raises:
+        ConfigError: the installed kombu is not a release the transport is tested with.
+    """
     if broker_url and broker_url.split("://", 1)[0] in ("redis", "rediss"):
+        check_versions()
         return TRANSPORT
     return None

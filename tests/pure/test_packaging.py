@@ -1,0 +1,92 @@
+"""Packaging: every dependency is pinned with an upper bound, the pins hold what is
+installed, and the Celery/kombu overrides refuse a release they were not tested with."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+
+from orchestration.core.errors import ConfigError
+from orchestration.state import broker
+from tests.support import ROOT
+from workers import celery_ext
+
+
+def _requirements(extra: str | None = None) -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    raw = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    return [Requirement(line) for line in raw]
+
+
+ALL = _requirements() + _requirements("test")
+
+
+@pytest.mark.parametrize("req", ALL, ids=lambda r: r.name)
+def test_every_dependency_has_an_upper_bound(req: Requirement) -> None:
+    assert any(spec.operator in ("<", "<=", "==", "~=") for spec in req.specifier), str(req)
+
+
+@pytest.mark.parametrize("req", ALL, ids=lambda r: r.name)
+def test_the_installed_release_is_inside_the_pin(req: Requirement) -> None:
+    if req.marker is not None and not req.marker.evaluate():
+        pytest.skip(f"{req} does not apply here")
+    version = importlib.metadata.version(req.name)
+    assert req.specifier.contains(version, prereleases=True), f"{req.name} {version} vs {req}"
+
+
+def test_celery_comes_with_its_redis_extra() -> None:
+    # kombu's Redis transport imports `packaging` and `redis`, which only the extra brings.
+    (celery,) = [r for r in _requirements() if r.name == "celery"]
+    assert "redis" in celery.extras
+
+
+def test_the_checked_ranges_are_the_pinned_ones() -> None:
+    pins = {r.name: str(r.specifier) for r in _requirements()}
+
+    def norm(spec: str) -> set[str]:
+        return set(re.sub(r"\s", "", spec).split(","))
+
+    assert norm(pins["celery"]) == norm(celery_ext.CELERY_TESTED)
+    assert norm(pins["kombu"]) == norm(broker.KOMBU_TESTED)
+
+
+def test_the_installed_celery_and_kombu_pass_the_start_check() -> None:
+    celery_ext.check_versions()  # raises ConfigError otherwise
+
+
+@pytest.mark.parametrize(
+    ("version", "missing", "message"),
+    [
+        ("5.8.0", [], "celery 5.8.0 is installed, but Duet's customisations of it are tested "
+                     "with celery>=5.7,<5.8: install that (pip install 'celery>=5.7,<5.8')"),
+        ("5.6.2", [], "celery 5.6.2 is installed"),
+        ("5.7.1", ["celery.worker.consumer.consumer.Consumer._flush_events"],
+         "celery 5.7.1 is installed and lacks celery.worker.consumer.consumer.Consumer._flush_events"),
+    ],
+)  # fmt: skip
+def test_an_untested_release_is_refused_with_what_to_install(
+    version: str, missing: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        broker.check_release("celery", version, celery_ext.CELERY_TESTED, missing)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_tested_release_passes() -> None:
+    broker.check_release("kombu", "5.7.3", broker.KOMBU_TESTED, [])
+
+
+def test_the_image_copies_every_package_the_wheel_holds() -> None:
+    # The Dockerfile builds the wheel from what it copied: a package left out (and its
+    # console script) would be missing from the image with no error at build time.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in config["tool"]["setuptools"]["packages"]["find"]["include"]]
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
+    for package in packages:
+        assert re.search(rf"^COPY {package} \./{package}$", dockerfile, re.M), package
+        assert f"!{package}/" in ignore, package
