@@ -13,7 +13,6 @@ from orchestration.core.architecture import ActorCritic, LoopSpec
 from orchestration.core.budget import Budget
 from orchestration.core.critique import CriticOutput, parse_critique, parse_score
 from orchestration.core.errors import (
-    BudgetExceeded,
     ConfigError,
     DuetError,
     InputError,
@@ -46,7 +45,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "ActorCritic", "Agent", "AgentSpec", "BatchHandle", "Budget", "BudgetExceeded", "ConfigError",
+    "ActorCritic", "Agent", "AgentSpec", "BatchHandle", "Budget", "ConfigError",
     "CriticOutput", "DuetError", "InputError", "LoopSpec", "Price", "ProviderError",
     "RoundRecord", "RunHandle", "RunResult", "RunTimeout", "Team", "Usage",
     "fill_template", "get_budget", "list_budgets", "parse_critique", "parse_score",

@@ -41,14 +41,5 @@ class ProviderError(DuetError):
         self.status_code = status_code
 
 
-class BudgetExceeded(DuetError):
-    """A budget scope has no room left for the call or round that was asked for."""
-
-    def __init__(self, message: str, *, scope: str, limit: str) -> None:
-        super().__init__(message)
-        self.scope = scope
-        self.limit = limit
-
-
 class RunTimeout(DuetError, TimeoutError):
     """A run or batch did not finish within the time the caller was willing to wait."""
