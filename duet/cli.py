@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
@@ -36,11 +36,14 @@ from duet.cli_support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
+    clean,
     connect,
     err,
     error,
     fails_cleanly,
+    note,
     out,
+    plain,
     warn,
 )
 from duet.config import ReviewConfig, load_config
@@ -134,7 +137,13 @@ def _apply_rate_limits(cfg: ReviewConfig) -> None:
 
 
 def _reader(
-    cfg: ReviewConfig, path: Path, on_problem: Callable[[InputProblem], None], *, strict: bool
+    cfg: ReviewConfig,
+    path: Path,
+    on_problem: Callable[[InputProblem], None],
+    *,
+    strict: bool,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> InputReader:
     limit = get_settings().max_prompt_chars
     if cfg.inputs.max_prompt_chars is not None:
@@ -146,11 +155,20 @@ def _reader(
         max_prompt_chars=limit,
         on_problem=on_problem,
         strict=strict,
+        include=[*cfg.inputs.include, *include],
+        exclude=[*cfg.inputs.exclude, *exclude],
+        gitignore=cfg.inputs.gitignore,
+        prompt_template=cfg.inputs.prompt_template,
     )
 
 
 def _submit(
-    cfg: ReviewConfig, input: Path, *, strict: bool = False
+    cfg: ReviewConfig,
+    input: Path,
+    *,
+    strict: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> tuple[BatchHandle, InputReader, list[tuple[int, InputProblem]]]:
     """Read the inputs and submit the valid ones as one batch (with the config's limits).
 
@@ -163,14 +181,16 @@ def _submit(
         _check_workers()
     rejected: list[tuple[int, InputProblem]] = []
     reader = _reader(
-        cfg, input, lambda problem: rejected.append((reader.count, problem)), strict=strict
-    )
-    with err.status(f"Reading {input} and submitting"):
+        cfg, input, lambda problem: rejected.append((reader.count, problem)), strict=strict,
+        include=include, exclude=exclude,
+    )  # fmt: skip
+    with err.status(plain(f"Reading {input} and submitting")):
         handle = team.submit_batch((r.as_item() for r in reader), budget=cfg.build_budget())
     if rejected:
         _show_problems([p for _, p in rejected])
     if reader.skipped:
-        warn(f"skipped {reader.skipped} binary file(s) in {input}")
+        why = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped_by.items()))
+        note(f"skipped {reader.skipped} file(s) in {input}: {why}")
     return handle, reader, rejected
 
 
@@ -182,7 +202,7 @@ def _show_problems(problems: list[InputProblem]) -> None:
     table.add_column("id")
     table.add_column("reason", style="red")
     for problem in problems[:SHOWN_PROBLEMS]:
-        table.add_row(problem.where, problem.id or "", problem.reason)
+        table.add_row(plain(problem.where), plain(problem.id or ""), plain(problem.reason))
     if len(problems) > SHOWN_PROBLEMS:
         table.caption = f"... and {len(problems) - SHOWN_PROBLEMS} more"
     err.print(table)
@@ -352,7 +372,7 @@ def _write_while_watching(
     rejected: int = 0,
     timeout: float | None = None,
     cancel_on_interrupt: bool = True,
-    announce: str | None = None,
+    announce: Text | None = None,
 ) -> bool:
     """Write results as they come while showing progress; True if Ctrl-C cancelled the batch.
 
@@ -436,6 +456,20 @@ InputOpt = Annotated[
         help="Inputs: a JSONL file, a CSV file, or a directory (one input per file).",
     ),
 ]  # fmt: skip
+IncludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--include", metavar="GLOB",
+        help="Directory input: read only files matching this glob (repeat for more), e.g. '*.py'.",
+    ),
+]  # fmt: skip
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude", metavar="GLOB",
+        help="Directory input: leave out files or folders matching this glob (repeatable).",
+    ),
+]  # fmt: skip
 StrictOpt = Annotated[
     bool,
     typer.Option(
@@ -472,6 +506,8 @@ def run(
         ),
     ] = None,  # fmt: skip
     strict: StrictOpt = False,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Review every input and wait for the results, with a live progress bar.
 
@@ -486,7 +522,9 @@ def run(
     cfg = _load(config, embedded=not get_settings().redis_url)
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     connect(embedded_ok=True)
-    handle, reader, rejected = _submit(cfg, input, strict=strict)
+    handle, reader, rejected = _submit(
+        cfg, input, strict=strict, include=include or (), exclude=exclude or ()
+    )
     with target.open("w", encoding="utf-8", newline="") as sink:
         writer = _ResultWriter(sink, rejected, as_csv=_is_csv(target))
         interrupted = False
@@ -496,10 +534,10 @@ def run(
         else:
             interrupted = _write_while_watching(
                 handle, writer, rejected=len(rejected),
-                announce=f"batch [bold]{handle.batch_id}[/]: {reader.count} run(s), results -> {target}",
+                announce=plain(f"batch {handle.batch_id}: {reader.count} run(s), results -> {target}"),
             )  # fmt: skip
     out.print(_summary_table(writer.summary, time.monotonic() - started))
-    out.print(f"results: {target}")
+    out.print(plain(f"results: {target}"))
     raise typer.Exit(INTERRUPTED) if interrupted else _exit_for(writer.summary)
 
 
@@ -513,6 +551,8 @@ def submit(
         typer.Option("--rejected", dir_okay=False, help="Also write rejected inputs here (JSONL)."),
     ] = None,
     strict: StrictOpt = False,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -522,7 +562,9 @@ def submit(
     """
     connect()
     cfg = _load(config, embedded=False)
-    handle, reader, rejected = _submit(cfg, input, strict=strict)
+    handle, reader, rejected = _submit(
+        cfg, input, strict=strict, include=include or (), exclude=exclude or ()
+    )
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
             _ResultWriter(sink, rejected).drain(())
@@ -550,7 +592,7 @@ def watch(batch: BatchArg) -> None:
     try:
         p = _follow(handle, _ProgressView(), finished)
     except KeyboardInterrupt:
-        err.print(f"stopped watching; the batch keeps running (duet watch {batch})", soft_wrap=True)
+        note(f"stopped watching; the batch keeps running (duet watch {batch})")
         raise typer.Exit(OK) from None
     raise typer.Exit(SOME_FAILED if p["counts"].get("failed") else OK)
 
@@ -608,20 +650,22 @@ def show(
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:
         score = f"{rnd.score:.2f}" if rnd.score is not None else "-"
-        body: list[Any] = [Text(rnd.summary or "(no summary)")]
-        body += [Text(f"• {issue}", style="yellow") for issue in rnd.issues]
+        body: list[Any] = [plain(rnd.summary or "(no summary)")]
+        body += [plain(f"• {issue}", style="yellow") for issue in rnd.issues]
         if rnd.revision is not None:
             diff = _diff(
                 previous or "", rnd.revision, f"revision {rnd.round - 1}", f"revision {rnd.round}"
             )
-            body.append(Syntax(diff, "diff", word_wrap=True) if diff else Text("(unchanged)"))
+            body.append(
+                Syntax(clean(diff), "diff", word_wrap=True) if diff else Text("(unchanged)")
+            )
             previous = rnd.revision
         out.print(
             Panel(Group(*body), title=f"round {rnd.round}: score {score}", title_align="left")
         )
     if result.output is not None:
         text = result.output if full or len(result.output) <= 2000 else result.output[:2000] + "\n…"
-        out.print(Panel(Text(text), title="final output", title_align="left"))
+        out.print(Panel(plain(text), title="final output", title_align="left"))
 
 
 def _run_header(result: RunResult) -> Table:
@@ -633,7 +677,7 @@ def _run_header(result: RunResult) -> Table:
         ("run", result.run_id),
         ("input", result.input_id or "-"),
         ("batch", result.batch_id or "-"),
-        ("status", Text(str(result.status), style=COLOURS.get(str(result.status), ""))),
+        ("status", plain(result.status, style=COLOURS.get(str(result.status), ""))),
         ("final score", _final_score(result)),
         ("reason", result.interruption_reason or "-"),
         ("error", result.error or "-"),
@@ -641,7 +685,7 @@ def _run_header(result: RunResult) -> Table:
                   f"{usage.calls} calls, ${usage.usd:.4f}"),
     ]  # fmt: skip
     for name, value in rows:
-        table.add_row(name, value)
+        table.add_row(name, value if isinstance(value, Text) else plain(value))
     return table
 
 
@@ -696,7 +740,7 @@ def report(
         title = f"Duet report: batch {batch}"
     page = render_report(records, title=title)
     output.write_text(page, encoding="utf-8")
-    err.print(f"report: {output}")
+    note(f"report: {output}")
 
 
 def _read_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -725,9 +769,9 @@ def cancel(
         if store().status(id) is None:
             raise LookupError(f"no batch or run {id} (expired or never submitted)") from None
         flagged = RunHandle(id).cancel()
-        out.print(f"run {id}: {'cancelled' if flagged else 'already finished'}")
+        out.print(plain(f"run {id}: {'cancelled' if flagged else 'already finished'}"))
         return
-    out.print(f"batch {id}: cancelled {handle.cancel()} unfinished run(s)")
+    out.print(plain(f"batch {id}: cancelled {handle.cancel()} unfinished run(s)"))
 
 
 @app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
@@ -739,7 +783,7 @@ def resume(batch: BatchArg) -> None:
     """
     connect()
     handle = _batch(batch)
-    out.print(f"batch {batch}: re-enqueued {handle.resume()} unfinished run(s)")
+    out.print(plain(f"batch {batch}: re-enqueued {handle.resume()} unfinished run(s)"))
 
 
 @app.command(

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.cli_support import connect, fails_cleanly, out
+from duet.cli_support import connect, fails_cleanly, out, plain
 from orchestration.core.budget import UNITS, Budget, parse_scope
 
 budget_app = typer.Typer(
@@ -44,11 +44,11 @@ def show(
 
     names = [scope] if scope.count(":") == 1 and scope.split(":")[1] else list_budgets(scope)
     if not names:
-        out.print("no budgets" + (f" matching {scope!r}" if scope else ""))
+        out.print(plain("no budgets" + (f" matching {scope!r}" if scope else "")))
         return
     for name in names:
         state = get_budget(name)
-        table = Table(title=f"{name}  (warn at {state.warn_at:.0%})", title_justify="left")
+        table = Table(title=plain(f"{name}  (warn at {state.warn_at:.0%})"), title_justify="left")
         for column in ("unit", "limit", "spent", "reserved", "remaining"):
             table.add_column(column, justify="left" if column == "unit" else "right")
         for unit in UNITS:
@@ -95,7 +95,7 @@ def set_(
 
     set_budgets({scope: budget})
     limits = ", ".join(f"{u} {_fmt(u, v)}" for u, v in budget.limits().items()) or "no limits"
-    out.print(f"{scope}: {limits}")
+    out.print(plain(f"{scope}: {limits}"))
 
 
 @budget_app.command("reset", epilog="Example: duet budget reset global:team-a")
@@ -107,4 +107,4 @@ def reset(scope: ScopeArg) -> None:
     from orchestration.client.handles import reset_budget
 
     reset_budget(scope)
-    out.print(f"{scope}: spending reset")
+    out.print(plain(f"{scope}: spending reset"))

@@ -1,8 +1,10 @@
-"""What every ``duet`` command shares: consoles, exit codes, errors, the connection."""
+"""What every ``duet`` command shares: consoles, exit codes, errors, the connection, and
+how untrusted text (ids, prompts, metadata, model output) is made safe to print."""
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,6 +22,23 @@ out = Console()
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# C0 controls but newline and tab, DEL, C1 controls, and the bidi overrides that reorder
+# what a terminal shows.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(value: object) -> str:
+    """``value`` as text a terminal shows as is: control characters (ESC, CR, BEL...)
+    become visible escapes such as ``\\x1b``. Newlines and tabs are kept."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                       else f"\\u{ord(m.group()):04x}", str(value))  # fmt: skip
+
+
+def plain(value: object, style: str = "") -> Text:
+    """Untrusted text for Rich: never read as markup (``[link=...]``, ``[/b]``), and
+    :func:`clean` of control characters."""
+    return Text(clean(value), style=style)
 
 
 def fails_cleanly(command: F) -> F:
@@ -43,11 +62,16 @@ def fails_cleanly(command: F) -> F:
 
 def error(message: str) -> None:
     # soft_wrap: a long path or key path stays on one line, whole, for copy and grep.
-    err.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
+    err.print(Text("error: ", style="bold red") + plain(message), soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    err.print(Text("warning: " + message, style="yellow"), soft_wrap=True)
+    err.print(plain("warning: " + message, style="yellow"), soft_wrap=True)
+
+
+def note(message: str) -> None:
+    """A line of plain (untrusted-safe) text on stderr."""
+    err.print(plain(message), soft_wrap=True)
 
 
 def connect(*, embedded_ok: bool = False) -> str:

@@ -180,6 +180,15 @@ class InputsConfig(_Section):
     id_column: str = Field(default="id", min_length=1)
     #: Longest prompt accepted; longer inputs are rejected (DUET_MAX_PROMPT_CHARS caps it).
     max_prompt_chars: int | None = Field(default=None, ge=1)
+    #: The prompt sent: ``{input_id}`` and ``{prompt}`` (the text read) are replaced.
+    #: Default: the text as read, or for a directory "File: {input_id}" above it.
+    prompt_template: str | None = Field(default=None, min_length=1)
+    #: Directory inputs: only files matching one of these globs (``*.py``, ``src/**``).
+    include: list[str] = Field(default_factory=list)
+    #: Directory inputs: files and folders matching these globs are left out.
+    exclude: list[str] = Field(default_factory=list)
+    #: Directory inputs: honour ``.gitignore`` files.
+    gitignore: bool = True
 
 
 class ReviewConfig(_Section):
@@ -335,12 +344,22 @@ def parse_config(
         raise ConfigError("\n".join(lines)) from None
     config._source = source
     config._base_dir = base_dir if base_dir is not None else Path.cwd()
-    for model in config.rate_limits:
-        try:
-            resolve_model(model)
-        except ConfigError as exc:
-            raise config._error(_key_path(("rate_limits", model)), str(exc)) from exc
     spec = config.build_architecture().to_spec()
+    used = {f"{spec.actor.provider}:{spec.actor.model_name}": "actor",
+            f"{spec.critic.provider}:{spec.critic.model_name}": "critic"}  # fmt: skip
+    for model in config.rate_limits:
+        where = _key_path(("rate_limits", model))
+        try:
+            resolved = ":".join(resolve_model(model))
+        except ConfigError as exc:
+            raise config._error(where, str(exc)) from exc
+        if resolved not in used:
+            # A limit nobody is held to is a typo, and the batch would run unlimited.
+            raise config._error(
+                where,
+                f"no agent uses model {model!r} (actor.model = {config.actor.model!r}, "
+                f"critic.model = {config.critic.model!r})",
+            )
     for section in ("budget", "run_budget"):
         budget = getattr(config, section)
         if budget is not None and budget.max_usd is not None:
@@ -363,6 +382,7 @@ _TYPE_NAMES = {
     "bool_type": "true or false",
     "model_type": "a table",
     "dict_type": "a table",
+    "list_type": "an array",
 }
 _TOML_TYPES = {
     bool: "a boolean", int: "an integer", float: "a number", str: "a string",

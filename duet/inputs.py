@@ -13,16 +13,28 @@ Formats:
 - **CSV** (``.csv``): a header row, a prompt column (``prompt`` unless configured), an
   optional id column (the row number when absent or empty) and an optional ``user_id``
   column; any other non-empty cells become the input's metadata.
-- **Directory**: one input per file, the id being its path relative to the directory;
-  hidden files and directories and binary files are skipped.
+- **Directory**: one input per file, the id being its path relative to the directory.
+  Hidden files and directories, binary files, empty files and whatever a ``.gitignore``
+  in the tree ignores are skipped, as are files left out by ``include`` / ``exclude``
+  globs. Only regular files inside the directory are read, their size checked before
+  reading: a symlink leading out of the directory, a FIFO, a device or a socket is
+  reported as a problem and never opened for reading. The prompt names the file
+  (:data:`DIRECTORY_PROMPT_TEMPLATE`).
+
+Any format may set a prompt template: ``{input_id}`` and ``{prompt}`` are replaced (and
+nothing else, so code full of braces is safe).
 """
 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+import re
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +42,14 @@ from typing import Any
 from orchestration.core.errors import InputError
 
 FORMATS = ("jsonl", "csv", "dir")
+#: The prompt of a directory's file unless a template is given: the model sees its path.
+DIRECTORY_PROMPT_TEMPLATE = "File: {input_id}\n\n{prompt}"
+_PLACEHOLDERS = re.compile(r"\{(input_id|prompt)\}")
+#: What a directory entry that is not a regular file is, in words.
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+)  # fmt: skip
 #: Bytes read from the start of a file to tell text from binary.
 _SNIFF_BYTES = 8192
 _JSON_TYPES = {
@@ -110,6 +130,12 @@ class InputReader:
         prompt_column: CSV column holding the prompt.
         id_column: CSV column holding the id.
         max_prompt_chars: longest prompt accepted; ``None`` for no limit.
+        include: globs on a directory's relative paths (``*.py``, ``src/**/*.py``); when
+            given, only matching files are read.
+        exclude: globs of files or directories of a directory to leave out.
+        gitignore: honour the ``.gitignore`` files in a directory.
+        prompt_template: the prompt sent, with ``{input_id}`` and ``{prompt}`` (the text
+            read) replaced; directories default to :data:`DIRECTORY_PROMPT_TEMPLATE`.
         strict: after the last input, raise :class:`InputError` listing every problem.
         on_problem: called with each problem as it is found. When given, problems are
             passed on instead of kept (only their count is), so memory stays flat even
@@ -138,6 +164,10 @@ class InputReader:
         max_prompt_chars: int | None = None,
         strict: bool = False,
         on_problem: Callable[[InputProblem], None] | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        gitignore: bool = True,
+        prompt_template: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.source = str(path)
@@ -160,9 +190,20 @@ class InputReader:
         self.problem_count = 0
         #: Valid inputs yielded so far.
         self.count = 0
-        #: Files of a directory skipped as binary.
-        self.skipped = 0
+        #: Files of a directory skipped, by why: ``binary``, ``empty``.
+        self.skipped_by: Counter[str] = Counter()
+        self.include = tuple(include)
+        self.exclude = tuple(exclude)
+        self.gitignore = gitignore
+        if prompt_template is None and self.format == "dir":
+            prompt_template = DIRECTORY_PROMPT_TEMPLATE
+        self.prompt_template = prompt_template
         self._seen: dict[str, int | None] = {}
+
+    @property
+    def skipped(self) -> int:
+        """Files of a directory skipped as binary or empty."""
+        return sum(self.skipped_by.values())
 
     def __iter__(self) -> Iterator[InputRecord]:
         read = {"jsonl": self._jsonl, "csv": self._csv, "dir": self._dir}[self.format]
@@ -253,31 +294,67 @@ class InputReader:
         )
 
     def _dir(self) -> Iterator[InputRecord]:
-        for folder, dirs, files in os.walk(self.path):
+        root = self.path.resolve()
+        ignores: list[tuple[str, Any]] = []  # (folder prefix, its .gitignore spec)
+        for folder, dirs, files in os.walk(self.path):  # never descends into a symlink
+            here = Path(folder).relative_to(self.path).as_posix()
+            prefix = "" if here == "." else here + "/"
+            if self.gitignore and ".gitignore" in files:
+                spec = self._gitignore_spec(Path(folder, ".gitignore"), prefix)
+                if spec is not None:
+                    ignores.append((prefix, spec))
+            kept = []
             # Sorted, so ids come in the same order on every machine; hidden ones skipped.
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(d for d in dirs if not d.startswith(".")):
+                rel, full = prefix + name, Path(folder, name)
+                if full.is_symlink():
+                    if not _within(Path(os.path.realpath(full)), root):
+                        self._problem(
+                            None, "symlink to a directory outside the input directory: not "
+                            "followed", rel, str(full),
+                        )  # fmt: skip
+                    continue  # inside: its files are read where they really are
+                if _matches(rel, self.exclude, folder=True) or _ignored(rel + "/", ignores):
+                    continue
+                kept.append(name)
+            dirs[:] = kept
             for name in sorted(f for f in files if not f.startswith(".")):
-                file = Path(folder, name)
-                rel = file.relative_to(self.path).as_posix()
-                record = self._file_record(file, rel)
+                rel = prefix + name
+                if self.include and not _matches(rel, self.include):
+                    continue
+                if _matches(rel, self.exclude) or _ignored(rel, ignores):
+                    continue
+                record = self._file_record(Path(folder, name), rel, root)
                 if record is not None:
                     yield record
 
-    def _file_record(self, file: Path, rel: str) -> InputRecord | None:
+    def _gitignore_spec(self, path: Path, prefix: str) -> Any:
+        import pathspec
+
+        try:
+            lines = _read_regular(path, 1 << 20).decode("utf-8", "replace").splitlines()
+        except (OSError, _Unreadable):
+            self._problem(None, "cannot read this .gitignore; it is not applied", None, str(path))
+            return None
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+
+    def _file_record(self, file: Path, rel: str, root: Path) -> InputRecord | None:
         source = str(file)
         limit = self.max_prompt_chars
         try:
+            target = file
+            if file.is_symlink():
+                target = Path(os.path.realpath(file))
+                if not _within(target, root):
+                    self._problem(
+                        None, "symlink to a file outside the input directory: not read", rel, source
+                    )
+                    return None
             # A UTF-8 character is at most 4 bytes: a larger file is over the limit unread.
-            size = file.stat().st_size
-            if limit is not None and size > 4 * limit:
-                self._problem(
-                    None,
-                    f"file is {size:,} bytes, over the prompt limit of {limit:,} characters",
-                    rel,
-                    source,
-                )
-                return None
-            data = file.read_bytes()
+            data = _read_regular(target, None if limit is None else 4 * limit)
+        except _Unreadable as exc:
+            self._problem(None, str(exc), rel, source)
+            return None
         except OSError as exc:
             self._problem(None, f"cannot read: {exc.strerror or exc}", rel, source)
             return None
@@ -286,7 +363,10 @@ class InputReader:
                 raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError:
-            self.skipped += 1
+            self.skipped_by["binary"] += 1
+            return None
+        if not text.strip():
+            self.skipped_by["empty"] += 1  # an empty __init__.py is nothing to review
             return None
         return self._check({"prompt": text}, rel, default_id=rel, line=None, source=source)
 
@@ -329,9 +409,12 @@ class InputReader:
             self._problem(line, reason, input_id, source)
             return None
         self._seen[input_id] = line
+        prompt = obj["prompt"]
+        if self.prompt_template is not None:
+            prompt = _fill(self.prompt_template, input_id, prompt)
         return InputRecord(
             id=input_id,
-            prompt=obj["prompt"],
+            prompt=prompt,
             user_id=user_id,
             metadata=metadata or {},
             source=source or self.source,
@@ -364,3 +447,74 @@ class InputReader:
 
 def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _fill(template: str, input_id: str, prompt: str) -> str:
+    """``template`` with ``{input_id}`` and ``{prompt}`` replaced, in one pass."""
+    values = {"input_id": input_id, "prompt": prompt}
+    return _PLACEHOLDERS.sub(lambda m: values[m.group(1)], template)
+
+
+class _Unreadable(Exception):
+    """A directory entry that is not read: not a regular file, or over the size limit."""
+
+
+def _read_regular(path: Path, max_bytes: int | None) -> bytes:
+    """The bytes of a regular file, its size checked before reading.
+
+    Opened without following a final symlink and without blocking (a FIFO opens at
+    once), then checked on the open descriptor, so what is checked is what is read.
+
+    Raises:
+        _Unreadable: not a regular file, or larger than ``max_bytes``.
+        OSError: it cannot be opened or read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((k for test, k in _FILE_KINDS if test(info.st_mode)), "not a regular file")
+            raise _Unreadable(f"not a regular file ({kind}): not read")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise _Unreadable(
+                f"file is {info.st_size:,} bytes, over the prompt limit of {max_bytes // 4:,} "
+                "characters"
+            )
+        cap = info.st_size + 1 if max_bytes is None else max_bytes + 1
+        chunks, got = [], 0
+        while got < cap:  # a file that grows while read stops at the cap
+            chunk = os.read(fd, min(1 << 20, cap - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        data = b"".join(chunks)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise _Unreadable(f"file grew past the prompt limit of {max_bytes // 4:,} characters")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _matches(rel: str, globs: Sequence[str], *, folder: bool = False) -> bool:
+    """Whether a relative path matches one of ``globs`` (``*`` crosses ``/``; ``**/`` may
+    match no folder; a glob without ``/`` also matches the last part)."""
+    name = rel.rsplit("/", 1)[-1]
+    for glob in globs:
+        glob = glob.rstrip("/") if folder else glob
+        if fnmatch.fnmatchcase(rel, glob) or fnmatch.fnmatchcase(rel, glob.replace("**/", "")):
+            return True
+        if "/" not in glob and fnmatch.fnmatchcase(name, glob):
+            return True
+    return False
+
+
+def _ignored(rel: str, ignores: list[tuple[str, Any]]) -> bool:
+    """Whether a ``.gitignore`` of a folder above ``rel`` ignores it (``rel`` ends in ``/``
+    for a folder)."""
+    return any(rel.startswith(p) and spec.match_file(rel[len(p) :]) for p, spec in ignores)

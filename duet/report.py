@@ -143,8 +143,21 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
+#: A cell starting with one of these is a formula to a spreadsheet (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value made safe for a spreadsheet: text that a spreadsheet would run as a
+    formula gets a leading apostrophe (shown as text, not evaluated). Numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def csv_row(record: Mapping[str, Any]) -> list[Any]:
-    """One results-file record as a CSV row in :data:`CSV_COLUMNS` order."""
+    """One results-file record as a CSV row in :data:`CSV_COLUMNS` order, every text cell
+    neutralised (:func:`csv_cell`)."""
     usage = record.get("usage") or {}
     flat = {
         **record,
@@ -152,7 +165,7 @@ def csv_row(record: Mapping[str, Any]) -> list[Any]:
     }
     flat["rounds"] = json.dumps(record.get("rounds") or [], ensure_ascii=False)
     flat["metadata"] = json.dumps(record.get("metadata") or {}, ensure_ascii=False)
-    return ["" if flat.get(c) is None else flat[c] for c in CSV_COLUMNS]
+    return ["" if flat.get(c) is None else csv_cell(flat[c]) for c in CSV_COLUMNS]
 
 
 # --- the HTML report ----------------------------------------------------------------

@@ -62,6 +62,8 @@ MISTAKES = [
     ('[rate_limits."gpt-4.1"]\nrps = 1\n', 'rate_limits."gpt-4.1".rps: unknown key (expected one of: rpm, tpm)'),
     ('[rate_limits."gpt-4.1"]\n', 'rate_limits."gpt-4.1": set rpm, tpm or both'),
     ("[rate_limits.llama]\nrpm = 5\n", "rate_limits.llama: unknown model 'llama'"),
+    ('[rate_limits."gpt-4o"]\nrpm = 5\n', "rate_limits.gpt-4o: no agent uses model 'gpt-4o' (actor.model = 'sim', critic.model = 'sim')"),
+    ('[inputs]\ninclude = "*.py"\n', "inputs.include: must be an array"),
     ('[inputs]\nprompt_column = ""\n', "inputs.prompt_column: must not be empty"),
     ("[inputs]\nmax_prompt_chars = 0\n", "inputs.max_prompt_chars: must be >= 1"),
 ]  # fmt: skip
@@ -178,7 +180,8 @@ def test_template_files_are_read_relative_to_the_config(tmp_path: Path) -> None:
 
 
 def test_full_config_builds_team_budgets_and_rate_limits(tmp_path: Path) -> None:
-    text = BASE + (
+    with_gpt = 'model = "gpt-4.1"'.join(BASE.rsplit('model = "sim"', 1))
+    text = with_gpt + (
         "[loop]\nmax_rounds = 5\napproval_threshold = 0.75\npersistent_subagents = false\n"
         "[budget]\nmax_usd = 2.5\nwarn_at = 0.5\n"
         "[run_budget]\nmax_calls = 9\n"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from duet.inputs import InputProblem, InputReader, detect_format
 from orchestration.core.errors import InputError
@@ -164,12 +170,15 @@ def test_csv_without_the_prompt_column_refuses_the_file(tmp_path: Path) -> None:
 
 
 # --- directories ---------------------------------------------------------------------
-def test_directory_gives_one_input_per_file_skipping_hidden_and_binary(tmp_path: Path) -> None:
+def test_directory_gives_one_input_per_file_skipping_hidden_binary_and_empty(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "code"
     (root / "sub").mkdir(parents=True)
     (root / ".git").mkdir()
     (root / "b.py").write_text("print('b')\n")
     (root / "sub" / "a.py").write_text("print('a')\n")
+    (root / "sub" / "__init__.py").write_text("")
     (root / ".env").write_text("SECRET=1\n")
     (root / ".git" / "config").write_text("[core]\n")
     (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
@@ -177,14 +186,25 @@ def test_directory_gives_one_input_per_file_skipping_hidden_and_binary(tmp_path:
     reader = InputReader(root)
     records = list(reader)
     assert [(r.id, r.prompt, r.line) for r in records] == [
-        ("b.py", "print('b')\n", None),
-        ("sub/a.py", "print('a')\n", None),
-    ]
-    assert reader.skipped == 1
-    assert [(p.source, p.line, p.reason) for p in reader.problems] == [
-        (str(root / "empty.txt"), None, "empty prompt")
-    ]
-    assert str(reader.problems[0]) == f"{root / 'empty.txt'}: empty prompt"
+        ("b.py", "File: b.py\n\nprint('b')\n", None),
+        ("sub/a.py", "File: sub/a.py\n\nprint('a')\n", None),
+    ], "the model is told which file it reads"
+    assert reader.problems == [], "an empty file is nothing to review, not a bad input"
+    assert dict(reader.skipped_by) == {"binary": 1, "empty": 2}
+
+
+def test_directory_prompt_template_is_configurable(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = {1: 2}\n")
+    records, _ = _read(tmp_path, prompt_template="{prompt}")
+    assert records[0].prompt == "x = {1: 2}\n"
+    records, _ = _read(tmp_path, prompt_template="Review {input_id} ({unknown}):\n{prompt}")
+    assert records[0].prompt == "Review a.py ({unknown}):\nx = {1: 2}\n"
+
+
+def test_jsonl_prompt_template_replaces_only_its_placeholders(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path, '{"id": "q", "prompt": "has {input_id} and {prompt} inside"}')
+    records, _ = _read(path, prompt_template="[{input_id}] {prompt}")
+    assert records[0].prompt == "[q] has {input_id} and {prompt} inside", "one pass only"
 
 
 def test_directory_file_over_the_limit_is_rejected_unread(tmp_path: Path) -> None:
@@ -193,6 +213,195 @@ def test_directory_file_over_the_limit_is_rejected_unread(tmp_path: Path) -> Non
     (root / "big.py").write_text("x" * 500)
     _, problems = _read(root, max_prompt_chars=100)
     assert "file is 500 bytes, over the prompt limit of 100 characters" in problems[0].reason
+
+
+def _tree_with_traps(tmp_path: Path) -> Path:
+    """A directory of two good files and every kind of entry that must not be read."""
+    root = tmp_path / "code"
+    (root / "pkg").mkdir(parents=True)
+    (root / "a.py").write_text("print('a')\n")
+    (root / "pkg" / "z.py").write_text("print('z')\n")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("API_KEY=sk-do-not-send\n")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "more.txt").write_text("also secret\n")
+    (root / "passwd").symlink_to("/etc/passwd")
+    (root / "zero").symlink_to("/dev/zero")
+    (root / "secret").symlink_to(outside)
+    (root / "up").symlink_to("../secret.txt")
+    (root / "linked_dir").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (root / "inside").symlink_to("a.py")  # stays in the tree: read like any file
+    os.mkfifo(root / "pipe")
+    return root
+
+
+def test_directory_refuses_symlinks_out_fifos_and_devices_and_loses_nothing_else(
+    tmp_path: Path,
+) -> None:
+    root = _tree_with_traps(tmp_path)
+    reader = InputReader(root, max_prompt_chars=10_000)
+    records = list(reader)  # a FIFO must not hang this, /dev/zero must not fill memory
+    assert sorted(r.id for r in records) == ["a.py", "inside", "pkg/z.py"]
+    assert not any("secret" in r.prompt or "root:" in r.prompt for r in records)
+    found = {p.id: p.reason for p in reader.problems}
+    assert found == {
+        "passwd": "symlink to a file outside the input directory: not read",
+        "zero": "symlink to a file outside the input directory: not read",
+        "secret": "symlink to a file outside the input directory: not read",
+        "up": "symlink to a file outside the input directory: not read",
+        "linked_dir": "symlink to a directory outside the input directory: not followed",
+        "pipe": "not a regular file (a named pipe (FIFO)): not read",
+    }
+    assert all(p.source == str(root / p.id) for p in reader.problems), "each names its path"
+
+
+def test_a_device_inside_the_tree_is_not_read(tmp_path: Path) -> None:
+    # Symlinks out are refused before their target is looked at; a device node reached
+    # without a symlink is refused on its type (checked on the open descriptor).
+    from duet.inputs import _read_regular, _Unreadable
+
+    with pytest.raises(_Unreadable, match=r"not a regular file \(a character device\)"):
+        _read_regular(Path("/dev/zero"), 1000)
+    with pytest.raises(_Unreadable, match="over the prompt limit"):
+        big = tmp_path / "big"
+        big.write_bytes(b"x" * 101)
+        _read_regular(big, 100)
+
+
+def test_include_and_exclude_globs(tmp_path: Path) -> None:
+    for rel in ("a.py", "b.txt", "src/c.py", "src/deep/d.py", "tests/t.py", "build/x.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# {rel}\n")
+    ids = lambda **kw: [r.id for r in InputReader(tmp_path, **kw)]  # noqa: E731
+    assert ids(include=["*.py"], exclude=["tests", "build/"]) == [
+        "a.py",
+        "src/c.py",
+        "src/deep/d.py",
+    ]
+    assert ids(include=["src/**/*.py"]) == ["src/c.py", "src/deep/d.py"]
+    assert ids(exclude=["*.py"]) == ["b.txt"]
+
+
+def test_gitignore_files_are_honoured_at_every_level(tmp_path: Path) -> None:
+    for rel in ("a.py", "debug.log", "keep.log", "dist/x.py", "pkg/gen.py", "pkg/ok.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# {rel}\n")
+    (tmp_path / ".gitignore").write_text("*.log\n!keep.log\ndist/\n")
+    (tmp_path / "pkg" / ".gitignore").write_text("gen.py\n")
+    assert [r.id for r in InputReader(tmp_path)] == ["a.py", "keep.log", "pkg/ok.py"]
+    every = [r.id for r in InputReader(tmp_path, gitignore=False)]
+    assert every == ["a.py", "debug.log", "keep.log", "dist/x.py", "pkg/gen.py", "pkg/ok.py"]
+
+
+# --- properties: arbitrary text and bytes never crash a reader, nothing goes missing ------
+_SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+_JSONISH = st.one_of(
+    st.binary(max_size=300),
+    st.text(max_size=200).map(str.encode),
+    st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "id": st.one_of(st.text(max_size=8), st.integers(), st.none(), st.booleans()),
+                    "prompt": st.one_of(st.text(max_size=30), st.integers(), st.none()),
+                    "user_id": st.one_of(st.text(max_size=5), st.integers()),
+                    "metadata": st.one_of(
+                        st.dictionaries(st.text(max_size=3), st.text(max_size=3)),
+                        st.text(max_size=3),
+                    ),
+                },
+            ).map(json.dumps),
+        ),
+        max_size=12,
+    ).map(lambda lines: "\n".join(lines).encode()),
+)
+
+
+@_SETTINGS
+@given(data=_JSONISH)
+def test_property_jsonl_never_raises_and_accounts_for_every_line(
+    tmp_path: Path, data: bytes
+) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(data)
+    reader = InputReader(path, max_prompt_chars=50)
+    records = list(reader)
+    # Lines are split on \n only (as the file is read in binary).
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    expected = 0
+    for i, raw in enumerate(lines):
+        try:
+            expected += bool(raw.decode("utf-8-sig" if i == 0 else "utf-8").strip())
+        except UnicodeDecodeError:
+            expected += 1
+    assert len(records) + reader.problem_count == expected
+    assert len({r.id for r in records}) == len(records), "ids stay unique"
+    assert all(isinstance(r.prompt, str) and r.prompt.strip() for r in records)
+
+
+@_SETTINGS
+@given(text=st.text(max_size=300), as_bytes=st.binary(max_size=100))
+def test_property_csv_never_raises_but_a_clear_input_error(
+    tmp_path: Path, text: str, as_bytes: bytes
+) -> None:
+    for n, payload in enumerate((("id,prompt,x\n" + text).encode(), b"id,prompt\n" + as_bytes)):
+        path = tmp_path / f"in{n}.csv"
+        path.write_bytes(payload)
+        reader = InputReader(path, max_prompt_chars=50)
+        try:
+            records = list(reader)
+        except InputError as exc:
+            assert str(path) in str(exc), "a whole-file error names the file"
+            continue
+        assert len({r.id for r in records}) == len(records)
+        assert all(r.prompt.strip() for r in records)
+        try:  # when Python's csv module reads every row, each is a record or a problem
+            rows = [r for r in csv.reader(io.StringIO(payload.decode("utf-8-sig"), newline=""))]
+        except csv.Error:
+            continue
+        assert len(records) + reader.problem_count == sum(1 for r in rows[1:] if r)
+
+
+@_SETTINGS
+@given(files=st.dictionaries(
+    st.text("abcxyz._-", min_size=1, max_size=6).filter(lambda n: n not in (".", "..")),
+    st.binary(max_size=200), max_size=6,
+))  # fmt: skip
+def test_property_directory_accounts_for_every_file(tmp_path_factory: Any, files: dict) -> None:
+    root = tmp_path_factory.mktemp("tree")
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    reader = InputReader(root, max_prompt_chars=40)
+    records = list(reader)
+    visible = [n for n in files if not n.startswith(".")]
+    assert len(records) + reader.problem_count + reader.skipped == len(visible)
+    assert sorted(r.id for r in records) == sorted(
+        set(visible) - {p.id for p in reader.problems} - set(_skipped(root, visible))
+    )
+
+
+def _skipped(root: Path, names: list[str]) -> list[str]:
+    out = []
+    for name in names:
+        data = (root / name).read_bytes()
+        try:
+            if b"\0" in data:
+                raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL")
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            out.append(name)
+            continue
+        if not text.strip():
+            out.append(name)
+    return out
 
 
 # --- modes ------------------------------------------------------------------------------

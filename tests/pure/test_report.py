@@ -9,11 +9,14 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from duet.inputs import InputProblem
 from duet.report import (
     CSV_COLUMNS,
     Summary,
+    csv_cell,
     csv_row,
     rejected_record,
     render_report,
@@ -248,3 +251,19 @@ def test_csv_row_flattens_usage_and_keeps_nested_fields_as_json() -> None:
     )
     assert json.loads(row["rounds"])[1]["score"] == 0.95
     assert row["reason"] == ""
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(start: str) -> None:
+    record = {**RECORDS[0], "id": f"{start}HYPERLINK(\"http://x\")", "output": f"{start}1+1"}
+    row = dict(zip(CSV_COLUMNS, csv_row(record), strict=True))
+    assert row["id"] == f"'{start}HYPERLINK(\"http://x\")" and row["output"] == f"'{start}1+1"
+    assert row["usd"] == RECORDS[0]["usage"]["usd"], "numbers stay numbers"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_property_no_csv_cell_starts_a_formula(text: str) -> None:
+    cell = csv_cell(text)
+    assert not cell.startswith(("=", "+", "-", "@", "\t", "\r"))
+    assert cell in (text, "'" + text)

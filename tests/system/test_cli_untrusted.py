@@ -1,0 +1,116 @@
+"""Untrusted input through the real ``duet`` command: hostile ids and prompts are printed
+as text, spreadsheets get no formulas, and a directory's traps are refused one by one
+while every other file is reviewed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+FAST_CONFIG = """\
+[actor]
+instructions = "Fix the code."
+model = "sim"
+
+[critic]
+instructions = "Find security bugs."
+model = "sim"
+
+[loop]
+max_rounds = 2
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
+    # FORCE_COLOR makes Rich write for a terminal: markup parsed by mistake would show
+    # as escape sequences (a hyperlink is ESC ] 8).
+    return {**env, "COLUMNS": "200", "FORCE_COLOR": "1", **extra}
+
+
+def _duet(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "duet.cli", *map(str, args)], env=env or _env(), cwd=cwd,
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "fast.toml"
+    path.write_text(FAST_CONFIG)
+    return path
+
+
+HOSTILE_IDS = [
+    "[/b]",
+    "[link=https://evil.example]click[/link]",
+    '=HYPERLINK("https://evil.example","x")',
+    "\x1b]8;;https://evil.example\x07esc\x1b]8;;\x07",
+]
+
+
+def test_hostile_ids_are_shown_as_text_and_kept_out_of_spreadsheet_formulas(
+    config: Path, tmp_path: Path
+) -> None:
+    inputs = tmp_path / "in.jsonl"
+    lines = [{"id": i, "prompt": f"Review input {n}: eval(x)"} for n, i in enumerate(HOSTILE_IDS)]
+    lines.append({"id": "[/b]", "prompt": "a duplicate, listed on screen as rejected"})
+    lines.append({"id": "@SUM(1)", "prompt": "-2+3", "metadata": {"note": "+cmd|' /C calc'!A0"}})
+    inputs.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out.csv"
+    done = _duet("run", config, "-i", inputs, "-o", out, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # one rejected input; no crash on "[/b]"
+    assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr
+    assert "duplicate id '[/b]'" in done.stderr, "the rejected id is printed literally"
+    assert "\x1b]8;" not in done.stderr + done.stdout, "no hyperlink reaches the terminal"
+    with out.open(newline="") as sink:
+        rows = list(csv.DictReader(sink))
+    assert [r["id"] for r in rows] == [
+        "[/b]",
+        "[link=https://evil.example]click[/link]",
+        '\'=HYPERLINK("https://evil.example","x")',
+        "\x1b]8;;https://evil.example\x07esc\x1b]8;;\x07",  # a file keeps the id exact
+        "[/b]",
+        "'@SUM(1)",
+    ]
+    formula = ("=", "+", "-", "@", "\t", "\r")
+    assert not [c for r in rows for c in r.values() if c.startswith(formula)]
+
+
+def test_directory_traps_are_refused_each_with_a_reason_and_nothing_else_lost(
+    config: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "src"
+    (root / "pkg").mkdir(parents=True)
+    (root / "a.py").write_text("import os\nos.system(input())\n")
+    (root / "pkg" / "b.py").write_text("eval(input())\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "secret.env").write_text("API_KEY=sk-live-do-not-send\n")
+    (root / "passwd").symlink_to("/etc/passwd")
+    (root / "zero").symlink_to("/dev/zero")
+    (root / "key").symlink_to(tmp_path / "secret.env")
+    os.mkfifo(root / "pipe")
+    out = tmp_path / "out.jsonl"
+    done = _duet("run", config, "-i", root, "-o", out, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    records = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert {i for i, r in records.items() if r["status"] != "rejected"} == {"a.py", "pkg/b.py"}
+    assert {i: r["reason"] for i, r in records.items() if r["status"] == "rejected"} == {
+        "key": "symlink to a file outside the input directory: not read",
+        "passwd": "symlink to a file outside the input directory: not read",
+        "pipe": "not a regular file (a named pipe (FIFO)): not read",
+        "zero": "symlink to a file outside the input directory: not read",
+    }
+    assert "skipped 1 file(s)" in done.stderr and "1 empty" in done.stderr
+    assert "sk-live" not in out.read_text() and "root:" not in out.read_text()
