@@ -391,7 +391,7 @@ max_rounds = 2
     inputs.write_text(
         "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(8))
     )
-    fake_llm.set_faults(latency_ms=150)
+    fake_llm.set_faults(latency_ms=800)  # the batch outlasts starting `duet cancel`
     try:
         before = fake_llm.stats()["requests"]
         submitted = _duet("submit", config, "-i", inputs, env=cluster_env, cwd=tmp_path)
@@ -403,9 +403,9 @@ max_rounds = 2
         assert cancelled.returncode == 0, cancelled.stderr
         assert _duet("watch", batch, env=cluster_env, cwd=tmp_path).returncode == 0
         halfway = tmp_path / "halfway.jsonl"
-        _duet("results", batch, "-o", halfway, env=cluster_env, cwd=tmp_path)
+        fetched = _duet("results", batch, "-o", halfway, env=cluster_env, cwd=tmp_path)
         stopped = sum(r["status"] == "cancelled" for r in _records(halfway))
-        assert stopped >= 1
+        assert stopped >= 1, fetched.stderr
 
         resumed = _duet("resume", batch, env=cluster_env, cwd=tmp_path)
         assert resumed.returncode == 0 and f"re-enqueued {stopped}" in resumed.stdout
