@@ -255,9 +255,9 @@ def test_csv_row_flattens_usage_and_keeps_nested_fields_as_json() -> None:
 
 @pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
 def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(start: str) -> None:
-    record = {**RECORDS[0], "id": f"{start}HYPERLINK(\"http://x\")", "output": f"{start}1+1"}
+    record = {**RECORDS[0], "id": f'{start}HYPERLINK("http://x")', "output": f"{start}1+1"}
     row = dict(zip(CSV_COLUMNS, csv_row(record), strict=True))
-    assert row["id"] == f"'{start}HYPERLINK(\"http://x\")" and row["output"] == f"'{start}1+1"
+    assert row["id"] == f'\'{start}HYPERLINK("http://x")' and row["output"] == f"'{start}1+1"
     assert row["usd"] == RECORDS[0]["usage"]["usd"], "numbers stay numbers"
 
 
