@@ -804,6 +804,15 @@ def worker(
         ),
     ] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery log level.")] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Serve Prometheus metrics on this port (/metrics). Default: DUET_METRICS_PORT.",
+        ),
+    ] = None,
 ) -> None:
     """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
     from orchestration.state import keys
@@ -825,9 +834,46 @@ def worker(
         "-E", "-Q", ",".join(chosen), "--loglevel", loglevel,
         "--hostname", f"duet-{os.getpid()}@%h",
     ]  # fmt: skip
+    if metrics_port is not None:
+        os.environ["DUET_METRICS_PORT"] = str(metrics_port)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(argv[0], argv)  # this process becomes the worker: signals go straight to it
+
+
+@app.command(epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet metrics --port 9809")
+@fails_cleanly
+def metrics(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve /metrics on.")] = 9809,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",  # noqa: S104
+) -> None:
+    """Serve the fleet's figures from Redis for Prometheus: queue depth, runs and batches
+    in flight, budgets per scope (one scrape target; workers serve their own figures)."""
+    import redis
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import start_http_server
+
+    from duet.exporter import FleetCollector
+    from orchestration.state.connection import get_redis
+
+    connect()
+    settings = get_settings()
+    broker_url = settings.broker_url or settings.redis_url or ""
+    broker = None
+    if broker_url.split("://", 1)[0] in ("redis", "rediss"):
+        broker = redis.Redis.from_url(broker_url, socket_timeout=10, socket_connect_timeout=5)
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(get_redis(), broker))
+    try:
+        server, _ = start_http_server(port, host, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"--port {port}: cannot listen on {host}: {exc}") from exc
+    err.print(f"serving the fleet's metrics on http://{host}:{port}/metrics (Ctrl-C stops)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+        raise typer.Exit(INTERRUPTED) from None
 
 
 @app.command("fake-llm", epilog="Example: duet fake-llm --port 8765 --latency-ms 50")

@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     preload_providers: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: Largest prompt accepted, in characters.
     max_prompt_chars: int = Field(default=200_000, ge=1)
+    #: Port a worker serves Prometheus metrics on (``/metrics``); unset: none recorded.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("preload_providers", mode="before")
     @classmethod

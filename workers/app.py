@@ -10,7 +10,7 @@ import importlib
 import logging
 
 from celery import Celery
-from celery.signals import worker_init, worker_shutdown
+from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from kombu import Queue
 
 from orchestration.settings import get_settings
@@ -104,6 +104,24 @@ def _preload_providers(**_: object) -> None:
         module = PROVIDER_MODULES[name].partition(":")[0]
         importlib.import_module(module).preload()
         logging.getLogger(__name__).info("preloaded provider %s", name)
+
+
+@worker_init.connect(weak=False)
+def _serve_metrics(**_: object) -> None:
+    """Serve Prometheus metrics on DUET_METRICS_PORT (``duet worker --metrics-port``)."""
+    port = get_settings().metrics_port
+    if port is not None:
+        from workers import metrics
+
+        metrics.serve(port)
+
+
+@worker_process_shutdown.connect(weak=False)
+def _child_exited(pid: int, **_: object) -> None:
+    if get_settings().metrics_port is not None:
+        from workers import metrics
+
+        metrics.process_exited(pid)
 
 
 @worker_shutdown.connect(weak=False)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 
-from orchestration.services.coordinator import Coordinator, Dispatch
+from orchestration.services.coordinator import Coordinator, Dispatch, RunObserver
 from orchestration.settings import get_settings
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import RunStore
+from workers import metrics
 from workers.app import SEND_OPTIONS, app
 from workers.budgeting import Budgets
 
@@ -32,8 +33,15 @@ def get_coordinator() -> Coordinator:
     if _coordinator is None:
         with _lock:
             if _coordinator is None:
-                _coordinator = Coordinator(get_store(), budget_check=get_budgets().round_check)
+                _coordinator = Coordinator(
+                    get_store(), budget_check=get_budgets().round_check, observers=_observers()
+                )
     return _coordinator
+
+
+def _observers() -> tuple[RunObserver, ...]:
+    """What the coordinator tells of run starts and ends: metrics, when they are on."""
+    return (metrics.RunObserver(),) if metrics.ENABLED else ()
 
 
 def get_budgets() -> Budgets:

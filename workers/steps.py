@@ -47,6 +47,7 @@ from orchestration.state.conversations import (
     turn_json,
 )
 from orchestration.state.runs import RunStore, ScriptCall, event_json
+from workers import metrics
 from workers.budgeting import estimate
 from workers.budgeting import step_id as budget_step_id
 from workers.providers import Completion, provider_for
@@ -231,11 +232,16 @@ def _call(
     # Fleet-wide rate limits and pauses first (a wait holds no budget), then the budget.
     wait = budgets.rate_wait(agent, worst.tokens, paused_s)
     if wait > 0:
+        if metrics.ENABLED:
+            metrics.step_waits(agent, "rate_limit", wait)
         raise _wait(task, wait, failures)
     refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
     if refusal is not None:
         if not refusal.exhausted:  # the room is held by calls in flight; it frees soon
-            raise _wait(task, backoff_s(min(task.request.retries or 0, 6), None), failures)
+            wait = backoff_s(min(task.request.retries or 0, 6), None)
+            if metrics.ENABLED:
+                metrics.step_waits(agent, "budget", wait)
+            raise _wait(task, wait, failures)
         return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
     try:
         completion = provider.complete(agent, messages)
@@ -247,7 +253,10 @@ def _call(
         budgets.release(sid, scopes)
         if exc.kind == "rate_limited" and exc.retry_after:
             budgets.pause(agent, exc.retry_after)
-        if exc.transient and failures + 1 < settings.max_attempts:
+        retried = exc.transient and failures + 1 < settings.max_attempts
+        if metrics.ENABLED:
+            metrics.call_failed(agent, phase, exc.kind, retried=retried)
+        if retried:
             wait = backoff_s(failures, exc.retry_after)
             log.info("run %s step %s: %s; retry %s in %.1fs",
                      run_id, key, exc.kind, failures + 1, wait)  # fmt: skip
@@ -262,7 +271,11 @@ def _call(
     except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
         log.exception("run %s step %s failed", run_id, key)
         budgets.release(sid, scopes)
+        if metrics.ENABLED:
+            metrics.call_failed(agent, phase, "error", retried=False)
         return _failure(key, "error", scrub(f"{type(exc).__name__}: {exc}"), began), None, []
+    if metrics.ENABLED:
+        metrics.call_answered(agent, phase, result)
     used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                   usd=result["usd"], calls=1)  # fmt: skip
     return result, completion, budgets.settle_calls(sid, scopes, used)

@@ -9,6 +9,7 @@ import logging
 from celery import Task
 
 from orchestration.state import keys
+from workers import metrics
 from workers.app import app
 from workers.runtime import dispatch, get_coordinator, get_store
 from workers.steps import run_step
@@ -50,7 +51,9 @@ def coordinate(self: Task, run_id: str, seq: int) -> None:
         step = get_coordinator().advance(run_id, seq)
     except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bug
         log.exception("coordinate %s/%s failed", run_id, seq)
-        get_store().fail_run(run_id, f"coordinator: {type(exc).__name__}: {exc}")
+        ended = get_store().fail_run(run_id, f"coordinator: {type(exc).__name__}: {exc}")
+        if ended and metrics.ENABLED:
+            metrics.RunObserver().run_finished({}, "failed", "coordinator:error")
         return
     if step is not None:
         dispatch(step)

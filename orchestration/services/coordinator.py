@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
@@ -35,6 +35,14 @@ log = logging.getLogger(__name__)
 
 #: (scopes) -> (blocked reason or None, warning events); set when budgets are wired in.
 BudgetCheck = Callable[[Mapping[str, str], list[str]], tuple[str | None, list[str]]]
+
+
+class RunObserver(Protocol):
+    """Told of each run's start and end, once each (metrics, traces); set by the worker."""
+
+    def run_started(self, run: Mapping[str, str]) -> None: ...
+
+    def run_finished(self, run: Mapping[str, str], status: str, reason: str | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +95,15 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
 class Coordinator:
     """Advances runs. One per process; holds only the store (and its spec cache)."""
 
-    def __init__(self, store: RunStore, budget_check: BudgetCheck | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        budget_check: BudgetCheck | None = None,
+        observers: tuple[RunObserver, ...] = (),
+    ) -> None:
         self.store = store
         self.budget_check = budget_check
+        self.observers = observers
 
     def advance(self, run_id: str, seq: int) -> Dispatch | None:
         """Make transition ``seq`` of ``run_id``; the step to enqueue, if any."""
@@ -155,6 +169,9 @@ class Coordinator:
         step_input.update(_reads_for(spec, ROLE_OF[action.phase], run))
         if self.store.record_step(run, seq, key, step_input, events) != 1:
             return None  # another coordinator made this transition first
+        if seq == 0:
+            for observer in self.observers:
+                observer.run_started(run)
         return Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1)
 
     def _full(self, run_id: str, steps: dict[str, dict[str, Any]], key: str) -> Mapping[str, Any]:
@@ -220,7 +237,7 @@ class Coordinator:
                 score=score,
             )
         )
-        self.store.record_finish(
+        made = self.store.record_finish(
             run,
             seq,
             action.status,
@@ -229,6 +246,11 @@ class Coordinator:
             usage=run_usage(steps),
             events=events,
         )
+        if made == 1:
+            for observer in self.observers:
+                if seq == 0:
+                    observer.run_started(run)
+                observer.run_finished(run, action.status, action.reason)
 
 
-__all__ = ["Coordinator", "Dispatch", "outcomes"]
+__all__ = ["Coordinator", "Dispatch", "RunObserver", "outcomes"]

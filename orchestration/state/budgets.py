@@ -40,6 +40,9 @@ from orchestration.state import keys
 DEFAULT_SETTLED_TTL_S = keys.DEFAULT_FINISHED_TTL_S
 
 _STORED = ("input_tokens", "output_tokens", "usd", "calls")
+#: Scope kinds whose names :meth:`BudgetLedger.set_limits` keeps in an index (a few,
+#: long-lived); run and batch scopes are one per run or batch.
+INDEXED_KINDS = ("global:", "user:")
 
 
 # --- Lua ------------------------------------------------------------------------
@@ -375,6 +378,8 @@ class BudgetLedger:
             else:
                 args.append(str(_usd_down(limit) if unit == USD else int(limit)))
         self._set_limits(keys=[keys.budget(scope)], args=args)
+        if scope.startswith(INDEXED_KINDS):
+            self.redis.sadd(keys.budget_index(), scope)
 
     def get(self, scope: str) -> ScopeState:
         """The scope's limits, spent, reserved and remaining (expired holds released first)."""
@@ -417,6 +422,11 @@ class BudgetLedger:
         """Forget the scope entirely: limits, counters and open holds."""
         parse_scope(scope)
         self.redis.delete(*_scope_keys([scope]))
+        self.redis.srem(keys.budget_index(), scope)
+
+    def indexed_scopes(self) -> list[str]:
+        """The ``global:`` and ``user:`` scopes given limits (and not deleted since)."""
+        return sorted(_s(s) for s in self.redis.smembers(keys.budget_index()))
 
     def expire(self, scope: str, seconds: int) -> None:
         """Let the scope's keys expire after ``seconds`` (e.g. a finished run's scope)."""

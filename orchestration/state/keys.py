@@ -106,6 +106,11 @@ def budget(scope: str) -> str:
     return f"{PREFIX}:budget:{scope}"
 
 
+def budget_index() -> str:
+    """Set: the ``global:`` and ``user:`` scopes that were given limits (for monitoring)."""
+    return f"{PREFIX}:budgets"
+
+
 def budget_reservations(scope: str) -> str:
     """Sorted set: open reservations of one scope, scored by lease expiry."""
     return f"{PREFIX}:budget:{scope}:leases"

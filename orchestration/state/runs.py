@@ -391,12 +391,13 @@ class RunStore:
             args.append("")
         return int(self._transition(keys=script_keys, args=[seq, *args, *events]))
 
-    def fail_run(self, run_id: str, error: str) -> None:
-        """End a run as ``failed`` whatever transition it is at (a bug, not a decision)."""
+    def fail_run(self, run_id: str, error: str) -> bool:
+        """End a run as ``failed`` whatever transition it is at (a bug, not a decision);
+        True if this call ended it."""
         run, steps = self.load_run(run_id)
         if not run or run.get("status") in FINISHED_STATUSES:
-            return
-        self.record_finish(
+            return False
+        made = self.record_finish(
             run,
             int(run.get("seq", 0)),
             "failed",
@@ -407,6 +408,7 @@ class RunStore:
                 event_json("run.finished", run_id, status="failed", reason="coordinator:error")
             ],
         )
+        return made == 1
 
     # --- the step's side --------------------------------------------------
     def begin_step(

@@ -1,0 +1,67 @@
+"""Fleet-wide figures for monitoring, read from Redis: queue depth, batches and runs in
+flight, budget scopes. Read-only; a few round trips per call (``duet metrics`` calls it
+once per scrape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from orchestration.state import keys
+from orchestration.state.budgets import BudgetLedger, ScopeState
+
+#: Newest batches looked at for the ones in flight (older ones are finished or expired).
+RECENT_BATCHES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFigures:
+    """One batch's counters."""
+
+    batch_id: str
+    total: int
+    done: int
+    usd: float
+
+    @property
+    def in_flight(self) -> int:
+        return max(0, self.total - self.done)
+
+
+def queue_depths(broker: Any, queues: Iterable[str] = keys.ALL_QUEUES) -> dict[str, int]:
+    """Messages waiting in each queue (the Redis list Celery keeps per queue), on the
+    broker's Redis client ``broker``."""
+    names = list(queues)
+    pipe = broker.pipeline(transaction=False)
+    for name in names:
+        pipe.llen(name)
+    return {name: int(n) for name, n in zip(names, pipe.execute(), strict=True)}
+
+
+def recent_batches(client: Any, limit: int = RECENT_BATCHES) -> list[BatchFigures]:
+    """The counters of the newest ``limit`` batches (two round trips)."""
+    ids = [_s(b) for b in client.zrevrange(keys.batches_index(), 0, limit - 1)]
+    pipe = client.pipeline(transaction=False)
+    for batch_id in ids:
+        pipe.hmget(keys.batch(batch_id), "total", "done", "usd")
+    found = []
+    for batch_id, (total, done, usd) in zip(ids, pipe.execute(), strict=True):
+        if total is not None:  # expired meanwhile
+            found.append(BatchFigures(batch_id, int(total), int(done or 0), float(usd or 0.0)))
+    return found
+
+
+def scopes_with_limits(ledger: BudgetLedger) -> list[str]:
+    """The ``global:`` and ``user:`` scopes that were given limits."""
+    return ledger.indexed_scopes()
+
+
+def budget_states(ledger: BudgetLedger, scopes: Iterable[str]) -> list[ScopeState]:
+    """Each scope's limits, spent, reserved and remaining (one script call per scope)."""
+    return [ledger.get(scope) for scope in scopes]
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
