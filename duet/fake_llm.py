@@ -28,7 +28,8 @@ Admin API (JSON):
     changes the base latency of every request (kept when left out).
 ``GET /_admin/stats``    counts per path, per model and per status, connections accepted,
     faulted / dropped counts, arrival log ``[{t, path, model}]`` (``time.time()``),
-    usage totals sent, the last request bodies, the current plan.
+    usage totals sent (cache reads and writes included), the last request bodies, the
+    current plan.
 ``POST /_admin/reset``   clear faults, stats and logs; latency back to its start value.
 """
 
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from duet.fake_cache import PromptCache
 from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.sim import simulate
 
@@ -128,8 +130,9 @@ class _Decision:
 class _State:
     """Fault plan and statistics, shared by the handler threads."""
 
-    def __init__(self, latency_ms: float) -> None:
+    def __init__(self, latency_ms: float, cache: PromptCache) -> None:
         self.lock = threading.Lock()
+        self.cache = cache
         self.start_latency_ms = float(latency_ms)
         self.latency_ms = float(latency_ms)
         self.plan: dict[str, Any] = {}
@@ -148,7 +151,10 @@ class _State:
             self.dropped = 0
             self.input_tokens = 0
             self.output_tokens = 0
+            self.cached_input_tokens = 0
+            self.cache_write_tokens = 0
             self.responses = 0
+            self.cache.clear()
             self.arrivals: deque[dict[str, Any]] = deque(maxlen=_ARRIVALS)
             self.last_requests: deque[dict[str, Any]] = deque(maxlen=_LAST_REQUESTS)
 
@@ -226,13 +232,23 @@ class _State:
                     headers["retry-after-ms"] = plan["retry_after_ms"]
             return _Decision(delay / 1000, drop, status, headers, plan.get("message"))
 
-    def record_response(self, status: int, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    def record_response(
+        self,
+        status: int,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cached_input_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> None:
+        """Count a response; ``input_tokens`` include the cache reads and writes."""
         with self.lock:
             self.by_status[str(status)] += 1
             if status == 200:
                 self.responses += 1
                 self.input_tokens += input_tokens
                 self.output_tokens += output_tokens
+                self.cached_input_tokens += cached_input_tokens
+                self.cache_write_tokens += cache_write_tokens
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -247,6 +263,8 @@ class _State:
                 "usage": {
                     "input_tokens": self.input_tokens,
                     "output_tokens": self.output_tokens,
+                    "cached_input_tokens": self.cached_input_tokens,
+                    "cache_write_tokens": self.cache_write_tokens,
                     "responses": self.responses,
                 },
                 "arrivals": list(self.arrivals),
@@ -367,15 +385,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(anthropic, fate.status, fate.message, fate.headers)
             return
         try:
-            reply = self._answer(anthropic, model, body)
+            reply = self._answer(anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
             self._error(anthropic, exc.status_code or 500, str(exc), {})
             return
         except (ConfigError, ValueError, TypeError, KeyError) as exc:
             self._error(anthropic, 400, f"invalid request: {exc}", {})
             return
-        payload, input_tokens, output_tokens = reply
-        state.record_response(200, input_tokens, output_tokens)
+        payload, usage = reply
+        state.record_response(200, *usage)
         request_id = uuid.uuid4().hex
         header = "request-id" if anthropic else "x-request-id"
         self._send(200, payload, {header: f"req_{request_id}"})
@@ -400,9 +418,14 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
         self._send(status, payload, headers)
 
+    def _api_key(self) -> str:
+        """The caller's credential, to keep one prompt cache per key (as vendors do per
+        organisation)."""
+        return self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+
     def _answer(
-        self, anthropic: bool, model: str, body: dict[str, Any]
-    ) -> tuple[dict[str, Any], int, int]:
+        self, anthropic: bool, model: str, body: dict[str, Any], key: str
+    ) -> tuple[dict[str, Any], tuple[int, int, int, int]]:
         raw_messages = body.get("messages")
         if not isinstance(raw_messages, list):
             raise ValueError("'messages' must be a list")
@@ -431,6 +454,16 @@ class _Handler(BaseHTTPRequestHandler):
         done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
         cut = done.stop_reason == "max_tokens"
         created = int(time.time())
+        cache = self.server.state.cache
+        if anthropic:
+            read, written = cache.anthropic(key, model, body)
+        else:
+            read, written = cache.openai(key, model, body), 0
+        # The sim counts one token per four characters of the whole prompt; the cache
+        # counts whole blocks the same way, so a prefix never exceeds the prompt.
+        read = min(read, done.input_tokens)
+        written = min(written, done.input_tokens - read)
+        usage = (done.input_tokens, done.output_tokens, read, written)
         if anthropic:
             payload: dict[str, Any] = {
                 "id": f"msg_{uuid.uuid4().hex[:24]}",
@@ -440,7 +473,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "content": [{"type": "text", "text": done.text}],
                 "stop_reason": "max_tokens" if cut else "end_turn",
                 "stop_sequence": None,
-                "usage": {"input_tokens": done.input_tokens, "output_tokens": done.output_tokens},
+                "usage": {
+                    "input_tokens": done.input_tokens - read - written,
+                    "output_tokens": done.output_tokens,
+                    "cache_read_input_tokens": read,
+                    "cache_creation_input_tokens": written,
+                },
             }
         else:
             payload = {
@@ -460,9 +498,10 @@ class _Handler(BaseHTTPRequestHandler):
                     "prompt_tokens": done.input_tokens,
                     "completion_tokens": done.output_tokens,
                     "total_tokens": done.input_tokens + done.output_tokens,
+                    "prompt_tokens_details": {"cached_tokens": read},
                 },
             }
-        return payload, done.input_tokens, done.output_tokens
+        return payload, usage
 
 
 class FakeLLM:
@@ -473,6 +512,9 @@ class FakeLLM:
         latency_ms: base latency added to every model request.
         host: interface to listen on.
         faults: an initial fault plan (same fields as ``POST /_admin/faults``).
+        cache_min_tokens: the shortest prompt prefix the prompt cache keeps (the vendors'
+            minimum is 1024 tokens for most models).
+        cache_ttl_s: how long an unused cached prefix is kept (the vendors': 5 minutes).
     """
 
     def __init__(
@@ -482,8 +524,10 @@ class FakeLLM:
         *,
         host: str = "127.0.0.1",
         faults: dict[str, Any] | None = None,
+        cache_min_tokens: int = 1024,
+        cache_ttl_s: float = 300.0,
     ) -> None:
-        self._state = _State(latency_ms)
+        self._state = _State(latency_ms, PromptCache(cache_min_tokens, cache_ttl_s))
         if faults:
             self._state.set_faults(faults)
         self._server = _Server((host, port), self._state)

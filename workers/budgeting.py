@@ -41,12 +41,17 @@ def step_id(run_id: str, key: str) -> str:
 
 def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
     """A call's worst case. Input: one token per UTF-8 byte, an upper bound for BPE
-    tokenizers; output: the agent's ``max_tokens``."""
+    tokenizers, priced as if all of it were written to a prompt cache (the dearest input
+    rate); output: the agent's ``max_tokens``."""
     input_tokens = len(agent.instructions.encode()) + sum(
         len(m["content"].encode()) for m in messages
     )
     price = price_for(agent)
-    usd = cost_usd(price, input_tokens, agent.max_tokens) if price else 0.0
+    usd = (
+        cost_usd(price, input_tokens, agent.max_tokens, cache_write_tokens=input_tokens)
+        if price
+        else 0.0
+    )
     return Amount(input_tokens=input_tokens, output_tokens=agent.max_tokens, usd=usd, calls=1)
 
 
@@ -55,7 +60,11 @@ def actual(agent: AgentSpec, completion: Completion) -> Amount:
     price = price_for(agent)
     usd = (
         cost_usd(
-            price, completion.input_tokens, completion.output_tokens, completion.cached_input_tokens
+            price,
+            completion.input_tokens,
+            completion.output_tokens,
+            completion.cached_input_tokens,
+            completion.cache_write_tokens,
         )
         if price
         else 0.0

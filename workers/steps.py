@@ -112,12 +112,14 @@ def _result_from(completion: Completion, phase: str, key: str, seat: Seat, **ext
         "input_tokens": completion.input_tokens,
         "output_tokens": completion.output_tokens,
         "cached_input_tokens": completion.cached_input_tokens,
+        "cache_write_tokens": completion.cache_write_tokens,
         "usd": (
             cost_usd(
                 seat.price,
                 completion.input_tokens,
                 completion.output_tokens,
                 completion.cached_input_tokens,
+                completion.cache_write_tokens,
             )
             if seat.price is not None
             else 0.0

@@ -166,6 +166,7 @@ def step_usage(step: Mapping[str, Any]) -> Usage:
         input_tokens=step.get("input_tokens", 0),
         output_tokens=step.get("output_tokens", 0),
         cached_input_tokens=step.get("cached_input_tokens", 0),
+        cache_write_tokens=step.get("cache_write_tokens", 0),
         calls=step.get("calls", 1),
         usd=step.get("usd", 0.0),
     )

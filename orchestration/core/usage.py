@@ -13,6 +13,9 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    """The part of ``input_tokens`` read from a prompt cache."""
+    cache_write_tokens: int = 0
+    """The part of ``input_tokens`` written to a prompt cache."""
     calls: int = 0
     usd: float = 0.0
 
@@ -25,6 +28,7 @@ class Usage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             calls=self.calls + other.calls,
             usd=round(self.usd + other.usd, 10),
         )

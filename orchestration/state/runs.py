@@ -171,8 +171,8 @@ class StepStart:
 
 #: Fields of a stored step result kept in its compact outcome (see ``step_outcome``).
 OUTCOME_FIELDS = (
-    "interrupted", "score", "input_tokens", "output_tokens", "cached_input_tokens", "calls",
-    "usd",
+    "interrupted", "score", "input_tokens", "output_tokens", "cached_input_tokens",
+    "cache_write_tokens", "calls", "usd",
 )  # fmt: skip
 #: Prefix of the run-hash fields holding the compact outcome of each stored step.
 OUTCOME_PREFIX = "o:"

@@ -76,15 +76,39 @@ def test_anthropic_reply_is_read_and_temperature_sent() -> None:
     spec = Agent("sys", model="claude-haiku-4-5", temperature=0.5).spec
     done = adapter.complete(spec, [{"role": "user", "content": "q"}])
     # input_tokens include cache reads and writes; cached_input_tokens are the reads.
-    assert (done.text, done.input_tokens, done.cached_input_tokens, done.stop_reason) == (
-        "hi",
-        8,
-        2,
-        "end",
-    )
+    assert (
+        done.text, done.input_tokens, done.cached_input_tokens, done.cache_write_tokens,
+        done.stop_reason,
+    ) == ("hi", 8, 2, 1, "end")  # fmt: skip
     path, body = adapter._client.posts[0]
     assert path == "/v1/messages"
-    assert (body["system"], body["temperature"]) == ("sys", 0.5)
+    assert body["temperature"] == 0.5
+    assert body["system"] == [
+        {"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}
+    ]
+
+
+def test_anthropic_marks_the_stable_prefix_for_caching() -> None:
+    adapter = _adapter(AnthropicProvider, ANTHROPIC_OK)
+    history = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}]
+    adapter.complete(
+        Agent("sys", model="claude-haiku-4-5").spec, [*history, {"role": "user", "content": "q2"}]
+    )
+    body = adapter._client.posts[0][1]
+    # the last turn before the new prompt ends the cached prefix; the new prompt is plain
+    assert body["messages"] == [
+        {"role": "user", "content": "q1"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a1", "cache_control": {"type": "ephemeral"}}],
+        },
+        {"role": "user", "content": "q2"},
+    ]
+    # with no history only the instructions are marked
+    adapter.complete(
+        Agent("sys", model="claude-haiku-4-5").spec, [{"role": "user", "content": "q"}]
+    )
+    assert adapter._client.posts[1][1]["messages"] == [{"role": "user", "content": "q"}]
 
 
 @pytest.mark.parametrize(

@@ -93,9 +93,60 @@ def test_request_carries_system_prompt_and_limits(llm: FakeLLM, provider: str) -
         assert body["max_tokens"] == 333
     else:
         assert last["path"] == "/v1/messages"
-        assert body["system"] == ACTOR
+        assert body["system"] == [
+            {"type": "text", "text": ACTOR, "cache_control": {"type": "ephemeral"}}
+        ]
         assert body["messages"] == TASK
         assert body["max_tokens"] == 333
+
+
+def _turns(n: int) -> list[Any]:
+    """A conversation of ``n`` earlier exchanges, ~250 tokens each, and a new prompt."""
+    history: list[Any] = []
+    for i in range(n):
+        history += [
+            {"role": "user", "content": f"Task {i}: " + "review this code carefully. " * 30},
+            {"role": "assistant", "content": f"[revision {i}] " + "the answer is fine. " * 20},
+        ]
+    return [*history, {"role": "user", "content": f"Task {n}: one more."}]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_repeated_prefix_is_read_from_the_prompt_cache(llm: FakeLLM, provider: str) -> None:
+    """A conversation that grows turn by turn: its earlier turns come from the cache."""
+    a = agent(provider)
+    first = call(a, _turns(6))  # ~1500 tokens of history
+    second = call(a, _turns(7))
+    third = call(a, _turns(8))
+    assert first.cached_input_tokens == 0
+    if provider == "anthropic":  # the marked prefix is written, then read
+        assert first.cache_write_tokens > 1024
+        assert second.cached_input_tokens == first.cache_write_tokens
+        assert third.cached_input_tokens == second.cached_input_tokens + second.cache_write_tokens
+    else:  # automatic: the whole earlier prompt, in steps of 128 tokens
+        assert first.cache_write_tokens == second.cache_write_tokens == 0
+        assert second.cached_input_tokens >= 1024 and (second.cached_input_tokens - 1024) % 128 == 0
+        assert third.cached_input_tokens > second.cached_input_tokens
+    assert 0 < second.cached_input_tokens < second.input_tokens
+    sent = llm.stats()["usage"]
+    done = (first, second, third)
+    assert sent["cached_input_tokens"] == sum(c.cached_input_tokens for c in done)
+    assert sent["cache_write_tokens"] == sum(c.cache_write_tokens for c in done)
+    assert sent["input_tokens"] == sum(c.input_tokens for c in done)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_prompt_cache_is_per_key_and_short_prompts_are_not_cached(
+    llm: FakeLLM, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = agent(provider)
+    call(a, TASK)
+    assert call(a, TASK).cached_input_tokens == 0  # far below the 1024-token minimum
+    call(a, _turns(6))
+    assert call(a, _turns(6)).cached_input_tokens > 0
+    monkeypatch.setenv(f"{provider.upper()}_API_KEY", "another-organisation-key")
+    providers.reset_providers()
+    assert call(a, _turns(6)).cached_input_tokens == 0
 
 
 def test_openai_temperature_sent_only_when_set(llm: FakeLLM) -> None:

@@ -110,7 +110,13 @@ def events(result: RunResult, type_: str) -> list[Any]:
 
 def texts(request: dict[str, Any]) -> list[str]:
     """The user / assistant message contents of one logged request, in order."""
-    return [m["content"] for m in request["body"]["messages"] if m["role"] != "system"]
+    return [
+        m["content"]
+        if isinstance(m["content"], str)
+        else "".join(part.get("text", "") for part in m["content"])  # cache_control blocks
+        for m in request["body"]["messages"]
+        if m["role"] != "system"
+    ]
 
 
 # --- usage and cost -------------------------------------------------------------------
@@ -127,11 +133,19 @@ def test_usage_and_usd_equal_what_the_vendors_sent(
         assert sent["usage"] == {
             "input_tokens": used.input_tokens,
             "output_tokens": used.output_tokens,
+            "cached_input_tokens": used.cached_input_tokens,
+            "cache_write_tokens": used.cache_write_tokens,
             "responses": used.calls,
         }
         assert sent["requests"] == used.calls and set(sent["by_model"]) == {model}
         assert used.usd == pytest.approx(
-            cost_usd(listed_price(vendor(model), model), used.input_tokens, used.output_tokens),
+            cost_usd(
+                listed_price(vendor(model), model),
+                used.input_tokens,
+                used.output_tokens,
+                used.cached_input_tokens,
+                used.cache_write_tokens,
+            ),
             rel=1e-9,
         )
         assert used.usd > 0
@@ -244,6 +258,36 @@ def test_a_users_next_run_continues_the_conversation(llm: dict[str, FakeLLM]) ->
         for marker in (first, second):  # bob never sees alice's text
             assert not any(marker in m for m in texts(request_with(server, other))), role
         assert len(texts(request_with(server, other))) == 1
+
+
+@pytest.mark.parametrize(("actor", "critic"), [(CLAUDE, GPT), (GPT, CLAUDE)])
+def test_twenty_turn_conversation_reads_the_prompt_cache(
+    llm: dict[str, FakeLLM], actor: str, critic: str
+) -> None:
+    """A user's 20 runs: each role's conversation grows to 20 turns, its earlier turns
+    are read from the vendor's prompt cache, and priced at the cached rate."""
+    t = team(actor, critic, max_rounds=1, approval_threshold=0.0)
+    user = f"dana-{tag()}"
+    results = [run(t, f"Task {n} ({tag()}): write a parser.", user_id=user) for n in range(20)]
+    assert all(r.status == "approved" for r in results)
+    for role, model in (("actor", actor), ("critic", critic)):
+        used = [r.usage.by_role[role] for r in results]
+        sent = llm[vendor(model)].stats()["usage"]
+        # what the vendor reported is what the runs recorded, call by call summed
+        assert sent["cached_input_tokens"] == sum(u.cached_input_tokens for u in used) > 0
+        assert sent["cache_write_tokens"] == sum(u.cache_write_tokens for u in used)
+        assert sent["input_tokens"] == sum(u.input_tokens for u in used)
+        assert used[0].cached_input_tokens == 0  # nothing to read on the first turn
+        assert used[-1].cached_input_tokens > used[-1].input_tokens / 2  # most of turn 20
+        price = listed_price(vendor(model), model)
+        assert price is not None and price.cached_input_per_mtok is not None
+        for u in used:
+            expected = cost_usd(
+                price, u.input_tokens, u.output_tokens, u.cached_input_tokens, u.cache_write_tokens
+            )
+            assert u.usd == pytest.approx(expected, rel=1e-9)
+        full = cost_usd(price, used[-1].input_tokens, used[-1].output_tokens)
+        assert used[-1].usd < full  # the cached part was billed at the cached rate
 
 
 def test_without_persistence_each_call_is_just_its_prompt(llm: dict[str, FakeLLM]) -> None:

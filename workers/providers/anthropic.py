@@ -4,9 +4,16 @@ The SDK is imported on first use, never at module import. One client (so one HTT
 connection pool) per adapter, created on the first call with ``max_retries=0``: retries
 are ours, done by rescheduling the Celery task with the classified error's hints.
 
-The endpoint is the SDK's: ``ANTHROPIC_BASE_URL`` when set, else api.anthropic.com.
-The request is posted as JSON through the SDK's client (see ``SDKProvider._post``), so
-fields the installed SDK's typed method lacks, like ``temperature``, are still sent.
+The endpoint is the agent's ``base_url`` (an Anthropic-compatible gateway or proxy),
+else ``ANTHROPIC_BASE_URL`` when set, else api.anthropic.com. The request is posted as
+JSON through the SDK's client (see ``SDKProvider._post``), so fields the installed SDK's
+typed method lacks, like ``temperature``, are still sent.
+
+Prompt caching: the instructions and the stable part of the conversation (every turn
+before the new prompt) end in ``cache_control`` breakpoints, so a persistent
+conversation reads its earlier turns from the cache at a tenth of the input price. The
+new prompt itself is not marked: it is seldom sent twice, and a cache write costs more
+than plain input.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ _STOP_REASONS: dict[str | None, StopReason] = {
     "stop_sequence": "end",
     "max_tokens": "max_tokens",
 }
+#: A prompt-cache breakpoint (the default five-minute cache).
+CACHE_CONTROL = {"type": "ephemeral"}
+
+
+def _cached(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text, "cache_control": CACHE_CONTROL}]
 
 
 class AnthropicProvider(SDKProvider):
@@ -29,6 +42,7 @@ class AnthropicProvider(SDKProvider):
 
     name = "anthropic"
     default_key_env = "ANTHROPIC_API_KEY"
+    path = "/v1/messages"
 
     def _new_client(self, key: str) -> Any:
         import anthropic  # heavy: only when a worker first calls Anthropic
@@ -37,17 +51,20 @@ class AnthropicProvider(SDKProvider):
         # settings; base_url None lets it read ANTHROPIC_BASE_URL.
         return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0)
 
-    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
-        body: dict[str, Any] = {
-            "model": agent.model_name,
-            "max_tokens": agent.max_tokens,
-            "messages": list(messages),
-        }
+    def request(self, agent: AgentSpec, messages: list[Message]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": agent.model_name, "max_tokens": agent.max_tokens}
+        sent: list[dict[str, Any]] = list(messages)  # type: ignore[arg-type]
+        if len(sent) > 1:  # the turns before the new prompt are the stable prefix
+            last = sent[-2]
+            sent[-2] = {"role": last["role"], "content": _cached(last["content"])}
+        body["messages"] = sent
         if agent.instructions:
-            body["system"] = agent.instructions
+            body["system"] = _cached(agent.instructions)
         if agent.temperature is not None:
             body["temperature"] = agent.temperature
-        data = self._post("/v1/messages", body, agent.timeout_s)
+        return body
+
+    def read(self, data: dict[str, Any]) -> Completion:
         try:
             text = "".join(
                 block.get("text") or "" for block in data["content"] if block.get("type") == "text"
@@ -58,10 +75,12 @@ class AnthropicProvider(SDKProvider):
             return Completion(
                 text=text,
                 # Anthropic counts cache reads and writes apart from input_tokens; Duet's
-                # input_tokens include them (cached_input_tokens: the part read from cache).
+                # input_tokens include them (cached_input_tokens: the part read from cache,
+                # cache_write_tokens: the part written to it).
                 input_tokens=int(usage.get("input_tokens") or 0) + cached + written,
                 output_tokens=int(usage.get("output_tokens") or 0),
                 cached_input_tokens=cached,
+                cache_write_tokens=written,
                 stop_reason=_STOP_REASONS.get(data.get("stop_reason"), "other"),
                 raw_stop_reason=data.get("stop_reason"),
             )

@@ -34,7 +34,10 @@ class Completion:
     input_tokens: int
     output_tokens: int
     stop_reason: StopReason
+    #: The part of ``input_tokens`` read from a prompt cache.
     cached_input_tokens: int = 0
+    #: The part of ``input_tokens`` written to a prompt cache (Anthropic).
+    cache_write_tokens: int = 0
     #: The vendor's own stop reason, kept for diagnostics (``length``, ``end_turn``...).
     raw_stop_reason: str | None = None
 

@@ -3,6 +3,11 @@
 The SDK is imported on first use, never at module import. One client (so one HTTP
 connection pool) per adapter, created on the first call with ``max_retries=0``: retries
 are ours, done by rescheduling the Celery task with the classified error's hints.
+
+Prompt caching is automatic at OpenAI for a prompt prefix seen recently: the request is
+laid out so its prefix stays the same from call to call (the instructions, then the
+conversation oldest first, then the new prompt), and the cached part is read from
+``usage.prompt_tokens_details.cached_tokens``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class OpenAIProvider(SDKProvider):
 
     name = "openai"
     default_key_env = "OPENAI_API_KEY"
+    path = "/chat/completions"
 
     def _new_client(self, key: str) -> Any:
         import openai  # heavy: only when a worker first calls OpenAI
@@ -36,7 +42,7 @@ class OpenAIProvider(SDKProvider):
         # A self-hosted OpenAI-compatible server (explicit base_url) often wants no key.
         return PLACEHOLDER_KEY if self.base_url is not None else super()._missing_key()
 
-    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
+    def request(self, agent: AgentSpec, messages: list[Message]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": agent.model_name,
             "messages": [{"role": "system", "content": agent.instructions}, *messages],
@@ -47,7 +53,9 @@ class OpenAIProvider(SDKProvider):
             body["max_tokens"] = agent.max_tokens
         if agent.temperature is not None:
             body["temperature"] = agent.temperature
-        data = self._post("/chat/completions", body, agent.timeout_s)
+        return body
+
+    def read(self, data: dict[str, Any]) -> Completion:
         try:
             choice = data["choices"][0]
             usage = data.get("usage") or {}

@@ -1,7 +1,10 @@
 """What the vendor-SDK adapters share: one lazily created client, keys, errors, cleanup.
 
-A subclass names its key variable and writes :meth:`SDKProvider._new_client` (import the
-SDK there, not at module import: ``import anthropic`` alone takes seconds) and ``_call``.
+A subclass names its key variable and endpoint path and writes
+:meth:`SDKProvider._new_client` (import the SDK there, not at module import: ``import
+anthropic`` alone takes seconds), :meth:`SDKProvider.request` (the JSON body of one call)
+and :meth:`SDKProvider.read` (a reply as a :class:`Completion`). The same body and reader
+serve a synchronous call and a request inside a vendor batch.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import threading
 from abc import abstractmethod
 from typing import Any, ClassVar
 
+from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
-from workers.providers.base import Provider
+from workers.providers.base import Completion, Message, Provider
 from workers.providers.errors import classify_exception
 
 #: What reading an unexpected reply shape raises (a missing key, a wrong type...).
@@ -25,6 +29,8 @@ class SDKProvider(Provider):
 
     #: The environment variable named in messages when the agent names none.
     default_key_env: ClassVar[str]
+    #: The endpoint of one model call, relative to the client's base URL.
+    path: ClassVar[str]
 
     def __init__(self, *, base_url: str | None = None, api_key_env: str | None = None) -> None:
         super().__init__(base_url=base_url, api_key_env=api_key_env)
@@ -47,6 +53,17 @@ class SDKProvider(Provider):
     @abstractmethod
     def _new_client(self, key: str) -> Any:
         """Import the SDK and build its client."""
+
+    @abstractmethod
+    def request(self, agent: AgentSpec, messages: list[Message]) -> dict[str, Any]:
+        """The JSON body of one call: ``agent``'s model, instructions and limits, ``messages``."""
+
+    @abstractmethod
+    def read(self, data: dict[str, Any]) -> Completion:
+        """A reply body as a :class:`Completion`; a shape it cannot read is ``bad_response``."""
+
+    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
+        return self.read(self._post(self.path, self.request(agent, messages), agent.timeout_s))
 
     def _missing_key(self) -> str:
         """The key to use when the variable is unset; by default, that is an error."""
