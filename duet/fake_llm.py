@@ -21,6 +21,8 @@ Admin API (JSON):
     ``status`` (int) HTTP error for faulted requests; applies to every matching request
     unless ``times`` (the next N) or ``every`` (every Nth) narrows it;
     ``retry_after`` / ``retry_after_ms`` (str) headers sent with it; ``message`` (str);
+    ``echo_key`` (bool) end the error message with the request's credential, the way a
+    careless upstream or proxy does (to test that no key leaks);
     ``drop`` (int) close the connection without a response on the next N requests;
     ``drop_every`` (int) ...or on every Nth; ``delays_ms`` (list of numbers) extra delay
     for the next requests, one each, in order; ``path`` / ``model`` (str) only requests
@@ -62,6 +64,7 @@ _FAULT_FIELDS = {
     "retry_after": str,
     "retry_after_ms": str,
     "message": str,
+    "echo_key": bool,
     "drop": int,
     "drop_every": int,
     "delays_ms": list,
@@ -125,6 +128,7 @@ class _Decision:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     message: str | None = None
+    echo_key: bool = False
 
 
 class _State:
@@ -230,7 +234,9 @@ class _State:
                     headers["Retry-After"] = plan["retry_after"]
                 if plan.get("retry_after_ms") is not None:
                     headers["retry-after-ms"] = plan["retry_after_ms"]
-            return _Decision(delay / 1000, drop, status, headers, plan.get("message"))
+            return _Decision(
+                delay / 1000, drop, status, headers, plan.get("message"), bool(plan.get("echo_key"))
+            )
 
     def record_response(
         self,
@@ -382,7 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
         if fate.status is not None:
-            self._error(anthropic, fate.status, fate.message, fate.headers)
+            self._error(anthropic, fate.status, fate.message, fate.headers, echo_key=fate.echo_key)
             return
         try:
             reply = self._answer(anthropic, model, body, self._api_key())
@@ -399,14 +405,23 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, payload, {header: f"req_{request_id}"})
 
     def _error(
-        self, anthropic: bool, status: int, message: str | None, headers: dict[str, str]
+        self,
+        anthropic: bool,
+        status: int,
+        message: str | None,
+        headers: dict[str, str],
+        *,
+        echo_key: bool = False,
     ) -> None:
+        key = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+        key = key.removeprefix("Bearer ")
         if not message:
             message = f"simulated HTTP {status}"
             if status == 401:
                 # Like a careless server: echo the credential, so scrubbing gets tested.
-                key = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
-                message = f"Incorrect API key provided: {key.removeprefix('Bearer ')}"
+                message = f"Incorrect API key provided: {key}"
+        if echo_key:
+            message += f" (upstream request made with credential {key})"
         self.server.state.record_response(status)
         if anthropic:
             kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")

@@ -35,8 +35,12 @@ def celery_worker(
     queues: str = "actor,critic,coordinator",
     name: str = "w1",
     broker_url: str | None = None,
+    loglevel: str = "WARNING",
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``celery -A workers worker`` subprocess, ready when this yields."""
+    """A ``celery -A workers worker`` subprocess, ready when this yields.
+
+    Its log (stdout and stderr) is the file ``proc.log_path`` (removed afterwards).
+    """
     full_env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("DUET_BROKER_URL", None)
     if broker_url:
@@ -44,11 +48,12 @@ def celery_worker(
     log = open(ROOT / f".pytest-worker-{name}-{os.getpid()}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
-         "-c", str(concurrency), "-Q", queues, "--loglevel", "WARNING",
+         "-c", str(concurrency), "-Q", queues, "--loglevel", loglevel,
          "--without-heartbeat", "--without-mingle", "--without-gossip",
          "-n", f"{name}-{os.getpid()}@%h"],
         cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
+    proc.log_path = ROOT / log.name  # type: ignore[attr-defined]
     from celery import Celery
 
     probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)

@@ -10,7 +10,13 @@ import importlib
 import logging
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_process_shutdown,
+    worker_shutdown,
+)
 from kombu import Queue
 
 from orchestration.settings import get_settings
@@ -122,6 +128,15 @@ def _child_exited(pid: int, **_: object) -> None:
         from workers import metrics
 
         metrics.process_exited(pid)
+
+
+@after_setup_logger.connect(weak=False)
+@after_setup_task_logger.connect(weak=False)
+def _redact_logs(logger: logging.Logger, **_: object) -> None:
+    """Every line the worker logs is redacted of API keys (tracebacks included)."""
+    from workers.secrets import redact_logs
+
+    redact_logs(logger)
 
 
 @worker_shutdown.connect(weak=False)

@@ -17,9 +17,11 @@ from typing import Any
 from celery import Celery
 from celery.app.amqp import AMQP as CeleryAMQP
 from celery.worker import consumer as celery_consumer
+from celery.worker.request import Request as CeleryRequest
 
 from orchestration.state import broker
 from orchestration.state.broker import Connection, check_release
+from workers.secrets import redact
 
 #: The Celery releases the overrides below are tested with (pyproject.toml pins the same).
 CELERY_TESTED = ">=5.7,<5.8"
@@ -48,6 +50,7 @@ def _missing_celery_names() -> list[str]:
         (Celery, "_pool"),
         (CeleryAMQP, "_producer_pool"),
         (CeleryAMQP, "Connection"),
+        (CeleryRequest, "send_event"),
     ]
     return [
         f"{cls.__module__}.{cls.__name__}.{name}" for cls, name in needed if not hasattr(cls, name)
@@ -104,6 +107,24 @@ class AMQP(CeleryAMQP):
 
     Connection = Connection
 
+
+class Request(CeleryRequest):
+    """Celery's task request, sending task events with secrets redacted.
+
+    A task's exception and traceback go out in ``task-retried`` / ``task-failed`` events
+    (to Flower, and through the broker); a traceback may show an exception chain the task
+    never meant to publish. Every text field of every event is redacted.
+    """
+
+    def send_event(self, type: str, **fields: Any) -> None:  # noqa: A002 - Celery's name
+        for name, value in fields.items():
+            if isinstance(value, str):
+                fields[name] = redact(value)
+        super().send_event(type, **fields)
+
+
+#: ``Task.Request`` value selecting :class:`Request`.
+REQUEST = f"{__name__}:Request"
 
 #: Celery's ``worker_consumer`` value selecting :class:`Consumer`.
 CONSUMER = f"{__name__}:Consumer"

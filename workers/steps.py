@@ -51,8 +51,8 @@ from workers import metrics
 from workers.budgeting import estimate
 from workers.budgeting import step_id as budget_step_id
 from workers.providers import Completion, provider_for
-from workers.providers.errors import scrub
 from workers.runtime import coordinator_send, get_budgets, get_store
+from workers.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -268,14 +268,15 @@ def _call(
                 max_attempts=settings.max_attempts, wait=round(wait, 3),
             )  # fmt: skip
             get_store().r.xadd(keys.run_events(run_id), {"e": retry})
-            raise _wait(task, wait, failures + 1, exc) from exc
-        return _failure(key, f"provider_error:{exc.kind}", str(exc), began), None, []
+            # Not chained to the vendor's error: its traceback goes out in task events.
+            raise _wait(task, wait, failures + 1, exc) from None
+        return _failure(key, f"provider_error:{exc.kind}", redact(str(exc)), began), None, []
     except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
         log.exception("run %s step %s failed", run_id, key)
         budgets.release(sid, scopes)
         if metrics.ENABLED:
             metrics.call_failed(agent, phase, "error", retried=False)
-        return _failure(key, "error", scrub(f"{type(exc).__name__}: {exc}"), began), None, []
+        return _failure(key, "error", redact(f"{type(exc).__name__}: {exc}"), began), None, []
     if metrics.ENABLED:
         metrics.call_answered(agent, phase, result)
     used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,

@@ -9,9 +9,10 @@ import logging
 from celery import Task
 
 from orchestration.state import keys
-from workers import metrics
+from workers import celery_ext, metrics
 from workers.app import app
 from workers.runtime import dispatch, get_coordinator, get_store
+from workers.secrets import redact
 from workers.steps import run_step
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,8 @@ class StepTask(Task):
     #: Transient failures are re-scheduled by the task itself with a countdown.
     max_retries = None
     ignore_result = True
+    #: Task events (exception, traceback) leave the worker with secrets redacted.
+    Request = celery_ext.REQUEST
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_GENERATE)
@@ -51,7 +54,7 @@ def coordinate(self: Task, run_id: str, seq: int) -> None:
         step = get_coordinator().advance(run_id, seq)
     except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bug
         log.exception("coordinate %s/%s failed", run_id, seq)
-        ended = get_store().fail_run(run_id, f"coordinator: {type(exc).__name__}: {exc}")
+        ended = get_store().fail_run(run_id, redact(f"coordinator: {type(exc).__name__}: {exc}"))
         if ended and metrics.ENABLED:
             metrics.RunObserver().run_finished({}, "failed", "coordinator:error")
         return

@@ -15,6 +15,9 @@ from typing import ClassVar, Literal, TypedDict
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
 
+# A module import: workers.secrets imports this package (for scrub) in turn.
+from workers import secrets
+
 #: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent.
 StopReason = Literal["end", "max_tokens", "other"]
 
@@ -52,6 +55,7 @@ class Provider(ABC):
         # The key itself is read from the environment at call time, never stored in specs.
         self.base_url = base_url
         self.api_key_env = api_key_env
+        secrets.register_key_variable(api_key_env)  # its value is scrubbed from every message
 
     def complete(self, agent: AgentSpec, messages: list[Message]) -> Completion:
         """Call the model with ``agent.instructions`` as system prompt and ``messages``.
@@ -64,7 +68,10 @@ class Provider(ABC):
         except ProviderError:
             raise
         except Exception as exc:  # noqa: BLE001 - every vendor failure becomes one error type
-            raise self.classify(exc) from exc
+            # Not chained: the vendor's exception may quote the key, and a chained
+            # traceback would carry it into logs and task events. classify() keeps its
+            # type and (redacted) message.
+            raise self.classify(exc) from None
 
     def warm(self) -> None:
         """Get ready to call (e.g. create the HTTP client); errors wait for :meth:`complete`."""
@@ -77,5 +84,7 @@ class Provider(ABC):
     def classify(self, exc: Exception) -> ProviderError:
         """Map an unexpected exception to a :class:`ProviderError` (permanent by default)."""
         return ProviderError(
-            f"{self.name}: {type(exc).__name__}: {exc}", kind="unexpected", transient=False
+            secrets.redact(f"{self.name}: {type(exc).__name__}: {exc}"),
+            kind="unexpected",
+            transient=False,
         )

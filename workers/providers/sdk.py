@@ -17,6 +17,9 @@ from typing import Any, ClassVar
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
+
+# A module import: workers.secrets imports this package (for scrub) in turn.
+from workers import secrets
 from workers.providers.base import Completion, Message, Provider
 from workers.providers.errors import classify_exception
 
@@ -95,11 +98,15 @@ class SDKProvider(Provider):
         """A reply Duet cannot read: permanent, as asking again gets the same."""
         if isinstance(what, Exception):
             what = f"unexpected reply shape ({type(what).__name__}: {what})"
-        return ProviderError(f"{self.name}: {what}", kind="bad_response", transient=False)
+        return ProviderError(
+            secrets.redact(f"{self.name}: {what}"), kind="bad_response", transient=False
+        )
 
     def classify(self, exc: Exception) -> ProviderError:
-        # The key in use is scrubbed from any message that echoes it.
-        return classify_exception(exc, provider=self.name, secrets=[self._key])
+        # The key in use, and every other configured key, is scrubbed from the message.
+        return classify_exception(
+            exc, provider=self.name, secrets=[self._key, *secrets.key_values()]
+        )
 
     def warm(self) -> None:
         # A missing key is reported by complete(), on the run; here it is not an error.

@@ -1,0 +1,147 @@
+"""A vendor error that echoes the API key, then a retry: the key is nowhere.
+
+Fault: the stand-in server answers 500 (transient: the step is retried and succeeds) and
+401 (permanent: the run ends interrupted) with error messages that end with the request's
+credential. The keys are not ``sk-``-shaped, so only scrubbing by value catches them: one
+in ``OPENAI_API_KEY``, one in a variable a spec names with ``api_key_env``. Looked for in
+every command Redis received (``MONITOR``: run state, events, broker messages, Celery's
+task events), the worker's log at INFO, the results, and Flower's ``/api/tasks``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from duet.embedded import EmbeddedRedis, free_port
+from duet.fake_llm import FakeLLM
+from duet.report import result_record
+from orchestration import Agent, Team
+from tests.faults.conftest import Monitor
+from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
+
+pytestmark = pytest.mark.system
+
+OPENAI_KEY = "duet-openai-key-4f9c1e7a2b5d"
+CRITIC_KEY = "tok.critic.91d3e5a7c2f8"
+CRITIC_KEY_ENV = "DUET_TEST_CRITIC_TOKEN"
+
+
+def forms(secret: str) -> list[str]:
+    """``secret`` as written, and the base64 text any base64 encoding of bytes containing
+    it must contain (kombu base64-encodes message bodies, Celery events included)."""
+    raw = secret.encode()
+    found = [secret]
+    for k in range(3):  # the secret's offset in its 3-byte group
+        encoded = base64.b64encode(b"\0" * k + raw).decode()
+        found.append(encoded[math.ceil(8 * k / 6) : (8 * (k + len(raw))) // 6])
+    return found
+
+
+def _get(port: int, path: str) -> Any:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+            return json.loads(resp.read()) if path.startswith("/api") else resp.status
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def flower_on(redis_url: str) -> Iterator[int]:
+    """Flower on ``redis_url`` (API open, as in the other Flower test), receiving events."""
+    port = free_port()
+    env = {**os.environ, "DUET_REDIS_URL": redis_url, "FLOWER_UNAUTHENTICATED_API": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
+         "--address=127.0.0.1"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: proc.poll() is not None or _get(port, "/healthcheck") == 200, 30, "Flower")
+        assert proc.poll() is None, "Flower exited"
+        # Its event receiver connects a moment after the web server answers: probe until a
+        # run shows up (events sent before that are not replayed).
+        probe = Team.actor_critic(actor=Agent("p", model="sim"), critic=Agent("p", model="sim"))
+
+        def seen() -> bool:
+            run_id = probe.run_sync("probe", timeout=30).run_id
+            with contextlib.suppress(AssertionError):
+                return wait_for(lambda: run_id in json.dumps(_get(port, "/api/tasks")), 2, "probe")
+            return False
+
+        wait_for(seen, 60, "Flower to receive task events", interval=0)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_an_echoed_key_reaches_no_redis_command_log_result_or_flower(
+    private_redis: EmbeddedRedis,
+) -> None:
+    url = private_redis.url
+    monitor = Monitor(private_redis.port)
+    env = {
+        "OPENAI_API_KEY": OPENAI_KEY,
+        CRITIC_KEY_ENV: CRITIC_KEY,
+        "DUET_RETRY_BASE_S": "0.05",
+        "DUET_RETRY_MAX_S": "0.2",
+    }
+    with (
+        FakeLLM() as llm,
+        celery_worker(url, env=env, loglevel="INFO", name="secrets") as worker,
+        client_pointed_at(url),
+        flower_on(url) as flower_port,
+    ):
+        team = Team.actor_critic(
+            actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
+            critic=Agent(
+                "Review.", model="openai:sim:critic?scores=0.2,0.95", base_url=llm.url,
+                api_key_env=CRITIC_KEY_ENV,
+            ),
+            max_rounds=3,
+        )  # fmt: skip
+        # Every second request fails with the key echoed; its retry succeeds. One run:
+        # generate ok, critique 500 + ok, refine 500 + ok, critique 500 + ok (approved).
+        llm.set_faults(status=500, every=2, echo_key=True)
+        retried = team.run_sync("Write a parser.", timeout=60)
+        assert retried.status == "approved", (retried.status, retried.error)
+        assert llm.stats()["faulted"] == 3
+        # A permanent error echoing the critic's key: the run ends with the message.
+        llm.set_faults(status=401, echo_key=True, model="sim:critic?scores=0.2,0.95")
+        failed = team.run_sync("Write a lexer.", timeout=60)
+        assert failed.status == "interrupted"
+        assert failed.interruption_reason == "critic:round_1:provider_error:auth"
+        assert failed.error is not None and "[REDACTED]" in failed.error
+
+        def flower_saw_both() -> str | None:
+            dump = json.dumps(_get(flower_port, "/api/tasks"))
+            runs_seen = retried.run_id in dump and failed.run_id in dump
+            return dump if runs_seen else None
+
+        flower = wait_for(flower_saw_both, 30, "Flower to see both runs and a retry")
+        log = Path(worker.log_path).read_text(errors="replace")
+    captured = monitor.stop().decode("utf-8", errors="replace")
+    # What a results file holds, and the whole result objects (events included).
+    results = json.dumps([result_record(retried), result_record(failed)])
+    results += retried.model_dump_json() + failed.model_dump_json()
+
+    # The echoed messages did pass through each place, scrubbed.
+    assert "[REDACTED]" in captured  # the step's error, events, Celery's task events
+    assert "retry" in log.lower()
+    for name, text in [("MONITOR capture", captured), ("worker log", log),
+                       ("results", results), ("Flower /api/tasks", flower)]:  # fmt: skip
+        for key in (OPENAI_KEY, CRITIC_KEY):
+            for form in forms(key):
+                assert form not in text, f"{key} (as {form}) in the {name}"

@@ -1,0 +1,67 @@
+"""Key values are scrubbed whatever they look like: from messages, log lines and tracebacks."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from workers import secrets
+from workers.providers.base import Provider
+
+KEY = "plain.looking.value.8c1f"
+
+
+def test_the_default_key_variables_are_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    assert secrets.redact(f"upstream said: bad credential {KEY}!") == (
+        "upstream said: bad credential [REDACTED]!"
+    )
+
+
+def test_a_variable_named_by_a_spec_is_secret_once_its_adapter_exists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DUET_TEST_OWN_KEY_VAR", KEY)
+    assert KEY in secrets.redact(KEY)  # not a key variable yet
+
+    class Echo(Provider):
+        name = "echo"
+
+        def _call(self, agent, messages):  # type: ignore[no-untyped-def]
+            raise RuntimeError(f"refused {KEY}")
+
+    Echo(api_key_env="DUET_TEST_OWN_KEY_VAR")
+    assert secrets.redact(f"x {KEY} y") == "x [REDACTED] y"
+    error = Echo().classify(RuntimeError(f"refused {KEY}"))
+    assert KEY not in str(error)
+
+
+def test_short_values_are_not_searched_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    assert secrets.redact("x marks the spot") == "x marks the spot"
+
+
+def test_log_lines_and_chained_tracebacks_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("duet-test-redaction")
+    logger.addHandler(handler)
+    logger.propagate = False
+    secrets.redact_logs(logger)
+    secrets.redact_logs(logger)  # idempotent
+    assert len(handler.filters) == 1
+    try:
+        try:
+            raise ValueError(f"vendor echoed {KEY}")
+        except ValueError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError:
+        logger.exception("call failed with %s", KEY)
+    logger.removeHandler(handler)
+    text = stream.getvalue()
+    assert "call failed with [REDACTED]" in text
+    assert "vendor echoed [REDACTED]" in text  # the chained exception, redacted
+    assert KEY not in text

@@ -1,0 +1,69 @@
+"""Which values are secrets in this worker process, and text cleaned of them.
+
+The secrets are the values of the API-key variables: ``OPENAI_API_KEY``,
+``ANTHROPIC_API_KEY`` and every variable a spec names with ``api_key_env`` (registered
+when its adapter is made, before its first call). :func:`redact` removes each value,
+whatever it looks like, plus anything shaped like a key or an auth header
+(:func:`workers.providers.errors.scrub`). Everything a task lets out — run errors,
+events, Celery's task events (exception and traceback) and the worker's log — passes
+through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from workers.providers.errors import scrub
+
+#: Key variables every worker treats as secret, named by a spec or not.
+DEFAULT_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+#: Values shorter than this are not searched for (a placeholder such as "x" would
+#: otherwise be cut out of every message); real keys are far longer.
+MIN_SECRET_CHARS = 6
+
+_lock = threading.Lock()
+_variables: set[str] = set(DEFAULT_KEY_VARIABLES)
+
+
+def register_key_variable(name: str | None) -> None:
+    """Treat the value of environment variable ``name`` as a secret from now on."""
+    if name:
+        with _lock:
+            _variables.add(name)
+
+
+def key_values() -> list[str]:
+    """The current values of every key variable (long enough to search for)."""
+    with _lock:
+        names = list(_variables)
+    values = {os.environ.get(name) or "" for name in names}
+    return [v for v in values if len(v) >= MIN_SECRET_CHARS]
+
+
+def redact(text: str) -> str:
+    """``text`` without any key value, key-shaped token or auth header."""
+    return scrub(text, key_values())
+
+
+class RedactingFilter(logging.Filter):
+    """A log filter that redacts each record's message and traceback before it is written."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.msg, record.args = redact(message), None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+def redact_logs(logger: logging.Logger) -> None:
+    """Add a :class:`RedactingFilter` to each of ``logger``'s handlers (once)."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
