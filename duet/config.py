@@ -33,15 +33,14 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
-from orchestration.core.agents import Agent, Price, resolve_model
-from orchestration.core.architecture import ActorCritic
+from orchestration.core.agents import Agent, AgentSettings, resolve_model
+from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
+from orchestration.core.validation import key_path, problems
 from orchestration.prices import require_price
 from orchestration.state.ratelimits import RateLimit
 
@@ -60,54 +59,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class RatesConfig(_Section):
-    """USD per million tokens of each kind."""
+class AgentConfig(AgentSettings):
+    """``[actor]`` or ``[critic]``: the settings of one :class:`~orchestration.Agent`, with
+    their bounds and defaults from :class:`~orchestration.core.agents.AgentSettings`;
+    ``price = {...}`` overrides the price database (``batch`` holds vendor batch rates)."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
-    cached_input_per_mtok: float | None = Field(default=None, ge=0)
-    cache_write_per_mtok: float | None = Field(default=None, ge=0)
-
-
-class PriceConfig(RatesConfig):
-    """``[actor] price = {...}``: overrides the price database; ``batch`` holds the
-    vendor batch rates."""
-
-    batch: RatesConfig | None = None
-
-    def build(self) -> Price:
-        """The :class:`~orchestration.core.agents.Price` this section describes."""
-        return Price(**self.model_dump(exclude_none=True))
-
-
-class AgentConfig(_Section):
-    """``[actor]`` or ``[critic]``: the arguments of one :class:`~orchestration.Agent`."""
+    model_config = ConfigDict(strict=True)
 
     instructions: str = Field(min_length=1)
-    model: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int = Field(default=1024, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0)
-    price: PriceConfig | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, value: str) -> str:
-        resolve_model(value)  # ConfigError (a ValueError) lists what is accepted
-        return value
-
-    @field_validator("base_url")
-    @classmethod
-    def _base_url_needs_a_vendor_api(cls, value: str | None, info: ValidationInfo) -> str | None:
-        model = info.data.get("model")
-        if value is not None and model is not None and resolve_model(model)[0] == "sim":
-            raise ValueError(
-                "base_url is for OpenAI- or Anthropic-compatible servers: use model = "
-                f"'openai:NAME' or 'anthropic:NAME', not {model!r}"
-            )
-        return value
 
     def build(self, name: str) -> Agent:
         """The :class:`~orchestration.Agent` this section describes."""
@@ -119,22 +78,23 @@ class AgentConfig(_Section):
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             timeout_s=self.timeout_s,
-            price=self.price.build() if self.price else None,
+            price=self.price,
             name=name,
         )
 
 
-class LoopConfig(_Section):
-    """``[loop]``: rounds, threshold, prompt templates, persistent subagents."""
+class LoopConfig(LoopSettings):
+    """``[loop]``: rounds, threshold, prompt templates, persistent subagents, with their
+    bounds and defaults from :class:`~orchestration.core.architecture.LoopSettings`; a
+    template may come from a file instead."""
 
-    max_rounds: int = Field(default=3, ge=1)
-    approval_threshold: float = Field(default=0.9, ge=0, le=1)
+    model_config = ConfigDict(strict=True)
+
     critique_template: str | None = Field(default=None, min_length=1)
     refine_template: str | None = Field(default=None, min_length=1)
     #: Paths relative to the config file's directory.
     critique_template_file: str | None = Field(default=None, min_length=1)
     refine_template_file: str | None = Field(default=None, min_length=1)
-    persistent_subagents: bool = True
 
     @model_validator(mode="after")
     def _one_source_per_template(self) -> LoopConfig:
@@ -262,18 +222,14 @@ class ReviewConfig(_Section):
         """The :class:`~orchestration.ActorCritic` loop, without touching any backend."""
         actor, critic = self.build_agents()
         templates = self.templates()
-        registry = {"actor": actor, "critic": critic} if self.loop.persistent_subagents else None
+        settings = self.loop.model_copy(
+            update={
+                "critique_template": templates["critique"],
+                "refine_template": templates["refine"],
+            }
+        )
         try:
-            return ActorCritic(
-                actor=actor,
-                critic=critic,
-                max_rounds=self.loop.max_rounds,
-                approval_threshold=self.loop.approval_threshold,
-                critique_template=templates["critique"],
-                refine_template=templates["refine"],
-                worker_registry=registry,
-                role_to_worker_id={"actor": "actor", "critic": "critic"} if registry else None,
-            )
+            return ActorCritic.from_settings(actor=actor, critic=critic, settings=settings)
         except ValueError as exc:
             raise self._error("loop", str(exc)) from exc
 
@@ -338,17 +294,19 @@ def parse_config(
 ) -> ReviewConfig:
     """Check an already parsed config table (see :func:`load_config`)."""
     try:
-        config = ReviewConfig.model_validate(data)
+        # Strict all the way down, the core's models included: TOML has types.
+        config = ReviewConfig.model_validate(data, strict=True)
     except ValidationError as exc:
-        lines = [f"{source}: {_key_path(e['loc'])}: {_describe(e)}" for e in exc.errors()]
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(
+            "\n".join(f"{source}: {p}" for p in problems(exc, ReviewConfig))
+        ) from None
     config._source = source
     config._base_dir = base_dir if base_dir is not None else Path.cwd()
     spec = config.build_architecture().to_spec()
     used = {f"{spec.actor.provider}:{spec.actor.model_name}": "actor",
             f"{spec.critic.provider}:{spec.critic.model_name}": "critic"}  # fmt: skip
     for model in config.rate_limits:
-        where = _key_path(("rate_limits", model))
+        where = key_path(("rate_limits", model))
         try:
             resolved = ":".join(resolve_model(model))
         except ConfigError as exc:
@@ -373,84 +331,7 @@ def parse_config(
 
 
 # --- messages -----------------------------------------------------------------
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
-_TYPE_NAMES = {
-    "int_type": "an integer",
-    "float_type": "a number",
-    "string_type": "a string",
-    "bool_type": "true or false",
-    "model_type": "a table",
-    "dict_type": "a table",
-    "list_type": "an array",
-}
-_TOML_TYPES = {
-    bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-    list: "an array", dict: "a table",
-}  # fmt: skip
-
-
-def _key_path(loc: tuple[int | str, ...]) -> str:
-    """``('rate_limits', 'gpt-4.1', 'rpm')`` -> ``rate_limits."gpt-4.1".rpm``, as TOML writes it."""
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts[-1:] = [f"{parts[-1] if parts else ''}[{part}]"]
-        elif _BARE_KEY.match(part):
-            parts.append(part)
-        else:
-            parts.append(f'"{part}"')
-    return ".".join(parts) or "(top level)"
-
-
-def _describe(error: Any) -> str:
-    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "extra_forbidden":
-        return "unknown key" + _expected_keys(error["loc"])
-    if kind in _TYPE_NAMES:
-        got = _TOML_TYPES.get(type(value), type(value).__name__)
-        return f"must be {_TYPE_NAMES[kind]}, got {got} {_short(value)}"
-    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
-              "less_than": "<"}  # fmt: skip
-    if kind in bounds:
-        limit = next(iter(ctx.values()))
-        return f"must be {bounds[kind]} {limit}, got {_short(value)}"
-    if kind == "string_too_short":
-        return "must not be empty"
-    if kind == "value_error":
-        return str(error["msg"]).removeprefix("Value error, ")
-    return str(error["msg"])
-
-
-def _expected_keys(loc: tuple[int | str, ...]) -> str:
-    """The keys allowed where an unknown one was found, to make a typo obvious."""
-    model: Any = ReviewConfig
-    parts = list(loc[:-1])
-    while parts:
-        part = parts.pop(0)
-        field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is None:
-            return ""
-        model = _section_type(field.annotation)
-        if model is None:
-            return ""
-        if getattr(field.annotation, "__origin__", None) is dict:
-            parts = parts[1:]  # the table's own key (a model name), then its section
-    return f" (expected one of: {', '.join(model.model_fields)})"
-
-
-def _section_type(annotation: Any) -> Any:
-    for candidate in (annotation, *getattr(annotation, "__args__", ())):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _toml_problem(exc: Exception) -> str:

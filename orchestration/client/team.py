@@ -10,10 +10,17 @@ from typing import Any
 from duet import local
 from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id, set_budgets
 from orchestration.core.agents import Agent
-from orchestration.core.architecture import ActorCritic
+from orchestration.core.architecture import (
+    DEFAULT_APPROVAL_THRESHOLD,
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_PERSISTENT_SUBAGENTS,
+    ActorCritic,
+    LoopSettings,
+)
 from orchestration.core.budget import Budget, scope
 from orchestration.core.errors import ConfigError
 from orchestration.core.results import RunResult
+from orchestration.core.validation import checked
 from orchestration.settings import get_settings
 from orchestration.state.runs import RunRecord
 
@@ -58,11 +65,11 @@ class Team:
         *,
         actor: Agent,
         critic: Agent,
-        max_rounds: int = 3,
-        approval_threshold: float = 0.9,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
+        approval_threshold: float = DEFAULT_APPROVAL_THRESHOLD,
         critique_template: str | None = None,
         refine_template: str | None = None,
-        persistent_subagents: bool = True,
+        persistent_subagents: bool = DEFAULT_PERSISTENT_SUBAGENTS,
         model: str | None = None,
         budget: Budget | None = None,
         global_budgets: Iterable[str] = (),
@@ -77,19 +84,18 @@ class Team:
             global_budgets: names of fleet-wide budgets (``duet budget set global:NAME``)
                 that every run of this team is also charged to.
         """
-        registry = {"actor": actor, "critic": critic} if persistent_subagents else None
-        roles = {"actor": "actor", "critic": "critic"} if persistent_subagents else None
+        settings = checked(
+            LoopSettings,
+            {
+                "max_rounds": max_rounds,
+                "approval_threshold": approval_threshold,
+                "critique_template": critique_template,
+                "refine_template": refine_template,
+                "persistent_subagents": persistent_subagents,
+            },
+        )
         return cls(
-            ActorCritic(
-                actor=actor,
-                critic=critic,
-                max_rounds=max_rounds,
-                approval_threshold=approval_threshold,
-                critique_template=critique_template,
-                refine_template=refine_template,
-                worker_registry=registry,
-                role_to_worker_id=roles,
-            ),
+            ActorCritic.from_settings(actor=actor, critic=critic, settings=settings),
             model=model,
             budget=budget,
             global_budgets=global_budgets,

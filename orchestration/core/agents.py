@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core.errors import ConfigError
+from orchestration.core.validation import checked
 
 if TYPE_CHECKING:
     from orchestration.core.architecture import ActorCritic
     from orchestration.core.results import RunResult
+
+#: Output token limit per call, when an agent sets none.
+DEFAULT_MAX_TOKENS = 1024
+#: Seconds one model call may take, when an agent sets none.
+DEFAULT_TIMEOUT_S = 120.0
 
 #: Providers Duet can talk to, and the environment variable holding each one's key.
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "sim": None}
@@ -89,24 +95,60 @@ class PriceTier(BaseModel):
 Price.model_rebuild()  # its fields name PriceTier, defined after it
 
 
-class AgentSpec(BaseModel):
-    """The serialisable part of an :class:`Agent`, as stored in Redis and read by workers.
+class AgentSettings(BaseModel):
+    """What a caller chooses for an agent: the one place their bounds and defaults are
+    written. ``Agent(...)`` and a config file's ``[actor]`` / ``[critic]`` are both checked
+    against it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    instructions: str
+    """The system prompt."""
+    model: str
+    """``claude-*``, ``gpt-*``, ``openai:NAME``, ``anthropic:NAME``, ``sim``... (see
+    :func:`resolve_model`)."""
+    base_url: str | None = None
+    """Endpoint of an OpenAI- or Anthropic-compatible server, for this agent only."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the key on the workers."""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    """Sampling temperature; the provider's default when ``None``."""
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    """Output token limit per call; output cut there interrupts the agent."""
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    """Per-call timeout, seconds."""
+    price: Price | None = None
+    """USD per million tokens, overriding the price database."""
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        resolve_model(value)  # ConfigError (a ValueError) lists what is accepted
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_needs_a_vendor_api(cls, value: str | None, info: ValidationInfo) -> str | None:
+        model = info.data.get("model")  # absent when the model itself was refused
+        if value is not None and model is not None and resolve_model(model)[0] == "sim":
+            raise ValueError(
+                "base_url is for OpenAI- or Anthropic-compatible servers: use "
+                f"model='openai:NAME' or 'anthropic:NAME', not {model!r}"
+            )
+        return value
+
+
+class AgentSpec(AgentSettings):
+    """The serialisable part of an :class:`Agent`, as stored in Redis and read by workers:
+    its settings and the provider they name.
 
     Holds the *name* of the environment variable with the API key, never the key.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    instructions: str
-    model: str
     provider: str
+    """``openai``, ``anthropic`` or ``sim``."""
     model_name: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    temperature: float | None = None
-    max_tokens: int = 1024
-    timeout_s: float = 120.0
-    price: Price | None = None
+    """The model's name at its provider (``sim`` learns its role here)."""
 
 
 class Agent:
@@ -134,45 +176,33 @@ class Agent:
         base_url: str | None = None,
         api_key_env: str | None = None,
         temperature: float | None = None,
-        max_tokens: int = 1024,
-        timeout_s: float = 120.0,
-        price: Price | dict[str, float] | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        price: Price | dict[str, Any] | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
+        settings = checked(
+            AgentSettings,
+            {
+                "instructions": instructions,
+                "model": model,
+                "base_url": base_url,
+                "api_key_env": api_key_env,
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+                "timeout_s": timeout_s,
+                "price": price,
+            },
+        )
         provider, model_name = resolve_model(model)
-        if max_tokens < 1:
-            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
-        if timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
-        if temperature is not None and not 0 <= temperature <= 2:
-            raise ConfigError(f"temperature must be in [0, 2], got {temperature}")
-        if base_url is not None and provider not in ("openai", "anthropic"):
-            raise ConfigError(
-                "base_url is for OpenAI- or Anthropic-compatible servers: use "
-                f"model='openai:NAME' or 'anthropic:NAME', not {model!r}"
-            )
-        if isinstance(price, dict):
-            try:
-                price = Price.model_validate(price)
-            except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'price'}: {e['msg']}" for e in exc.errors()
-                )
-                raise ConfigError(f"price: {problems}") from None
+        key_env = api_key_env if api_key_env is not None else DEFAULT_KEY_ENV[provider]
         self.name = name
         self.architecture = architecture
         self.spec = AgentSpec(
-            instructions=instructions,
-            model=model,
+            **{**dict(settings), "api_key_env": key_env},
             provider=provider,
             model_name=model_name,
-            base_url=base_url,
-            api_key_env=api_key_env if api_key_env is not None else DEFAULT_KEY_ENV[provider],
-            temperature=temperature,
-            max_tokens=max_tokens,
-            timeout_s=timeout_s,
-            price=price,
         )
 
     @property

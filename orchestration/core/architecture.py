@@ -5,29 +5,51 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration.core.agents import Agent, AgentSpec
+from orchestration.core.validation import checked
+
+#: Critique -> refine rounds after the first draft, when a loop sets none.
+DEFAULT_MAX_ROUNDS = 3
+#: Score at or above which a loop stops approved, when it sets none.
+DEFAULT_APPROVAL_THRESHOLD = 0.9
+#: Whether ``Team.actor_critic`` and a config file give actor and critic memory.
+DEFAULT_PERSISTENT_SUBAGENTS = True
+#: Turns kept per persistent conversation; the oldest are dropped first.
+DEFAULT_CONVERSATION_TURNS = 20
 
 
-class LoopSpec(BaseModel):
+class LoopSettings(BaseModel):
+    """What a caller chooses for the loop: the one place their bounds and defaults are
+    written. ``ActorCritic(...)``, ``Team.actor_critic(...)`` and a config file's ``[loop]``
+    are all checked against it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    max_rounds: int = Field(default=DEFAULT_MAX_ROUNDS, ge=1)
+    """Critique -> refine rounds after the first draft."""
+    approval_threshold: float = Field(default=DEFAULT_APPROVAL_THRESHOLD, ge=0, le=1)
+    """Score in [0, 1] at or above which the loop stops approved."""
+    critique_template: str | None = None
+    """Prompt for the critic; the built-in one when ``None``."""
+    refine_template: str | None = None
+    """Prompt for refinement; the built-in one when ``None``."""
+    persistent_subagents: bool = DEFAULT_PERSISTENT_SUBAGENTS
+    """Actor and critic each keep one conversation per user, across rounds and runs."""
+
+
+class LoopSpec(LoopSettings):
     """Everything a worker needs to know about a loop, stored once in Redis by its id.
 
     Content-addressed: the same actor, critic and settings always give the same id, so a
     batch of ten thousand runs shares one stored spec and workers cache it forever.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     actor: AgentSpec
     critic: AgentSpec
-    max_rounds: int
-    approval_threshold: float
-    critique_template: str | None = None
-    refine_template: str | None = None
-    persistent_subagents: bool = True
-    #: Turns kept per persistent conversation; the oldest are dropped first.
-    conversation_turns: int = 20
+    conversation_turns: int = Field(default=DEFAULT_CONVERSATION_TURNS, ge=1)
+    """Turns kept per persistent conversation; the oldest are dropped first."""
 
     @property
     def spec_id(self) -> str:
@@ -49,7 +71,8 @@ class ActorCritic:
         role_to_worker_id: internal wiring set by ``Team.actor_critic``.
 
     Raises:
-        ValueError: ``max_rounds < 1`` or ``approval_threshold`` outside [0, 1].
+        ConfigError: (a ``ValueError``) ``max_rounds`` not an integer >= 1, or
+            ``approval_threshold`` not a number in [0, 1] (see :class:`LoopSettings`).
     """
 
     name: str = "actor-critic"
@@ -59,29 +82,47 @@ class ActorCritic:
         *,
         actor: Agent,
         critic: Agent,
-        max_rounds: int = 3,
-        approval_threshold: float = 0.9,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
+        approval_threshold: float = DEFAULT_APPROVAL_THRESHOLD,
         critique_template: str | None = None,
         refine_template: str | None = None,
         worker_registry: dict[str, Any] | None = None,
         role_to_worker_id: dict[str, str] | None = None,
     ) -> None:
-        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-            raise ValueError(f"max_rounds must be an integer >= 1, got {max_rounds!r}")
-        if not isinstance(approval_threshold, int | float) or not (
-            0.0 <= float(approval_threshold) <= 1.0
-        ):
-            raise ValueError(
-                f"approval_threshold must be in [0.0, 1.0], got {approval_threshold!r}"
-            )
+        settings = checked(
+            LoopSettings,
+            {
+                "max_rounds": max_rounds,
+                "approval_threshold": approval_threshold,
+                "critique_template": critique_template,
+                "refine_template": refine_template,
+            },
+        )
         self._actor = actor
         self._critic = critic
-        self.max_rounds = max_rounds
-        self.approval_threshold = float(approval_threshold)
-        self.critique_template = critique_template
-        self.refine_template = refine_template
+        self.max_rounds = settings.max_rounds
+        self.approval_threshold = settings.approval_threshold
+        self.critique_template = settings.critique_template
+        self.refine_template = settings.refine_template
         self.worker_registry = worker_registry
         self.role_to_worker_id = role_to_worker_id
+
+    @classmethod
+    def from_settings(cls, *, actor: Agent, critic: Agent, settings: LoopSettings) -> ActorCritic:
+        """The loop ``settings`` describe. With ``persistent_subagents`` the actor and the
+        critic are registered as workers that each keep a conversation per user: the wiring
+        ``Team.actor_critic`` and a config file share."""
+        registry = {"actor": actor, "critic": critic} if settings.persistent_subagents else None
+        return cls(
+            actor=actor,
+            critic=critic,
+            max_rounds=settings.max_rounds,
+            approval_threshold=settings.approval_threshold,
+            critique_template=settings.critique_template,
+            refine_template=settings.refine_template,
+            worker_registry=registry,
+            role_to_worker_id={role: role for role in registry} if registry else None,
+        )
 
     @property
     def actor(self) -> Agent:
@@ -100,7 +141,7 @@ class ActorCritic:
         """Whether actor and critic keep conversations per user (set by Team.actor_critic)."""
         return self.worker_registry is not None
 
-    def to_spec(self, *, conversation_turns: int = 20) -> LoopSpec:
+    def to_spec(self, *, conversation_turns: int = DEFAULT_CONVERSATION_TURNS) -> LoopSpec:
         """The serialisable spec workers run; a ``sim`` model learns its role here."""
         return LoopSpec(
             actor=_with_sim_role(self._actor.spec, "actor"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
-from duet.config import load_config
-from orchestration.core.agents import Price
+from duet.config import load_config, parse_config
+from orchestration.client.team import Team
+from orchestration.core.agents import Agent, AgentSettings, Price
+from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state.ratelimits import RateLimit
@@ -218,3 +221,81 @@ def test_sim_example_is_offline_and_vendor_example_uses_two_vendors() -> None:
         .to_spec()
     )
     assert (real.actor.provider, real.critic.provider) == ("anthropic", "openai")
+
+
+# --- one set of rules: Agent(...), ActorCritic(...), Team.actor_critic(...) and the file ---
+@pytest.mark.parametrize(
+    ("key", "toml", "python"),
+    [
+        ("max_tokens", "0", 0),
+        ("max_tokens", '"5"', "5"),
+        ("timeout_s", "0", 0),
+        ("temperature", "2.5", 2.5),
+        ("base_url", '"http://x"', "http://x"),
+        ("model", '"gpt4"', "gpt4"),
+        ("price", "{ input_per_mtok = -1, output_per_mtok = 1 }",
+         {"input_per_mtok": -1, "output_per_mtok": 1}),
+        ("price", "{ input_per_mtok = 1, output_per_mtok = 1, bogus = 1 }",
+         {"input_per_mtok": 1, "output_per_mtok": 1, "bogus": 1}),
+    ],
+)  # fmt: skip
+def test_agent_settings_are_checked_alike_in_python_and_in_a_file(
+    tmp_path: Path, key: str, toml: str, python: object
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Agent("x", **{"model": "sim", key: python})  # type: ignore[arg-type]
+    in_python = str(caught.value)
+    line = f"{key} = {toml}" if key == "model" else f'model = "sim"\n{key} = {toml}'
+    in_file = _error(tmp_path, BASE.replace('model = "sim"', line, 1))
+    assert in_python.startswith(f"{key}"), in_python
+    assert f"review.toml: actor.{in_python}" in in_file
+
+
+@pytest.mark.parametrize(
+    ("key", "toml", "python"),
+    [
+        ("max_rounds", "0", 0),
+        ("max_rounds", "true", True),
+        ("max_rounds", "1.5", 1.5),
+        ("approval_threshold", "1.5", 1.5),
+        ("approval_threshold", '"0.9"', "0.9"),
+    ],
+)
+def test_loop_settings_are_checked_alike_in_python_and_in_a_file(
+    tmp_path: Path, key: str, toml: str, python: object
+) -> None:
+    actor, critic = Agent("a", model="sim"), Agent("c", model="sim")
+    messages = []
+    for build in (ActorCritic, Team.actor_critic):
+        with pytest.raises(ConfigError) as caught:
+            build(actor=actor, critic=critic, **{key: python})  # type: ignore[operator]
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert messages[0].startswith(f"{key}: must be"), messages[0]
+    assert f"review.toml: loop.{messages[0]}" in _error(
+        tmp_path, BASE + f"[loop]\n{key} = {toml}\n"
+    )
+
+
+def test_defaults_agree_with_the_core_settings() -> None:
+    """Each entry point's default is the one written in the core's settings models."""
+    pairs = [
+        (Agent.__init__, AgentSettings),
+        (ActorCritic.__init__, LoopSettings),
+        (Team.actor_critic, LoopSettings),
+    ]
+    compared = 0
+    for function, model in pairs:
+        for name, param in inspect.signature(function).parameters.items():
+            if name in model.model_fields and param.default is not inspect.Parameter.empty:
+                assert param.default == model.model_fields[name].default, (function, name)
+                compared += 1
+    assert compared == 6 + 4 + 5
+    config = parse_config({"actor": {"instructions": "a", "model": "sim"},
+                           "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
+    for name in LoopSettings.model_fields:
+        assert getattr(config.loop, name) == LoopSettings.model_fields[name].default
+    for name in AgentSettings.model_fields.keys() - {"instructions", "model"}:
+        assert getattr(config.actor, name) == AgentSettings.model_fields[name].default
+    spec = Team.actor_critic(actor=Agent("a", model="sim"), critic=Agent("c", model="sim")).spec
+    assert spec == config.build_team().spec

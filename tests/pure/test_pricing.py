@@ -167,5 +167,5 @@ def test_tiers_apply_to_all_tokens_above_threshold() -> None:
 
 
 def test_agent_price_from_a_dict_is_checked() -> None:
-    with pytest.raises(ConfigError, match=r"price: output_per_mtok: Field required"):
+    with pytest.raises(ConfigError, match=r"price\.output_per_mtok: required key is missing"):
         Agent("x", model="gpt-4o", price={"input_per_mtok": 1})
