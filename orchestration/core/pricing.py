@@ -28,12 +28,6 @@ SIM_PRICE = Price(
 )
 
 
-def is_sim(model_name: str) -> bool:
-    """Whether ``model_name`` is the offline simulator."""
-    name = model_name.strip().lower()
-    return name == "sim" or name.startswith(("sim:", "sim?"))
-
-
 def choose_price(agent: AgentSpec, listed: Price | None) -> Price | None:
     """The agent's price: its own ``price`` when given, the simulator's for ``sim``, else
     ``listed`` (the price database's, ``None`` when it does not know the model)."""
