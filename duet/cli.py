@@ -38,12 +38,15 @@ from duet.cli_support import (
     SOME_FAILED,
     clean,
     connect,
+    current_log_format,
     err,
     error,
     fails_cleanly,
     note,
     out,
     plain,
+    record,
+    use_log_format,
     warn,
 )
 from duet.config import ReviewConfig, load_config
@@ -89,12 +92,26 @@ app = typer.Typer(
 
 
 @app.callback()
-def _duet() -> None:
+def _duet(
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="Messages on stderr as `text` or `json` (one JSON object per line with the "
+            "batch and run ids; passed on to `duet worker`). Default: DUET_LOG_FORMAT or text.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Review many inputs with an actor model and a critic model, on a Celery fleet.
 
     Without DUET_REDIS_URL, `duet run` starts an embedded Redis and an in-process
     worker; with it, every command works against that cluster.
     """
+    chosen = log_format or os.environ.get("DUET_LOG_FORMAT") or "text"
+    if chosen not in ("text", "json"):
+        raise typer.BadParameter(f"{chosen!r}: choose text or json", param_hint="--log-format")
+    use_log_format(chosen)
 
 
 # --- config, backend, inputs ------------------------------------------------------
@@ -186,6 +203,7 @@ def _submit(
     )  # fmt: skip
     with err.status(plain(f"Reading {input} and submitting")):
         handle = team.submit_batch((r.as_item() for r in reader), budget=cfg.build_budget())
+    record(f"batch {handle.batch_id} submitted: {reader.count} run(s)", batch_id=handle.batch_id)
     if rejected:
         _show_problems([p for _, p in rejected])
     if reader.skipped:
@@ -195,6 +213,10 @@ def _submit(
 
 
 def _show_problems(problems: list[InputProblem]) -> None:
+    if current_log_format() == "json":
+        for problem in problems:
+            warn(f"input rejected: {problem.where}: {problem.reason}")
+        return
     table = Table(
         title=f"{len(problems)} rejected input(s)", title_style="bold red", title_justify="left"
     )
@@ -300,8 +322,14 @@ def _follow(
     """Refresh ``view`` from ``handle.progress()`` until ``finished(progress, wait_s)``.
 
     ``finished`` is also how the loop paces itself: it waits up to ``wait_s`` (on a
-    thread, or on the clock) before answering.
+    thread, or on the clock) before answering. With JSON logs nothing is drawn (stderr
+    holds only log lines).
     """
+    if current_log_format() == "json":
+        while True:
+            p = handle.progress()
+            if finished(p, REFRESH_S):
+                return handle.progress()
     with Live(view, console=err, refresh_per_second=8) as live:
         while True:
             p = handle.progress()
@@ -398,7 +426,7 @@ def _write_while_watching(
     view = _ProgressView(rejected=rejected)
     interrupted = False
     try:
-        if announce:
+        if announce and current_log_format() == "text":
             err.print(announce)
         _follow(handle, view, finished)
     except KeyboardInterrupt:
@@ -536,6 +564,7 @@ def run(
                 handle, writer, rejected=len(rejected),
                 announce=plain(f"batch {handle.batch_id}: {reader.count} run(s), results -> {target}"),
             )  # fmt: skip
+    record(f"batch {handle.batch_id} finished: results in {target}", batch_id=handle.batch_id)
     out.print(_summary_table(writer.summary, time.monotonic() - started))
     out.print(plain(f"results: {target}"))
     raise typer.Exit(INTERRUPTED) if interrupted else _exit_for(writer.summary)
@@ -813,6 +842,15 @@ def worker(
             help="Serve Prometheus metrics on this port (/metrics). Default: DUET_METRICS_PORT.",
         ),
     ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="Worker log lines as `text` or `json` (with run, batch, step and task ids). "
+            "Default: `duet --log-format`, DUET_LOG_FORMAT or text.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
     from orchestration.state import keys
@@ -836,6 +874,9 @@ def worker(
     ]  # fmt: skip
     if metrics_port is not None:
         os.environ["DUET_METRICS_PORT"] = str(metrics_port)
+    if log_format not in (None, "text", "json"):
+        raise ConfigError(f"--log-format {log_format!r}: choose text or json")
+    os.environ["DUET_LOG_FORMAT"] = log_format or current_log_format()
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(argv[0], argv)  # this process becomes the worker: signals go straight to it

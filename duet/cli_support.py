@@ -4,6 +4,7 @@ how untrusted text (ids, prompts, metadata, model output) is made safe to print.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,6 +23,10 @@ out = Console()
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Messages on stderr as JSON log lines (``duet --log-format json``) instead of text.
+_json_logs = False
+log = logging.getLogger("duet")
 
 # C0 controls but newline and tab, DEL, C1 controls, and the bidi overrides that reorder
 # what a terminal shows.
@@ -60,17 +65,47 @@ def fails_cleanly(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def use_log_format(log_format: str) -> None:
+    """``text`` (messages for a person) or ``json`` (one JSON log line per message, with
+    the ids it concerns, for a log pipeline) on stderr."""
+    from workers.logs import setup_cli
+
+    global _json_logs
+    _json_logs = log_format == "json"
+    setup_cli(log_format)
+
+
+def current_log_format() -> str:
+    return "json" if _json_logs else "text"
+
+
+def record(message: str, **ids: Any) -> None:
+    """A JSON log line about a batch or run (``batch_id=...``); nothing in text mode,
+    where the screen already says it."""
+    if _json_logs:
+        log.info(message, extra=ids)
+
+
 def error(message: str) -> None:
+    if _json_logs:
+        log.error(message)
+        return
     # soft_wrap: a long path or key path stays on one line, whole, for copy and grep.
     err.print(Text("error: ", style="bold red") + plain(message), soft_wrap=True)
 
 
 def warn(message: str) -> None:
+    if _json_logs:
+        log.warning(message)
+        return
     err.print(plain("warning: " + message, style="yellow"), soft_wrap=True)
 
 
 def note(message: str) -> None:
     """A line of plain (untrusted-safe) text on stderr."""
+    if _json_logs:
+        log.info(message)
+        return
     err.print(plain(message), soft_wrap=True)
 
 

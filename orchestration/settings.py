@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     max_prompt_chars: int = Field(default=200_000, ge=1)
     #: Port a worker serves Prometheus metrics on (``/metrics``); unset: none recorded.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: Log lines as ``text`` or ``json`` (one object per line, with run/batch/step/task ids).
+    log_format: Literal["text", "json"] = "text"
+    #: Celery's per-task INFO lines ("Task ... received/succeeded"): ~1 ms CPU per call.
+    log_tasks: bool = False
 
     @field_validator("preload_providers", mode="before")
     @classmethod

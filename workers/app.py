@@ -112,6 +112,27 @@ def _preload_providers(**_: object) -> None:
         logging.getLogger(__name__).info("preloaded provider %s", name)
 
 
+@after_setup_logger.connect(weak=False)
+def _setup_logs(logger: logging.Logger, **_: object) -> None:
+    """JSON lines with DUET_LOG_FORMAT=json; Celery's per-task INFO lines off unless
+    DUET_LOG_TASKS (before the worker builds its task strategies, which read the level)."""
+    from workers import logs
+
+    settings = get_settings()
+    if not settings.log_tasks:
+        logs.quiet_task_lines()
+    if settings.log_format == "json":
+        logs.use_json(logger)
+
+
+@after_setup_task_logger.connect(weak=False)
+def _setup_task_logs(logger: logging.Logger, **_: object) -> None:
+    if get_settings().log_format == "json":
+        from workers import logs
+
+        logs.use_json(logger)
+
+
 @worker_init.connect(weak=False)
 def _serve_metrics(**_: object) -> None:
     """Serve Prometheus metrics on DUET_METRICS_PORT (``duet worker --metrics-port``)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from celery import current_task
+
 from orchestration.services.coordinator import Coordinator, Dispatch, RunObserver
 from orchestration.settings import get_settings
 from orchestration.state.connection import get_redis
@@ -12,6 +14,7 @@ from orchestration.state.runs import RunStore
 from workers import metrics
 from workers.app import SEND_OPTIONS, app
 from workers.budgeting import Budgets
+from workers.logs import BATCH_HEADER
 
 _lock = threading.RLock()
 _store: RunStore | None = None
@@ -62,13 +65,22 @@ def reset() -> None:
         _budgets = None
 
 
-def send(name: str, args: tuple[str, str | int]) -> None:
+def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) -> None:
     """Send task ``name`` with ``args`` (ids only).
 
     The arguments' repr for Flower is written here (ids are short: it is what Celery's
     ``saferepr`` would make, without its ~20 us), and :data:`app.SEND_OPTIONS` applies.
+    The run's batch id rides in a header (for the logs of the task that gets it): given,
+    or forwarded from the task sending this one.
     """
-    app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **SEND_OPTIONS)
+    if batch_id is None:
+        task = current_task
+        batch_id = getattr(task.request, BATCH_HEADER, None) if task else None
+    if batch_id:
+        options = {**SEND_OPTIONS, "headers": {BATCH_HEADER: batch_id}}
+        app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **options)
+    else:
+        app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **SEND_OPTIONS)
 
 
 def coordinator_send(run_id: str, seq: int) -> None:
@@ -82,4 +94,4 @@ def dispatch(step: Dispatch) -> None:
     Nothing is written after the send: the step's begin script notes that it arrived
     (``dispatched``), which is what a redelivered coordinator message checks.
     """
-    send(step.task, (step.run_id, step.step_key))
+    send(step.task, (step.run_id, step.step_key), step.batch_id)

@@ -297,9 +297,9 @@ def _wait(task: Any, seconds: float, failures: int, exc: Exception | None = None
     as the fleet-wide pause makes the step wait again when it comes back.
     """
     seconds = min(seconds, get_settings().visibility_timeout_s / 2)
-    return task.retry(
-        countdown=seconds, exc=exc, max_retries=None, headers={FAILURES_HEADER: failures}
-    )
+    # The retry's headers replace the message's: keep the others (batch id, trace).
+    headers = {**(task.request.headers or {}), FAILURES_HEADER: failures}
+    return task.retry(countdown=seconds, exc=exc, max_retries=None, headers=headers)
 
 
 def _refused(refusal: Refusal) -> str:

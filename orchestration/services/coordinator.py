@@ -54,6 +54,8 @@ class Dispatch:
     step_key: str
     #: The transition that made this step (for marking it dispatched).
     seq: int
+    #: The run's batch, if any (carried in the message's headers for logs).
+    batch_id: str | None = None
 
 
 def outcomes(steps: Mapping[str, Mapping[str, Any]]) -> tuple[StepOutcome, ...]:
@@ -172,7 +174,7 @@ class Coordinator:
         if seq == 0:
             for observer in self.observers:
                 observer.run_started(run)
-        return Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1)
+        return Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1, run.get("batch_id"))
 
     def _full(self, run_id: str, steps: dict[str, dict[str, Any]], key: str) -> Mapping[str, Any]:
         """The whole stored result of ``key`` (read now if only its outcome was loaded)."""
@@ -205,7 +207,7 @@ class Coordinator:
         if not current or int(run.get("dispatched", -1)) >= made or current in steps:
             return None
         phase, _ = parse_step_key(current)
-        return Dispatch(TASK_BY_PHASE[phase], run["run_id"], current, made)
+        return Dispatch(TASK_BY_PHASE[phase], run["run_id"], current, made, run.get("batch_id"))
 
     def _finish(
         self,
