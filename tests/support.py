@@ -65,7 +65,6 @@ def celery_worker(
         )
         if proc.poll() is not None:
             raise AssertionError(f"worker exited: {(ROOT / log.name).read_text()[-2000:]}")
-        proc.log_path = ROOT / log.name  # type: ignore[attr-defined]
         yield proc
     finally:
         probe.close()

@@ -65,9 +65,10 @@ class JsonFormatter(logging.Formatter):
                 value = ids.get(name)
             if value is not None:
                 doc[name] = value
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-        elif record.exc_text:
+        # exc_text first: a filter may have redacted it (workers.secrets).
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
             doc["exception"] = record.exc_text
         return json.dumps(doc, default=str, ensure_ascii=False)
 
