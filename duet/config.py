@@ -79,6 +79,7 @@ class AgentConfig(AgentSettings):
             max_tokens=self.max_tokens,
             timeout_s=self.timeout_s,
             price=self.price,
+            structured_output=self.structured_output,
             name=name,
         )
 

@@ -14,6 +14,11 @@ out); any other model name answers as ``sim:critic`` when the model name or syst
 prompt mentions "critic" or the system prompt or last message asks for JSON with a
 "score", else as ``sim:actor``. ``max_tokens`` (or ``max_completion_tokens``) is
 honoured: a cut reply has ``finish_reason: "length"`` / ``stop_reason: "max_tokens"``.
+A structured critique request — OpenAI ``response_format`` with a ``json_schema``, or an
+Anthropic ``tool_choice`` forcing one of the request's ``tools`` — is answered by the
+critic as plain JSON: the message content, or the forced tool's ``input`` (``stop_reason:
+"tool_use"``). Tools and schemas count as prompt tokens. Prompt caching follows each
+vendor's rules (see :mod:`duet.fake_cache`).
 
 Admin API (JSON):
 
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import signal
 import socket
 import sys
@@ -47,9 +53,10 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from duet.fake_cache import PromptCache
 from orchestration.core.errors import ConfigError, ProviderError
@@ -89,9 +96,19 @@ _LAST_REQUESTS = 50
 _ARRIVALS = 100_000
 
 
-def sim_model_for(model: str, system: str, last_message: str = "") -> str:
-    """The sim model string the server answers ``model`` with (see module docstring)."""
+def sim_model_for(
+    model: str, system: str, last_message: str = "", *, structured: bool = False
+) -> str:
+    """The sim model string the server answers ``model`` with (see module docstring).
+
+    A ``structured`` request (a JSON schema or a forced tool) is answered by the critic
+    writing plain JSON, whatever the model string's ``format`` says.
+    """
     model = model or ""
+    if structured:
+        head, _, query = sim_model_for(model, system, last_message).partition("?")
+        options = [(k, v) for k, v in parse_qsl(query) if k != "format"] + [("format", "json")]
+        return "sim:critic?" + urlencode(options)
     head, sep, query = model.partition("?")
     if head.startswith("sim:"):
         return model
@@ -106,6 +123,28 @@ def sim_model_for(model: str, system: str, last_message: str = "") -> str:
     if head == "sim":
         return f"sim:{role}{sep}{query}"
     return f"sim:{role}"
+
+
+def _forced_tool(body: dict[str, Any]) -> str | None:
+    """The tool an Anthropic request forces the model to call, if any (it must be defined)."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") != "tool":
+        return None
+    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    if choice.get("name") not in names:
+        raise ValueError(f"tool_choice names tool {choice.get('name')!r}, not among the tools")
+    return str(choice["name"])
+
+
+def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema an OpenAI request's ``response_format`` asks for, if any."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    schema = (fmt.get("json_schema") or {}).get("schema")
+    if not isinstance(schema, dict):
+        raise ValueError("response_format.json_schema.schema must be an object")
+    return schema
 
 
 def _text(content: Any) -> str:
@@ -465,10 +504,17 @@ class _Handler(BaseHTTPRequestHandler):
                 if m.get("role") in ("user", "assistant")
             ]
         last = messages[-1]["content"] if messages else ""
-        sim_model = sim_model_for(model, system, last)
+        tool = _forced_tool(body) if anthropic else None
+        schema = _json_schema(body) if not anthropic else None
+        structured = tool is not None or schema is not None
+        sim_model = sim_model_for(model, system, last, structured=structured)
         done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
         cut = done.stop_reason == "max_tokens"
         created = int(time.time())
+        # Tool definitions and a response schema are part of the prompt, as vendors bill.
+        extra = json.dumps(body["tools"]) if anthropic and body.get("tools") else ""
+        extra += json.dumps(body["response_format"]) if schema is not None else ""
+        done = replace(done, input_tokens=done.input_tokens + math.ceil(len(extra) / 4))
         cache = self.server.state.cache
         if anthropic:
             read, written = cache.anthropic(key, model, body)
@@ -516,6 +562,10 @@ class _Handler(BaseHTTPRequestHandler):
                     "prompt_tokens_details": {"cached_tokens": read},
                 },
             }
+        if tool is not None and not cut:  # the forced tool is called with the critique
+            call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
+                    "input": json.loads(done.text)}  # fmt: skip
+            payload.update(content=[call], stop_reason="tool_use")
         return payload, usage
 
 

@@ -36,6 +36,7 @@ from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import ROLE_OF, interruption, parse_step_key, step_index
 from orchestration.core.pricing import cost_usd
+from orchestration.core.structured import read_structured, structured_critique
 from orchestration.prices import price_for
 from orchestration.settings import get_settings
 from orchestration.state import keys
@@ -70,6 +71,8 @@ class Seat:
     price: Price | None
     #: Turns of persistent conversation kept; 0 when each call is just its prompt.
     turns: int
+    #: Whether the model is asked for the critique's shape natively (critics only).
+    structured: bool = False
 
 
 _seats: dict[tuple[str, str], Seat] = {}
@@ -83,7 +86,8 @@ def seat_for(store: RunStore, spec_id: str, role: str) -> Seat:
         spec = store.load_spec(spec_id)
         agent = spec.actor if role == "actor" else spec.critic
         turns = spec.conversation_turns if spec.persistent_subagents else 0
-        seat = _seats[(spec_id, role)] = Seat(agent, price_for(agent), max(turns, 0))
+        structured = role == "critic" and structured_critique(agent)
+        seat = _seats[(spec_id, role)] = Seat(agent, price_for(agent), max(turns, 0), structured)
     return seat
 
 
@@ -130,8 +134,15 @@ def _result_from(completion: Completion, phase: str, key: str, seat: Seat, **ext
     }
     complete = False
     if phase == "critique":
-        critique, complete = read_critique(completion.text)
-        result.update(score=critique.score, issues=critique.issues, summary=critique.summary)
+        native = read_structured(completion.structured)
+        critique, complete = native if native is not None else read_critique(completion.text)
+        result.update(
+            score=critique.score,
+            issues=critique.issues,
+            summary=critique.summary,
+            # read from the vendor's structured output, not searched for in the text
+            structured=native is not None,
+        )
     result["interrupted"] = interruption(phase, completion.stop_reason, complete)
     return result
 
@@ -246,7 +257,7 @@ def _call(
             raise _wait(task, wait, failures)
         return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
     try:
-        completion = provider.complete(agent, messages)
+        completion = provider.complete(agent, messages, structured=seat.structured)
         result = _result_from(
             completion, phase, key, seat, started_at=began, finished_at=time.time(),
             model=agent.model,

@@ -119,6 +119,9 @@ class AgentSettings(BaseModel):
     """Per-call timeout, seconds."""
     price: Price | None = None
     """USD per million tokens, overriding the price database."""
+    structured_output: bool | None = None
+    """As a critic, ask for the critique's shape natively; ``None``: when the model is known
+    to support it (see :mod:`orchestration.core.structured`)."""
 
     @field_validator("model")
     @classmethod
@@ -164,7 +167,11 @@ class Agent:
         temperature: sampling temperature, provider default when ``None``.
         max_tokens: output token limit per call; output cut there interrupts the agent.
         timeout_s: per-call timeout.
-        price: USD per million tokens, overriding the built-in price table.
+        price: USD per million tokens (a :class:`Price` or its fields as a dict),
+            overriding the price database.
+        structured_output: as a critic, ask for ``{score, issues, summary}`` natively
+            (OpenAI JSON schema, Anthropic forced tool call); ``None`` (default) does so
+            for models known to support it. Replies without the shape are still read.
         architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop.
     """
 
@@ -179,6 +186,7 @@ class Agent:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         price: Price | dict[str, Any] | None = None,
+        structured_output: bool | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -193,6 +201,7 @@ class Agent:
                 "max_tokens": max_tokens,
                 "timeout_s": timeout_s,
                 "price": price,
+                "structured_output": structured_output,
             },
         )
         provider, model_name = resolve_model(model)

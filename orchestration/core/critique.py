@@ -192,6 +192,16 @@ def read_critique(text: Any) -> Reading:
         return Reading(CriticOutput(score=0.0, issues=[issue]), False)
 
 
+def read_object(obj: dict[str, Any]) -> Reading:
+    """A critique from an already decoded object (a vendor's structured output), its
+    score and issues read as in a reply. Never raises."""
+    try:
+        return Reading(_from_object(obj, ""), _has_score(obj))
+    except Exception as e:  # last line of defence: the loop must keep going
+        issue = f"unreadable critic reply ({type(e).__name__})"
+        return Reading(CriticOutput(score=0.0, issues=[issue]), False)
+
+
 def _as_text(text: Any) -> str:
     if text is None:
         return ""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from orchestration import Agent, ProviderError
+from orchestration.core.structured import CRITIQUE_DESCRIPTION, CRITIQUE_SCHEMA
 from workers.providers.anthropic import AnthropicProvider
 from workers.providers.openai import OpenAIProvider
 
@@ -134,3 +136,54 @@ def test_odd_replies_are_permanent_bad_response_errors(cls: type, model: str, re
     assert err.value.kind == "bad_response"
     assert err.value.transient is False
     assert cls.name in str(err.value)
+
+
+def test_openai_structured_critique_request_and_reply() -> None:
+    reply = {
+        "choices": [{"message": {"content": '{"score": 0.7, "issues": ["x"], "summary": "s"}'},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    }  # fmt: skip
+    adapter = _adapter(OpenAIProvider, reply)
+    done = adapter.complete(
+        Agent("judge", model="gpt-4o").spec, [{"role": "user", "content": "q"}], structured=True
+    )
+    body = adapter._client.posts[0][1]
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"] == CRITIQUE_SCHEMA
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert done.structured == {"score": 0.7, "issues": ["x"], "summary": "s"}
+    adapter.complete(Agent("judge", model="gpt-4o").spec, [{"role": "user", "content": "q"}])
+    assert "response_format" not in adapter._client.posts[1][1]
+
+
+def test_anthropic_structured_critique_is_a_forced_tool_call() -> None:
+    critique = {"score": 0.4, "issues": ["y"], "summary": "t"}
+    reply = {
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "critique", "input": critique}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 5, "output_tokens": 3},
+    }
+    adapter = _adapter(AnthropicProvider, reply)
+    done = adapter.complete(
+        Agent("judge", model="claude-haiku-4-5").spec,
+        [{"role": "user", "content": "q"}],
+        structured=True,
+    )
+    body = adapter._client.posts[0][1]
+    assert body["tools"] == [
+        {"name": "critique", "description": CRITIQUE_DESCRIPTION, "input_schema": CRITIQUE_SCHEMA}
+    ]
+    assert body["tool_choice"] == {"type": "tool", "name": "critique"}
+    assert done.structured == critique and done.stop_reason == "end"
+    assert json.loads(done.text) == critique  # kept as text in the conversation
+
+
+def test_anthropic_reply_without_the_tool_call_has_no_structured_critique() -> None:
+    adapter = _adapter(AnthropicProvider, ANTHROPIC_OK)
+    done = adapter.complete(
+        Agent("judge", model="claude-haiku-4-5").spec,
+        [{"role": "user", "content": "q"}],
+        structured=True,
+    )
+    assert done.structured is None and done.text == "hi"  # the text parser takes over

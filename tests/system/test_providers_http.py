@@ -22,6 +22,7 @@ import workers.providers as providers
 from duet.fake_llm import FakeLLM
 from orchestration.core.agents import Agent
 from orchestration.core.errors import ProviderError
+from orchestration.core.structured import CRITIQUE_SCHEMA, read_structured
 from workers.providers import provider_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,6 +148,38 @@ def test_prompt_cache_is_per_key_and_short_prompts_are_not_cached(
     monkeypatch.setenv(f"{provider.upper()}_API_KEY", "another-organisation-key")
     providers.reset_providers()
     assert call(a, _turns(6)).cached_input_tokens == 0
+
+
+JUDGE = "Review the answer and list its problems."  # no word of JSON or of a score
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_structured_critique_is_asked_and_read_natively(llm: FakeLLM, provider: str) -> None:
+    a = agent(provider, JUDGE)
+    done = provider_for(a.spec).complete(
+        a.spec, [{"role": "user", "content": "[revision 1] my answer"}], structured=True
+    )
+    body = llm.last_requests[-1]["body"]
+    if provider == "openai":
+        schema = body["response_format"]["json_schema"]
+        assert (schema["name"], schema["strict"], schema["schema"]) == (
+            "critique",
+            True,
+            CRITIQUE_SCHEMA,
+        )
+    else:
+        assert body["tools"][0]["input_schema"] == CRITIQUE_SCHEMA
+        assert body["tool_choice"] == {"type": "tool", "name": "critique"}
+        assert done.raw_stop_reason == "tool_use"
+    assert done.stop_reason == "end"
+    assert done.structured is not None and set(done.structured) == {"score", "issues", "summary"}
+    reading = read_structured(done.structured)
+    assert reading is not None and reading.complete
+    assert reading.critique.score == done.structured["score"] and 0 < reading.critique.score <= 1
+    assert llm.stats()["usage"]["input_tokens"] == done.input_tokens  # the schema is billed too
+    # the same critic asked for text answers as the actor would: nothing native to read
+    plain = call(a, [{"role": "user", "content": "[revision 1] my answer"}])
+    assert plain.structured is None and plain.input_tokens < done.input_tokens
 
 
 def test_openai_temperature_sent_only_when_set(llm: FakeLLM) -> None:

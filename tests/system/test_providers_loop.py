@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 import duet.fake_llm as fake_llm
 from duet.fake_llm import FakeLLM
@@ -22,6 +23,7 @@ from orchestration import Agent, RunResult, Team
 from orchestration.core import events as ev
 from orchestration.core.pricing import cost_usd
 from orchestration.prices import listed_price
+from orchestration.state.runs import RunStore
 from tests.support import celery_worker, client_pointed_at
 
 pytestmark = pytest.mark.system
@@ -288,6 +290,42 @@ def test_twenty_turn_conversation_reads_the_prompt_cache(
             assert u.usd == pytest.approx(expected, rel=1e-9)
         full = cost_usd(price, used[-1].input_tokens, used[-1].output_tokens)
         assert used[-1].usd < full  # the cached part was billed at the cached rate
+
+
+@pytest.mark.parametrize(("actor", "critic"), [(CLAUDE, GPT), (GPT, CLAUDE)])
+def test_critiques_are_structured_natively(
+    llm: dict[str, FakeLLM], actor: str, critic: str, vendor_url: str
+) -> None:
+    """The critic's instructions say nothing of JSON: the vendor's structured output
+    alone gives the loop its scores, with no fallback to reading prose."""
+    judge = "Review the answer and list its problems."
+    t = Team.actor_critic(
+        actor=Agent(ACTOR, model=actor), critic=Agent(judge, model=critic),
+        max_rounds=2, approval_threshold=1.0,
+    )  # fmt: skip
+    result = run(t, f"Write a function that parses ISO dates ({tag()}).")
+    assert result.status == "max_rounds_reached" and len(result.rounds) == 2
+    store = RunStore(redis.Redis.from_url(vendor_url, decode_responses=True))
+    requests = [r for r in llm[vendor(critic)].last_requests if r["model"] == critic]
+    assert len(requests) == 2
+    for n, (record, request) in enumerate(zip(result.rounds, requests, strict=True), start=1):
+        step = store.step_result(result.run_id, f"r{n}.critique")
+        assert step is not None and step["structured"] is True  # no fallback parse
+        assert 0 < record.score < 1 and record.score == step["score"]
+        body = request["body"]
+        assert "response_format" in body if vendor(critic) == "openai" else "tool_choice" in body
+    # Asked without the shape, the critique is found in the reply's text (the fallback).
+    t_off = Team.actor_critic(
+        actor=Agent(ACTOR, model=actor), critic=Agent(judge, model=critic, structured_output=False),
+        max_rounds=1, approval_threshold=1.0,
+    )  # fmt: skip
+    off = run(t_off, f"Write a function that parses ISO dates ({tag()}).")
+    step = RunStore(redis.Redis.from_url(vendor_url, decode_responses=True)).step_result(
+        off.run_id, "r1.critique"
+    )
+    assert step is not None and step["structured"] is False
+    body = [r for r in llm[vendor(critic)].last_requests if r["model"] == critic][-1]["body"]
+    assert not {"response_format", "tools", "tool_choice"} & set(body)
 
 
 def test_without_persistence_each_call_is_just_its_prompt(llm: dict[str, FakeLLM]) -> None:

@@ -14,13 +14,18 @@ before the new prompt) end in ``cache_control`` breakpoints, so a persistent
 conversation reads its earlier turns from the cache at a tenth of the input price. The
 new prompt itself is not marked: it is seldom sent twice, and a cache write costs more
 than plain input.
+
+A structured critique is asked for as a tool the model must call (``tool_choice``); the
+tool call's input is the critique, and its JSON is the reply's text.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.structured import CRITIQUE_DESCRIPTION, CRITIQUE_NAME, CRITIQUE_SCHEMA
 from workers.providers.base import Completion, Message, StopReason
 from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
@@ -28,6 +33,13 @@ _STOP_REASONS: dict[str | None, StopReason] = {
     "end_turn": "end",
     "stop_sequence": "end",
     "max_tokens": "max_tokens",
+    "tool_use": "end",  # the forced critique tool was called
+}
+#: The tool a structured critique is written with.
+CRITIQUE_TOOL = {
+    "name": CRITIQUE_NAME,
+    "description": CRITIQUE_DESCRIPTION,
+    "input_schema": CRITIQUE_SCHEMA,
 }
 #: A prompt-cache breakpoint (the default five-minute cache).
 CACHE_CONTROL = {"type": "ephemeral"}
@@ -51,7 +63,9 @@ class AnthropicProvider(SDKProvider):
         # settings; base_url None lets it read ANTHROPIC_BASE_URL.
         return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0)
 
-    def request(self, agent: AgentSpec, messages: list[Message]) -> dict[str, Any]:
+    def request(
+        self, agent: AgentSpec, messages: list[Message], structured: bool = False
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": agent.model_name, "max_tokens": agent.max_tokens}
         sent: list[dict[str, Any]] = list(messages)  # type: ignore[arg-type]
         if len(sent) > 1:  # the turns before the new prompt are the stable prefix
@@ -62,13 +76,30 @@ class AnthropicProvider(SDKProvider):
             body["system"] = _cached(agent.instructions)
         if agent.temperature is not None:
             body["temperature"] = agent.temperature
+        if structured:
+            body["tools"] = [CRITIQUE_TOOL]
+            body["tool_choice"] = {"type": "tool", "name": CRITIQUE_NAME}
         return body
 
-    def read(self, data: dict[str, Any]) -> Completion:
+    def read(self, data: dict[str, Any], structured: bool = False) -> Completion:
         try:
             text = "".join(
                 block.get("text") or "" for block in data["content"] if block.get("type") == "text"
             )
+            native = next(
+                (
+                    block["input"]
+                    for block in data["content"]
+                    if block.get("type") == "tool_use"
+                    and block.get("name") == CRITIQUE_NAME
+                    and isinstance(block.get("input"), dict)
+                ),
+                None,
+            )
+            if not structured:
+                native = None
+            if native is not None and not text:
+                text = json.dumps(native)  # the conversation keeps the critique as text
             usage = data.get("usage") or {}
             cached = int(usage.get("cache_read_input_tokens") or 0)
             written = int(usage.get("cache_creation_input_tokens") or 0)
@@ -83,6 +114,7 @@ class AnthropicProvider(SDKProvider):
                 cache_write_tokens=written,
                 stop_reason=_STOP_REASONS.get(data.get("stop_reason"), "other"),
                 raw_stop_reason=data.get("stop_reason"),
+                structured=native,
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Literal, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
@@ -43,6 +43,9 @@ class Completion:
     cache_write_tokens: int = 0
     #: The vendor's own stop reason, kept for diagnostics (``length``, ``end_turn``...).
     raw_stop_reason: str | None = None
+    #: The critique as the vendor returned it natively (asked with ``structured=True``),
+    #: or None when the reply did not hold it (then ``text`` is parsed).
+    structured: dict[str, Any] | None = None
 
 
 class Provider(ABC):
@@ -57,14 +60,17 @@ class Provider(ABC):
         self.api_key_env = api_key_env
         secrets.register_key_variable(api_key_env)  # its value is scrubbed from every message
 
-    def complete(self, agent: AgentSpec, messages: list[Message]) -> Completion:
-        """Call the model with ``agent.instructions`` as system prompt and ``messages``.
+    def complete(
+        self, agent: AgentSpec, messages: list[Message], *, structured: bool = False
+    ) -> Completion:
+        """Call the model with ``agent.instructions`` as system prompt and ``messages``;
+        with ``structured``, ask for the critique's shape natively (vendors that can).
 
         Raises:
             ProviderError: every failure, classified transient or permanent.
         """
         try:
-            return self._call(agent, messages)
+            return self._call(agent, messages, structured)
         except ProviderError:
             raise
         except Exception as exc:  # noqa: BLE001 - every vendor failure becomes one error type
@@ -78,7 +84,7 @@ class Provider(ABC):
         return None  # noqa: B027 - optional hook; most adapters have nothing to prepare
 
     @abstractmethod
-    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
+    def _call(self, agent: AgentSpec, messages: list[Message], structured: bool) -> Completion:
         """Make the call. Raise anything; :meth:`classify` maps it."""
 
     def classify(self, exc: Exception) -> ProviderError:

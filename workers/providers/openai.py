@@ -8,18 +8,28 @@ Prompt caching is automatic at OpenAI for a prompt prefix seen recently: the req
 laid out so its prefix stays the same from call to call (the instructions, then the
 conversation oldest first, then the new prompt), and the cached part is read from
 ``usage.prompt_tokens_details.cached_tokens``.
+
+A structured critique is asked for with ``response_format`` (a strict JSON schema); the
+reply's content is then that JSON object.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.structured import CRITIQUE_NAME, CRITIQUE_SCHEMA
 from workers.providers.base import Completion, Message, StopReason
 from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"
+#: ``response_format`` of a structured critique.
+RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": CRITIQUE_NAME, "strict": True, "schema": CRITIQUE_SCHEMA},
+}
 #: Models that take ``max_completion_tokens`` and reject ``max_tokens``.
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 _STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tokens"}
@@ -42,7 +52,9 @@ class OpenAIProvider(SDKProvider):
         # A self-hosted OpenAI-compatible server (explicit base_url) often wants no key.
         return PLACEHOLDER_KEY if self.base_url is not None else super()._missing_key()
 
-    def request(self, agent: AgentSpec, messages: list[Message]) -> dict[str, Any]:
+    def request(
+        self, agent: AgentSpec, messages: list[Message], structured: bool = False
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": agent.model_name,
             "messages": [{"role": "system", "content": agent.instructions}, *messages],
@@ -53,23 +65,38 @@ class OpenAIProvider(SDKProvider):
             body["max_tokens"] = agent.max_tokens
         if agent.temperature is not None:
             body["temperature"] = agent.temperature
+        if structured:
+            body["response_format"] = RESPONSE_FORMAT
         return body
 
-    def read(self, data: dict[str, Any]) -> Completion:
+    def read(self, data: dict[str, Any], structured: bool = False) -> Completion:
         try:
             choice = data["choices"][0]
             usage = data.get("usage") or {}
             details = usage.get("prompt_tokens_details") or {}
+            text = (choice.get("message") or {}).get("content") or ""
             return Completion(
-                text=(choice.get("message") or {}).get("content") or "",
+                text=text,
                 input_tokens=int(usage.get("prompt_tokens") or 0),
                 output_tokens=int(usage.get("completion_tokens") or 0),
                 cached_input_tokens=int(details.get("cached_tokens") or 0),
                 stop_reason=_STOP_REASONS.get(choice.get("finish_reason"), "other"),
                 raw_stop_reason=choice.get("finish_reason"),
+                structured=_json_object(text) if structured else None,
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The reply as a JSON object, when it is exactly one (a structured reply)."""
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def preload() -> None:

@@ -58,15 +58,20 @@ class SDKProvider(Provider):
         """Import the SDK and build its client."""
 
     @abstractmethod
-    def request(self, agent: AgentSpec, messages: list[Message]) -> dict[str, Any]:
-        """The JSON body of one call: ``agent``'s model, instructions and limits, ``messages``."""
+    def request(
+        self, agent: AgentSpec, messages: list[Message], structured: bool = False
+    ) -> dict[str, Any]:
+        """The JSON body of one call: ``agent``'s model, instructions and limits,
+        ``messages``; with ``structured``, the critique's shape asked for natively."""
 
     @abstractmethod
-    def read(self, data: dict[str, Any]) -> Completion:
-        """A reply body as a :class:`Completion`; a shape it cannot read is ``bad_response``."""
+    def read(self, data: dict[str, Any], structured: bool = False) -> Completion:
+        """A reply body as a :class:`Completion` (its native critique read when the request
+        asked for one); a shape it cannot read is ``bad_response``."""
 
-    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
-        return self.read(self._post(self.path, self.request(agent, messages), agent.timeout_s))
+    def _call(self, agent: AgentSpec, messages: list[Message], structured: bool) -> Completion:
+        body = self.request(agent, messages, structured)
+        return self.read(self._post(self.path, body, agent.timeout_s), structured)
 
     def _missing_key(self) -> str:
         """The key to use when the variable is unset; by default, that is an error."""

@@ -212,7 +212,8 @@ class SimProvider(Provider):
 
     name = "sim"
 
-    def _call(self, agent: AgentSpec, messages: list[Message]) -> Completion:
+    def _call(self, agent: AgentSpec, messages: list[Message], structured: bool) -> Completion:
+        # The simulator's replies are text: its ``format`` option says how they look.
         completion = simulate(agent.model_name, messages, agent.max_tokens, agent.instructions)
         latency = parse_sim_model(agent.model_name).latency_ms
         if latency > 0:

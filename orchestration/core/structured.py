@@ -1,0 +1,73 @@
+"""Structured critiques: asking the critic for ``{score, issues, summary}`` natively. Pure.
+
+OpenAI models take the shape as a ``response_format`` JSON schema; Anthropic models as a
+tool they are forced to call (its input is the critique). The vendor then guarantees the
+shape, so no prose has to be searched for JSON. :func:`structured_critique` says whether
+an agent asks that way: its own ``structured_output`` when set, else yes for the model
+families known to support it, and no for anything else (an OpenAI-compatible server may
+not). Replies are still read leniently when the shape is missing (a server that ignores
+the request): :func:`read_structured` returns ``None`` and the text parser takes over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestration.core.agents import AgentSpec
+from orchestration.core.critique import Reading, read_object
+
+#: The name of the shape: the OpenAI schema's and the Anthropic tool's.
+CRITIQUE_NAME = "critique"
+#: What the tool is for, as the Anthropic model reads it.
+CRITIQUE_DESCRIPTION = "Record your review of the output: its score, its issues and a summary."
+#: The critique as a JSON schema (OpenAI strict mode: every key required, no others).
+CRITIQUE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {
+            "type": "number",
+            "description": "Quality from 0.0 (unusable) to 1.0 (nothing left to fix).",
+        },
+        "issues": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Specific problems to fix, one per entry; empty when none.",
+        },
+        "summary": {"type": "string", "description": "One-line overall assessment."},
+    },
+    "required": ["score", "issues", "summary"],
+    "additionalProperties": False,
+}
+
+#: Model-name prefixes whose vendor API honours the native shape.
+_SUPPORTED = {
+    "openai": ("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4"),
+    "anthropic": ("claude-3", "claude-sonnet", "claude-opus", "claude-haiku"),
+}
+#: ...except these (older snapshots without JSON-schema output).
+_UNSUPPORTED = ("gpt-4o-2024-05-13", "o1-mini", "o1-preview")
+
+
+def supports_structured(provider: str, model_name: str) -> bool:
+    """Whether the model is known to take the critique's shape natively."""
+    name = model_name.strip().lower()
+    return name.startswith(_SUPPORTED.get(provider, ())) and not name.startswith(_UNSUPPORTED)
+
+
+def structured_critique(agent: AgentSpec) -> bool:
+    """Whether ``agent``, as a critic, is asked for its critique natively."""
+    if agent.provider == "sim":
+        return False
+    if agent.structured_output is not None:
+        return agent.structured_output
+    return supports_structured(agent.provider, agent.model_name)
+
+
+def read_structured(obj: Any) -> Reading | None:
+    """The critique from a vendor's native object (scores and issues read as the text
+    parser reads them); ``None`` when ``obj`` is not a critique, so the text is parsed."""
+    if not isinstance(obj, dict) or not any(
+        isinstance(k, str) and k.lower() == "score" for k in obj
+    ):
+        return None
+    return read_object(obj)
