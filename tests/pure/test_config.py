@@ -290,7 +290,7 @@ def test_defaults_agree_with_the_core_settings() -> None:
             if name in model.model_fields and param.default is not inspect.Parameter.empty:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
-    assert compared == 6 + 4 + 5
+    assert compared == 7 + 4 + 5
     config = parse_config({"actor": {"instructions": "a", "model": "sim"},
                            "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
     for name in LoopSettings.model_fields:
