@@ -902,7 +902,11 @@ def metrics(
     broker_url = settings.broker_url or settings.redis_url or ""
     broker = None
     if broker_url.split("://", 1)[0] in ("redis", "rediss"):
-        broker = redis.Redis.from_url(broker_url, socket_timeout=10, socket_connect_timeout=5)
+        broker = redis.Redis.from_url(
+            broker_url,
+            socket_timeout=settings.redis_socket_timeout_s,
+            socket_connect_timeout=settings.redis_connect_timeout_s,
+        )
     registry = CollectorRegistry()
     registry.register(FleetCollector(get_redis(), broker))
     try:

@@ -10,11 +10,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.text import Text
 
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
+from orchestration.state.connection import (
+    Unreachable,
+    check_reachable,
+    first_line,
+    unreachable,
+)
 
 #: Exit codes.
 OK, SOME_FAILED, BAD_USAGE, INTERRUPTED = 0, 1, 2, 130
@@ -56,10 +64,14 @@ def fails_cleanly(command: F) -> F:
         get_settings.cache_clear()
         try:
             return command(*args, **kwargs)
-        except (ConfigError, LookupError) as exc:
+        except (ConfigError, LookupError, Unreachable) as exc:
             if isinstance(exc, KeyError | IndexError):
                 raise  # a bug, not a batch or run that is not there
             error(str(exc))
+            raise typer.Exit(BAD_USAGE) from None
+        except (RedisError, OperationalError) as exc:
+            # Redis or the broker went away (or froze) after the command connected.
+            error(str(_lost(exc)))
             raise typer.Exit(BAD_USAGE) from None
 
     return wrapper  # type: ignore[return-value]
@@ -84,6 +96,16 @@ def record(message: str, **ids: Any) -> None:
     where the screen already says it."""
     if _json_logs:
         log.info(message, extra=ids)
+
+
+def _lost(exc: BaseException) -> Unreachable:
+    """The one-line error for Redis or the broker failing mid-command."""
+    settings = get_settings()
+    if isinstance(exc, OperationalError) and settings.broker_url:
+        return unreachable(settings.broker_url, "DUET_BROKER_URL", exc)
+    if settings.redis_url:
+        return unreachable(settings.redis_url, "DUET_REDIS_URL", exc)
+    return Unreachable(f"lost the embedded Redis: {first_line(exc)}")
 
 
 def error(message: str) -> None:
@@ -118,8 +140,14 @@ def connect(*, embedded_ok: bool = False) -> str:
     from duet import local
     from orchestration.state import connection
 
-    url = get_settings().redis_url
+    settings = get_settings()
+    url = settings.redis_url
     if url:
+        # One quick PING each: a dead, frozen or refusing server is one line, in seconds.
+        check_reachable(url, "DUET_REDIS_URL")
+        broker = settings.broker_url
+        if broker and broker != url and broker.split("://", 1)[0] in ("redis", "rediss"):
+            check_reachable(broker, "DUET_BROKER_URL")
         connection.use_redis(url)
         return url
     if not embedded_ok:

@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     #: Seconds before a Redis broker gives an unacknowledged message (its worker died) to
     #: another worker. Longer than any step can run, including a retry's countdown.
     visibility_timeout_s: int = Field(default=3600, ge=5)
+    #: Seconds to wait for a connection to Redis or the broker (and, for a command-line
+    #: client, for Redis's first answer) before giving up.
+    redis_connect_timeout_s: float = Field(default=5.0, gt=0)
+    #: Seconds one Redis or broker command may wait for its reply. Longer than the
+    #: blocking reads Duet issues (5 s).
+    redis_socket_timeout_s: float = Field(default=15.0, gt=5)
     #: Threads per worker process: calls in flight at once (they wait on the model).
     worker_concurrency: int = Field(default=200, ge=1)
     #: Attempts for a transient provider failure before the agent is interrupted.

@@ -20,7 +20,7 @@ from celery.signals import (
 from kombu import Queue
 
 from orchestration.settings import get_settings
-from orchestration.state import keys
+from orchestration.state import connection, keys
 from orchestration.state.broker import transport_for
 from workers import celery_ext
 
@@ -60,7 +60,10 @@ def _config(broker_url: str | None) -> dict[str, object]:
             "visibility_timeout": settings.visibility_timeout_s,
             "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
             "unacked_restore_throttle": 1,
+            # A dead or frozen Redis is an error in seconds, then a reconnect; not a hang.
+            **connection.socket_options(),
         },
+        "broker_connection_timeout": settings.redis_connect_timeout_s,
         "task_default_queue": keys.QUEUE_COORDINATOR,
         # A plain `celery -A workers worker` consumes all three queues; -Q picks some.
         "task_queues": [Queue(name, routing_key=name) for name in keys.ALL_QUEUES],

@@ -50,7 +50,11 @@ def producer() -> Celery:
                 task_ignore_result=True,
                 task_routes={n: {"queue": q} for n, q in keys.TASK_QUEUES.items()},
                 broker_connection_retry_on_startup=True,
-                broker_transport_options={"visibility_timeout": 3600},
+                broker_connection_timeout=get_settings().redis_connect_timeout_s,
+                broker_transport_options={
+                    "visibility_timeout": 3600,
+                    **connection.socket_options(),
+                },
             )
             _producer = app
         return _producer

@@ -1,13 +1,21 @@
-"""One pooled Redis client per process, shared by every thread."""
+"""One pooled Redis client per process, shared by every thread; reachability checks.
+
+Every connection has a connect timeout and a socket timeout (``DUET_REDIS_CONNECT_TIMEOUT_S``,
+``DUET_REDIS_SOCKET_TIMEOUT_S``), so a dead or frozen server is an error in seconds,
+never a hang. URLs are shown with their password hidden.
+"""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from orchestration.core.errors import ConfigError
+from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import get_settings
 
 _lock = threading.Lock()
@@ -53,8 +61,8 @@ def get_redis() -> Any:
                 timeout=30,
                 decode_responses=True,
                 # Longer than any blocking read we issue (XREAD BLOCK waits <= 5 s).
-                socket_timeout=30,
-                socket_connect_timeout=10,
+                socket_timeout=get_settings().redis_socket_timeout_s,
+                socket_connect_timeout=get_settings().redis_connect_timeout_s,
                 health_check_interval=30,
             )
             _client = redis.Redis(connection_pool=pool)
@@ -69,3 +77,63 @@ def reset() -> None:
             _client.close()
         _client = None
         _url = None
+
+
+def socket_options() -> dict[str, float]:
+    """kombu Redis transport options giving broker connections the same timeouts."""
+    settings = get_settings()
+    return {
+        "socket_timeout": settings.redis_socket_timeout_s,
+        "socket_connect_timeout": settings.redis_connect_timeout_s,
+    }
+
+
+class Unreachable(DuetError):
+    """Redis (or the broker) at a configured URL cannot be used: down, frozen, refusing."""
+
+
+def hide_password(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:  # not a URL we can take apart: show none of it
+        return "<unparseable URL>"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (redis-py's may span several)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def check_reachable(url: str, variable: str) -> None:
+    """Connect to the Redis at ``url`` and PING it, once, within the connect timeout.
+
+    Raises:
+        Unreachable: naming ``variable`` and the URL (password hidden) and what happened.
+    """
+    timeout = get_settings().redis_connect_timeout_s
+    client = redis.Redis.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )  # fmt: skip
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise unreachable(url, variable, exc) from None
+    finally:
+        client.close()
+
+
+def unreachable(url: str, variable: str, exc: BaseException) -> Unreachable:
+    """The one-line error for Redis at ``url`` (from ``variable``) failing with ``exc``."""
+    what = "did not answer in time" if isinstance(exc, redis.TimeoutError) else first_line(exc)
+    return Unreachable(f"cannot use Redis at {variable}={hide_password(url)}: {what}")

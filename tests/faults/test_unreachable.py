@@ -1,0 +1,124 @@
+"""Every ``duet`` command against a dead, frozen or refusing Redis: one line, exit 2, fast.
+
+Real ``duet`` processes with ``DUET_REDIS_URL`` pointing at a port nothing listens on, at
+a SIGSTOP'd redis-server (it accepts connections and never answers), and at a server
+that wants a password the URL does not have. Each must print one line naming the variable
+and the URL with its password hidden, exit with code 2 (a configuration problem, not
+"some runs failed"), and do so within the connect timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from duet.embedded import EmbeddedRedis, free_port
+from tests.support import ROOT
+
+pytestmark = pytest.mark.system
+
+#: The connect timeout the commands run with, seconds.
+TIMEOUT_S = 1.0
+#: Time to start Python and import the CLI, on a loaded 2-core machine.
+STARTUP_S = 8.0
+PASSWORD = "hunter2-not-shown"
+
+CONFIG = ROOT / "examples" / "review.toml"
+INPUTS = ROOT / "examples" / "inputs.jsonl"
+BATCH = "0" * 32
+ALL_COMMANDS = {
+    "run": ["run", str(CONFIG), "-i", str(INPUTS), "-o", "{tmp}/out.jsonl"],
+    "submit": ["submit", str(CONFIG), "-i", str(INPUTS)],
+    "watch": ["watch", BATCH],
+    "results": ["results", BATCH],
+    "show": ["show", BATCH],
+    "report": ["report", BATCH, "-o", "{tmp}/report.html"],
+    "cancel": ["cancel", BATCH],
+    "resume": ["resume", BATCH],
+    "budget show": ["budget", "show"],
+    "budget set": ["budget", "set", "global:x", "--max-usd", "5"],
+    "metrics": ["metrics", "--port", str(free_port())],
+}
+SOME_COMMANDS = ["run", "submit", "watch", "budget show"]
+
+
+def duet(args: list[str], url: str, tmp_path: Path) -> tuple[int, str, str, float]:
+    env = {**os.environ, "DUET_REDIS_URL": url, "DUET_REDIS_CONNECT_TIMEOUT_S": str(TIMEOUT_S)}
+    env.pop("DUET_BROKER_URL", None)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "duet.cli", *args], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
+
+
+def check_one_line(url: str, shown: str, args: list[str], tmp_path: Path) -> str:
+    code, out, err, took = duet(args, url, tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err[-2000:])
+    assert len(lines) == 1, err[-2000:]
+    assert lines[0].startswith(f"error: cannot use Redis at DUET_REDIS_URL={shown}: "), lines
+    assert PASSWORD not in out + err
+    assert out == ""
+    assert took < TIMEOUT_S + STARTUP_S, took
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", list(ALL_COMMANDS))
+def test_a_dead_port(command: str, tmp_path: Path) -> None:
+    port = free_port()
+    url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
+    line = check_one_line(url, f"redis://:***@127.0.0.1:{port}/0", ALL_COMMANDS[command], tmp_path)
+    assert "refused" in line.lower()
+
+
+@pytest.fixture(scope="module")
+def frozen_redis() -> Iterator[str]:
+    """A redis-server stopped with SIGSTOP: the kernel still accepts connections."""
+    with EmbeddedRedis() as server:
+        client = redis.Redis(port=server.port)
+        pid = int(client.info("server")["process_id"])
+        client.close()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield server.url
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("command", SOME_COMMANDS)
+def test_a_frozen_server(command: str, frozen_redis: str, tmp_path: Path) -> None:
+    line = check_one_line(frozen_redis, frozen_redis, ALL_COMMANDS[command], tmp_path)
+    assert line.endswith("did not answer in time")
+
+
+@pytest.fixture(scope="module")
+def locked_redis() -> Iterator[EmbeddedRedis]:
+    """A redis-server that wants a password."""
+    with EmbeddedRedis() as server:
+        client = redis.Redis(port=server.port)
+        client.config_set("requirepass", "the-right-one")
+        client.close()
+        yield server
+
+
+@pytest.mark.parametrize("command", SOME_COMMANDS)
+@pytest.mark.parametrize("password", [None, PASSWORD])
+def test_a_server_refusing_the_credentials(
+    command: str, password: str | None, locked_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    auth = f":{password}@" if password else ""
+    url = f"redis://{auth}127.0.0.1:{locked_redis.port}/0"
+    shown = url.replace(PASSWORD, "***")
+    line = check_one_line(url, shown, ALL_COMMANDS[command], tmp_path)
+    assert "auth" in line.lower() or "password" in line.lower(), line
