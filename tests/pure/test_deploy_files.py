@@ -2,9 +2,14 @@
 
 Docker and a cluster are not needed: the files are read and checked for the things that
 matter — every worker runs ``celery -A workers worker`` on the threads pool with the
-right ``-Q``, each queue has a pool and a KEDA trigger on the list Celery uses for it
-(:data:`orchestration.state.keys.QUEUE_*`), grace periods outlast a model call, and no file
-holds a secret. Text checks always run; structural checks need PyYAML and are skipped
+right ``-Q`` and its concurrency from ``DUET_WORKER_CONCURRENCY``, each queue has a pool
+and a KEDA trigger on the list Celery uses for it (:data:`orchestration.state.keys.QUEUE_*`),
+grace periods outlast a model call, every ``DUET_*`` setting reaches the pods, images are
+pinned, Flower asks for a login, the dev Redis has a password that only Duet's pods may
+use, each pool has a disruption budget and is scraped for metrics, and no file holds a
+secret. Every Kubernetes object of a built-in kind is validated against the Kubernetes
+schema (kubernetes-validate); custom resources (KEDA, the Prometheus operator) are checked
+field by field. Text checks always run; structural checks need PyYAML and are skipped
 without it.
 """
 
@@ -19,6 +24,7 @@ from typing import Any
 import pytest
 
 from orchestration.core.agents import AgentSpec
+from orchestration.settings import Settings
 from orchestration.state import keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +35,18 @@ YAML_FILES = sorted(p for p in ALL_FILES if p.suffix in (".yaml", ".yml"))
 QUEUES = set(keys.ALL_QUEUES)
 #: The default per-call timeout: a pool making model calls must outlast one.
 MODEL_TIMEOUT_S = float(AgentSpec.model_fields["timeout_s"].default)
-KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "REDIS_PASSWORD", "FLOWER_BASIC_AUTH")
+KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "REDIS_PASSWORD", "FLOWER_BASIC_AUTH",
+            "FLOWER_OAUTH2_SECRET", "GRAFANA_ADMIN_PASSWORD")  # fmt: skip
+#: Every setting Duet reads from the environment: the Settings fields, and the key prefix.
+DUET_SETTINGS = {f"DUET_{name.upper()}" for name in Settings.model_fields} | {"DUET_KEY_PREFIX"}
+#: Settings that hold a password when they hold one at all: in a Secret on Kubernetes.
+SECRET_SETTINGS = {"DUET_BROKER_URL"}
+#: The Kubernetes release the manifests are validated against.
+K8S_VERSION = "1.31.0"
+#: The port every worker serves Prometheus metrics on in deploy/.
+METRICS_PORT = 9808
+#: The image tag the manifests run: the project's version.
+VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]  # type: ignore[index]
 
 
 def rel(path: Path) -> str:
@@ -42,7 +59,9 @@ def rel(path: Path) -> str:
 def test_the_expected_files_exist() -> None:
     for name in ("Dockerfile", "compose.yaml", "README.md", "k8s/keda.yaml", "k8s/workers.yaml",
                  "k8s/flower.yaml", "k8s/configmap.yaml", "k8s/secret.template.yaml",
-                 "k8s/alternatives/hpa.yaml", "k8s/kustomization.yaml"):  # fmt: skip
+                 "k8s/alternatives/hpa.yaml", "k8s/kustomization.yaml", "k8s/pdb.yaml",
+                 "k8s/networkpolicy.yaml", "k8s/metrics.yaml", "k8s/monitoring/podmonitor.yaml",
+                 "prometheus/prometheus.yml", "grafana/duet.json"):  # fmt: skip
         assert (DEPLOY / name).is_file(), f"deploy/{name} is missing"
 
 
@@ -62,7 +81,8 @@ def test_key_variables_are_never_given_a_value(path: Path) -> None:
         if line.lstrip().startswith("#"):
             continue
         for var in KEY_VARS:
-            m = re.search(rf"\b{var}\b\s*[:=]\s*(\S*)", line)
+            # A reference (``${REDIS_PASSWORD}``) is not a value given to the variable.
+            m = re.search(rf"(?<!\$\{{)(?<!\$\$\{{)\b{var}\b\s*[:=]\s*(\S*)", line)
             if m:
                 assert allowed.match(m.group(1)), f"{rel(path)}:{n} gives {var} a value"
 
@@ -81,7 +101,10 @@ def dockerfile_cmd() -> list[str]:
 
 def test_dockerfile_runs_a_non_root_threads_worker_on_every_queue() -> None:
     text = dockerfile_lines()
-    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    bases = re.findall(r"^FROM (\S+)", text, re.M)
+    assert bases and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), (
+        f"base images pinned to a patch release: {bases}"
+    )
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1].split(":")[0] not in ("root", "0"), "the image runs as root"
     assert re.search(r"pip install .*\bduet\b|pip install .*\s\.(\s|$)", text), (
@@ -91,7 +114,9 @@ def test_dockerfile_runs_a_non_root_threads_worker_on_every_queue() -> None:
     argv = dockerfile_cmd()
     assert argv[:4] == ["celery", "-A", "workers", "worker"]
     opts = worker_options(argv)
-    assert opts["pool"] == "threads" and opts["concurrency"] == "200" and opts["events"]
+    assert opts["pool"] == "threads" and opts["events"]
+    assert opts["concurrency"] is None, "threads come from DUET_WORKER_CONCURRENCY, not -c"
+    assert re.search(r"^ENV .*\bDUET_WORKER_CONCURRENCY=200\b", text, re.M)
     assert set(opts["queues"]) == QUEUES
 
 
@@ -134,6 +159,7 @@ def check_worker(argv: list[str], where: str) -> list[str]:
     assert opts["queues"], f"{where}: names its queues with -Q"
     assert set(opts["queues"]) <= QUEUES, f"{where}: unknown queue in {opts['queues']}"
     assert opts["events"], f"{where}: sends task events (-E) for Flower"
+    assert opts["concurrency"] is None, f"{where}: no -c (DUET_WORKER_CONCURRENCY decides)"
     queues: list[str] = opts["queues"]
     return queues
 
@@ -319,7 +345,9 @@ def test_configmap_holds_duet_settings_only(yaml: Any) -> None:
     assert data["DUET_REDIS_URL"].startswith(("redis://", "rediss://"))
     assert all(k.startswith("DUET_") for k in data)
     assert all(isinstance(v, str) for v in data.values()), "ConfigMap values are strings"
-    assert not any(re.search(r"KEY|PASSWORD|SECRET|TOKEN", k) for k in data)
+    assert not any(
+        re.search(r"KEY|PASSWORD|SECRET|TOKEN", k) for k in set(data) - {"DUET_KEY_PREFIX"}
+    )
 
 
 def test_flower_deployment_and_service(yaml: Any) -> None:
@@ -347,3 +375,232 @@ def test_deployment_selectors_match_their_pods(yaml: Any) -> None:
         selector = dep["spec"]["selector"]["matchLabels"]
         labels = dep["spec"]["template"]["metadata"]["labels"]
         assert selector.items() <= labels.items(), f"{name}: selector does not match its pods"
+
+
+# --- settings, images, resources ----------------------------------------------------
+
+
+def compose_services(yaml: Any) -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = load_all(yaml, DEPLOY / "compose.yaml")[0]["services"]
+    return services
+
+
+def test_compose_passes_every_duet_setting_to_every_duet_process(yaml: Any) -> None:
+    for name, svc in compose_services(yaml).items():
+        image = str(svc.get("image", ""))
+        if not image.startswith("${DUET_IMAGE") or name == "fake-llm":
+            continue
+        env = set(svc.get("environment") or {})
+        missing = DUET_SETTINGS - env - {"DUET_WORKER_CONCURRENCY", "DUET_METRICS_PORT"}
+        assert not missing, f"compose {name}: {sorted(missing)} not passed through"
+        if "worker" in (svc.get("command") or []):
+            assert {"DUET_WORKER_CONCURRENCY", "DUET_METRICS_PORT"} <= env, (
+                f"compose {name}: concurrency and metrics port from the environment"
+            )
+            concurrency = str(svc["environment"]["DUET_WORKER_CONCURRENCY"])
+            assert concurrency.startswith("${"), f"{name}: concurrency from the host environment"
+
+
+def test_k8s_configmap_names_every_duet_setting(yaml: Any) -> None:
+    (cm,) = [d for _, d in k8s_docs(yaml) if d.get("kind") == "ConfigMap"]
+    template = (K8S / "secret.template.yaml").read_text()
+    for name in sorted(DUET_SETTINGS):
+        if name in SECRET_SETTINGS:
+            assert name in template, f"{name}: shown in the duet-redis Secret template"
+        else:
+            assert name in cm["data"], f"duet-config: {name} missing"
+    assert cm["data"]["DUET_METRICS_PORT"] == str(METRICS_PORT)
+
+
+def test_images_are_pinned(yaml: Any) -> None:
+    images = [(f"compose {n}", s["image"]) for n, s in compose_services(yaml).items()]
+    images += [
+        (f"{rel(path)} {doc['metadata']['name']}", c["image"])
+        for path, doc in k8s_docs(yaml)
+        if doc.get("kind") == "Deployment"
+        for c in doc["spec"]["template"]["spec"]["containers"]
+    ]
+    for where, image in images:
+        image = re.sub(r"^\$\{DUET_IMAGE:-(.*)\}$", r"\1", str(image))
+        name, _, tag = image.rpartition(":")
+        assert name and tag and tag != "latest", f"{where}: {image} has no pinned tag"
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+(-[\w.]+)?", tag), f"{where}: {image} not x.y.z"
+        if name == "duet":
+            assert tag == VERSION, f"{where}: duet image {tag}, project version {VERSION}"
+    kust = load_all(yaml, K8S / "kustomization.yaml")[0]
+    assert [i["newTag"] for i in kust["images"]] == [VERSION]
+
+
+def test_every_k8s_container_has_requests_and_limits(yaml: Any) -> None:
+    for path, doc in k8s_docs(yaml):
+        if doc.get("kind") != "Deployment":
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            res = c.get("resources", {})
+            where = f"{rel(path)} {doc['metadata']['name']}"
+            assert {"cpu", "memory"} <= set(res.get("requests", {})), f"{where}: requests"
+            assert "memory" in res.get("limits", {}), f"{where}: a memory limit"
+            if path.parent == K8S:
+                assert "cpu" in res.get("limits", {}), f"{where}: a CPU limit"
+
+
+# --- schema ----------------------------------------------------------------------------
+
+#: Custom resources: (apiVersion, kind) -> fields each must have (dotted paths).
+CUSTOM = {
+    ("keda.sh/v1alpha1", "ScaledObject"): ("spec.scaleTargetRef.name", "spec.triggers"),
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): ("spec.secretTargetRef",),
+    ("monitoring.coreos.com/v1", "PodMonitor"): ("spec.selector", "spec.podMetricsEndpoints"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): ("spec.selector", "spec.endpoints"),
+    ("kustomize.config.k8s.io/v1beta1", "Kustomization"): ("resources",),
+}
+
+
+def _field(doc: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        doc = doc[part]
+    return doc
+
+
+def test_k8s_objects_match_the_kubernetes_schema(yaml: Any) -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    checked = 0
+    for path, doc in k8s_docs(yaml):
+        custom = CUSTOM.get((doc.get("apiVersion"), doc.get("kind")))
+        if custom is not None:
+            for field in custom:
+                assert _field(doc, field), f"{rel(path)} {doc['kind']}: {field} is empty"
+            continue
+        try:
+            kv.validate(doc, K8S_VERSION, strict=True)
+        except kv.ValidationError as exc:
+            pytest.fail(f"{rel(path)} {doc.get('kind')} {doc['metadata']['name']}: {exc}")
+        checked += 1
+    assert checked >= 15
+
+
+def test_the_schema_check_catches_a_mistake(yaml: Any) -> None:
+    """The validator is live: an unknown field and a wrong type are refused."""
+    kv = pytest.importorskip("kubernetes_validate")
+    dep = deployments(yaml)["duet-worker-actor"]
+    bad = json.loads(json.dumps(dep))
+    bad["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, K8S_VERSION, strict=True)
+    bad = json.loads(json.dumps(dep))
+    bad["spec"]["replicas"] = "one"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, K8S_VERSION, strict=True)
+
+
+# --- disruption, network, scraping, logins -------------------------------------------
+
+
+def test_each_pool_has_a_disruption_budget(yaml: Any) -> None:
+    pdbs = [d for _, d in k8s_docs(yaml) if d.get("kind") == "PodDisruptionBudget"]
+    for name, dep in worker_pools(yaml).values():
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        mine = [p for p in pdbs if p["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert len(mine) == 1, f"{name}: one PodDisruptionBudget, got {len(mine)}"
+        spec = mine[0]["spec"]
+        assert spec.get("maxUnavailable") == 1 or spec.get("minAvailable") is not None
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "In"
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def test_only_duet_pods_and_keda_reach_the_dev_redis(yaml: Any) -> None:
+    (policy,) = [d for _, d in k8s_docs(yaml) if d.get("kind") == "NetworkPolicy"]
+    (redis_dep,) = [d for p, d in k8s_docs(yaml) if p.parent.name == "dev"
+                    and d.get("kind") == "Deployment"]  # fmt: skip
+    assert _matches(
+        policy["spec"]["podSelector"], redis_dep["spec"]["template"]["metadata"]["labels"]
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [6379]
+    pods = {
+        name: d["spec"]["template"]["metadata"]["labels"] for name, d in deployments(yaml).items()
+    }
+    allowed = {n for n, labels in pods.items()
+               if any("podSelector" in f and _matches(f["podSelector"], labels) for f in rule["from"])}  # fmt: skip
+    assert allowed == set(pods), f"pods that cannot reach Redis: {set(pods) - allowed}"
+    other = {"app.kubernetes.io/name": "something-else", "app.kubernetes.io/component": "web"}
+    assert not any("podSelector" in f and _matches(f["podSelector"], other) for f in rule["from"])
+    namespaces = [f["namespaceSelector"] for f in rule["from"] if "namespaceSelector" in f]
+    assert namespaces == [{"matchLabels": {"kubernetes.io/metadata.name": "keda"}}]
+
+
+def test_the_dev_redis_has_a_password(yaml: Any) -> None:
+    (dep,) = [
+        d for p, d in k8s_docs(yaml) if p.parent.name == "dev" and d.get("kind") == "Deployment"
+    ]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    script = " ".join([*container.get("command", []), *container.get("args", [])])
+    assert "requirepass $REDIS_PASSWORD" in script and "exit 2" in script
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "duet-redis" and not ref.get("optional")
+    redis = compose_services(yaml)["redis"]
+    assert "requirepass $$REDIS_PASSWORD" in " ".join(redis["command"])
+    assert "REDIS_PASSWORD" in redis["environment"]
+    default_url = compose_services(yaml)["worker-actor"]["environment"]["DUET_REDIS_URL"]
+    assert "${REDIS_PASSWORD" in default_url, "the compose default URL carries the password"
+    for obj in [d for _, d in k8s_docs(yaml) if d.get("kind") == "ScaledObject"]:
+        assert obj["spec"]["triggers"][0]["authenticationRef"]["name"] == "duet-redis"
+
+
+def test_flower_always_asks_for_a_login(yaml: Any) -> None:
+    for path in ALL_FILES:
+        assert "FLOWER_UNAUTHENTICATED_API" not in path.read_text(), rel(path)
+    flower = compose_services(yaml)["flower"]
+    script = " ".join(flower["command"])
+    assert re.search(
+        r'if \[ -z "\$\$FLOWER_BASIC_AUTH\$\$FLOWER_AUTH" \]; then.*exit 2', script, re.S
+    )
+    container = deployments(yaml)["duet-flower"]["spec"]["template"]["spec"]["containers"][0]
+    script = " ".join(container["args"])
+    assert re.search(r'if \[ -z "\$FLOWER_BASIC_AUTH\$FLOWER_AUTH" \]; then.*exit 2', script, re.S)
+    (ref,) = [e["secretRef"] for e in container["envFrom"]
+              if e.get("secretRef", {}).get("name") == "duet-flower"]  # fmt: skip
+    assert not ref.get("optional"), "Flower does not start without its login Secret"
+
+
+def test_every_worker_pod_is_scraped_for_metrics(yaml: Any) -> None:
+    for _queue, (name, dep) in worker_pools(yaml).items():
+        template = dep["spec"]["template"]
+        notes = template["metadata"].get("annotations", {})
+        assert notes.get("prometheus.io/scrape") == "true", name
+        assert notes.get("prometheus.io/port") == str(METRICS_PORT), name
+        ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+        assert ports["metrics"] == METRICS_PORT
+    exporter = deployments(yaml)["duet-metrics"]["spec"]["template"]
+    container = exporter["spec"]["containers"][0]
+    assert container["command"][:2] == ["duet", "metrics"]
+    port = int(container["command"][container["command"].index("--port") + 1])
+    assert exporter["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    monitors = load_all(yaml, K8S / "monitoring" / "podmonitor.yaml")
+    (pods,) = [m for m in monitors if m["kind"] == "PodMonitor"]
+    for _name, dep in worker_pools(yaml).values():
+        assert _matches(pods["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])
+
+
+def test_compose_prometheus_scrapes_every_pool_and_the_exporter(yaml: Any) -> None:
+    config = load_all(yaml, DEPLOY / "prometheus" / "prometheus.yml")[0]
+    services = compose_services(yaml)
+    pools = {n for n, s in services.items() if "worker" in (s.get("command") or [])}
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    (sd,) = jobs["duet-workers"]["dns_sd_configs"]
+    assert set(sd["names"]) == pools and sd["port"] == METRICS_PORT
+    for pool in pools:
+        assert services[pool]["environment"]["DUET_METRICS_PORT"] == str(METRICS_PORT)
+    (static,) = jobs["duet-fleet"]["static_configs"]
+    port = services["metrics"]["command"][services["metrics"]["command"].index("--port") + 1]
+    assert static["targets"] == [f"metrics:{port}"]
