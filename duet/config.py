@@ -85,7 +85,8 @@ class AgentConfig(AgentSettings):
 
 
 class LoopConfig(LoopSettings):
-    """``[loop]``: rounds, threshold, prompt templates, persistent subagents, with their
+    """``[loop]``: rounds, threshold, prompt templates, persistent subagents, the team name
+    and its conversations (memory, turns, tokens), with their
     bounds and defaults from :class:`~orchestration.core.architecture.LoopSettings`; a
     template may come from a file instead."""
 
@@ -245,7 +246,7 @@ class ReviewConfig(_Section):
         )
 
         run_budget = self.run_budget.build() if self.run_budget is not None else None
-        return Team(self.build_architecture(), budget=run_budget)
+        return Team(self.build_architecture(), budget=run_budget, conversations=self.loop)
 
     def build_budget(self) -> Budget | None:
         """The ``[budget]`` section (the whole batch's cap) as a Budget, if given."""

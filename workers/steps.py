@@ -35,14 +35,13 @@ from orchestration.core.budget import Amount, Refusal
 from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import ROLE_OF, interruption, parse_step_key, step_index
+from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
 from orchestration.prices import price_for
 from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.conversations import (
-    ConversationStore,
-    conversation_scope,
     keeps,
     messages_from,
     turn_json,
@@ -71,12 +70,13 @@ class Seat:
     price: Price | None
     #: Turns of persistent conversation kept; 0 when each call is just its prompt.
     turns: int
+    #: About how many tokens of earlier runs' history a call carries.
+    max_tokens: int
     #: Whether the model is asked for the critique's shape natively (critics only).
     structured: bool = False
 
 
 _seats: dict[tuple[str, str], Seat] = {}
-_conversations: ConversationStore | None = None
 
 
 def seat_for(store: RunStore, spec_id: str, role: str) -> Seat:
@@ -87,17 +87,10 @@ def seat_for(store: RunStore, spec_id: str, role: str) -> Seat:
         agent = spec.actor if role == "actor" else spec.critic
         turns = spec.conversation_turns if spec.persistent_subagents else 0
         structured = role == "critic" and structured_critique(agent)
-        seat = _seats[(spec_id, role)] = Seat(agent, price_for(agent), max(turns, 0), structured)
+        seat = _seats[(spec_id, role)] = Seat(
+            agent, price_for(agent), max(turns, 0), spec.conversation_max_tokens, structured
+        )
     return seat
-
-
-def conversations(store: RunStore) -> ConversationStore:
-    """The process's conversation store, on the same client as ``store``."""
-    global _conversations
-    found = _conversations
-    if found is None or found.r is not store.r:
-        found = _conversations = ConversationStore(store.r, ttl_s=store.finished_ttl_s)
-    return found
 
 
 def backoff_s(attempt: int, retry_after: float | None) -> float:
@@ -190,26 +183,24 @@ def run_step(task: Any, run_id: str, key: str) -> None:
     seat = seat_for(store, start.spec_id, role)
     prompt: str = start.input["prompt"]
     messages: list[Any] = [{"role": "user", "content": prompt}]
-    conv_key = ""
-    if seat.turns:
-        conv_key = keys.conversation(role, conversation_scope(start.user_id, run_id))
-        if start.history is not None:  # read by the begin script
-            messages[:0] = messages_from(start.history)
-        else:  # a step recorded by an older coordinator
-            messages[:0] = conversations(store).history(
-                role, conversation_scope(start.user_id, run_id), seat.turns
-            )
+    conv_key = (start.input.get("conv") or "") if seat.turns else ""
+    if conv_key and start.history is not None:
+        # The history the begin script read, bounded by tokens: earlier runs' oldest
+        # turns go first, this run's own stay.
+        messages[:0] = messages_from(start.history, max_tokens=seat.max_tokens, run_id=run_id)
     result, completion, settle = _call(
         task, run_id, key, seat, messages, list(start.scopes), start.paused_s
     )
     conversation = None
-    if completion is not None and conv_key and keeps(seat.turns, completion.text):
-        turn = turn_json(f"{run_id}/{key}", prompt, completion.text)
+    # A reply cut at max_tokens is not a turn the model should build on later.
+    whole = completion is not None and completion.stop_reason != "max_tokens"
+    if completion is not None and whole and conv_key and keeps(seat.turns, completion.text):
+        turn = turn_json(turn_step(run_id, key), prompt, completion.text)
         conversation = (conv_key, turn, seat.turns)
     # The settlement, the result and the conversation turn: one round trip.
     store.complete_step(
         run_id, key, result, _completed_event(run_id, phase, round_, result), claimant,
-        conversation=conversation, before=settle,
+        conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
     )  # fmt: skip
     coordinator_send(run_id, handover)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,6 +20,12 @@ from orchestration.core.architecture import (
 )
 from orchestration.core.budget import Budget, scope
 from orchestration.core.errors import ConfigError
+from orchestration.core.memory import (
+    DEFAULT_CONVERSATION_MAX_TOKENS,
+    DEFAULT_CONVERSATION_TURNS,
+    ConversationSettings,
+    Memory,
+)
 from orchestration.core.results import RunResult
 from orchestration.core.validation import checked
 from orchestration.settings import get_settings
@@ -39,12 +46,21 @@ class Team:
         model: str | None = None,
         budget: Budget | None = None,
         global_budgets: Iterable[str] = (),
+        conversations: ConversationSettings | None = None,
+        instructions: str | None = None,
     ) -> None:
         self.architecture = architecture
-        #: Accepted for compatibility with the spec and unused: the coordinator is a
-        #: Celery task, not a model.
+        #: The coordinator's model: no call is made with it (the coordinator is a Celery
+        #: task), but with ``instructions`` (the nested form's outer agent) it is part of
+        #: the team's identity, so it keys the team's conversations.
         self.model = model
-        self.spec = architecture.to_spec()
+        coordinator = (
+            json.dumps({"model": model, "instructions": instructions}, sort_keys=True)
+            if model is not None or instructions is not None
+            else None
+        )
+        #: What runs of this team run: the loop, its team id and conversation settings.
+        self.spec = architecture.to_spec(conversations, coordinator=coordinator)
         #: Limits for each run of this team (scope ``run:<id>``).
         self.budget = budget
         #: Named fleet-wide budgets (``global:<name>``) every run of this team is charged to.
@@ -73,16 +89,29 @@ class Team:
         model: str | None = None,
         budget: Budget | None = None,
         global_budgets: Iterable[str] = (),
+        name: str | None = None,
+        memory: Memory | None = None,
+        conversation_turns: int = DEFAULT_CONVERSATION_TURNS,
+        conversation_max_tokens: int = DEFAULT_CONVERSATION_MAX_TOKENS,
     ) -> Team:
         """A team whose actor and critic review each other's work.
 
         Args:
-            persistent_subagents: actor and critic each keep one conversation per user
-                across rounds and runs (stored in Redis, so any worker continues it).
-            model: accepted and unused; the coordinator is a task, not a model.
+            persistent_subagents: actor and critic each keep a conversation per team and
+                user across rounds and runs (stored in Redis, so any worker continues it).
+            model: the coordinator's model; no call is made with it (the coordinator is
+                a task, not a model), but it is part of the team's identity.
             budget: limits for each run (tokens, USD, calls), a hard cap fleet-wide.
             global_budgets: names of fleet-wide budgets (``duet budget set global:NAME``)
                 that every run of this team is also charged to.
+            name: the team's name (``"code-review"``): its conversations are its own.
+                Unnamed, a team is identified by its actor, critic, settings and model.
+            memory: whose conversation a run continues: ``"per_user"`` (a user's runs
+                share it), ``"per_run"`` (each run its own), or None: per user for
+                ``run`` / ``submit`` with a ``user_id``, per run for each batch input.
+            conversation_turns: turns kept per conversation (oldest dropped first).
+            conversation_max_tokens: about how many tokens of history a call carries;
+                earlier runs' oldest turns are dropped first, the run's own turns kept.
         """
         settings = checked(
             LoopSettings,
@@ -92,6 +121,10 @@ class Team:
                 "critique_template": critique_template,
                 "refine_template": refine_template,
                 "persistent_subagents": persistent_subagents,
+                "name": name,
+                "memory": memory,
+                "conversation_turns": conversation_turns,
+                "conversation_max_tokens": conversation_max_tokens,
             },
         )
         return cls(
@@ -99,6 +132,7 @@ class Team:
             model=model,
             budget=budget,
             global_budgets=global_budgets,
+            conversations=settings,
         )
 
     # --- submitting -------------------------------------------------------

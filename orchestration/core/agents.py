@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core.errors import ConfigError
+from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def resolve_model(model: str) -> tuple[str, str]:
     raise ConfigError(f"unknown model {model!r}: cannot tell its provider. Accepted: {_ACCEPTED}")
 
 
-class _Runner(Protocol):
+class LoopRunner(Protocol):
     """What :meth:`Agent.run` needs of a ``Team`` (named here so the core need not import it)."""
 
     @property
@@ -154,6 +155,29 @@ class AgentSpec(AgentSettings):
     """The model's name at its provider (``sim`` learns its role here)."""
 
 
+#: What only a model call uses: refused on the agent of the nested form, which makes none.
+_CALL_SETTINGS = (
+    "base_url", "api_key_env", "temperature", "max_tokens", "timeout_s", "price",
+    "structured_output",
+)  # fmt: skip
+
+
+def _check_coordinator(architecture: Any, settings: AgentSettings) -> None:
+    """The agent of the nested form runs a loop and makes no call: refuse call settings."""
+    if not callable(getattr(architecture, "to_spec", None)):
+        raise ConfigError(
+            f"architecture= must be an ActorCritic, got {type(architecture).__name__}"
+        )
+    defaults = AgentSettings.model_fields
+    given = [f for f in _CALL_SETTINGS if getattr(settings, f) != defaults[f].default]
+    if given:
+        raise ConfigError(
+            f"Agent(architecture=ActorCritic(...)) got {', '.join(given)}: this agent "
+            "coordinates the loop and makes no model call of its own, so these would do "
+            "nothing. Set them on the actor or the critic."
+        )
+
+
 class Agent:
     """A model with instructions: the actor or the critic of a loop.
 
@@ -172,7 +196,18 @@ class Agent:
         structured_output: as a critic, ask for ``{score, issues, summary}`` natively
             (OpenAI JSON schema, Anthropic forced tool call); ``None`` (default) does so
             for models known to support it. Replies without the shape are still read.
-        architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop.
+        architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop
+            (the nested form): ``run`` then runs exactly what ``Team.actor_critic`` runs,
+            persistent subagents included. This agent is the coordinator: its
+            ``instructions`` and ``model`` identify the team (whose conversations its runs
+            continue) and its ``name`` names it. It makes no model call of its own (the
+            coordinator is a task), so the call settings above are refused on it rather
+            than ignored.
+        name: the agent's name; with ``architecture=``, the team's name.
+
+    Raises:
+        ConfigError: an unknown model, a bad setting, or a call setting on an agent that
+            runs an architecture.
     """
 
     def __init__(
@@ -204,6 +239,9 @@ class Agent:
                 "structured_output": structured_output,
             },
         )
+        if architecture is not None:
+            _check_coordinator(architecture, settings)
+            check_name(name, "Agent name")
         provider, model_name = resolve_model(model)
         key_env = api_key_env if api_key_env is not None else DEFAULT_KEY_ENV[provider]
         self.name = name
@@ -233,11 +271,26 @@ class Agent:
         """Blocking form of :meth:`run`."""
         return self._team().run_sync(prompt, **kwargs)
 
-    def _team(self) -> _Runner:
+    def _team(self) -> LoopRunner:
         if self.architecture is None:
             raise ConfigError(
                 "Agent.run needs architecture=ActorCritic(...); a bare agent is a step, not a loop"
             )
-        from orchestration.client.team import Team
+        return team_for(self.architecture, coordinator=self)
 
-        return Team(self.architecture)
+
+def team_for(architecture: ActorCritic, *, coordinator: Agent | None = None) -> LoopRunner:
+    """The team that runs ``architecture`` as ``Team.actor_critic`` does, persistent
+    subagents included; with ``coordinator`` (the outer agent of the nested form) its
+    model and instructions identify the team and its name names it."""
+    from orchestration.client.team import Team
+
+    wired = architecture.persistent()
+    if coordinator is None:
+        return Team(wired)
+    return Team(
+        wired,
+        model=coordinator.model,
+        instructions=coordinator.instructions,
+        conversations=ConversationSettings(name=coordinator.name),
+    )

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestration.core.agents import Agent, AgentSpec
+from orchestration.core.agents import Agent, AgentSpec, team_for
+from orchestration.core.errors import ConfigError
+from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
+
+if TYPE_CHECKING:
+    from orchestration.core.agents import LoopRunner
+    from orchestration.core.results import RunResult
 
 #: Critique -> refine rounds after the first draft, when a loop sets none.
 DEFAULT_MAX_ROUNDS = 3
@@ -16,14 +22,12 @@ DEFAULT_MAX_ROUNDS = 3
 DEFAULT_APPROVAL_THRESHOLD = 0.9
 #: Whether ``Team.actor_critic`` and a config file give actor and critic memory.
 DEFAULT_PERSISTENT_SUBAGENTS = True
-#: Turns kept per persistent conversation; the oldest are dropped first.
-DEFAULT_CONVERSATION_TURNS = 20
+#: The roles of a loop, each one worker.
+ROLES = ("actor", "critic")
 
 
-class LoopSettings(BaseModel):
-    """What a caller chooses for the loop: the one place their bounds and defaults are
-    written. ``ActorCritic(...)``, ``Team.actor_critic(...)`` and a config file's ``[loop]``
-    are all checked against it."""
+class LoopShape(BaseModel):
+    """The loop's own settings (see :class:`LoopSettings`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -36,7 +40,15 @@ class LoopSettings(BaseModel):
     refine_template: str | None = None
     """Prompt for refinement; the built-in one when ``None``."""
     persistent_subagents: bool = DEFAULT_PERSISTENT_SUBAGENTS
-    """Actor and critic each keep one conversation per user, across rounds and runs."""
+    """Actor and critic each keep a conversation per team and user, across rounds and runs."""
+
+
+class LoopSettings(ConversationSettings, LoopShape):
+    """What a caller chooses for the loop: the one place their bounds and defaults are
+    written. ``ActorCritic(...)``, ``Team.actor_critic(...)`` and a config file's ``[loop]``
+    are all checked against it: the loop's shape, then the team's conversations."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class LoopSpec(LoopSettings):
@@ -48,12 +60,28 @@ class LoopSpec(LoopSettings):
 
     actor: AgentSpec
     critic: AgentSpec
-    conversation_turns: int = Field(default=DEFAULT_CONVERSATION_TURNS, ge=1)
-    """Turns kept per persistent conversation; the oldest are dropped first."""
+    coordinator: str | None = None
+    """The coordinator as the caller described it: ``Team``'s ``model=``, or the outer
+    agent of the nested form (its model and instructions). Part of the team's identity."""
+    worker_ids: dict[str, str] = Field(default_factory=lambda: {r: r for r in ROLES})
+    """The worker id of each role (``role_to_worker_id``); each keeps its conversation."""
 
     @property
     def spec_id(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:20]
+
+    @property
+    def team_id(self) -> str:
+        """The team whose conversations runs of this spec continue: its ``name``, else a
+        stable id of the actor/critic pair, the loop's settings and the coordinator (how
+        much history is kept and sent, and whose, is not part of who the team is)."""
+        if self.name:
+            return self.name
+        who = self.model_dump_json(
+            include={"actor", "critic", "max_rounds", "approval_threshold",
+                     "critique_template", "refine_template", "coordinator", "worker_ids"}
+        )  # fmt: skip
+        return "t-" + hashlib.sha256(who.encode()).hexdigest()[:16]
 
 
 class ActorCritic:
@@ -67,12 +95,18 @@ class ActorCritic:
         critique_template: prompt for the critic; ``{prompt}`` and ``{output}`` are filled.
         refine_template: prompt for refinement; ``{prompt}``, ``{output}``, ``{critique}``
             and ``{issues_bulleted}`` are filled.
-        worker_registry: internal wiring set by ``Team.actor_critic``.
-        role_to_worker_id: internal wiring set by ``Team.actor_critic``.
+        worker_registry: internal wiring set by ``Team.actor_critic`` (worker id ->
+            Agent); with it the actor and the critic keep persistent conversations.
+        role_to_worker_id: internal wiring set by ``Team.actor_critic`` (``actor`` and
+            ``critic`` -> worker id). Each worker id names its role's conversation. Both
+            or neither are given, and they must say what ``actor`` and ``critic`` say.
 
     Raises:
         ConfigError: (a ``ValueError``) ``max_rounds`` not an integer >= 1, or
-            ``approval_threshold`` not a number in [0, 1] (see :class:`LoopSettings`).
+            ``approval_threshold`` not a number in [0, 1] (see :class:`LoopSettings`); an
+            actor or critic that is not a plain Agent (one with its own ``architecture=``
+            is refused: each actor and critic step is one model call); wiring that
+            disagrees with ``actor`` / ``critic``.
     """
 
     name: str = "actor-critic"
@@ -98,6 +132,9 @@ class ActorCritic:
                 "refine_template": refine_template,
             },
         )
+        for role, agent in (("actor", actor), ("critic", critic)):
+            _check_worker(role, agent)
+        _check_wiring(actor, critic, worker_registry, role_to_worker_id)
         self._actor = actor
         self._critic = critic
         self.max_rounds = settings.max_rounds
@@ -141,8 +178,49 @@ class ActorCritic:
         """Whether actor and critic keep conversations per user (set by Team.actor_critic)."""
         return self.worker_registry is not None
 
-    def to_spec(self, *, conversation_turns: int = DEFAULT_CONVERSATION_TURNS) -> LoopSpec:
-        """The serialisable spec workers run; a ``sim`` model learns its role here."""
+    def persistent(self) -> ActorCritic:
+        """This loop wired as ``Team.actor_critic`` wires it by default: the actor and the
+        critic are the team's workers, each keeping its conversation (itself when it is
+        already wired)."""
+        if self.persistent_subagents:
+            return self
+        return ActorCritic.from_settings(
+            actor=self._actor,
+            critic=self._critic,
+            settings=LoopSettings(
+                max_rounds=self.max_rounds,
+                approval_threshold=self.approval_threshold,
+                critique_template=self.critique_template,
+                refine_template=self.refine_template,
+                persistent_subagents=True,
+            ),
+        )
+
+    async def run(self, prompt: str, **kwargs: Any) -> RunResult:
+        """Run the loop on ``prompt``: what ``Team.actor_critic(...).run`` does, persistent
+        subagents included. Takes ``Team.run``'s arguments (``user_id``, ``timeout``,
+        ``metadata``, ``budget``)."""
+        return await self._team().run(prompt, **kwargs)
+
+    def run_sync(self, prompt: str, **kwargs: Any) -> RunResult:
+        """Blocking form of :meth:`run`."""
+        return self._team().run_sync(prompt, **kwargs)
+
+    def _team(self) -> LoopRunner:
+        return team_for(self)
+
+    def to_spec(
+        self, conversations: ConversationSettings | None = None, *, coordinator: str | None = None
+    ) -> LoopSpec:
+        """The serialisable spec workers run; a ``sim`` model learns its role here.
+
+        Args:
+            conversations: the team's name and its conversation settings (defaults when
+                None).
+            coordinator: the coordinator as the caller described it (see
+                :attr:`LoopSpec.coordinator`).
+        """
+        memory = conversations or ConversationSettings()
         return LoopSpec(
             actor=_with_sim_role(self._actor.spec, "actor"),
             critic=_with_sim_role(self._critic.spec, "critic"),
@@ -151,13 +229,76 @@ class ActorCritic:
             critique_template=self.critique_template,
             refine_template=self.refine_template,
             persistent_subagents=self.persistent_subagents,
-            conversation_turns=conversation_turns,
+            coordinator=coordinator,
+            worker_ids=dict(self.role_to_worker_id or {r: r for r in ROLES}),
+            **{field: getattr(memory, field) for field in ConversationSettings.model_fields},
         )
 
     def __repr__(self) -> str:
         return (
             f"ActorCritic(actor={self._actor!r}, critic={self._critic!r}, "
             f"max_rounds={self.max_rounds}, approval_threshold={self.approval_threshold})"
+        )
+
+
+def _check_worker(role: str, agent: Any) -> None:
+    if not isinstance(agent, Agent):
+        raise ConfigError(f"ActorCritic {role}= must be an Agent, got {type(agent).__name__}")
+    if agent.architecture is not None:
+        raise ConfigError(
+            f"ActorCritic {role}= has its own architecture={type(agent.architecture).__name__}"
+            "(...): each actor and critic step is one model call, so a loop inside the loop "
+            f"is not run. Pass a plain Agent as the {role}, or run the inner loop as its "
+            "own team and give its result to this one as the prompt."
+        )
+
+
+def _check_wiring(
+    actor: Agent,
+    critic: Agent,
+    registry: dict[str, Any] | None,
+    roles: dict[str, str] | None,
+) -> None:
+    """The persistent-subagent wiring must say what ``actor`` and ``critic`` say."""
+    if registry is None and roles is None:
+        return
+    if registry is None or roles is None:
+        raise ConfigError(
+            "ActorCritic: pass worker_registry and role_to_worker_id together, or neither "
+            "(Team.actor_critic sets both)"
+        )
+    if not isinstance(roles, dict) or set(roles) != set(ROLES):
+        raise ConfigError(
+            f"ActorCritic role_to_worker_id must map exactly 'actor' and 'critic' to worker "
+            f"ids, got {sorted(roles) if isinstance(roles, dict) else roles!r}"
+        )
+    if not isinstance(registry, dict):
+        raise ConfigError(f"ActorCritic worker_registry must be a dict, got {registry!r}")
+    if roles["actor"] == roles["critic"]:
+        raise ConfigError(
+            f"ActorCritic role_to_worker_id gives actor and critic the same worker "
+            f"{roles['actor']!r}: each keeps its own conversation"
+        )
+    for role, agent in (("actor", actor), ("critic", critic)):
+        worker = roles[role]
+        check_name(worker, f"ActorCritic role_to_worker_id[{role!r}]")
+        found = registry.get(worker)
+        if found is None:
+            raise ConfigError(
+                f"ActorCritic role_to_worker_id[{role!r}] = {worker!r} is not in "
+                f"worker_registry (it has {sorted(registry)})"
+            )
+        same = isinstance(found, Agent) and found.spec == agent.spec and not found.architecture
+        if found is not agent and not same:
+            raise ConfigError(
+                f"ActorCritic worker_registry[{worker!r}] is not the {role} passed as {role}=; "
+                "the registry cannot swap in another agent"
+            )
+    unused = sorted(set(registry) - set(roles.values()))
+    if unused:
+        raise ConfigError(
+            f"ActorCritic worker_registry has workers no role uses: {unused}; only the "
+            "actor and the critic run"
         )
 
 

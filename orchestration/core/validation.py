@@ -84,6 +84,8 @@ def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
         return f"must be {_BOUNDS[kind]} {limit}, got {_short(value)}"
     if kind == "string_too_short":
         return "must not be empty"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')}, got {_short(value)}"
     if kind == "value_error":
         return str(error["msg"]).removeprefix("Value error, ")
     return str(error["msg"])

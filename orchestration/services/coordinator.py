@@ -24,10 +24,10 @@ from orchestration.core.loop import (
     starts_round,
     step_key,
 )
+from orchestration.core.memory import conversation_scope
 from orchestration.core.results import FINISHED_STATUSES, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.state import keys
-from orchestration.state.conversations import conversation_scope
 from orchestration.state.keys import TASK_BY_PHASE
 from orchestration.state.runs import RunStore, event_json
 
@@ -84,13 +84,21 @@ def _steps_before(seq: int) -> tuple[str, ...]:
 
 def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, Any]:
     """What the step's begin script reads for it: the pause key of its model and, with
-    persistent subagents, its conversation (key and turns kept)."""
+    persistent subagents, its conversation (key and turns kept): the team's, the role's
+    worker's, and the user's or the run's as the spec's memory says."""
     agent = spec.actor if role == "actor" else spec.critic
     reads: dict[str, Any] = {"pause": keys.rate_pause(agent.provider, agent.model_name)}
     turns = spec.conversation_turns if spec.persistent_subagents else 0
     if turns > 0:
-        scope = conversation_scope(run.get("user_id") or None, run["run_id"])
-        reads.update(conv=keys.conversation(role, scope), turns=turns)
+        scope = conversation_scope(
+            spec.memory,
+            run_id=run["run_id"],
+            user_id=run.get("user_id") or None,
+            batch_id=run.get("batch_id") or None,
+        )
+        reads.update(
+            conv=keys.conversation(spec.team_id, spec.worker_ids[role], scope), turns=turns
+        )
     return reads
 
 

@@ -20,17 +20,14 @@ model call was repeated after its claim expired) is read once.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
+from orchestration.core.memory import Turn, bounded, turn_step
 from orchestration.state import keys
 
 #: One message of a conversation, as providers take it (``role``, ``content``).
 Message = dict[str, str]
-
-
-def conversation_scope(user_id: str | None, run_id: str) -> str:
-    """``user:<id>`` for a user's runs, else ``run:<id>`` so anonymous runs share nothing."""
-    return f"user:{user_id}" if user_id else f"run:{run_id}"
 
 
 class ConversationStore:
@@ -45,19 +42,18 @@ class ConversationStore:
         self.r = client
         self.ttl_s = ttl_s
 
-    def history(self, role: str, scope: str, turns: int) -> list[Message]:
+    def history(self, key: str, turns: int) -> list[Message]:
         """The last ``turns`` turns of ``role``'s conversation in ``scope``, as messages.
 
         One round trip; ``[]`` when ``turns < 1`` (nothing is kept then).
         """
         if turns < 1:
             return []
-        return messages_from(self.r.lrange(keys.conversation(role, scope), -turns, -1))
+        return messages_from(self.r.lrange(key, -turns, -1))
 
     def append(
         self,
-        role: str,
-        scope: str,
+        key: str,
         turns: int,
         *,
         step_id: str,
@@ -73,7 +69,6 @@ class ConversationStore:
         """
         if not keeps(turns, reply):
             return
-        key = keys.conversation(role, scope)
         p = pipe if pipe is not None else self.r.pipeline(transaction=False)
         p.rpush(key, turn_json(step_id, prompt, reply))
         p.ltrim(key, -turns, -1)
@@ -81,9 +76,9 @@ class ConversationStore:
         if pipe is None:
             p.execute()
 
-    def clear(self, role: str, scope: str) -> None:
+    def clear(self, key: str) -> None:
         """Forget one conversation."""
-        self.r.delete(keys.conversation(role, scope))
+        self.r.delete(key)
 
 
 def keeps(turns: int, reply: str) -> bool:
@@ -97,27 +92,38 @@ def turn_json(step_id: str, prompt: str, reply: str) -> str:
     return json.dumps({"s": step_id, "u": prompt, "a": reply}, separators=(",", ":"))
 
 
-def messages_from(raw: list[Any]) -> list[Message]:
-    """Stored turns (oldest first) as alternating user / assistant messages."""
-    messages: list[Message] = []
-    seen: set[str] = set()
-    for item in raw:
+def turn_prefix(run_id: str) -> str:
+    """How every stored turn of run ``run_id`` begins (the store's scripts test it)."""
+    return '{"s":' + json.dumps(turn_step(run_id, ""))[:-1]
+
+
+def messages_from(
+    raw: list[Any], *, max_tokens: int | None = None, run_id: str = ""
+) -> list[Message]:
+    """Stored turns (oldest first) as alternating user / assistant messages.
+
+    A turn stored twice is read once. With ``max_tokens`` the history is bounded as
+    :func:`memory.bounded` says: earlier runs' oldest turns dropped first, run
+    ``run_id``'s own turns kept.
+    """
+    turns = []
+    for n, item in enumerate(raw):
         turn = json.loads(item)
-        step = turn.get("s")
-        if step is not None:
-            if step in seen:
-                continue
-            seen.add(step)
-        messages.append({"role": "user", "content": turn["u"]})
-        messages.append({"role": "assistant", "content": turn["a"]})
+        turns.append(Turn(turn.get("s") or f"?{n}", turn["u"], turn["a"]))
+    limit = sys.maxsize if max_tokens is None else max_tokens
+    turns = bounded(turns, max_tokens=limit, run_id=run_id)
+    messages: list[Message] = []
+    for turn in turns:
+        messages.append({"role": "user", "content": turn.prompt})
+        messages.append({"role": "assistant", "content": turn.reply})
     return messages
 
 
 __all__ = [
     "ConversationStore",
     "Message",
-    "conversation_scope",
     "keeps",
     "messages_from",
     "turn_json",
+    "turn_prefix",
 ]

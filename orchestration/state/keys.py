@@ -96,9 +96,9 @@ def batches_index() -> str:
     return f"{PREFIX}:batches"
 
 
-def conversation(role: str, scope: str) -> str:
-    """List: one persistent subagent conversation (role x user, or role x run)."""
-    return f"{PREFIX}:conv:{role}:{scope}"
+def conversation(team: str, worker: str, scope: str) -> str:
+    """List: one persistent subagent conversation (team x worker x user, or x run)."""
+    return f"{PREFIX}:conv:{team}:{worker}:{scope}"
 
 
 def budget(scope: str) -> str:

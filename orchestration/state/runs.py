@@ -16,8 +16,10 @@ import redis
 
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.events import Event
+from orchestration.core.memory import CHARS_PER_TOKEN
 from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
 from orchestration.state import keys
+from orchestration.state.conversations import turn_prefix
 
 # Make transition `seq` (a step or the finish) exactly once; emit its events with it.
 _TRANSITION = """
@@ -95,7 +97,11 @@ return out
 # Store a step's result once; a second store of the same step is refused. The first
 # store also notes the step's compact outcome on the run (``o:<step key>``, read by the
 # coordinator instead of every step's text) and appends the turn to the role's
-# conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] TTL).
+# conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] TTL,
+# ARGV[9] characters kept ('' for no bound), ARGV[10] how this run's turns begin).
+# Past the character bound the oldest turns are dropped down to *half* of it, so the kept
+# prefix stays the same for the next calls (the vendors' prompt caches match prefixes);
+# the run's own turns are never dropped.
 _COMPLETE_STEP = """
 local steps, claim, events, run, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
@@ -106,6 +112,21 @@ if stored == 1 then
     redis.call('RPUSH', conv, ARGV[6])
     redis.call('LTRIM', conv, -tonumber(ARGV[7]), -1)
     redis.call('EXPIRE', conv, ARGV[8])
+    local max_chars = tonumber(ARGV[9])
+    if max_chars then
+      local turns = redis.call('LRANGE', conv, 0, -1)
+      local total = 0
+      for _, t in ipairs(turns) do total = total + #t end
+      if total > max_chars then
+        local drop, own = 0, ARGV[10]
+        for _, t in ipairs(turns) do
+          if total <= max_chars / 2 or string.sub(t, 1, #own) == own then break end
+          total = total - #t
+          drop = drop + 1
+        end
+        if drop > 0 then redis.call('LTRIM', conv, drop, -1) end
+      end
+    end
   end
 end
 if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
@@ -441,21 +462,27 @@ class RunStore:
         claimant: str,
         *,
         conversation: tuple[str, str, int] | None = None,
+        conversation_max_tokens: int | None = None,
         before: Iterable[ScriptCall] = (),
     ) -> bool:
         """Store the step's result unless one is stored already; True if this one was.
 
         ``conversation`` is ``(key, turn, turns kept)``: the turn is appended to that
-        conversation when, and only when, this result is the one stored. ``before`` are
-        other scripts to run first in the same round trip (e.g. the budget settlement).
+        conversation when, and only when, this result is the one stored. Past about
+        ``conversation_max_tokens`` the oldest turns of other runs are dropped down to
+        half of it (see the script). ``before`` are other scripts to run first in the
+        same round trip (e.g. the budget settlement).
         """
         conv_key, turn, turns = conversation or ("", "", 0)
+        max_chars = (
+            "" if conversation_max_tokens is None else conversation_max_tokens * CHARS_PER_TOKEN
+        )
         call = ScriptCall(
             self._complete,
             [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
              keys.run_events(run_id), keys.run(run_id), conv_key],
             [step_key, json.dumps(result), completed_event, claimant, step_outcome(result),
-             turn, turns, self.finished_ttl_s],
+             turn, turns, self.finished_ttl_s, max_chars, turn_prefix(run_id)],
         )  # fmt: skip
         return bool(run_scripts(self.r, [*before, call])[-1])
 

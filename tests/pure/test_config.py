@@ -50,6 +50,10 @@ MISTAKES = [
     ("[loop]\nmax_round = 3\n", "loop.max_round: unknown key (expected one of: max_rounds,"),
     ("[lop]\nmax_rounds = 3\n", "lop: unknown key (expected one of: actor, critic, loop,"),
     ("[loop]\npersistent_subagents = 1\n", "loop.persistent_subagents: must be true or false"),
+    ('[loop]\nmemory = "user"\n', "loop.memory: must be 'per_run' or 'per_user', got 'user'"),
+    ('[loop]\nname = "code review"\n', "loop.name: 'code review' must be 1-64 letters"),
+    ("[loop]\nconversation_max_tokens = 0\n", "loop.conversation_max_tokens: must be >= 1"),
+    ("[loop]\nconversation_turns = 0\n", "loop.conversation_turns: must be >= 1"),
     (
         '[loop]\ncritique_template = "Judge {output}"\ncritique_template_file = "c.txt"\n',
         "loop: set critique_template or critique_template_file, not both",
@@ -195,6 +199,7 @@ def test_full_config_builds_team_budgets_and_rate_limits(tmp_path: Path) -> None
     team = cfg.build_team()
     assert (team.spec.max_rounds, team.spec.approval_threshold) == (5, 0.75)
     assert team.spec.persistent_subagents is False
+    assert team.spec.memory is None  # a batch's inputs share nothing unless asked
     assert team.budget == Budget(max_calls=9)
     assert cfg.build_budget() == Budget(max_usd=2.5, warn_at=0.5)
     assert cfg.build_rate_limits() == {"gpt-4.1": RateLimit(rpm=100)}
@@ -290,7 +295,7 @@ def test_defaults_agree_with_the_core_settings() -> None:
             if name in model.model_fields and param.default is not inspect.Parameter.empty:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
-    assert compared == 7 + 4 + 5
+    assert compared == 7 + 4 + 9  # Team.actor_critic: the loop's 5, the conversations' 4
     config = parse_config({"actor": {"instructions": "a", "model": "sim"},
                            "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
     for name in LoopSettings.model_fields:
@@ -299,3 +304,13 @@ def test_defaults_agree_with_the_core_settings() -> None:
         assert getattr(config.actor, name) == AgentSettings.model_fields[name].default
     spec = Team.actor_critic(actor=Agent("a", model="sim"), critic=Agent("c", model="sim")).spec
     assert spec == config.build_team().spec
+
+
+def test_loop_memory_settings_reach_the_team(tmp_path: Path) -> None:
+    text = BASE + (
+        '[loop]\nname = "code-review"\nmemory = "per_user"\nconversation_turns = 6\n'
+        "conversation_max_tokens = 1500\n"
+    )
+    spec = load_config(_write(tmp_path, text)).build_team().spec
+    assert (spec.team_id, spec.memory) == ("code-review", "per_user")
+    assert (spec.conversation_turns, spec.conversation_max_tokens) == (6, 1500)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
 from orchestration import ActorCritic, Agent, ConfigError
 from orchestration.core.agents import resolve_model
+from orchestration.core.architecture import LoopSpec
+from orchestration.core.memory import ConversationSettings
 
 
 @pytest.mark.parametrize(
@@ -140,3 +143,141 @@ def test_team_defaults_to_persistent_subagents_and_ignores_its_model() -> None:
 def test_a_bare_agent_has_no_loop_to_run() -> None:
     with pytest.raises(ConfigError, match="architecture"):
         Agent("x", model="sim").run_sync("hello")
+
+
+# --- the nested form and the wiring: used or refused, never ignored --------------------
+@pytest.mark.parametrize("role", ["actor", "critic"])
+def test_an_actor_or_critic_with_its_own_architecture_is_refused(role: str) -> None:
+    actor, critic = _pair()
+    inner = Agent("loop", model="sim", architecture=ActorCritic(actor=actor, critic=critic))
+    pair = {"actor": actor, "critic": critic, role: inner}
+    with pytest.raises(ConfigError, match=rf"{role}= has its own architecture=ActorCritic"):
+        ActorCritic(**pair)
+    with pytest.raises(ConfigError, match=rf"{role}= has its own architecture"):
+        from orchestration import Team
+
+        Team.actor_critic(**pair)
+
+
+def test_an_actor_must_be_an_agent() -> None:
+    _, critic = _pair()
+    with pytest.raises(ConfigError, match="actor= must be an Agent, got str"):
+        ActorCritic(actor="gpt-4o", critic=critic)  # type: ignore[arg-type]
+
+
+def _wiring(actor: Agent, critic: Agent, **change: object) -> dict[str, object]:
+    wiring: dict[str, object] = {
+        "worker_registry": {"coder": actor, "reviewer": critic},
+        "role_to_worker_id": {"actor": "coder", "critic": "reviewer"},
+    }
+    wiring.update(change)
+    return wiring
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"worker_registry": None}, "together, or neither"),
+        ({"role_to_worker_id": None}, "together, or neither"),
+        ({"role_to_worker_id": {"actor": "coder"}}, "exactly 'actor' and 'critic'"),
+        ({"role_to_worker_id": {"actor": "coder", "critic": "reviewer", "x": "y"}},
+         "exactly 'actor' and 'critic'"),
+        ({"role_to_worker_id": {"actor": "coder", "critic": "coder"}}, "the same worker"),
+        ({"role_to_worker_id": {"actor": "coder", "critic": "nobody"}}, "'nobody' is not in"),
+        ({"role_to_worker_id": {"actor": "coder", "critic": "has space"}}, "\\['critic'\\]: 'has space' must be"),
+        ({"worker_registry": {"coder": "x", "reviewer": None}}, "not in worker_registry|is not"),
+        ({"worker_registry": "coder"}, "must be a dict"),
+        ({"other": True}, "no role uses: \\['spare'\\]"),
+    ],
+)  # fmt: skip
+def test_wiring_that_disagrees_with_actor_and_critic_is_refused(
+    change: dict[str, object], says: str
+) -> None:
+    actor, critic = _pair()
+    if change.pop("other", None):
+        change["worker_registry"] = {"coder": actor, "reviewer": critic, "spare": actor}
+    with pytest.raises(ConfigError, match=says):
+        ActorCritic(actor=actor, critic=critic, **_wiring(actor, critic, **change))  # type: ignore[arg-type]
+
+
+def test_a_registry_cannot_swap_in_another_agent() -> None:
+    actor, critic = _pair()
+    other = Agent("something else", model="sim")
+    wiring = _wiring(actor, critic, worker_registry={"coder": other, "reviewer": critic})
+    with pytest.raises(ConfigError, match="is not the actor passed as actor="):
+        ActorCritic(actor=actor, critic=critic, **wiring)  # type: ignore[arg-type]
+
+
+def test_worker_ids_name_the_conversations_and_identify_the_team() -> None:
+    actor, critic = _pair()
+    wired = ActorCritic(actor=actor, critic=critic, **_wiring(actor, critic))  # type: ignore[arg-type]
+    assert wired.persistent_subagents
+    spec = wired.to_spec()
+    assert spec.worker_ids == {"actor": "coder", "critic": "reviewer"}
+    default = ActorCritic(actor=actor, critic=critic).persistent().to_spec()
+    assert default.worker_ids == {"actor": "actor", "critic": "critic"}
+    assert spec.team_id != default.team_id
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("base_url", "http://x"), ("api_key_env", "K"), ("temperature", 0.2), ("max_tokens", 10),
+     ("timeout_s", 5.0), ("price", {"input_per_mtok": 1.0, "output_per_mtok": 2.0}),
+     ("structured_output", True)],
+)  # fmt: skip
+def test_the_outer_agent_of_the_nested_form_refuses_call_settings(
+    setting: str, value: object
+) -> None:
+    actor, critic = _pair()
+    loop = ActorCritic(actor=actor, critic=critic)
+    model = "openai:m" if setting == "base_url" else "claude-opus-4-7"
+    with pytest.raises(ConfigError, match=rf"got {setting}: this agent coordinates"):
+        Agent("Manage.", model=model, architecture=loop, **{setting: value})  # type: ignore[arg-type]
+
+
+def test_the_outer_agent_needs_an_architecture_it_can_run() -> None:
+    with pytest.raises(ConfigError, match="architecture= must be an ActorCritic, got str"):
+        Agent("Manage.", model="claude-opus-4-7", architecture="actor-critic")  # type: ignore[arg-type]
+
+
+def test_team_id_is_stable_and_names_win() -> None:
+    def spec(coordinator: str | None = None, **kw: Any) -> LoopSpec:
+        a, c = _pair()
+        loop = ActorCritic(actor=a, critic=c).persistent()
+        return loop.to_spec(ConversationSettings(**kw), coordinator=coordinator)
+
+    assert spec().team_id == spec().team_id
+    assert spec().team_id.startswith("t-")
+    # how much history is kept, and whose, is not who the team is
+    assert spec(conversation_turns=3).team_id == spec().team_id
+    assert spec(conversation_max_tokens=10).team_id == spec().team_id
+    assert spec(memory="per_user").team_id == spec().team_id
+    assert spec("x").team_id != spec().team_id
+    assert spec(name="code-review").team_id == "code-review"
+    a, c = _pair()
+    other = ActorCritic(actor=a, critic=Agent("review harder", model="sim")).to_spec()
+    assert other.team_id != spec().team_id
+
+
+def test_the_nested_form_builds_what_team_actor_critic_builds() -> None:
+    from orchestration import Team
+
+    actor, critic = _pair()
+    loop = ActorCritic(actor=actor, critic=critic, max_rounds=2, approval_threshold=0.8)
+    team = Team.actor_critic(actor=actor, critic=critic, max_rounds=2, approval_threshold=0.8)
+    nested = Agent("Manage.", model="claude-opus-4-7", architecture=loop)._team().spec  # type: ignore[attr-defined]
+    named = Agent("Manage.", model="claude-opus-4-7", name="reviews", architecture=loop)
+    plain = loop._team().spec  # ActorCritic.run's team
+    assert nested.persistent_subagents and plain.persistent_subagents
+    # the same loop as Team.actor_critic, apart from who coordinates it
+    same = {"coordinator", "name"}
+    assert nested.model_dump(exclude=same) == team.spec.model_dump(exclude=same)
+    assert plain == team.spec  # ActorCritic.run is exactly Team.actor_critic's team
+    # the outer agent's model and instructions are used: they make it a team of its own
+    assert nested.coordinator is not None and "Manage." in nested.coordinator
+    assert nested.team_id != team.spec.team_id
+    other = Agent("Coordinate.", model="claude-opus-4-7", architecture=loop)._team().spec  # type: ignore[attr-defined]
+    assert other.team_id != nested.team_id
+    assert named._team().spec.team_id == "reviews"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="Agent name: 'a b' must be"):
+        Agent("Manage.", model="claude-opus-4-7", name="a b", architecture=loop)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from orchestration.state import keys
-from orchestration.state.conversations import ConversationStore, conversation_scope, messages_from
+from orchestration.state.conversations import ConversationStore, messages_from
+
+
+def K(role: str, scope: str) -> str:  # noqa: N802 - short, read in every assertion
+    return keys.conversation("team", role, scope)
 
 
 @pytest.fixture(params=["fakeredis", "redis"])
@@ -23,21 +28,15 @@ def add(
     conv: ConversationStore, scope: str, n: int, *, role: str = "actor", turns: int = 20
 ) -> None:
     conv.append(
-        role, scope, turns, step_id=f"run/{scope}/{n}", prompt=f"ask {n}", reply=f"answer {n}"
+        K(role, scope), turns, step_id=f"run/{scope}/{n}", prompt=f"ask {n}", reply=f"answer {n}"
     )
 
 
-def test_scope_is_the_user_else_the_run() -> None:
-    assert conversation_scope("alice", "r1") == "user:alice"
-    assert conversation_scope(None, "r1") == "run:r1"
-    assert conversation_scope("", "r1") == "run:r1"
-
-
 def test_turns_come_back_in_order_as_alternating_messages(conv: ConversationStore) -> None:
-    assert conv.history("actor", "user:a", 20) == []
+    assert conv.history(K("actor", "user:a"), 20) == []
     add(conv, "user:a", 1)
     add(conv, "user:a", 2)
-    assert conv.history("actor", "user:a", 20) == [
+    assert conv.history(K("actor", "user:a"), 20) == [
         {"role": "user", "content": "ask 1"},
         {"role": "assistant", "content": "answer 1"},
         {"role": "user", "content": "ask 2"},
@@ -48,11 +47,11 @@ def test_turns_come_back_in_order_as_alternating_messages(conv: ConversationStor
 def test_bounded_oldest_dropped_first(conv: ConversationStore) -> None:
     for n in range(25):
         add(conv, "user:a", n, turns=20)
-    assert conv.r.llen(keys.conversation("actor", "user:a")) == 20
-    history = conv.history("actor", "user:a", 20)
+    assert conv.r.llen(K("actor", "user:a")) == 20
+    history = conv.history(K("actor", "user:a"), 20)
     assert [m["content"] for m in history[::2]] == [f"ask {n}" for n in range(5, 25)]
     # a spec keeping fewer turns reads only the newest of a shared conversation
-    assert [m["content"] for m in conv.history("actor", "user:a", 3)[::2]] == [
+    assert [m["content"] for m in conv.history(K("actor", "user:a"), 3)[::2]] == [
         "ask 22",
         "ask 23",
         "ask 24",
@@ -66,7 +65,7 @@ def test_scopes_and_roles_are_isolated(conv: ConversationStore) -> None:
     add(conv, "run:r2", 4)
     add(conv, "user:a", 5, role="critic")
     contents = {
-        (role, scope): [m["content"] for m in conv.history(role, scope, 20)]
+        (role, scope): [m["content"] for m in conv.history(K(role, scope), 20)]
         for role in ("actor", "critic")
         for scope in ("user:a", "user:b", "run:r1", "run:r2")
     }
@@ -84,38 +83,96 @@ def test_scopes_and_roles_are_isolated(conv: ConversationStore) -> None:
 
 def test_no_turns_kept_means_nothing_stored(conv: ConversationStore) -> None:
     add(conv, "user:a", 1, turns=0)
-    assert conv.history("actor", "user:a", 0) == []
-    assert conv.r.exists(keys.conversation("actor", "user:a")) == 0
+    assert conv.history(K("actor", "user:a"), 0) == []
+    assert conv.r.exists(K("actor", "user:a")) == 0
 
 
 def test_empty_reply_is_not_stored(conv: ConversationStore) -> None:
     # An empty assistant turn would make the vendors refuse every later call.
-    conv.append("actor", "user:a", 20, step_id="r/x", prompt="ask", reply="  ")
-    assert conv.history("actor", "user:a", 20) == []
+    conv.append(K("actor", "user:a"), 20, step_id="r/x", prompt="ask", reply="  ")
+    assert conv.history(K("actor", "user:a"), 20) == []
 
 
 def test_expires_when_left_alone(conv: ConversationStore) -> None:
     add(conv, "user:a", 1)
-    assert 0 < conv.r.ttl(keys.conversation("actor", "user:a")) <= 600
+    assert 0 < conv.r.ttl(K("actor", "user:a")) <= 600
 
 
 def test_a_step_stored_twice_is_read_once(conv: ConversationStore) -> None:
     for _ in range(2):
-        conv.append("actor", "user:a", 20, step_id="run1/r0.generate", prompt="ask", reply="x")
-    conv.append("actor", "user:a", 20, step_id="run1/r1.refine", prompt="again", reply="y")
-    assert [m["content"] for m in conv.history("actor", "user:a", 20)] == ["ask", "x", "again", "y"]
+        conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask", reply="x")
+    conv.append(K("actor", "user:a"), 20, step_id="run1/r1.refine", prompt="again", reply="y")
+    assert [m["content"] for m in conv.history(K("actor", "user:a"), 20)] == [
+        "ask",
+        "x",
+        "again",
+        "y",
+    ]
 
 
 def test_append_on_a_callers_pipeline(conv: ConversationStore) -> None:
     pipe: Any = conv.r.pipeline(transaction=False)
-    conv.append("actor", "user:a", 20, step_id="s", prompt="ask", reply="x", pipe=pipe)
-    assert conv.history("actor", "user:a", 20) == []  # only queued
+    conv.append(K("actor", "user:a"), 20, step_id="s", prompt="ask", reply="x", pipe=pipe)
+    assert conv.history(K("actor", "user:a"), 20) == []  # only queued
     pipe.execute()
-    assert len(conv.history("actor", "user:a", 20)) == 2
-    conv.clear("actor", "user:a")
-    assert conv.history("actor", "user:a", 20) == []
+    assert len(conv.history(K("actor", "user:a"), 20)) == 2
+    conv.clear(K("actor", "user:a"))
+    assert conv.history(K("actor", "user:a"), 20) == []
 
 
 def test_messages_from_decoded_and_raw() -> None:
     raw = ['{"s":"a","u":"q","a":"r"}', b'{"u":"q2","a":"r2"}']
     assert [m["content"] for m in messages_from(raw)] == ["q", "r", "q2", "r2"]
+
+
+def test_messages_from_bounds_by_tokens_keeping_the_runs_own() -> None:
+    from orchestration.state.conversations import turn_json
+
+    def turn(step: str) -> str:
+        return turn_json(step, "u" * 200, "a" * 200)  # about 100 tokens
+
+    raw = [turn("old/r0.generate"), turn("mid/r0.generate"), turn("me/r0.generate")]
+    kept = messages_from(raw, max_tokens=150, run_id="me")
+    assert len(kept) == 2  # only this run's own turn: others do not fit beside it
+    assert len(messages_from(raw, max_tokens=200, run_id="me")) == 4  # the newest other too
+    assert len(messages_from(raw)) == 6
+
+
+def test_storing_past_the_token_bound_drops_the_oldest_to_half_of_it(redis_client: Any) -> None:
+    """The store's own script: past the bound the oldest turns of other runs go, down to
+    half of it, so the next calls share one prefix; the storing run's turns stay."""
+    from orchestration.state.conversations import turn_json
+    from orchestration.state.runs import RunStore
+
+    store = RunStore(redis_client, finished_ttl_s=600)
+    key = K("actor", "user:a")
+
+    def store_turn(run: str, n: int, chars: int = 400) -> None:
+        turn = turn_json(f"{run}/r{n}.refine", "u" * (chars // 2), "a" * (chars // 2))
+        store.complete_step(
+            run, f"r{n}.refine", {"key": f"r{n}.refine", "text": "x"}, "{}", "claimant",
+            conversation=(key, turn, 20), conversation_max_tokens=1000,
+        )  # fmt: skip
+
+    def runs_kept() -> list[str]:
+        return [json.loads(t)["s"] for t in redis_client.lrange(key, 0, -1)]
+
+    for n in range(9):  # 9 turns of ~430 characters: under 4,000 characters
+        store_turn(f"old{n}", 1)
+    assert len(runs_kept()) == 9
+    store_turn("old9", 1)  # past 4,000: down to <= 2,000 characters, newest kept
+    kept = runs_kept()
+    assert kept == [f"old{n}/r1.refine" for n in range(10 - len(kept), 10)]
+    assert sum(len(t) for t in redis_client.lrange(key, 0, -1)) <= 2000 < 4000
+    assert len(kept) >= 4
+    # the next few stores keep that prefix: no turn dropped until the bound is passed again
+    before = runs_kept()
+    store_turn("new", 1)
+    assert runs_kept() == [*before, "new/r1.refine"]
+    # a run's own turns are never dropped, even when they alone pass the bound
+    for n in range(2, 5):
+        store_turn("big", n, chars=3000)
+    assert [s for s in runs_kept() if s.startswith("big/")] == [
+        f"big/r{n}.refine" for n in (2, 3, 4)
+    ]
+    assert not any(s.startswith("old") for s in runs_kept())

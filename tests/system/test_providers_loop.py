@@ -268,7 +268,8 @@ def test_twenty_turn_conversation_reads_the_prompt_cache(
 ) -> None:
     """A user's 20 runs: each role's conversation grows to 20 turns, its earlier turns
     are read from the vendor's prompt cache, and priced at the cached rate."""
-    t = team(actor, critic, max_rounds=1, approval_threshold=0.0)
+    # No token bound short of 20 turns: the whole conversation is the cached prefix.
+    t = team(actor, critic, max_rounds=1, approval_threshold=0.0, conversation_max_tokens=10**6)
     user = f"dana-{tag()}"
     results = [run(t, f"Task {n} ({tag()}): write a parser.", user_id=user) for n in range(20)]
     assert all(r.status == "approved" for r in results)
