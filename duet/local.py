@@ -1,6 +1,9 @@
 """The embedded default: an embedded Redis plus an in-process worker, for one machine.
 
-Started on first use when ``DUET_REDIS_URL`` is unset, stopped when the process exits.
+Started on first use when ``DUET_REDIS_URL`` is unset, stopped when the process exits:
+normally, on an exception, on Ctrl-C, and on SIGTERM or SIGHUP (which, started from the
+main thread, end the process through ``SystemExit`` so the cleanup runs; their default
+action would kill it and leave the embedded Redis running).
 The worker is found by module name (``workers.inprocess``), the way ``celery -A`` finds
 an app, so the orchestration layer never imports worker code.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import signal
 import threading
 from typing import Any
 
@@ -73,9 +77,29 @@ def ensure_backend() -> str:
         if _cluster is None:
             _cluster = LocalCluster(concurrency=min(get_settings().worker_concurrency, 64)).start()
             atexit.register(shutdown)
+            _exit_cleanly_on_signals()
         # Someone may have pointed the process elsewhere since (connection.reset()).
         connection.use_redis(_cluster.url)
         return _cluster.url
+
+
+#: Signals whose default action would end the process without running ``atexit``.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _exit_cleanly_on_signals() -> None:
+    """Make SIGTERM and SIGHUP raise ``SystemExit(128 + signal)``, where nobody handles
+    them yet (only the main thread may set handlers; another thread's caller keeps
+    its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _raise_exit)
+
+
+def _raise_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def shutdown() -> None:

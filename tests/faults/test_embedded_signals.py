@@ -1,0 +1,103 @@
+"""``duet run`` on the embedded default, stopped by a signal mid-batch: no Redis is left.
+
+A real ``duet run`` process (no ``DUET_REDIS_URL``) starts its embedded redis-server /
+valkey-server as a child; the test waits until results are being written, signals the
+process, and checks that it exits and that the server process is gone, with every line
+written to the results file whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, wait_for
+
+pytestmark = pytest.mark.system
+
+CONFIG = """
+[actor]
+instructions = "Fix the code."
+model = "sim?latency_ms=150"
+[critic]
+instructions = "Review the code."
+model = "sim?latency_ms=150&scores=0.2,0.3,0.4,0.95"
+[loop]
+max_rounds = 3
+"""
+
+
+def server_children(pid: int) -> list[int]:
+    """Redis-compatible server processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid == pid and name in ("redis-server", "valkey-server"):
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+@pytest.mark.parametrize(
+    ("signals", "exit_code"),
+    [([signal.SIGTERM], 128 + signal.SIGTERM), ([signal.SIGHUP], 128 + signal.SIGHUP),
+     # Ctrl-C cancels the batch and keeps writing; a second one quits at once.
+     ([signal.SIGINT, signal.SIGINT], 130)],
+    ids=["SIGTERM", "SIGHUP", "SIGINT-twice"],
+)  # fmt: skip
+def test_a_signalled_run_leaves_no_redis(
+    signals: list[signal.Signals], exit_code: int, tmp_path: Path
+) -> None:
+    config = tmp_path / "review.toml"
+    config.write_text(CONFIG)
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text("".join(json.dumps({"id": f"i{n}", "prompt": f"task {n}"}) + "\n"
+                              for n in range(40)))  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
+    env["DUET_WORKER_CONCURRENCY"] = "4"  # slow enough to be mid-batch for seconds
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs),
+             "-o", str(out)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink,
+        )  # fmt: skip
+    try:
+        servers = wait_for(lambda: server_children(proc.pid), 60, "the embedded Redis to start")
+        assert len(servers) == 1
+        wait_for(lambda: out.exists() and out.read_text().count("\n") >= 2, 60, "two results")
+        for signum in signals:
+            proc.send_signal(signum)
+            if signum == signal.SIGINT:  # let the first Ctrl-C be handled before the next
+                wait_for(lambda: "cancelling" in err.read_text(), 30, "the cancel notice")
+        assert proc.wait(60) == exit_code, err.read_text()[-2000:]
+        assert not alive(servers[0]), "the embedded Redis outlived duet run"
+        lines = out.read_text().splitlines()
+        assert 2 <= len(lines) < 40
+        assert all(json.loads(line)["id"] for line in lines)  # every line whole
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
