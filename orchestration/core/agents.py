@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
@@ -64,6 +64,10 @@ class LoopRunner(Protocol):
     def run_sync(self) -> Callable[..., RunResult]: ...
 
 
+def _as_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
 class Price(BaseModel):
     """USD per million tokens for one model."""
 
@@ -79,7 +83,8 @@ class Price(BaseModel):
     """Input tokens written to a prompt cache (Anthropic); the input rate when ``None``."""
     batch: Price | None = None
     """The rates of a vendor batch call; the standard rates when ``None``."""
-    tiers: tuple[PriceTier, ...] = ()
+    # A list is taken too (TOML and JSON have no tuples), also when checked strictly.
+    tiers: Annotated[tuple[PriceTier, ...], BeforeValidator(_as_tuple)] = ()
     """Long-context rates: a call with more input tokens than a tier's threshold pays
     that tier's rates on all its tokens."""
 

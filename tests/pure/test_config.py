@@ -9,7 +9,7 @@ import pytest
 
 from duet.config import load_config, parse_config
 from orchestration.client.team import Team
-from orchestration.core.agents import Agent, AgentSettings, Price
+from orchestration.core.agents import Agent, AgentSettings, Price, PriceTier
 from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
@@ -314,3 +314,23 @@ def test_loop_memory_settings_reach_the_team(tmp_path: Path) -> None:
     spec = load_config(_write(tmp_path, text)).build_team().spec
     assert (spec.team_id, spec.memory) == ("code-review", "per_user")
     assert (spec.conversation_turns, spec.conversation_max_tokens) == (6, 1500)
+
+
+def test_price_tiers_in_a_file(tmp_path: Path) -> None:
+    """A file's price is the core's Price: long-context tiers too, checked strictly."""
+    price = (
+        "price = { input_per_mtok = 1.0, output_per_mtok = 2.0, tiers = [\n"
+        "  { above_input_tokens = 200000, price = { input_per_mtok = 2.0, output_per_mtok = 4.0 } },\n"
+        "] }"
+    )
+    text = BASE.replace('model = "sim"', f'model = "openai:my-finetune"\n{price}', 1)
+    actor, _ = load_config(_write(tmp_path, text)).build_agents()
+    assert actor.spec.price is not None
+    assert actor.spec.price.tiers == (
+        PriceTier(above_input_tokens=200_000, price=Price(input_per_mtok=2.0, output_per_mtok=4.0)),
+    )
+    bad = text.replace("above_input_tokens = 200000", 'above_input_tokens = "200000"')
+    assert (
+        "actor.price.tiers[0].above_input_tokens: must be an integer, got a string '200000'"
+        in _error(tmp_path, bad)
+    )
