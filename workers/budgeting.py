@@ -26,8 +26,9 @@ from orchestration.state.budgets import (
     RateLimiter,
     _scope_keys,
     _wire,
+    warning_flag,
 )
-from orchestration.state.runs import ScriptCall, event_json
+from orchestration.state.runs import Once, ScriptCall, event_json
 from workers.providers import Completion, Message
 
 #: How long the per-process copy of the fleet's rate-limit table is trusted.
@@ -91,12 +92,19 @@ class Budgets:
     # --- coordinator: the check at the start of a round --------------------
     def round_check(
         self, run: Mapping[str, str], scopes: list[str]
-    ) -> tuple[str | None, list[str]]:
-        """(interruption reason or None, budget.warning events) for the run's scopes."""
+    ) -> tuple[str | None, list[Once]]:
+        """(interruption reason or None, budget.warning events) for the run's scopes.
+
+        Each warning is a :class:`Once` on its :func:`warning_flag`: the transition that
+        records it emits it if, and only if, that transition sets the flag.
+        """
         status = self.ledger.round_status(scopes)
         warnings = [
-            event_json(ev.BUDGET_WARNING, run["run_id"], scope=w.scope, unit=w.unit,
-                       fraction=round(w.fraction, 4))
+            Once(
+                event_json(ev.BUDGET_WARNING, run["run_id"], scope=w.scope, unit=w.unit,
+                           fraction=round(w.fraction, 4)),
+                *warning_flag(w.scope, w.unit),
+            )
             for w in status.warnings
         ]  # fmt: skip
         return status.reason, warnings

@@ -29,12 +29,13 @@ from orchestration.core.results import FINISHED_STATUSES, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.state import keys
 from orchestration.state.keys import TASK_BY_PHASE
-from orchestration.state.runs import RunStore, event_json
+from orchestration.state.runs import Once, RunStore, event_json
 
 log = logging.getLogger(__name__)
 
 #: (scopes) -> (blocked reason or None, warning events); set when budgets are wired in.
-BudgetCheck = Callable[[Mapping[str, str], list[str]], tuple[str | None, list[str]]]
+#: Warnings are :class:`Once` events: the transition that records them sets their flag.
+BudgetCheck = Callable[[Mapping[str, str], list[str]], tuple[str | None, list[Once]]]
 
 
 class RunObserver(Protocol):
@@ -137,7 +138,7 @@ class Coordinator:
         if len(outs) != seq and run.get("cancelled") != "1":
             log.warning("coordinate: run %s has %s steps at transition %s", run_id, len(outs), seq)
             return None
-        events: list[str] = []
+        events: list[str | Once] = []
         if seq == 0:
             events.append(event_json(ev.RUN_STARTED, run_id))
         state = LoopState(
@@ -224,7 +225,7 @@ class Coordinator:
         outs: tuple[StepOutcome, ...],
         seq: int,
         action: Finish,
-        events: list[str],
+        events: list[str | Once],
     ) -> None:
         run_id = run["run_id"]
         last_round = outs[-1].round if outs else 0

@@ -191,8 +191,10 @@ return released
 )
 
 # KEYS: (budget, leases, holds) per scope. ARGV: scope count, include_reserved (0/1).
-# Returns {blocked scope index + 1 (0: none), blocked unit, then per new warning:
-# scope index, unit, fraction}.
+# Returns {blocked scope index + 1 (0: none), blocked unit, then per warning not yet
+# emitted: scope index, unit, fraction}. It sets no flag: the transition that emits the
+# warning does, in its own script (see ``warning_flag``), so a lost race emits nothing
+# and loses nothing.
 _LUA_STATUS = (
     _LUA_COMMON
     + """
@@ -212,7 +214,7 @@ for i = 0, n - 1 do
         out[1] = i + 1
         out[2] = unit
       end
-      if used >= warn_at * limit and redis.call('HSETNX', bkey, 'warned:' .. unit, '1') == 1 then
+      if used >= warn_at * limit and redis.call('HEXISTS', bkey, 'warned:' .. unit) == 0 then
         local fraction = 1
         if limit > 0 then fraction = used / limit end
         table.insert(out, i)
@@ -344,6 +346,11 @@ class ScopeState:
         """The scope's limits as a :class:`Budget` (all off when none was set)."""
         fields: dict[str, Any] = {f"max_{u}": v for u, v in self.limits.items()}
         return Budget(warn_at=self.warn_at, **fields)
+
+
+def warning_flag(scope: str, unit: str) -> tuple[str, str]:
+    """Where the one-time warning of ``unit`` in ``scope`` is recorded: (hash key, field)."""
+    return keys.budget(scope), f"warned:{unit}"
 
 
 class BudgetLedger:
@@ -526,8 +533,12 @@ class BudgetLedger:
     def round_status(self, scopes: list[str], *, include_reserved: bool = False) -> BudgetStatus:
         """The budget check before a round, for all scopes in one round trip.
 
-        ``blocked`` is the first (scope, unit) whose spent has reached its limit. Each
-        (scope, unit) warning past ``warn_at`` is returned once ever, fleet-wide.
+        ``blocked`` is the first (scope, unit) whose spent has reached its limit.
+        ``warnings`` are the (scope, unit) pairs past ``warn_at`` whose warning has not
+        been emitted yet. Reading them marks nothing: the coordinator's transition sets
+        each one's :func:`warning_flag` in the same script that records it and emits the
+        event only if it set the flag, so each warning is emitted once ever, fleet-wide,
+        by a transition that happened.
 
         Args:
             include_reserved: count other calls' open holds as used. Off by default:

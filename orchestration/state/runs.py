@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +52,20 @@ else
     redis.call('XADD', batch_done, '*', 'run', ARGV[9], 'status', final)
   end
 end
-for i = 10, #ARGV do
-  redis.call('XADD', events, '*', 'e', ARGV[i])
+-- ARGV[10]: the one-time events among the events (JSON [[event number, flag field]...]);
+-- the last #once KEYS are their flags' hashes, in that order. Such an event is emitted
+-- only by the transition that sets its flag, here, with the transition itself.
+local once, flags = {}, cjson.decode(ARGV[10])
+for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end
+for i = 11, #ARGV do
+  local flag = once[i - 10]
+  if not flag or redis.call('HSETNX', flag[1], flag[2], '1') == 1 then
+    redis.call('XADD', events, '*', 'e', ARGV[i])
+  end
 end
 if ARGV[2] ~= 'step' then
   local ttl = tonumber(ARGV[8])
-  for i = 6, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 6, #KEYS - #flags do redis.call('EXPIRE', KEYS[i], ttl) end
 end
 return 1
 """
@@ -258,6 +266,17 @@ def event_json(type_: str, run_id: str, round_: int | None = None, **data: Any) 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Once:
+    """An event a transition emits only if it is the first to set a flag (field ``field``
+    of hash ``key``), in the same script that records the transition: a transition that
+    loses its compare-and-set, or never runs, neither emits it nor uses it up."""
+
+    event: str
+    key: str
+    field: str
+
+
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
@@ -361,9 +380,13 @@ class RunStore:
         seq: int,
         step_key: str,
         step_input: Mapping[str, Any],
-        events: list[str],
+        events: Sequence[str | Once],
     ) -> int:
-        """Make transition ``seq`` create ``step_key``; 1 if made, <= 0 if not (see script)."""
+        """Make transition ``seq`` create ``step_key``; 1 if made, <= 0 if not (see script).
+
+        ``events`` are emitted with it, in order; a :class:`Once` only if this transition
+        is the one that sets its flag.
+        """
         args = ["step", repr(time.time()), step_key, json.dumps(step_input)]
         return self._run_transition(run, seq, args, events)
 
@@ -376,9 +399,10 @@ class RunStore:
         reason: str | None,
         error: str | None,
         usage: Mapping[str, Any],
-        events: list[str],
+        events: Sequence[str | Once],
     ) -> int:
-        """Make transition ``seq`` finish the run; 1 if made, <= 0 if not."""
+        """Make transition ``seq`` finish the run; 1 if made, <= 0 if not. ``events`` as
+        for :meth:`record_step`."""
         return self._run_transition(
             run,
             seq,
@@ -396,10 +420,11 @@ class RunStore:
         )
 
     def _run_transition(
-        self, run: Mapping[str, str], seq: int, args: list[str], events: list[str]
+        self, run: Mapping[str, str], seq: int, args: list[str], events: Sequence[str | Once]
     ) -> int:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
+        once = [(n, e) for n, e in enumerate(events, 1) if isinstance(e, Once)]
         script_keys = [
             keys.run(run_id),
             keys.run_inputs(run_id),
@@ -407,10 +432,13 @@ class RunStore:
             keys.batch(batch_id) if batch_id else "",
             keys.batch_events(batch_id) if batch_id else "",
             *keys.run_keys(run_id),
+            *(e.key for _, e in once),
         ]
         while len(args) < 8:
             args.append("")
-        return int(self._transition(keys=script_keys, args=[seq, *args, *events]))
+        flags = json.dumps([[n, e.field] for n, e in once])
+        texts = [e.event if isinstance(e, Once) else e for e in events]
+        return int(self._transition(keys=script_keys, args=[seq, *args, flags, *texts]))
 
     def fail_run(self, run_id: str, error: str) -> bool:
         """End a run as ``failed`` whatever transition it is at (a bug, not a decision);

@@ -15,7 +15,7 @@ import pytest
 from orchestration.core.budget import CALLS, TOKENS, UNITS, USD, Amount, Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state import keys
-from orchestration.state.budgets import BudgetLedger, RateLimiter
+from orchestration.state.budgets import BudgetLedger, RateLimiter, warning_flag
 from orchestration.state.keys import budget_holds, rate_tokens
 
 LONG = 60.0  # a lease no test outlives
@@ -234,7 +234,13 @@ def test_round_status_counts_holds_only_when_asked(ledger):
     assert status.blocked == ("global:fleet", TOKENS)
 
 
-def test_each_warning_is_reported_once_fleet_wide(r):
+def _emit(r, warnings) -> None:
+    """What the transition that emits warnings does to their flags (RunStore's script)."""
+    for w in warnings:
+        r.hsetnx(*warning_flag(w.scope, w.unit), "1")
+
+
+def test_a_warning_is_reported_until_emitted_then_never_again(r):
     coordinator_a, coordinator_b = BudgetLedger(r), BudgetLedger(r)
     scopes = ["run:r1", "global:fleet"]
     coordinator_a.set_limits("global:fleet", Budget(max_tokens=100, max_usd=1.0))
@@ -244,6 +250,9 @@ def test_each_warning_is_reported_once_fleet_wide(r):
     first = coordinator_a.round_status(scopes)
     assert [(w.scope, w.unit) for w in first.warnings] == [("run:r1", CALLS)]
     assert first.warnings[0].fraction == 0.5
+    # reading marks nothing: another coordinator still sees it until one emits it
+    assert coordinator_b.round_status(scopes).warnings == first.warnings
+    _emit(r, first.warnings)
     assert coordinator_b.round_status(scopes).warnings == []
 
     coordinator_a.settle("s2", scopes, amt(1, usd=0.3))
@@ -252,22 +261,28 @@ def test_each_warning_is_reported_once_fleet_wide(r):
         ("global:fleet", TOKENS, 0.8),
         ("global:fleet", USD, 0.8),
     ]
+    _emit(r, second.warnings)
     assert coordinator_a.round_status(scopes).warnings == []
     assert coordinator_b.round_status(scopes).warnings == []
 
 
-def test_warnings_rearm_on_reset_or_a_changed_limit_only(ledger):
+def test_warnings_rearm_on_reset_or_a_changed_limit_only(ledger, r):
+    def warned() -> int:
+        found = ledger.round_status(["global:fleet"]).warnings
+        _emit(r, found)
+        return len(found)
+
     ledger.set_limits("global:fleet", Budget(max_tokens=100))
     ledger.settle("s1", ["global:fleet"], amt(90))
-    assert len(ledger.round_status(["global:fleet"]).warnings) == 1
+    assert warned() == 1
     ledger.set_limits("global:fleet", Budget(max_tokens=100))  # same limits again
-    assert ledger.round_status(["global:fleet"]).warnings == []
+    assert warned() == 0
     ledger.set_limits("global:fleet", Budget(max_tokens=95))
-    assert len(ledger.round_status(["global:fleet"]).warnings) == 1
+    assert warned() == 1
     ledger.reset("global:fleet")
-    assert ledger.round_status(["global:fleet"]).warnings == []
+    assert warned() == 0
     ledger.settle("s2", ["global:fleet"], amt(90))
-    assert len(ledger.round_status(["global:fleet"]).warnings) == 1
+    assert warned() == 1
 
 
 # --- administration -----------------------------------------------------------------
