@@ -198,6 +198,26 @@ def test_every_yaml_file_parses(yaml: Any, path: Path) -> None:
     assert docs and all(isinstance(d, dict) for d in docs), f"{rel(path)} has no mapping"
 
 
+@pytest.mark.parametrize("path", YAML_FILES, ids=rel)
+def test_no_yaml_mapping_repeats_a_key(yaml: Any, path: Path) -> None:
+    """A repeated key is silently the last one for YAML readers (compose, kubectl)."""
+
+    def check(node: Any) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen = [k.value for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
+            repeated = sorted({k for k in seen if seen.count(k) > 1})
+            assert not repeated, f"{rel(path)}:{node.start_mark.line + 1} repeats {repeated}"
+            for k, v in node.value:
+                check(k)
+                check(v)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                check(item)
+
+    for doc in yaml.compose_all(path.read_text(), Loader=yaml.SafeLoader):
+        check(doc)
+
+
 def test_compose_has_one_scalable_pool_per_queue(yaml: Any) -> None:
     compose = load_all(yaml, DEPLOY / "compose.yaml")[0]
     services = compose["services"]
