@@ -37,7 +37,13 @@ Admin API (JSON):
     faulted / dropped counts, arrival log ``[{t, path, model}]`` (``time.time()``),
     usage totals sent (cache reads and writes included), the last request bodies, the
     current plan.
-``POST /_admin/reset``   clear faults, stats and logs; latency back to its start value.
+``POST /_admin/batches`` how vendor batches behave: ``delay_s``, ``fail_match``,
+    ``fail_status``, ``expire_match``, ``expire`` (see :mod:`duet.fake_batches`).
+``POST /_admin/reset``   clear faults, stats, logs and batches; latency back to its start
+    value.
+
+The vendor batch APIs (OpenAI ``/v1/files`` + ``/v1/batches``, Anthropic
+``/v1/messages/batches``) are served too: see :mod:`duet.fake_batches`.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from duet.fake_batches import BatchError, BatchStore
 from duet.fake_cache import PromptCache
 from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.sim import simulate
@@ -173,9 +180,12 @@ class _Decision:
 class _State:
     """Fault plan and statistics, shared by the handler threads."""
 
-    def __init__(self, latency_ms: float, cache: PromptCache) -> None:
+    def __init__(self, latency_ms: float, cache: PromptCache, batch_delay_s: float = 0.0) -> None:
         self.lock = threading.Lock()
         self.cache = cache
+        self.batches = BatchStore(
+            lambda anthropic, body, key: _answer_one(self, anthropic, body, key), batch_delay_s
+        )
         self.start_latency_ms = float(latency_ms)
         self.latency_ms = float(latency_ms)
         self.plan: dict[str, Any] = {}
@@ -198,6 +208,7 @@ class _State:
             self.cache_write_tokens = 0
             self.responses = 0
             self.cache.clear()
+            self.batches.reset()
             self.arrivals: deque[dict[str, Any]] = deque(maxlen=_ARRIVALS)
             self.last_requests: deque[dict[str, Any]] = deque(maxlen=_LAST_REQUESTS)
 
@@ -315,6 +326,7 @@ class _State:
                 "arrivals": list(self.arrivals),
                 "last_requests": list(self.last_requests),
                 "faults": dict(self.plan),
+                "batches": self.batches.stats(),
                 "latency_ms": self.latency_ms,
             }
 
@@ -382,7 +394,76 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         return json.loads(raw) if raw else {}
 
+    def _count(self, route: str) -> None:
+        state = self.server.state
+        with state.lock:
+            state.requests += 1
+            state.by_path[route] += 1
+
+    def _send_bytes(self, data: bytes, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _base(self) -> str:
+        host = self.headers.get("Host") or f"127.0.0.1:{self.server.server_address[1]}"
+        return f"http://{host}"
+
+    def _batch_api(self, method: str, path: str) -> bool:
+        """Serve a vendor batch API route (see :mod:`duet.fake_batches`); False if not one."""
+        parts = path.strip("/").split("/")
+        store = self.server.state.batches
+        anthropic = parts[:3] == ["v1", "messages", "batches"]
+        try:
+            if parts == ["v1", "files"] and method == "POST":
+                self._count("/v1/files")
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                self._send(200, store.upload(self.headers.get("Content-Type") or "", raw))
+            elif parts[:2] == ["v1", "files"] and len(parts) in (3, 4) and method == "GET":
+                meta, data = store.file(parts[2])
+                if len(parts) == 4 and parts[3] == "content":
+                    self._count("/v1/files/{id}/content")
+                    self._send_bytes(data, "application/octet-stream")
+                else:
+                    self._count("/v1/files/{id}")
+                    self._send(200, meta)
+            elif parts == ["v1", "batches"] and method == "POST":
+                self._count("/v1/batches")
+                self._send(200, store.create_openai(self._read_json(), self._api_key()))
+            elif parts[:2] == ["v1", "batches"] and len(parts) in (3, 4):
+                cancel = len(parts) == 4 and parts[3] == "cancel" and method == "POST"
+                if len(parts) == 4 and not cancel:
+                    return False
+                self._count("/v1/batches/{id}/cancel" if cancel else "/v1/batches/{id}")
+                self._send(200, store.openai(parts[2], cancel=cancel))
+            elif anthropic and len(parts) == 3 and method == "POST":
+                self._count("/v1/messages/batches")
+                self._send(
+                    200, store.create_anthropic(self._read_json(), self._api_key(), self._base())
+                )
+            elif anthropic and len(parts) == 4 and method == "GET":
+                self._count("/v1/messages/batches/{id}")
+                self._send(200, store.anthropic(parts[3], base=self._base()))
+            elif anthropic and len(parts) == 5 and parts[4] == "results" and method == "GET":
+                self._count("/v1/messages/batches/{id}/results")
+                self._send_bytes(store.anthropic_results(parts[3]), "application/binary")
+            elif anthropic and len(parts) == 5 and parts[4] == "cancel" and method == "POST":
+                self._count("/v1/messages/batches/{id}/cancel")
+                self._send(200, store.anthropic(parts[3], base=self._base(), cancel=True))
+            else:
+                return False
+        except BatchError as exc:
+            self._send(exc.status, _error_payload(anthropic, exc.status, str(exc)))
+        except ValueError as exc:
+            self._send(400, _error_payload(anthropic, 400, f"body is not JSON: {exc}"))
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self._batch_api("GET", self.path.split("?", 1)[0]):
+            return
         if self.path == "/_admin/stats":
             self._send(200, self.server.state.snapshot())
         elif self.path in ("/", "/health", "/_admin/health"):
@@ -392,6 +473,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         path = self.path.split("?", 1)[0]
+        if self._batch_api("POST", path):
+            return
         try:
             body = self._read_json()
         except (ValueError, UnicodeDecodeError) as exc:
@@ -405,6 +488,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(400, {"error": str(exc)})
                 return
             self._send(200, {"faults": state.snapshot()["faults"], "latency_ms": state.latency_ms})
+        elif path == "/_admin/batches":
+            try:
+                state.batches.set_plan(body if isinstance(body, dict) else {"<body>": body})
+            except ValueError as exc:
+                self._send(400, {"error": str(exc)})
+                return
+            self._send(200, {"batches": state.batches.plan})
         elif path == "/_admin/reset":
             state.reset()
             self._send(200, {"ok": True})
@@ -430,7 +520,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(anthropic, fate.status, fate.message, fate.headers, echo_key=fate.echo_key)
             return
         try:
-            reply = self._answer(anthropic, model, body, self._api_key())
+            reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
             self._error(anthropic, exc.status_code or 500, str(exc), {})
             return
@@ -477,96 +567,125 @@ class _Handler(BaseHTTPRequestHandler):
         organisation)."""
         return self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
 
-    def _answer(
-        self, anthropic: bool, model: str, body: dict[str, Any], key: str
-    ) -> tuple[dict[str, Any], tuple[int, int, int, int]]:
-        raw_messages = body.get("messages")
-        if not isinstance(raw_messages, list):
-            raise ValueError("'messages' must be a list")
-        if anthropic:
-            if not isinstance(body.get("max_tokens"), int):
-                raise ValueError("'max_tokens' is required and must be an integer")
-            max_tokens = body["max_tokens"]
-            system = _text(body.get("system"))
-            messages = [
-                {"role": m["role"], "content": _text(m.get("content"))} for m in raw_messages
-            ]
-        else:
-            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
-            system = "\n".join(
-                _text(m.get("content"))
-                for m in raw_messages
-                if m.get("role") in ("system", "developer")
-            )
-            messages = [
-                {"role": m["role"], "content": _text(m.get("content"))}
-                for m in raw_messages
-                if m.get("role") in ("user", "assistant")
-            ]
-        last = messages[-1]["content"] if messages else ""
-        tool = _forced_tool(body) if anthropic else None
-        schema = _json_schema(body) if not anthropic else None
-        structured = tool is not None or schema is not None
-        sim_model = sim_model_for(model, system, last, structured=structured)
-        done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
-        cut = done.stop_reason == "max_tokens"
-        created = int(time.time())
-        # Tool definitions and a response schema are part of the prompt, as vendors bill.
-        extra = json.dumps(body["tools"]) if anthropic and body.get("tools") else ""
-        extra += json.dumps(body["response_format"]) if schema is not None else ""
-        done = replace(done, input_tokens=done.input_tokens + math.ceil(len(extra) / 4))
-        cache = self.server.state.cache
-        if anthropic:
-            read, written = cache.anthropic(key, model, body)
-        else:
-            read, written = cache.openai(key, model, body), 0
-        # The sim counts one token per four characters of the whole prompt; the cache
-        # counts whole blocks the same way, so a prefix never exceeds the prompt.
-        read = min(read, done.input_tokens)
-        written = min(written, done.input_tokens - read)
-        usage = (done.input_tokens, done.output_tokens, read, written)
-        if anthropic:
-            payload: dict[str, Any] = {
-                "id": f"msg_{uuid.uuid4().hex[:24]}",
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": [{"type": "text", "text": done.text}],
-                "stop_reason": "max_tokens" if cut else "end_turn",
-                "stop_sequence": None,
-                "usage": {
-                    "input_tokens": done.input_tokens - read - written,
-                    "output_tokens": done.output_tokens,
-                    "cache_read_input_tokens": read,
-                    "cache_creation_input_tokens": written,
-                },
-            }
-        else:
-            payload = {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-                "object": "chat.completion",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": done.text, "refusal": None},
-                        "finish_reason": "length" if cut else "stop",
-                        "logprobs": None,
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": done.input_tokens,
-                    "completion_tokens": done.output_tokens,
-                    "total_tokens": done.input_tokens + done.output_tokens,
-                    "prompt_tokens_details": {"cached_tokens": read},
-                },
-            }
-        if tool is not None and not cut:  # the forced tool is called with the critique
-            call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
-                    "input": json.loads(done.text)}  # fmt: skip
-            payload.update(content=[call], stop_reason="tool_use")
-        return payload, usage
+
+def _answer(
+    state: _State, anthropic: bool, model: str, body: dict[str, Any], key: str
+) -> tuple[dict[str, Any], tuple[int, int, int, int]]:
+    """One model request's reply and usage (input, output, cache read, cache write)."""
+    raw_messages = body.get("messages")
+    if not isinstance(raw_messages, list):
+        raise ValueError("'messages' must be a list")
+    if anthropic:
+        if not isinstance(body.get("max_tokens"), int):
+            raise ValueError("'max_tokens' is required and must be an integer")
+        max_tokens = body["max_tokens"]
+        system = _text(body.get("system"))
+        messages = [{"role": m["role"], "content": _text(m.get("content"))} for m in raw_messages]
+    else:
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
+        system = "\n".join(
+            _text(m.get("content"))
+            for m in raw_messages
+            if m.get("role") in ("system", "developer")
+        )
+        messages = [
+            {"role": m["role"], "content": _text(m.get("content"))}
+            for m in raw_messages
+            if m.get("role") in ("user", "assistant")
+        ]
+    last = messages[-1]["content"] if messages else ""
+    tool = _forced_tool(body) if anthropic else None
+    schema = _json_schema(body) if not anthropic else None
+    structured = tool is not None or schema is not None
+    sim_model = sim_model_for(model, system, last, structured=structured)
+    done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
+    cut = done.stop_reason == "max_tokens"
+    created = int(time.time())
+    # Tool definitions and a response schema are part of the prompt, as vendors bill.
+    extra = json.dumps(body["tools"]) if anthropic and body.get("tools") else ""
+    extra += json.dumps(body["response_format"]) if schema is not None else ""
+    done = replace(done, input_tokens=done.input_tokens + math.ceil(len(extra) / 4))
+    cache = state.cache
+    if anthropic:
+        read, written = cache.anthropic(key, model, body)
+    else:
+        read, written = cache.openai(key, model, body), 0
+    # The sim counts one token per four characters of the whole prompt; the cache
+    # counts whole blocks the same way, so a prefix never exceeds the prompt.
+    read = min(read, done.input_tokens)
+    written = min(written, done.input_tokens - read)
+    usage = (done.input_tokens, done.output_tokens, read, written)
+    if anthropic:
+        payload: dict[str, Any] = {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": done.text}],
+            "stop_reason": "max_tokens" if cut else "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": done.input_tokens - read - written,
+                "output_tokens": done.output_tokens,
+                "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": written,
+            },
+        }
+    else:
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": done.text, "refusal": None},
+                    "finish_reason": "length" if cut else "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": done.input_tokens,
+                "completion_tokens": done.output_tokens,
+                "total_tokens": done.input_tokens + done.output_tokens,
+                "prompt_tokens_details": {"cached_tokens": read},
+            },
+        }
+    if tool is not None and not cut:  # the forced tool is called with the critique
+        call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
+                "input": json.loads(done.text)}  # fmt: skip
+        payload.update(content=[call], stop_reason="tool_use")
+    return payload, usage
+
+
+def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]:
+    """A vendor's error body for an HTTP error status."""
+    if anthropic:
+        kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    kind = _OPENAI_ERROR_TYPES.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _answer_one(
+    state: _State, anthropic: bool, body: dict[str, Any], key: str
+) -> tuple[int, dict[str, Any]]:
+    """A request inside a vendor batch: ``(status, reply or error body)``, counted in the
+    statistics as a synchronous call's would be."""
+    try:
+        payload, usage = _answer(state, anthropic, str(body.get("model") or ""), body, key)
+    except ProviderError as exc:
+        status = exc.status_code or 500
+        state.record_response(status)
+        return status, _error_payload(anthropic, status, str(exc))
+    except (ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        state.record_response(400)
+        return 400, _error_payload(anthropic, 400, f"invalid request: {exc}")
+    state.record_response(200, *usage)
+    return 200, payload
 
 
 class FakeLLM:
@@ -580,6 +699,8 @@ class FakeLLM:
         cache_min_tokens: the shortest prompt prefix the prompt cache keeps (the vendors'
             minimum is 1024 tokens for most models).
         cache_ttl_s: how long an unused cached prefix is kept (the vendors': 5 minutes).
+        batch_delay_s: how long a vendor batch takes to finish (its requests come due
+            evenly over that time).
     """
 
     def __init__(
@@ -591,8 +712,9 @@ class FakeLLM:
         faults: dict[str, Any] | None = None,
         cache_min_tokens: int = 1024,
         cache_ttl_s: float = 300.0,
+        batch_delay_s: float = 0.0,
     ) -> None:
-        self._state = _State(latency_ms, PromptCache(cache_min_tokens, cache_ttl_s))
+        self._state = _State(latency_ms, PromptCache(cache_min_tokens, cache_ttl_s), batch_delay_s)
         if faults:
             self._state.set_faults(faults)
         self._server = _Server((host, port), self._state)
@@ -650,6 +772,11 @@ class FakeLLM:
     def set_faults(self, **plan: Any) -> None:
         """Set a new fault plan (see module docstring); no arguments clears it."""
         self._state.set_faults(plan)
+
+    def set_batch_plan(self, **plan: Any) -> None:
+        """How vendor batches behave (see :mod:`duet.fake_batches`): ``delay_s``,
+        ``fail_match``, ``fail_status``, ``expire_match``, ``expire``."""
+        self._state.batches.set_plan(plan)
 
     def clear_faults(self) -> None:
         self._state.set_faults({})

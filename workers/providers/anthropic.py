@@ -17,16 +17,24 @@ than plain input.
 
 A structured critique is asked for as a tool the model must call (``tool_choice``); the
 tool call's input is the critique, and its JSON is the reply's text.
+
+Vendor batches: Message Batches (``/v1/messages/batches``) take the same request bodies as
+``params``; each request's result (succeeded, errored, canceled, expired) is read from the
+batch's results file.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.errors import ProviderError
 from orchestration.core.structured import CRITIQUE_DESCRIPTION, CRITIQUE_NAME, CRITIQUE_SCHEMA
 from workers.providers.base import Completion, Message, StopReason
+from workers.providers.batch import BatchRequest, BatchStatus, Outcome, cancelled, expired
+from workers.providers.errors import error_for_status
 from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 _STOP_REASONS: dict[str | None, StopReason] = {
@@ -118,6 +126,80 @@ class AnthropicProvider(SDKProvider):
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc
+
+    # --- vendor batches ------------------------------------------------------------------
+    def _submit_batch(self, requests: Sequence[BatchRequest]) -> str:
+        batch = self.client().messages.batches.create(
+            requests=[
+                {
+                    "custom_id": r.custom_id,
+                    "params": self.request(r.agent, r.messages, r.structured),
+                }
+                for r in requests
+            ]
+        )
+        return str(batch.id)
+
+    def _poll_batch(self, batch_id: str) -> BatchStatus:
+        return _status(self.client().messages.batches.retrieve(batch_id))
+
+    def _cancel_batch(self, batch_id: str) -> BatchStatus:
+        return _status(self.client().messages.batches.cancel(batch_id))
+
+    def _batch_results(
+        self, batch_id: str, expected: Mapping[str, bool]
+    ) -> tuple[dict[str, Outcome], BatchStatus]:
+        batches = self.client().messages.batches
+        status = _status(batches.retrieve(batch_id))
+        found: dict[str, Outcome] = {}
+        for item in batches.results(batch_id):
+            data = item.model_dump(mode="json")
+            custom_id, result = data["custom_id"], data["result"]
+            found[custom_id] = self._outcome(custom_id, result, expected.get(custom_id, False))
+        return found, status
+
+    def _outcome(self, custom_id: str, result: dict[str, Any], structured: bool) -> Outcome:
+        kind = result.get("type")
+        if kind == "succeeded":
+            try:
+                return self.read(result.get("message") or {}, structured)
+            except ProviderError as exc:
+                return exc
+        if kind == "expired":
+            return expired(custom_id, self.name)
+        if kind == "canceled":
+            return cancelled(custom_id, self.name)
+        error = (result.get("error") or {}).get("error") or {}
+        status = _ERROR_STATUS.get(str(error.get("type")), 500)
+        return error_for_status(
+            status, None, error.get("message") or "", provider=self.name, secrets=[self._key]
+        )
+
+
+#: Anthropic error types (inside an errored batch result) -> the HTTP status they stand for.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
+def _status(batch: Any) -> BatchStatus:
+    counts = batch.request_counts
+    finished = counts.succeeded + counts.errored + counts.canceled + counts.expired
+    state: Literal["in_progress", "canceling", "ended"] = (
+        "ended" if batch.processing_status == "ended"
+        else "canceling" if batch.processing_status == "canceling"
+        else "in_progress"
+    )  # fmt: skip
+    return BatchStatus(
+        str(batch.id), state, finished + counts.processing, finished, str(batch.processing_status)
+    )
 
 
 def preload() -> None:

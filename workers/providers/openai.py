@@ -11,16 +11,30 @@ conversation oldest first, then the new prompt), and the cached part is read fro
 
 A structured critique is asked for with ``response_format`` (a strict JSON schema); the
 reply's content is then that JSON object.
+
+Vendor batches: the requests are uploaded as a JSONL file (``/v1/files``, purpose
+``batch``) and run by ``/v1/batches`` on ``/v1/chat/completions``; answers are read from
+the batch's output file, failures from its error file.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.errors import ProviderError
 from orchestration.core.structured import CRITIQUE_NAME, CRITIQUE_SCHEMA
 from workers.providers.base import Completion, Message, StopReason
+from workers.providers.batch import (
+    BatchRequest,
+    BatchStatus,
+    Outcome,
+    cancelled,
+    expired,
+)
+from workers.providers.errors import error_for_status
 from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
@@ -33,6 +47,9 @@ RESPONSE_FORMAT = {
 #: Models that take ``max_completion_tokens`` and reject ``max_tokens``.
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 _STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tokens"}
+#: The endpoint the requests of a vendor batch go to.
+BATCH_ENDPOINT = "/v1/chat/completions"
+_ENDED = {"completed", "failed", "expired", "cancelled"}
 
 
 class OpenAIProvider(SDKProvider):
@@ -86,6 +103,81 @@ class OpenAIProvider(SDKProvider):
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc
+
+    # --- vendor batches ------------------------------------------------------------------
+    def _submit_batch(self, requests: Sequence[BatchRequest]) -> str:
+        lines = [
+            {
+                "custom_id": r.custom_id,
+                "method": "POST",
+                "url": BATCH_ENDPOINT,
+                "body": self.request(r.agent, r.messages, r.structured),
+            }
+            for r in requests
+        ]
+        data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        client = self.client()
+        upload = client.files.create(file=("duet-batch.jsonl", data), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=upload.id, endpoint=BATCH_ENDPOINT, completion_window="24h"
+        )
+        return str(batch.id)
+
+    def _poll_batch(self, batch_id: str) -> BatchStatus:
+        return _status(self.client().batches.retrieve(batch_id))
+
+    def _cancel_batch(self, batch_id: str) -> BatchStatus:
+        return _status(self.client().batches.cancel(batch_id))
+
+    def _batch_results(
+        self, batch_id: str, expected: Mapping[str, bool]
+    ) -> tuple[dict[str, Outcome], BatchStatus]:
+        client = self.client()
+        batch = client.batches.retrieve(batch_id)
+        found: dict[str, Outcome] = {}
+        for file_id in (batch.output_file_id, batch.error_file_id):
+            if not file_id:
+                continue
+            for raw in client.files.content(file_id).text.splitlines():
+                if raw.strip():
+                    line = json.loads(raw)
+                    found[line["custom_id"]] = self._outcome(
+                        line, expected.get(line["custom_id"], False)
+                    )
+        return found, _status(batch)
+
+    def _outcome(self, line: dict[str, Any], structured: bool) -> Outcome:
+        custom_id = line["custom_id"]
+        error = line.get("error") or {}
+        if error.get("code") == "batch_expired":
+            return expired(custom_id, self.name)
+        if error.get("code") == "batch_cancelled":
+            return cancelled(custom_id, self.name)
+        response = line.get("response") or {}
+        status = int(response.get("status_code") or 0)
+        if status == 200:
+            try:
+                return self.read(response.get("body") or {}, structured)
+            except ProviderError as exc:
+                return exc
+        body = response.get("body") or {}
+        message = (body.get("error") or {}).get("message") or error.get("message") or ""
+        if not status:
+            return ProviderError(f"{self.name}: {message or 'request failed in its batch'}",
+                                 kind="batch_failed", transient=False)  # fmt: skip
+        return error_for_status(status, None, message, provider=self.name, secrets=[self._key])
+
+
+def _status(batch: Any) -> BatchStatus:
+    counts = batch.request_counts
+    total = counts.total if counts else 0
+    finished = (counts.completed + counts.failed) if counts else 0
+    state: Literal["in_progress", "canceling", "ended"] = (
+        "ended" if batch.status in _ENDED
+        else "canceling" if batch.status == "cancelling"
+        else "in_progress"
+    )  # fmt: skip
+    return BatchStatus(str(batch.id), state, total, finished, str(batch.status))
 
 
 def _json_object(text: str) -> dict[str, Any] | None:

@@ -13,7 +13,8 @@ import contextlib
 import os
 import threading
 from abc import abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
@@ -21,7 +22,17 @@ from orchestration.core.errors import ProviderError
 # A module import: workers.secrets imports this package (for scrub) in turn.
 from workers import secrets
 from workers.providers.base import Completion, Message, Provider
+from workers.providers.batch import (
+    BatchRequest,
+    BatchStatus,
+    Outcome,
+    cancelled,
+    expired,
+    missing,
+)
 from workers.providers.errors import classify_exception
+
+_T = TypeVar("_T")
 
 #: What reading an unexpected reply shape raises (a missing key, a wrong type...).
 REPLY_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
@@ -68,6 +79,64 @@ class SDKProvider(Provider):
     def read(self, data: dict[str, Any], structured: bool = False) -> Completion:
         """A reply body as a :class:`Completion` (its native critique read when the request
         asked for one); a shape it cannot read is ``bad_response``."""
+
+    # --- vendor batches ------------------------------------------------------------------
+    def submit_batch(self, requests: Sequence[BatchRequest]) -> str:
+        """Submit ``requests`` as one vendor batch; its id.
+
+        Raises:
+            ProviderError: the vendor refused it (classified like a synchronous call).
+        """
+        if not requests:
+            raise ValueError("a vendor batch needs at least one request")
+        return self._batch_op(self._submit_batch, requests)
+
+    def poll_batch(self, batch_id: str) -> BatchStatus:
+        """Where the vendor batch is. Raises :class:`ProviderError` on failure."""
+        return self._batch_op(self._poll_batch, batch_id)
+
+    def batch_results(self, batch_id: str, expected: Mapping[str, bool]) -> dict[str, Outcome]:
+        """Each request's outcome of an ended vendor batch, by custom id.
+
+        ``expected`` maps each custom id submitted to whether it asked for the native
+        critique. A request the vendor gives no result for is cancelled, expired or
+        failed, as the batch's own status says.
+        """
+        found, status = self._batch_op(self._batch_results, batch_id, expected)
+        for custom_id in expected.keys() - found.keys():
+            if status.vendor_status in ("cancelled", "cancelling", "canceling"):
+                found[custom_id] = cancelled(custom_id, self.name)
+            elif status.vendor_status == "expired":
+                found[custom_id] = expired(custom_id, self.name)
+            else:
+                found[custom_id] = missing(custom_id, self.name, status.vendor_status)
+        return {custom_id: found[custom_id] for custom_id in expected}
+
+    def cancel_batch(self, batch_id: str) -> BatchStatus:
+        """Ask the vendor to cancel the batch; requests already answered keep their answers."""
+        return self._batch_op(self._cancel_batch, batch_id)
+
+    def _batch_op(self, op: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return op(*args)
+        except ProviderError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every vendor failure becomes one error type
+            raise self.classify(exc) from exc
+
+    @abstractmethod
+    def _submit_batch(self, requests: Sequence[BatchRequest]) -> str: ...
+
+    @abstractmethod
+    def _poll_batch(self, batch_id: str) -> BatchStatus: ...
+
+    @abstractmethod
+    def _batch_results(
+        self, batch_id: str, expected: Mapping[str, bool]
+    ) -> tuple[dict[str, Outcome], BatchStatus]: ...
+
+    @abstractmethod
+    def _cancel_batch(self, batch_id: str) -> BatchStatus: ...
 
     def _call(self, agent: AgentSpec, messages: list[Message], structured: bool) -> Completion:
         body = self.request(agent, messages, structured)
