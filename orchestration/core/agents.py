@@ -167,7 +167,7 @@ _CALL_SETTINGS = (
 )  # fmt: skip
 
 
-def _check_coordinator(architecture: Any, settings: AgentSettings) -> None:
+def _check_coordinator(architecture: object, settings: AgentSettings) -> None:
     """The agent of the nested form runs a loop and makes no call: refuse call settings."""
     if not callable(getattr(architecture, "to_spec", None)):
         raise ConfigError(

@@ -241,7 +241,7 @@ class ActorCritic:
         )
 
 
-def _check_worker(role: str, agent: Any) -> None:
+def _check_worker(role: str, agent: object) -> None:
     if not isinstance(agent, Agent):
         raise ConfigError(f"ActorCritic {role}= must be an Agent, got {type(agent).__name__}")
     if agent.architecture is not None:

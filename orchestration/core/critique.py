@@ -73,7 +73,7 @@ SCALES = "0-1, 0-10, 0-100, a fraction such as 7/10, or a percentage"
 _SHOWN_MAX_CHARS = 40
 
 
-def parse_score(value: Any) -> float:
+def parse_score(value: object) -> float:
     """Normalise a score as a critic wrote it to a float in [0.0, 1.0].
 
     Numbers in [0, 1] are kept; (1, 10] is read on a 10-point scale and (10, 100] on a
@@ -94,7 +94,7 @@ def parse_score(value: Any) -> float:
     return 0.0 if score is None else score
 
 
-def read_score(value: Any) -> float | None:
+def read_score(value: object) -> float | None:
     """:func:`parse_score`, but ``None`` for a value that is not a score on a known scale."""
     try:
         return _read_score(value)
@@ -102,7 +102,7 @@ def read_score(value: Any) -> float | None:
         return None
 
 
-def _read_score(value: Any) -> float | None:
+def _read_score(value: object) -> float | None:
     # bool is an int subclass: True must not read as a perfect score.
     if isinstance(value, bool) or value is None:
         return None
@@ -139,7 +139,7 @@ def _in_range(number: float) -> float | None:
     return None
 
 
-def unreadable_score_issue(value: Any) -> str:
+def unreadable_score_issue(value: object) -> str:
     """The issue recorded when the critic's score is not on any scale the parser reads."""
     try:
         shown = repr(value.strip() if isinstance(value, str) else value)
@@ -159,7 +159,7 @@ class Reading(NamedTuple):
     complete: bool
 
 
-def parse_critique(text: Any) -> CriticOutput:
+def parse_critique(text: object) -> CriticOutput:
     """Read a critic's reply into a :class:`CriticOutput`. Never raises.
 
     The JSON object is looked for in a fenced code block first, then anywhere in the
@@ -179,7 +179,7 @@ def parse_critique(text: Any) -> CriticOutput:
     return read_critique(text).critique
 
 
-def read_critique(text: Any) -> Reading:
+def read_critique(text: object) -> Reading:
     """:func:`parse_critique`, also saying whether the reply held a whole scored object."""
     try:
         reply = _as_text(text)
@@ -202,7 +202,7 @@ def read_object(obj: dict[str, Any]) -> Reading:
         return Reading(CriticOutput(score=0.0, issues=[issue]), False)
 
 
-def _as_text(text: Any) -> str:
+def _as_text(text: object) -> str:
     if text is None:
         return ""
     if isinstance(text, (bytes, bytearray)):
@@ -237,7 +237,7 @@ def _scan(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The first object in ``text`` with a score, and the first with issues (fallback)."""
     with_issues = None
 
-    def check(obj: Any) -> bool:
+    def check(obj: object) -> bool:
         nonlocal with_issues
         if not isinstance(obj, dict):
             return False
@@ -341,13 +341,13 @@ def _from_object(obj: dict[str, Any], reply: str) -> CriticOutput:
     )
 
 
-def _score_of(value: Any) -> tuple[float, list[str]]:
+def _score_of(value: object) -> tuple[float, list[str]]:
     """The score and, when the value is not a score, the one issue saying so."""
     score = read_score(value)
     return (0.0, [unreadable_score_issue(value)]) if score is None else (score, [])
 
 
-def _issues(raw: Any) -> list[str]:
+def _issues(raw: object) -> list[str]:
     items = raw if isinstance(raw, (list, tuple)) else [raw]
     issues = []
     for item in items:
@@ -357,7 +357,7 @@ def _issues(raw: Any) -> list[str]:
     return issues
 
 
-def _issue_text(item: Any) -> str:
+def _issue_text(item: object) -> str:
     if item is None:
         return ""
     if isinstance(item, str):

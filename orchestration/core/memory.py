@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -65,7 +65,7 @@ class ConversationSettings(BaseModel):
         return name
 
 
-def check_name(name: Any, where: str) -> None:
+def check_name(name: object, where: str) -> None:
     """Refuse a team or worker name that cannot be part of a key (ConfigError naming it)."""
     if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
         raise ConfigError(

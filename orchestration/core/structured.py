@@ -63,7 +63,7 @@ def structured_critique(agent: AgentSpec) -> bool:
     return supports_structured(agent.provider, agent.model_name)
 
 
-def read_structured(obj: Any) -> Reading | None:
+def read_structured(obj: object) -> Reading | None:
     """The critique from a vendor's native object (scores and issues read as the text
     parser reads them); ``None`` when ``obj`` is not a critique, so the text is parsed."""
     if not isinstance(obj, dict) or not any(

@@ -9,7 +9,6 @@ other character is left exactly as written.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 #: Placeholders the fallback fills; anything else in braces is left as written.
 KNOWN_PLACEHOLDERS = ("prompt", "output", "critique", "issues_bulleted")
@@ -59,7 +58,7 @@ about what you changed.
 """
 
 
-def fill_template(template: str, **values: Any) -> str:
+def fill_template(template: str, **values: object) -> str:
     """Fill ``template`` with ``values``.
 
     ``template.format(**values)`` is used when it succeeds, so ``{{`` and ``}}`` become
