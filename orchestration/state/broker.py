@@ -11,8 +11,12 @@ URL keeps its ``redis://`` scheme, and :class:`Connection` names it ``redis`` ag
 it writes the URL back out (``as_uri``): Flower picks its broker client (Broker page,
 ``/api/queues/length``) by that scheme.
 
+A worker also outlasts a Redis at ``maxmemory``: the delivered message kombu cannot note
+as unacknowledged is held until Redis takes writes again (``QoS.append``), instead of
+ending the worker.
+
 These override methods kombu does not document (``Channel._create_client``,
-``QoS.pipe_or_acquire``), tested with the kombu release pinned in ``pyproject.toml``;
+``QoS.pipe_or_acquire``, ``QoS.append``), tested with the kombu release pinned in ``pyproject.toml``;
 :func:`check_versions` refuses an untested kombu when the transport is chosen. This is
 the one place Duet customises kombu (the client uses the transport too, so it cannot live
 with the worker's Celery customisations in ``workers/celery_ext.py``).
@@ -20,17 +24,27 @@ with the worker's Celery customisations in ``workers/celery_ext.py``).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import kombu
+import redis
 from kombu.transport import redis as kombu_redis
 
 from orchestration.core.errors import ConfigError
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
+#: Backoff while Redis refuses writes for lack of memory, seconds: first wait and cap.
+OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
+#: Seconds between two warnings while it lasts.
+OOM_WARN_EVERY_S = 30.0
+
+log = logging.getLogger(__name__)
+
 #: The kombu releases the overrides below are tested with (pyproject.toml pins the same).
 KOMBU_TESTED = ">=5.7,<5.8"
 
@@ -59,6 +73,7 @@ def check_versions() -> None:
         (kombu_redis.Channel, "conn_or_acquire"),
         (kombu_redis.Channel, "unacked_restore_throttle"),
         (kombu_redis.QoS, "pipe_or_acquire"),
+        (kombu_redis.QoS, "append"),
         (kombu.Connection, "resolve_aliases"),
     ]
     missing = [
@@ -77,6 +92,33 @@ class QoS(kombu_redis.QoS):
     visibility timeout, watches the unacked hash and skips a tag without a message.
     Restores keep their own transaction (they pass their pipeline in).
     """
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        """Note a delivered message as unacknowledged, waiting out a Redis that is full.
+
+        The consumer has already popped the message from its queue; kombu writes it to
+        the unacked index here, in the worker's event loop, where an error is fatal (the
+        worker exits, "Unrecoverable error", and the message is lost). Redis refuses
+        those writes while at ``maxmemory`` (OOM): wait, with backoff, until it takes
+        them again. Nothing else can be consumed meanwhile anyway.
+        """
+        delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
+        while True:
+            try:
+                super().append(message, delivery_tag)
+                if waited:
+                    log.warning("Redis accepts writes again after %.1fs at maxmemory", waited)
+                return
+            except redis.exceptions.OutOfMemoryError:
+                if waited - warned >= OOM_WARN_EVERY_S or not waited:
+                    warned = waited
+                    log.warning(
+                        "Redis is at maxmemory (OOM): holding delivered message %s until "
+                        "it accepts writes (%.0fs so far)", delivery_tag, waited,
+                    )  # fmt: skip
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, OOM_MAX_WAIT_S)
 
     @contextmanager
     def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
