@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     #: Celery's per-task INFO lines ("Task ... received/succeeded"): ~1 ms CPU per call.
     log_tasks: bool = False
+    #: OpenTelemetry traces of runs (``duet[otel]``; exported as the ``OTEL_*`` variables say).
+    otel: bool = False
 
     @field_validator("preload_providers", mode="before")
     @classmethod

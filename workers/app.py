@@ -146,6 +146,15 @@ def _serve_metrics(**_: object) -> None:
         metrics.serve(port)
 
 
+@worker_init.connect(weak=False)
+def _start_tracing(**_: object) -> None:
+    """OpenTelemetry traces with DUET_OTEL=1 (off by default: nothing imported)."""
+    if get_settings().otel:
+        from workers import tracing
+
+        tracing.enable_from_environment()
+
+
 @worker_process_shutdown.connect(weak=False)
 def _child_exited(pid: int, **_: object) -> None:
     if get_settings().metrics_port is not None:

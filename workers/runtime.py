@@ -11,7 +11,7 @@ from orchestration.settings import get_settings
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import RunStore
-from workers import metrics
+from workers import metrics, tracing
 from workers.app import SEND_OPTIONS, app
 from workers.budgeting import Budgets
 from workers.logs import BATCH_HEADER
@@ -43,8 +43,13 @@ def get_coordinator() -> Coordinator:
 
 
 def _observers() -> tuple[RunObserver, ...]:
-    """What the coordinator tells of run starts and ends: metrics, when they are on."""
-    return (metrics.RunObserver(),) if metrics.ENABLED else ()
+    """What the coordinator tells of run starts and ends: metrics and traces, when on."""
+    found: list[RunObserver] = []
+    if metrics.ENABLED:
+        found.append(metrics.RunObserver())
+    if tracing.ENABLED:
+        found.append(tracing.RunObserver())
+    return tuple(found)
 
 
 def get_budgets() -> Budgets:
@@ -76,8 +81,13 @@ def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) ->
     if batch_id is None:
         task = current_task
         batch_id = getattr(task.request, BATCH_HEADER, None) if task else None
-    if batch_id:
-        options = {**SEND_OPTIONS, "headers": {BATCH_HEADER: batch_id}}
+    headers = {BATCH_HEADER: batch_id} if batch_id else {}
+    if tracing.ENABLED:  # the run's trace context (workers.tracing)
+        parent = tracing.traceparent()
+        if parent:
+            headers[tracing.TRACE_HEADER] = parent
+    if headers:
+        options = {**SEND_OPTIONS, "headers": headers}
         app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **options)
     else:
         app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **SEND_OPTIONS)

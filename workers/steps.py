@@ -47,7 +47,7 @@ from orchestration.state.conversations import (
     turn_json,
 )
 from orchestration.state.runs import RunStore, ScriptCall, event_json
-from workers import metrics
+from workers import metrics, tracing
 from workers.budgeting import estimate
 from workers.budgeting import step_id as budget_step_id
 from workers.providers import Completion, provider_for
@@ -260,6 +260,8 @@ def _call(
         retried = exc.transient and failures + 1 < settings.max_attempts
         if metrics.ENABLED:
             metrics.call_failed(agent, phase, exc.kind, retried=retried)
+        if tracing.ENABLED:
+            tracing.call_failed(agent, phase, exc.kind, retried=retried)
         if retried:
             wait = backoff_s(failures, exc.retry_after)
             log.info("run %s step %s: %s; retry %s in %.1fs",
@@ -278,9 +280,13 @@ def _call(
         budgets.release(sid, scopes)
         if metrics.ENABLED:
             metrics.call_failed(agent, phase, "error", retried=False)
+        if tracing.ENABLED:
+            tracing.call_failed(agent, phase, "error", retried=False)
         return _failure(key, "error", redact(f"{type(exc).__name__}: {exc}"), began), None, []
     if metrics.ENABLED:
         metrics.call_answered(agent, phase, result)
+    if tracing.ENABLED:
+        tracing.call_answered(agent, phase, result)
     used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                   usd=result["usd"], calls=1)  # fmt: skip
     return result, completion, budgets.settle_calls(sid, scopes, used)

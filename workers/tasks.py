@@ -9,7 +9,7 @@ import logging
 from celery import Task
 
 from orchestration.state import keys
-from workers import celery_ext, metrics
+from workers import celery_ext, metrics, tracing
 from workers.app import app
 from workers.runtime import dispatch, get_coordinator, get_store
 from workers.secrets import redact
@@ -29,27 +29,43 @@ class StepTask(Task):
     Request = celery_ext.REQUEST
 
 
+def _step(task: Task, run_id: str, step_key: str) -> None:
+    if tracing.ENABLED:  # a span per step, in the run's trace (from the message header)
+        with tracing.step_span(task.request, run_id, step_key):
+            run_step(task, run_id, step_key)
+    else:
+        run_step(task, run_id, step_key)
+
+
 @app.task(bind=True, base=StepTask, name=keys.TASK_GENERATE)
 def generate(self: Task, run_id: str, step_key: str) -> None:
     """The actor writes the first draft."""
-    run_step(self, run_id, step_key)
+    _step(self, run_id, step_key)
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_CRITIQUE)
 def critique(self: Task, run_id: str, step_key: str) -> None:
     """The critic scores the current output."""
-    run_step(self, run_id, step_key)
+    _step(self, run_id, step_key)
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_REFINE)
 def refine(self: Task, run_id: str, step_key: str) -> None:
     """The actor revises the output to address the critique."""
-    run_step(self, run_id, step_key)
+    _step(self, run_id, step_key)
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_COORDINATE)
 def coordinate(self: Task, run_id: str, seq: int) -> None:
     """Read the run, decide the next step (or the end), record it, enqueue it."""
+    if tracing.ENABLED:  # the run's root span on its first transition
+        with tracing.coordinate_span(self.request, run_id, seq):
+            _coordinate(run_id, seq)
+    else:
+        _coordinate(run_id, seq)
+
+
+def _coordinate(run_id: str, seq: int) -> None:
     try:
         step = get_coordinator().advance(run_id, seq)
     except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bug
