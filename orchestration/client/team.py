@@ -37,6 +37,16 @@ class Team:
 
     With ``DUET_REDIS_URL`` set, work goes to that cluster's workers. Without it, the
     first run starts an embedded Redis and an in-process worker (stopped at exit).
+
+    Args:
+        architecture: the loop to run.
+        model: the coordinator's model (no call is made with it); part of the team's
+            identity.
+        budget: limits for each run.
+        global_budgets: names of fleet-wide budgets every run is also charged to.
+        conversations: the team's name and conversation settings (defaults when None).
+        instructions: the coordinator's instructions (the nested form's outer agent);
+            part of the team's identity.
     """
 
     def __init__(

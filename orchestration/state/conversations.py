@@ -1,14 +1,18 @@
-"""Persistent subagent conversations: each role's history per user (or per run), in Redis.
+"""Persistent subagent conversations: each worker's history per team and user (or run).
 
 With ``persistent_subagents`` (the default of ``Team.actor_critic``) the actor and the
-critic each keep one conversation per user, across rounds and runs, so any worker can
-continue it. A run without a user keeps its own (scope ``run:<id>``): the inputs of a
-batch never see each other's text.
+critic each keep a conversation across rounds and runs, so any worker can continue it.
+Its key (:func:`keys.conversation`) names the team, the role's worker and the scope that
+:func:`orchestration.core.memory.conversation_scope` chooses: a user (``user:<id>``) or
+one run (``run:<id>``; a run without a user, and each batch input unless the team asks
+for per-user memory). Two teams of one user, or two inputs of a batch, share nothing.
 
-A conversation is a Redis list (:func:`keys.conversation`) with one element per
-*turn*: the prompt a step sent and the reply it got, stored together so the history
-always alternates user / assistant. Lists are bounded (``LTRIM``, oldest turn dropped
-first) and expire when left alone for the store's TTL.
+A conversation is a Redis list with one element per *turn*: the prompt a step sent and
+the reply it got, stored together so the history always alternates user / assistant.
+Lists are bounded by turns (``LTRIM``, oldest dropped first) and by tokens (the step's
+store script drops the oldest turns of other runs down to half the bound; the reader,
+:func:`messages_from`, keeps within it), and expire when left alone for the store's TTL.
+A reply cut at ``max_tokens`` is never stored.
 
 There is no lock. Runs of different users never wait on each other; two runs of the
 *same* user that overlap read the history as it stands when each step starts and append
@@ -16,7 +20,6 @@ their turns as they finish, so their turns interleave and one may not see the ot
 latest turn. Each stored turn names its step, and a turn stored twice (a step whose
 model call was repeated after its claim expired) is read once.
 """
-
 from __future__ import annotations
 
 import json
