@@ -20,6 +20,7 @@ their turns as they finish, so their turns interleave and one may not see the ot
 latest turn. Each stored turn names its step, and a turn stored twice (a step whose
 model call was repeated after its claim expired) is read once.
 """
+
 from __future__ import annotations
 
 import json
