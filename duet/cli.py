@@ -3,35 +3,52 @@
 ``duet run`` does a whole batch in one command: on an embedded Redis with an in-process
 worker when ``DUET_REDIS_URL`` is unset, else on that cluster. The other commands work
 against a cluster: submit a batch, watch it, fetch its results, inspect one run, render
-a report, cancel, resume, and start worker pools.
+a report, list batches, cancel, resume, and start worker pools.
 
-Exit codes: 0 everything finished without failures or rejected inputs; 1 some runs
-failed or inputs were rejected; 2 bad usage or a bad config; 130 interrupted.
+Exit codes, the same for every command: 0 every input was accepted and every run
+finished (approved or out of rounds) without an interruption, failure or cancellation;
+1 otherwise (some input rejected, some run interrupted, failed or cancelled, a timeout);
+2 bad usage, a bad config or no inputs; 130 interrupted by Ctrl-C.
 """
 
 from __future__ import annotations
 
-import csv
 import difflib
+import itertools
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
-from rich.live import Live
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from duet.cli_budget import budget_app
+from duet.cli_progress import (
+    COLOURS,
+    LOG_EVERY_S,
+    ProgressView,
+    WorkerWatch,
+    duration,
+    follow,
+)
+from duet.cli_results import (
+    Intake,
+    ResultsFile,
+    collect,
+    finished_records,
+    read_records,
+    write_outputs,
+)
 from duet.cli_support import (
     INTERRUPTED,
     OK,
@@ -50,13 +67,13 @@ from duet.cli_support import (
     warn,
 )
 from duet.config import ReviewConfig, load_config
-from duet.inputs import InputProblem, InputReader
+from duet.inputs import InputReader
 from duet.report import (
-    CSV_COLUMNS,
+    FINISHED_WELL,
     LABELS,
     OUTCOMES,
     Summary,
-    csv_row,
+    by_index,
     rejected_record,
     render_report,
     result_record,
@@ -66,21 +83,13 @@ from orchestration.settings import get_settings
 
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle
+    from orchestration.core.architecture import LoopSpec
     from orchestration.core.results import RunResult
 
-#: Seconds between progress refreshes (a screen refresh, not a synchronisation).
-REFRESH_S = 0.2
 #: Rejected inputs listed on screen; the results file always has every one.
 SHOWN_PROBLEMS = 20
-#: Outcome -> colour on screen.
-COLOURS = {
-    "approved": "green",
-    "max_rounds_reached": "yellow",
-    "interrupted": "magenta",
-    "failed": "red",
-    "cancelled": "bright_black",
-    "rejected": "red",
-}
+#: Interruption reasons listed in the summary (most frequent first).
+SHOWN_REASONS = 5
 
 app = typer.Typer(
     name="duet",
@@ -91,7 +100,21 @@ app = typer.Typer(
 )
 
 
-@app.callback()
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            out.print(f"duet {version('duet')}")
+        except PackageNotFoundError:  # a source checkout that was never installed
+            out.print("duet (not installed)")
+        raise typer.Exit(OK)
+
+
+@app.callback(
+    epilog="Example: duet run examples/review.toml --input examples/inputs.jsonl "
+    "--output results.jsonl"
+)
 def _duet(
     log_format: Annotated[
         str | None,
@@ -102,6 +125,10 @@ def _duet(
             show_default=False,
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
 ) -> None:
     """Review many inputs with an actor model and a critic model, on a Celery fleet.
 
@@ -136,14 +163,6 @@ def _load(config: Path, *, embedded: bool) -> ReviewConfig:
     return cfg
 
 
-def _check_workers() -> None:
-    """Warn when no worker answers: runs would wait in the queue with nothing moving."""
-    from orchestration.client.handles import producer
-
-    if not producer().control.ping(timeout=1.0):
-        warn("no worker answered a ping; runs wait in the queue until one starts (duet worker)")
-
-
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
     limits = cfg.build_rate_limits()
     if limits:
@@ -156,7 +175,7 @@ def _apply_rate_limits(cfg: ReviewConfig) -> None:
 def _reader(
     cfg: ReviewConfig,
     path: Path,
-    on_problem: Callable[[InputProblem], None],
+    intake: Intake,
     *,
     strict: bool,
     include: Sequence[str] = (),
@@ -170,7 +189,7 @@ def _reader(
         prompt_column=cfg.inputs.prompt_column,
         id_column=cfg.inputs.id_column,
         max_prompt_chars=limit,
-        on_problem=on_problem,
+        on_problem=intake.on_problem,
         strict=strict,
         include=[*cfg.inputs.include, *include],
         exclude=[*cfg.inputs.exclude, *exclude],
@@ -179,40 +198,69 @@ def _reader(
     )
 
 
-def _submit(
-    cfg: ReviewConfig,
-    input: Path,
-    *,
-    strict: bool = False,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-) -> tuple[BatchHandle, InputReader, list[tuple[int, InputProblem]]]:
-    """Read the inputs and submit the valid ones as one batch (with the config's limits).
+class _Reading:
+    """The inputs read for one command: the reader, the intake and the first item."""
 
-    Returns the batch, the reader (counts) and each rejected input with the number of
-    valid inputs before it, which places it in the results file.
-    """
+    def __init__(self, cfg: ReviewConfig, path: Path, intake: Intake, **options: Any) -> None:
+        self.path = path
+        self.intake = intake
+        self.reader = _reader(cfg, path, intake, **options)
+        self.items = intake.items(self.reader)
+        with err.status(plain(f"Reading {path}")):
+            self.first = next(self.items, None)  # problems up to the first valid input
+        if self.first is None:
+            self._report()
+            if not intake.rejected and not intake.carried:
+                skipped = f" ({self._skipped()} skipped)" if self.reader.skipped else ""
+                raise ConfigError(f"{path}: no inputs found{skipped}: nothing to run")
+
+    def all_items(self) -> Iterable[dict[str, Any]]:
+        return [] if self.first is None else itertools.chain([self.first], self.items)
+
+    def _skipped(self) -> str:
+        by = self.reader.skipped_by
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(by.items()))
+
+    def _report(self) -> None:
+        """List what was read but will not run (call once reading is over)."""
+        if self.intake.rejected:
+            _show_problems([r["problem"] for r in self.intake.rejected])
+        if self.reader.skipped:
+            note(f"skipped {self.reader.skipped} file(s) in {self.path}: {self._skipped()}")
+        if self.intake.carried:
+            note(
+                f"{len(self.intake.carried)} input(s) already finished in the earlier results: not run again"
+            )
+
+    def done(self) -> None:
+        if self.first is not None:
+            self._report()
+
+
+def _submit(cfg: ReviewConfig, reading: _Reading) -> BatchHandle | None:
+    """Submit the valid inputs as one batch and store its rejected inputs with it; None
+    when there is nothing to submit."""
+    from orchestration.state import batches, connection
+
     team = cfg.build_team()
     _apply_rate_limits(cfg)
-    if get_settings().redis_url:
-        _check_workers()
-    rejected: list[tuple[int, InputProblem]] = []
-    reader = _reader(
-        cfg, input, lambda problem: rejected.append((reader.count, problem)), strict=strict,
-        include=include, exclude=exclude,
-    )  # fmt: skip
-    with err.status(plain(f"Reading {input} and submitting")):
-        handle = team.submit_batch((r.as_item() for r in reader), budget=cfg.build_budget())
-    record(f"batch {handle.batch_id} submitted: {reader.count} run(s)", batch_id=handle.batch_id)
-    if rejected:
-        _show_problems([p for _, p in rejected])
-    if reader.skipped:
-        why = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped_by.items()))
-        note(f"skipped {reader.skipped} file(s) in {input}: {why}")
-    return handle, reader, rejected
+    handle = None
+    if reading.first is not None:
+        with err.status(plain(f"Submitting {reading.path}")):
+            handle = team.submit_batch(reading.all_items(), budget=cfg.build_budget())
+        record(
+            f"batch {handle.batch_id} submitted: {len(reading.intake.run_index)} run(s)",
+            batch_id=handle.batch_id,
+        )
+    reading.done()
+    if handle is not None and reading.intake.rejected:
+        batches.add_rejected(
+            connection.get_redis(), handle.batch_id, reading.intake.stored_rejections()
+        )
+    return handle
 
 
-def _show_problems(problems: list[InputProblem]) -> None:
+def _show_problems(problems: list[Any]) -> None:
     if current_log_format() == "json":
         for problem in problems:
             warn(f"input rejected: {problem.where}: {problem.reason}")
@@ -239,212 +287,49 @@ def _batch(batch_id: str) -> BatchHandle:
     return handle
 
 
-# --- progress ---------------------------------------------------------------------
-class _Rate:
-    """Runs per minute over the last minute of samples, and the ETA it implies."""
+def _spec_of(handle: BatchHandle) -> LoopSpec | None:
+    from orchestration.client.handles import store
+    from orchestration.state import keys
 
-    def __init__(self, window_s: float = 60.0) -> None:
-        self.window_s = window_s
-        self.samples: list[tuple[float, int]] = []
-
-    def add(self, done: int, now: float) -> None:
-        self.samples.append((now, done))
-        while len(self.samples) > 2 and now - self.samples[0][0] > self.window_s:
-            self.samples.pop(0)
-
-    def per_minute(self) -> float | None:
-        (t0, d0), (t1, d1) = self.samples[0], self.samples[-1]
-        return (d1 - d0) / (t1 - t0) * 60 if t1 > t0 and d1 > d0 else None
-
-    def eta_s(self, remaining: int) -> float | None:
-        rate = self.per_minute()
-        return remaining / rate * 60 if rate else None
-
-
-def _counts_text(counts: dict[str, int], rejected: int = 0) -> Text:
-    text = Text()
-    for outcome in OUTCOMES:
-        n = rejected if outcome == "rejected" else counts.get(outcome, 0)
-        if n:
-            text.append(f"{LABELS[outcome]} {n}  ", style=COLOURS[outcome])
-    return text
-
-
-class _ProgressView:
-    """The live view of a batch: bar, counts by outcome, spend, rate and ETA."""
-
-    def __init__(self, *, rejected: int = 0) -> None:
-        self.rejected = rejected
-        self.rate = _Rate()
-        self.progress = Progress(
-            TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=err,
-        )  # fmt: skip
-        self.task = self.progress.add_task("batch", total=None)
-        self.detail = Text()
-
-    def __rich__(self) -> Group:
-        return Group(self.progress, self.detail)
-
-    def update(self, p: dict[str, Any]) -> None:
-        self.rate.add(p["done"], time.monotonic())
-        self.progress.update(self.task, total=p["total"], completed=p["done"])
-        detail = _counts_text(p["counts"], self.rejected)
-        detail.append(f"| {p['tokens']:,} tokens  ${p['usd']:.4f}")
-        for unit, b in (p.get("budget") or {}).items():
-            money = unit == "usd"
-            spent = f"${b['spent']:.4f}" if money else f"{b['spent']:,.0f}"
-            limit = f"${b['limit']:.2f}" if money else f"{b['limit']:,.0f}"
-            share = b["spent"] / b["limit"] if b["limit"] else 1.0
-            style = "red" if share >= 1 else "yellow" if share >= 0.8 else ""
-            detail.append(f"  budget {unit} {spent} of {limit}", style=style)
-        rate = self.rate.per_minute()
-        if rate is not None:
-            detail.append(f"  | {rate:,.1f} runs/min")
-            eta = self.rate.eta_s(p["total"] - p["done"])
-            if eta is not None and p["done"] < p["total"]:
-                detail.append(f"  ETA {_duration(eta)}")
-        self.detail = detail
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def _follow(
-    handle: BatchHandle, view: _ProgressView, finished: Callable[[dict[str, Any], float], bool]
-) -> dict[str, Any]:
-    """Refresh ``view`` from ``handle.progress()`` until ``finished(progress, wait_s)``.
-
-    ``finished`` is also how the loop paces itself: it waits up to ``wait_s`` (on a
-    thread, or on the clock) before answering. With JSON logs nothing is drawn (stderr
-    holds only log lines).
-    """
-    if current_log_format() == "json":
-        while True:
-            p = handle.progress()
-            if finished(p, REFRESH_S):
-                return handle.progress()
-    with Live(view, console=err, refresh_per_second=8) as live:
-        while True:
-            p = handle.progress()
-            view.update(p)
-            live.refresh()
-            if finished(p, REFRESH_S):
-                p = handle.progress()
-                view.update(p)
-                live.refresh()
-                break
-    if not err.is_terminal:
-        err.print()  # a file or pipe gets the last frame without its line end
-    return p
-
-
-# --- results ----------------------------------------------------------------------
-class _ResultWriter:
-    """Writes result records in input order, rejected inputs in their places.
-
-    Rejections come as ``(valid inputs before it, problem)``: each is written just
-    before the result of the next valid input, so the file follows the input file.
-    """
-
-    def __init__(
-        self, sink: IO[str], rejected: Iterable[tuple[int, InputProblem]] = (), *,
-        as_csv: bool = False,
-    ) -> None:  # fmt: skip
-        self.sink = sink
-        self.rejected = list(rejected)
-        self.csv = csv.writer(sink) if as_csv else None
-        if self.csv is not None:
-            self.csv.writerow(CSV_COLUMNS)
-        self.summary = Summary()
-        self.error: BaseException | None = None
-        self._next_rejected = 0
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.csv is not None:
-            self.csv.writerow(csv_row(record))
-        else:
-            self.sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.sink.flush()  # as they come: a reader (or a crash) sees every finished line
-        self.summary.add(record)
-
-    def _rejected_up_to(self, position: int | None) -> None:
-        while self._next_rejected < len(self.rejected):
-            before, problem = self.rejected[self._next_rejected]
-            if position is not None and before > position:
-                return
-            self.write(rejected_record(problem))
-            self._next_rejected += 1
-
-    def drain(self, results: Iterable[RunResult]) -> None:
-        """Write every result (then any trailing rejections); keeps an error for the caller."""
-        try:
-            for n, result in enumerate(results):
-                self._rejected_up_to(n)
-                self.write(result_record(result))
-            self._rejected_up_to(None)
-        except BaseException as exc:  # re-raised in the main thread by the caller
-            self.error = exc
-
-
-def _write_while_watching(
-    handle: BatchHandle,
-    writer: _ResultWriter,
-    *,
-    rejected: int = 0,
-    timeout: float | None = None,
-    cancel_on_interrupt: bool = True,
-    announce: Text | None = None,
-) -> bool:
-    """Write results as they come while showing progress; True if Ctrl-C cancelled the batch.
-
-    Ctrl-C cancels the batch (``cancel_on_interrupt``) and keeps writing the runs as they
-    stop, or just stops; a second Ctrl-C quits at once. ``announce`` is printed once Ctrl-C
-    is handled this way.
-    """
-    # The main thread waits on an Event, not on Thread.join: a join interrupted by Ctrl-C
-    # can leave the thread looking finished while it still runs (CPython gh-90882).
-    drained = threading.Event()
-
-    def drain() -> None:
-        try:
-            writer.drain(handle.results(timeout=timeout))
-        finally:
-            drained.set()
-
-    threading.Thread(target=drain, name="duet-results", daemon=True).start()
-
-    def finished(_: dict[str, Any], wait_s: float) -> bool:
-        return drained.wait(wait_s)
-
-    view = _ProgressView(rejected=rejected)
-    interrupted = False
+    spec_id = store().r.hget(keys.batch(handle.batch_id), "spec_id")
     try:
-        if announce and current_log_format() == "text":
-            err.print(announce)
-        _follow(handle, view, finished)
-    except KeyboardInterrupt:
-        if not cancel_on_interrupt:
-            raise typer.Exit(INTERRUPTED) from None
-        interrupted = True
-        handle.cancel()
-        warn("cancelling: runs stop after their current step (Ctrl-C again to quit now)")
-        try:
-            _follow(handle, view, finished)
-        except KeyboardInterrupt:
-            raise typer.Exit(INTERRUPTED) from None
-    drained.wait()
-    if writer.error is not None:
-        raise writer.error
-    return interrupted
+        return store().load_spec(spec_id) if spec_id else None
+    except LookupError:
+        return None
 
 
+def _worker_watch() -> WorkerWatch | None:
+    """On a cluster, a watch on which queues have no worker (None on the embedded default)."""
+    if not get_settings().redis_url:
+        return None
+    from orchestration.client.handles import queues_without_workers
+
+    return WorkerWatch(queues_without_workers).start()
+
+
+def _batch_records(handle: BatchHandle, timeout: float | None = None) -> Iterable[dict[str, Any]]:
+    """A batch's records in input order, its stored rejected inputs in their places,
+    each run's as soon as it (and those before it) finished."""
+    spec = _spec_of(handle)
+    rejected = handle.rejected()
+    taken = {r["index"] for r in rejected}
+    pending = iter(rejected)
+    nxt = next(pending, None)
+    index = 0
+    for result in handle.results(timeout=timeout):
+        while index in taken:
+            index += 1
+        while nxt is not None and nxt["index"] < index:
+            yield rejected_record(nxt, batch_id=handle.batch_id)
+            nxt = next(pending, None)
+        yield result_record(result, index=index, spec=spec)
+        index += 1
+    while nxt is not None:
+        yield rejected_record(nxt, batch_id=handle.batch_id)
+        nxt = next(pending, None)
+
+
+# --- summary and exit codes --------------------------------------------------------------
 def _summary_table(summary: Summary, wall_s: float | None = None) -> Table:
     table = Table(title="Summary", title_justify="left", show_header=False)
     table.add_column("what", style="bold")
@@ -460,16 +345,25 @@ def _summary_table(summary: Summary, wall_s: float | None = None) -> Table:
     table.add_row("model calls", f"{summary.calls:,}")
     table.add_row("cost", f"${summary.usd:.4f}")
     if wall_s is not None:
-        table.add_row("wall time", _duration(wall_s))
+        table.add_row("wall time", duration(wall_s))
+    for n, (why, count) in enumerate(summary.reasons.most_common(SHOWN_REASONS)):
+        table.add_row("why not" if n == 0 else "", plain(f"{count} × {why}", style="magenta"))
     return table
 
 
-def _is_csv(path: Path) -> bool:
-    return path.suffix.lower() == ".csv"
-
-
 def _exit_for(summary: Summary) -> typer.Exit:
-    return typer.Exit(OK if summary.ok else SOME_FAILED)
+    return typer.Exit(OK if summary.ok and summary.total else SOME_FAILED)
+
+
+def _exit_for_progress(p: dict[str, Any]) -> typer.Exit:
+    well = all(s in FINISHED_WELL for s, n in p["counts"].items() if n)
+    return typer.Exit(OK if well and not p.get("rejected") else SOME_FAILED)
+
+
+def _select(
+    records: Iterable[dict[str, Any]], status: list[str] | None
+) -> Iterable[dict[str, Any]]:
+    return records if not status else (r for r in records if r.get("status") in status)
 
 
 # --- arguments shared by commands -------------------------------------------------------
@@ -504,6 +398,21 @@ StrictOpt = Annotated[
         "--strict", help="Refuse the whole batch (exit 2) if any input is bad, listing every one.",
     ),
 ]  # fmt: skip
+LogEveryOpt = Annotated[
+    float,
+    typer.Option(
+        "--log-every", min=0.1, metavar="SECONDS",
+        help="When stderr is not a terminal: one progress line every SECONDS.",
+    ),
+]  # fmt: skip
+StatusOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status", metavar="STATUS",
+        help="Only records with this status (repeatable): approved, max_rounds_reached, "
+        "interrupted, failed, cancelled, rejected.",
+    ),
+]  # fmt: skip
 BatchArg = Annotated[
     str, typer.Argument(help="Batch id (printed by `duet submit`).", show_default=False)
 ]
@@ -513,6 +422,14 @@ RunArg = Annotated[
 TimeoutOpt = Annotated[
     float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 1).")
 ]
+
+
+def _check_status(status: list[str] | None) -> None:
+    unknown = sorted(set(status or ()) - set(OUTCOMES))
+    if unknown:
+        raise ConfigError(
+            f"--status: unknown status {', '.join(unknown)}; choose from {', '.join(OUTCOMES)}"
+        )
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -526,48 +443,218 @@ def run(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output",
-            "-o",
-            dir_okay=False,
-            help="Results file, one record per input in input order: JSONL, or CSV when the "
-            "name ends in .csv. Default: INPUT-NAME.results.jsonl in the current directory.",
+            "--output", "-o", dir_okay=False,
+            help="Results file, one record per input: JSONL, or CSV when the name ends in .csv. "
+            "Each record is written as its run finishes; the file is in input order at the "
+            "end. Default: INPUT-NAME.results.jsonl in the current directory.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     strict: StrictOpt = False,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
-) -> None:
-    """Review every input and wait for the results, with a live progress bar.
+    resume_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume-from", exists=True, dir_okay=False, metavar="RESULTS",
+            help="A results file of an earlier run: inputs it has approved or out of rounds "
+            "are not run again (their records are copied); the others run.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Run only the first N valid inputs.")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Read the inputs and print the worst case (calls, tokens, USD); send nothing.",
+        ),
+    ] = False,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir", file_okay=False, metavar="DIR",
+            help="Also write each approved output to DIR/<id> (a directory input's relative "
+            "path: the reviewed tree is mirrored).",
+        ),
+    ] = None,
+    log_every: LogEveryOpt = LOG_EVERY_S,
+) -> None:  # fmt: skip
+    """Review every input and wait for the results, with live progress.
 
     Runs on the cluster in DUET_REDIS_URL or, when it is unset, on an embedded Redis with
     an in-process worker that stop when the command ends. Bad inputs are listed and
     written to the results file with status "rejected"; the others run.
 
-    Exit code 0 when every input finished without failure, 1 when some run failed or
-    some input was rejected, 2 for a bad config or bad usage.
+    Ctrl-C: on the embedded default, cancels the batch and keeps the finished records
+    (rerun with --resume-from to skip them); on a cluster, stops waiting at once and
+    leaves the batch running.
+
+    Exit code 0 when every input was accepted and every run finished without an
+    interruption or failure; 1 otherwise; 2 for a bad config, bad usage or no inputs;
+    130 after Ctrl-C.
     """
     started = time.monotonic()
-    cfg = _load(config, embedded=not get_settings().redis_url)
+    embedded = not get_settings().redis_url
+    cfg = _load(config, embedded=embedded)
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
+    finished = finished_records(resume_from) if resume_from else None
+    intake = Intake(finished, limit)
+    options = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    if dry_run:
+        reading = _Reading(cfg, input, intake, **options)
+        _dry_run(cfg, reading)
+        return
     connect(embedded_ok=True)
-    handle, reader, rejected = _submit(
-        cfg, input, strict=strict, include=include or (), exclude=exclude or ()
-    )
-    with target.open("w", encoding="utf-8", newline="") as sink:
-        writer = _ResultWriter(sink, rejected, as_csv=_is_csv(target))
-        interrupted = False
-        if reader.count == 0:
+    reading = _Reading(cfg, input, intake, **options)
+    handle = _submit(cfg, reading)
+    sink = ResultsFile(target)
+    interrupted = False
+    try:
+        for carried in intake.carried:
+            sink.write(carried)
+        for r in intake.rejected:
+            sink.write(rejected_record(r, batch_id=handle.batch_id if handle else None))
+        if handle is None:
             warn("no valid inputs: nothing to run")
-            writer.drain(())
         else:
-            interrupted = _write_while_watching(
-                handle, writer, rejected=len(rejected),
-                announce=plain(f"batch {handle.batch_id}: {reader.count} run(s), results -> {target}"),
+            interrupted = _collect_while_watching(
+                handle, sink, intake.run_index, cfg.build_architecture().to_spec(),
+                embedded=embedded, target=target, log_every=log_every,
             )  # fmt: skip
-    record(f"batch {handle.batch_id} finished: results in {target}", batch_id=handle.batch_id)
-    out.print(_summary_table(writer.summary, time.monotonic() - started))
+    finally:
+        sink.finish()
+    if handle is not None:
+        record(f"batch {handle.batch_id} finished: results in {target}", batch_id=handle.batch_id)
+    out.print(_summary_table(sink.summary, time.monotonic() - started))
     out.print(plain(f"results: {target}"))
-    raise typer.Exit(INTERRUPTED) if interrupted else _exit_for(writer.summary)
+    if output_dir is not None:
+        _write_output_dir(read_records(target), output_dir)
+    raise typer.Exit(INTERRUPTED) if interrupted else _exit_for(sink.summary)
+
+
+def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
+    written, refused = write_outputs(records, folder)
+    out.print(plain(f"approved outputs: {written} file(s) in {folder}"))
+    if refused:
+        warn(
+            f"{len(refused)} id(s) are not a path inside {folder}, not written: {', '.join(refused[:5])}"
+        )
+
+
+def _collect_while_watching(
+    handle: BatchHandle,
+    sink: ResultsFile,
+    run_index: list[int],
+    spec: LoopSpec,
+    *,
+    embedded: bool,
+    target: Path,
+    log_every: float,
+) -> bool:
+    """Write records as runs finish while showing progress; True after Ctrl-C."""
+    stop = threading.Event()
+    collected = threading.Event()
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            collect(handle, sink, run_index, spec, stop)
+        except BaseException as exc:  # re-raised in the main thread
+            failure.append(exc)
+        finally:
+            collected.set()
+
+    threading.Thread(target=work, name="duet-results", daemon=True).start()
+
+    def finished(_: dict[str, Any], wait_s: float) -> bool:
+        return collected.wait(wait_s)
+
+    workers = _worker_watch()
+    view = ProgressView(workers)
+    batch = handle.batch_id
+    try:
+        # Inside the try: from this line on, Ctrl-C is handled (the CLI tests wait for it).
+        note(f"batch {batch}: {len(run_index)} run(s), results -> {target}")
+        follow(handle, view, finished, log_every=log_every)
+    except KeyboardInterrupt:
+        if not embedded:
+            stop.set()
+            warn(
+                f"stopped waiting; batch {batch} keeps running on the cluster. Cancel it: "
+                f"duet cancel {batch}; follow it: duet watch {batch}; fetch its results: "
+                f"duet results {batch} -o FILE"
+            )
+            return True
+        handle.cancel()
+        warn(
+            "cancelling: runs stop after their current step (Ctrl-C again to quit now); "
+            f"rerun with --resume-from {target} to skip the finished inputs"
+        )
+        try:
+            follow(handle, view, finished, log_every=log_every)
+        except KeyboardInterrupt:
+            stop.set()
+        return True
+    finally:
+        if workers is not None:
+            workers.stop()
+    collected.wait()
+    if failure:
+        raise failure[0]
+    return False
+
+
+def _dry_run(cfg: ReviewConfig, reading: _Reading) -> None:
+    """Print the worst case of the batch (every run to its last round) and send nothing."""
+    from orchestration.prices import price_for
+
+    spec = cfg.build_architecture().to_spec()
+    actor, critic, rounds = spec.actor, spec.critic, spec.max_rounds
+    runs = tokens_in = tokens_out = 0
+    # Worst case per run: 1 + rounds actor calls, rounds critic calls, each seeing the
+    # instructions, the prompt and (persistent subagents) every earlier turn of the run.
+    for item in reading.all_items():
+        runs += 1
+        prompt = len(item["prompt"].encode())
+        history = 0
+        for n in range(1 + 2 * rounds):
+            agent = actor if n % 2 == 0 else critic
+            tokens_in += len(agent.instructions.encode()) + prompt + history
+            tokens_out += agent.max_tokens
+            history += prompt + agent.max_tokens
+    reading.done()
+    calls = runs * (1 + 2 * rounds)
+    usd: float | None = 0.0
+    share = {"actor": (1 + rounds) / (1 + 2 * rounds), "critic": rounds / (1 + 2 * rounds)}
+    for role, agent in (("actor", actor), ("critic", critic)):
+        price = price_for(agent)
+        if price is None or usd is None:
+            usd = None
+            continue
+        usd += (
+            share[role]
+            * (tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok)
+            / 1_000_000
+        )
+    table = Table(
+        title="Dry run: worst case, nothing sent", title_justify="left", show_header=False
+    )
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("runs", f"{runs:,}")
+    table.add_row("rejected inputs", f"{len(reading.intake.rejected):,}")
+    table.add_row("already finished", f"{len(reading.intake.carried):,}")
+    table.add_row("model calls (at most)", f"{calls:,} (1 + 2 × {rounds} per run)")
+    table.add_row("input tokens (at most)", f"{tokens_in:,}")
+    table.add_row("output tokens (at most)", f"{tokens_out:,}")
+    table.add_row(
+        "cost (at most)", f"${usd:,.4f}" if usd is not None else "unknown: a model has no price"
+    )
+    budget = cfg.build_budget()
+    if budget is not None and budget.max_usd is not None:
+        table.add_row("batch budget", f"${budget.max_usd:,.2f}")
+    out.print(table)
 
 
 @app.command(epilog="Example: BATCH=$(duet submit examples/review.toml -i examples/inputs.jsonl)")
@@ -586,28 +673,47 @@ def submit(
     """Queue every input on the cluster and print the batch id; returns at once.
 
     Needs DUET_REDIS_URL (an embedded cluster would stop with the command). Follow the
-    batch with `duet watch`, fetch it with `duet results`. Exit code 1 when some input
-    was rejected (they are listed; the others are queued).
+    batch with `duet watch`, fetch it with `duet results`. Rejected inputs are listed
+    and stored with the batch (`duet results` and the report show them).
+
+    Exit code 0 when every input was queued; 1 when some were rejected (the others are
+    queued and the batch id is printed all the same); 2 for a bad config, no inputs, or
+    --strict with a bad input (nothing queued).
     """
     connect()
     cfg = _load(config, embedded=False)
-    handle, reader, rejected = _submit(
-        cfg, input, strict=strict, include=include or (), exclude=exclude or ()
+    intake = Intake()
+    reading = _Reading(
+        cfg, input, intake, strict=strict, include=include or (), exclude=exclude or ()
     )
+    handle = _submit(cfg, reading)
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
-            _ResultWriter(sink, rejected).drain(())
-    err.print(f"queued {reader.count} run(s); follow with: duet watch {handle.batch_id}")
+            for r in intake.rejected:
+                sink.write(json.dumps(rejected_record(r), ensure_ascii=False) + "\n")
+    if handle is None:
+        raise ConfigError(f"{input}: every input was rejected: nothing queued")
+    from orchestration.client.handles import queues_without_workers
+
+    idle = queues_without_workers()
+    if idle:
+        warn(
+            f"no worker is consuming queue {', '.join(idle)}: the batch waits until one "
+            "starts (duet worker)"
+        )
+    note(f"queued {len(intake.run_index)} run(s); follow with: duet watch {handle.batch_id}")
     out.print(handle.batch_id, soft_wrap=True)
-    raise typer.Exit(SOME_FAILED if rejected else OK)
+    raise typer.Exit(SOME_FAILED if intake.rejected else OK)
 
 
 @app.command(epilog="Example: duet watch 4c9e34663fac4c9d8513fd84d3ff8b17")
 @fails_cleanly
-def watch(batch: BatchArg) -> None:
-    """Show a batch's progress live until it finishes: done/total, outcomes, spend, rate, ETA.
+def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
+    """Show a batch's progress until it finishes: done/total, outcomes, spend, rate, ETA,
+    and what it waits on (a rate limit, a spent budget, no worker on a queue).
 
-    Ctrl-C stops watching and leaves the batch running. Exit code 1 when some run failed.
+    Ctrl-C stops watching (exit 130) and leaves the batch running. Exit code 0 when every
+    input was accepted and every run finished well, else 1.
     """
     connect()
     handle = _batch(batch)
@@ -618,50 +724,164 @@ def watch(batch: BatchArg) -> None:
         time.sleep(wait_s)  # the screen's refresh interval
         return False
 
+    workers = _worker_watch()
     try:
-        p = _follow(handle, _ProgressView(), finished)
+        p = follow(handle, ProgressView(workers), finished, log_every=log_every)
     except KeyboardInterrupt:
         note(f"stopped watching; the batch keeps running (duet watch {batch})")
-        raise typer.Exit(OK) from None
-    raise typer.Exit(SOME_FAILED if p["counts"].get("failed") else OK)
+        raise typer.Exit(INTERRUPTED) from None
+    finally:
+        if workers is not None:
+            workers.stop()
+    raise _exit_for_progress(p)
 
 
-@app.command(epilog="Example: duet results 4c9e34663fac4c9d8513fd84d3ff8b17 -o results.csv")
+@app.command(
+    epilog="Example: duet results 4c9e34663fac4c9d8513fd84d3ff8b17 -o results.csv --status approved "
+    "(or, to put a results file in input order: duet results results.jsonl -o sorted.jsonl)"
+)
 @fails_cleanly
 def results(
-    batch: BatchArg,
+    batch: Annotated[
+        str,
+        typer.Argument(
+            help="Batch id, or a results file (JSONL or CSV) to filter and put in input order.",
+            show_default=False,
+        ),
+    ],
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output",
-            "-o",
-            dir_okay=False,
+            "--output", "-o", dir_okay=False,
             help="Write here: CSV when the name ends in .csv, else JSONL. Default: JSONL on stdout.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
+    status: StatusOpt = None,
     timeout: TimeoutOpt = None,
-) -> None:
-    """Stream a batch's results in input order, each as soon as it (and those before it) finished.
+    log_every: LogEveryOpt = LOG_EVERY_S,
+) -> None:  # fmt: skip
+    """Stream a batch's records in input order (rejected inputs in their places), each as
+    soon as it (and those before it) finished.
 
-    Exit code 1 when some run failed (or the timeout passed).
+    Exit code 0 when every input was accepted and every run finished well; 1 otherwise
+    (or when the timeout passed).
     """
+    _check_status(status)
+    if Path(batch).is_file():
+        records: Iterable[dict[str, Any]] = by_index(read_records(Path(batch)))
+        _write_records(_select(records, status), output)
+        return
     connect()
     handle = _batch(batch)
     try:
         if output is None:
-            writer = _ResultWriter(sys.stdout)
-            writer.drain(handle.results(timeout=timeout))
-            if writer.error is not None:
-                raise writer.error
-        else:
-            with output.open("w", encoding="utf-8", newline="") as sink:
-                writer = _ResultWriter(sink, as_csv=_is_csv(output))
-                _write_while_watching(handle, writer, timeout=timeout, cancel_on_interrupt=False)
-            err.print(_summary_table(writer.summary))
+            _write_records(_select(_batch_records(handle, timeout), status), None)
+            return
+        with_progress = _RecordsWithProgress(handle, timeout, status, output, log_every)
+        with_progress.run()
     except RunTimeout as exc:
         error(str(exc))
         raise typer.Exit(SOME_FAILED) from None
-    raise _exit_for(writer.summary)
+
+
+def _write_records(records: Iterable[dict[str, Any]], output: Path | None) -> None:
+    """Write records to ``output`` (or stdout as JSONL) and exit as their summary says."""
+    summary = Summary()
+    if output is None:
+        for rec in records:
+            sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+            summary.add(rec)
+    else:
+        sink = ResultsFile(output)
+        try:
+            for rec in records:
+                sink.write(dict(rec))
+        finally:
+            sink.finish()
+        summary = sink.summary
+        err.print(_summary_table(summary))
+    raise _exit_for(summary)
+
+
+class _RecordsWithProgress:
+    """``duet results BATCH -o FILE``: write records while showing the batch's progress."""
+
+    def __init__(
+        self, handle: BatchHandle, timeout: float | None, status: list[str] | None,
+        output: Path, log_every: float,
+    ) -> None:  # fmt: skip
+        self.handle, self.timeout, self.status = handle, timeout, status
+        self.output, self.log_every = output, log_every
+
+    def run(self) -> None:
+        sink = ResultsFile(self.output)
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                for rec in _select(_batch_records(self.handle, self.timeout), self.status):
+                    sink.write(dict(rec))
+            except BaseException as exc:  # re-raised below
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="duet-results", daemon=True).start()
+        try:
+            follow(self.handle, ProgressView(), lambda _, w: done.wait(w), log_every=self.log_every)
+        except KeyboardInterrupt:
+            sink.finish()
+            raise typer.Exit(INTERRUPTED) from None
+        done.wait()
+        sink.finish()
+        if failure:
+            raise failure[0]
+        err.print(_summary_table(sink.summary))
+        raise _exit_for(sink.summary)
+
+
+@app.command("ls", epilog="Example: duet ls --limit 5")
+@fails_cleanly
+def ls(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many batches.")] = 20,
+) -> None:
+    """List the newest batches: when, counts by outcome, rejected inputs, spend."""
+    connect()
+    from orchestration.state import batches, connection
+
+    r = connection.get_redis()
+    found = batches.recent(r, limit)
+    if not found:
+        out.print("no batches")
+        return
+    table = Table(title="Batches, newest first", title_justify="left")
+    for column in ("batch", "submitted", "done", "outcomes", "rejected", "cost"):
+        table.add_column(
+            column, justify="right" if column in ("done", "rejected", "cost") else "left"
+        )
+    for batch_id, rec in found:
+        counts = {
+            k.split(":", 1)[1]: int(v) for k, v in rec.items() if k.startswith("status:") and int(v)
+        }
+        when = datetime.fromtimestamp(float(rec.get("created_at") or 0)).strftime(
+            "%Y-%m-%d %H:%M:%S"
+        )
+        table.add_row(
+            plain(batch_id), when, f"{rec.get('done', 0)}/{rec.get('total', 0)}",
+            _outcomes(counts), str(batches.rejected_count(r, batch_id)),
+            f"${float(rec.get('usd') or 0):.4f}",
+        )  # fmt: skip
+    out.print(table)
+
+
+def _outcomes(counts: dict[str, int]) -> Text:
+    text = Text()
+    for outcome in OUTCOMES:
+        if counts.get(outcome):
+            text.append(f"{LABELS[outcome]} {counts[outcome]}  ", style=COLOURS[outcome])
+    return text
 
 
 @app.command(epilog="Example: duet show 9f1c2e0d7a6b4c3d8e5f4a3b2c1d0e9f")
@@ -742,44 +962,42 @@ def _diff(before: str, after: str, old: str, new: str) -> str:
 @fails_cleanly
 def report(
     batch: Annotated[
-        str, typer.Argument(help="Batch id, or a results file (JSONL) written by `duet run`.")
+        str, typer.Argument(help="Batch id, or a results file (JSONL or CSV) written by duet.")
     ],
     output: Annotated[
         Path, typer.Option("--output", "-o", dir_okay=False, help="The HTML file to write.")
     ] = Path("report.html"),
     timeout: TimeoutOpt = None,
 ) -> None:
-    """Write one self-contained HTML page about a batch: outcomes, scores, rounds, cost, time.
+    """Write one self-contained HTML page about a batch: outcomes, why inputs did not finish
+    well, the most frequent issues, every input not approved with its last score and
+    issues, scores, rounds, cost, time, models and dates.
 
     Reads a results file directly (no cluster needed), or a batch on the cluster,
-    waiting for it to finish.
+    waiting for it to finish. Exit code 0 when every input was accepted and finished
+    well, 1 otherwise, 2 when the file is not a results file.
     """
     if Path(batch).is_file():
-        records: Iterable[dict[str, Any]] = _read_records(Path(batch))
+        records: list[dict[str, Any]] = list(by_index(read_records(Path(batch))))
         title = f"Duet report: {Path(batch).name}"
     else:
         connect()
         handle = _batch(batch)
-        with err.status(f"Waiting for batch {batch} to finish"):
+        with err.status(plain(f"Waiting for batch {batch} to finish")):
             try:
-                records = [result_record(r) for r in handle.results(timeout=timeout)]
+                records = list(_batch_records(handle, timeout))
             except RunTimeout as exc:
                 error(str(exc))
                 raise typer.Exit(SOME_FAILED) from None
         title = f"Duet report: batch {batch}"
-    page = render_report(records, title=title)
-    output.write_text(page, encoding="utf-8")
-    note(f"report: {output}")
-
-
-def _read_records(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as lines:
-        for n, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}:{n}: not a results record: {exc.msg}") from None
+    if not records:
+        raise ConfigError(f"{batch}: no records to report on")
+    summary = Summary()
+    for rec in records:
+        summary.add(rec)
+    output.write_text(render_report(records, title=title), encoding="utf-8")
+    note(f"report: {output} ({summary.total} input(s))")
+    raise _exit_for(summary)
 
 
 @app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")

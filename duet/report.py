@@ -1,23 +1,30 @@
 """Result records of a batch, their summary, and the HTML report built from them. Pure.
 
 A *result record* is one line of a results file (``duet run -o``, ``duet results``): a
-plain JSON object per input, in input order. Runs give :func:`result_record`, inputs that
-were never run give :func:`rejected_record`, so every input is accounted for. Everything
-else here is a pure function of those records.
+plain JSON object per input; ``index`` is its position in the input file, so records
+written as runs finish can be put back in input order (:func:`by_index`). Runs give
+:func:`result_record`, inputs that were never run give :func:`rejected_record`, so every
+input is accounted for. Everything else here is a pure function of those records.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from duet.inputs import InputProblem
+    from orchestration.core.architecture import LoopSpec
     from orchestration.core.results import RunResult
+
+#: Outcomes of an input that ran to its end without an interruption or a failure.
+FINISHED_WELL = ("approved", "max_rounds_reached")
 
 #: Every outcome of an input, in the order tables and charts list them.
 OUTCOMES = ("approved", "max_rounds_reached", "interrupted", "failed", "cancelled", "rejected")
@@ -32,13 +39,31 @@ LABELS = {
 }
 
 
-def result_record(result: RunResult) -> dict[str, Any]:
-    """The results-file record of a finished run."""
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+def _usage(u: Any) -> dict[str, Any]:
+    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "calls": u.calls,
+            "usd": round(u.usd, 6)}  # fmt: skip
+
+
+def result_record(
+    result: RunResult, *, index: int | None = None, spec: LoopSpec | None = None
+) -> dict[str, Any]:
+    """The results-file record of a finished run.
+
+    Args:
+        result: the run's result.
+        index: the input's position in the input file (rejected inputs included).
+        spec: the loop the run ran, for the models and loop settings in the record.
+    """
     total = result.usage.total
     duration = None
     if result.started_at is not None and result.finished_at is not None:
         duration = round(result.finished_at - result.started_at, 3)
     return {
+        "index": index,
         "id": result.input_id,
         "status": str(result.status),
         "output": result.output,
@@ -50,25 +75,48 @@ def result_record(result: RunResult) -> dict[str, Any]:
             for r in result.rounds
         ],
         "n_rounds": len(result.rounds),
+        #: The last critique's issues (what is still wrong with the output, if anything).
+        "issues": list(result.rounds[-1].issues) if result.rounds else [],
         "usage": {
-            "input_tokens": total.input_tokens,
-            "output_tokens": total.output_tokens,
-            "calls": total.calls,
-            "usd": round(total.usd, 6),
+            **_usage(total),
+            "by_role": {role: _usage(u) for role, u in sorted(result.usage.by_role.items())},
         },
         "reason": result.interruption_reason,
         "error": result.error,
         "run_id": result.run_id,
+        "batch_id": result.batch_id,
         "user_id": result.user_id,
         "metadata": result.metadata,
+        "models": {"actor": spec.actor.model, "critic": spec.critic.model} if spec else None,
+        "loop": (
+            {"max_rounds": spec.max_rounds, "approval_threshold": spec.approval_threshold}
+            if spec
+            else None
+        ),
+        "created_at": _iso(result.created_at),
+        "started_at": _iso(result.started_at),
+        "finished_at": _iso(result.finished_at),
         "duration_s": duration,
     }
 
 
-def rejected_record(problem: InputProblem) -> dict[str, Any]:
-    """The results-file record of an input that was never run, saying where and why."""
+def rejected_record(
+    problem: InputProblem | Mapping[str, Any],
+    *,
+    index: int | None = None,
+    batch_id: str | None = None,
+) -> dict[str, Any]:
+    """The results-file record of an input that was never run, saying where and why.
+
+    ``problem`` is the reader's :class:`~duet.inputs.InputProblem`, or the same fields as
+    stored with a batch (``id``, ``source``, ``line``, ``reason``, ``index``).
+    """
+    if not isinstance(problem, Mapping):
+        problem = {"id": problem.id, "source": problem.source, "line": problem.line,
+                   "reason": problem.reason}  # fmt: skip
     return {
-        "id": problem.id,
+        "index": problem.get("index") if index is None else index,
+        "id": problem["id"],
         "status": "rejected",
         "output": None,
         "final_score": None,
@@ -76,16 +124,29 @@ def rejected_record(problem: InputProblem) -> dict[str, Any]:
         "output_round": None,
         "rounds": [],
         "n_rounds": 0,
+        "issues": [],
         "usage": {"input_tokens": 0, "output_tokens": 0, "calls": 0, "usd": 0.0},
-        "reason": problem.reason,
+        "reason": problem["reason"],
         "error": None,
         "run_id": None,
+        "batch_id": batch_id,
         "user_id": None,
         "metadata": {},
         "duration_s": None,
-        "source": problem.source,
-        "line": problem.line,
+        "source": problem["source"],
+        "line": problem["line"],
     }
+
+
+def by_index(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records in input order (by ``index``; records without one keep their place at the end)."""
+    rows = list(records)
+    return sorted(rows, key=lambda r: (r.get("index") is None, r.get("index") or 0))
+
+
+def is_record(value: Any) -> bool:
+    """Whether a parsed line looks like a result record (not, say, an input line)."""
+    return isinstance(value, Mapping) and "status" in value and "id" in value and "usage" in value
 
 
 @dataclass
@@ -100,11 +161,18 @@ class Summary:
     output_tokens: int = 0
     calls: int = 0
     usd: float = 0.0
+    #: Why inputs did not finish well: reason (or error) -> how many.
+    reasons: Counter[str] = field(default_factory=Counter)
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Count one record."""
         status = record.get("status") or "unknown"
         self.counts[status] += 1
+        if status not in FINISHED_WELL:
+            why = record.get("reason") or record.get("error") or status
+            if status == "rejected":
+                why = "rejected: " + re.sub(r"'[^']*'", "'…'", str(why))  # ids apart
+            self.reasons[str(why)] += 1
         if status == "rejected":
             return
         self.runs += 1
@@ -131,15 +199,18 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        """True when no run failed and no input was rejected."""
-        return not (self.counts["failed"] or self.counts["rejected"])
+        """True when every input was accepted and every run finished without an
+        interruption, a failure or a cancellation."""
+        return all(self.counts[s] == 0 for s in self.counts if s not in FINISHED_WELL)
 
 
 # --- CSV ------------------------------------------------------------------------------
 #: Columns of a results CSV; nested fields (rounds, metadata) are JSON in their cell.
 CSV_COLUMNS = (
-    "id", "status", "final_score", "n_rounds", "input_tokens", "output_tokens", "calls",
-    "usd", "reason", "error", "run_id", "user_id", "duration_s", "output", "rounds", "metadata",
+    "index", "id", "status", "final_score", "n_rounds", "input_tokens", "output_tokens",
+    "calls", "usd", "reason", "error", "run_id", "batch_id", "user_id", "actor_model",
+    "critic_model", "created_at", "finished_at", "duration_s", "output", "issues", "rounds",
+    "metadata",
 )  # fmt: skip
 
 
@@ -163,6 +234,9 @@ def csv_row(record: Mapping[str, Any]) -> list[Any]:
         **record,
         **{k: usage.get(k) for k in ("input_tokens", "output_tokens", "calls", "usd")},
     }
+    models = record.get("models") or {}
+    flat["actor_model"], flat["critic_model"] = models.get("actor"), models.get("critic")
+    flat["issues"] = json.dumps(record.get("issues") or [], ensure_ascii=False)
     flat["rounds"] = json.dumps(record.get("rounds") or [], ensure_ascii=False)
     flat["metadata"] = json.dumps(record.get("metadata") or {}, ensure_ascii=False)
     return ["" if flat.get(c) is None else csv_cell(flat[c]) for c in CSV_COLUMNS]
@@ -184,9 +258,11 @@ _TOP = 15  # rows in the cost and slowest-input charts
 def render_report(records: Iterable[Mapping[str, Any]], *, title: str = "Duet batch report") -> str:
     """One self-contained HTML page about a batch, from its result records.
 
-    Sections: summary, outcome breakdown, distribution of final scores, score by round,
-    rounds to approval, cost per input, slowest inputs, and the inputs that did not
-    finish well. Charts are inline SVG: no scripts, styles or fonts are fetched.
+    Sections: summary, the batch (models, loop settings, dates, spend by role), outcome
+    breakdown, why inputs did not finish well, the most frequent issues, distribution of
+    final scores, score by round, rounds to approval, cost per input, slowest inputs, and
+    every input not approved with its last score and issues. Charts are inline SVG: no
+    scripts, styles or fonts are fetched.
 
     Args:
         records: result records (:func:`result_record` / :func:`rejected_record`).
@@ -202,13 +278,16 @@ def render_report(records: Iterable[Mapping[str, Any]], *, title: str = "Duet ba
     ran = [r for r in rows if r.get("status") != "rejected"]
     sections = [
         _section("Summary", _summary_html(summary, ran)),
+        _section("Batch", _batch_html(rows)),
         _section("Outcomes", _outcomes_chart(summary)),
+        _section("Why inputs did not finish well", _reasons_table(summary)),
+        _section("Most frequent issues", _issues_table(ran)),
         _section("Final scores", _score_histogram(ran)),
         _section("Score by round", _score_by_round(ran)),
         _section("Rounds to approval", _rounds_to_approval(ran)),
         _section("Cost per input", _cost_chart(ran)),
         _section("Slowest inputs", _slowest_table(ran)),
-        _section("Inputs that did not finish well", _trouble_table(rows)),
+        _section("Inputs not approved", _trouble_table(rows)),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -342,16 +421,109 @@ def _slowest_table(ran: list[Mapping[str, Any]]) -> str:
 
 
 def _trouble_table(rows: list[Mapping[str, Any]]) -> str:
-    bad = [r for r in rows if r.get("status") in ("interrupted", "failed", "cancelled", "rejected")]
+    bad = [r for r in rows if r.get("status") != "approved"]
     if not bad:
-        return '<p class="muted">None.</p>'
+        return '<p class="muted">None: every input was approved.</p>'
     body = "".join(
         f"<tr><td>{_e(r.get('id') if r.get('id') is not None else '')}</td>"
         f"<td>{_e(LABELS.get(r['status'], r['status']))}</td>"
+        f'<td class="n">{_e(_score(r.get("final_score")))}</td>'
+        f"<td>{_issues_list(_final_issues(r))}</td>"
         f"<td>{_e(_where(r))}</td><td>{_e(r.get('error') or r.get('reason') or '')}</td></tr>"
         for r in bad
     )
-    return f"<table><tr><th>id</th><th>outcome</th><th>where</th><th>why</th></tr>{body}</table>"
+    return (
+        '<table><tr><th>id</th><th>outcome</th><th class="n">last score</th><th>issues</th>'
+        f"<th>where</th><th>why</th></tr>{body}</table>"
+    )
+
+
+def _score(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}"
+
+
+def _final_issues(record: Mapping[str, Any]) -> list[str]:
+    if record.get("issues") is not None:
+        return [str(i) for i in record["issues"]]
+    rounds = record.get("rounds") or []
+    return [str(i) for i in (rounds[-1].get("issues") or [])] if rounds else []
+
+
+def _issues_list(issues: list[str]) -> str:
+    if not issues:
+        return '<span class="muted">-</span>'
+    return "<ul>" + "".join(f"<li>{_e(i)}</li>" for i in issues) + "</ul>"
+
+
+def _batch_html(rows: list[Mapping[str, Any]]) -> str:
+    def seen(get: Callable[[Mapping[str, Any]], Any]) -> str:
+        values = dict.fromkeys(str(v) for v in map(get, rows) if v not in (None, ""))
+        return ", ".join(values) or "-"
+
+    created = [str(r["created_at"]) for r in rows if r.get("created_at")]
+    finished = [str(r["finished_at"]) for r in rows if r.get("finished_at")]
+    items = [
+        ("batch", seen(lambda r: r.get("batch_id"))),
+        ("actor model", seen(lambda r: (r.get("models") or {}).get("actor"))),
+        ("critic model", seen(lambda r: (r.get("models") or {}).get("critic"))),
+        ("max rounds", seen(lambda r: (r.get("loop") or {}).get("max_rounds"))),
+        ("approval threshold", seen(lambda r: (r.get("loop") or {}).get("approval_threshold"))),
+        ("first submitted", min(created) if created else "-"),
+        ("last finished", max(finished) if finished else "-"),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
+    roles: dict[str, Counter[str]] = {}
+    for record in rows:
+        for role, used in ((record.get("usage") or {}).get("by_role") or {}).items():
+            tally = roles.setdefault(role, Counter())
+            for k in ("input_tokens", "output_tokens", "calls"):
+                tally[k] += int(used.get(k) or 0)
+            tally["usd_micro"] += round(float(used.get("usd") or 0) * 1_000_000)
+    spend = "".join(
+        f'<tr><td>{_e(role)}</td><td class="n">{t["calls"]:,}</td>'
+        f'<td class="n">{t["input_tokens"]:,}</td><td class="n">{t["output_tokens"]:,}</td>'
+        f'<td class="n">{_usd(t["usd_micro"] / 1_000_000)}</td></tr>'
+        for role, t in sorted(roles.items())
+    )
+    if spend:
+        spend = (
+            '<h3>Spend by role</h3><table><tr><th>role</th><th class="n">calls</th>'
+            '<th class="n">input tokens</th><th class="n">output tokens</th>'
+            f'<th class="n">cost</th></tr>{spend}</table>'
+        )
+    return f"<table>{body}</table>{spend}"
+
+
+def _reasons_table(summary: Summary) -> str:
+    if not summary.reasons:
+        return '<p class="muted">Every input finished well.</p>'
+    body = "".join(
+        f'<tr><td>{_e(why)}</td><td class="n">{n:,}</td></tr>'
+        for why, n in summary.reasons.most_common(_TOP)
+    )
+    return f'<table><tr><th>reason</th><th class="n">inputs</th></tr>{body}</table>'
+
+
+def _issues_table(ran: list[Mapping[str, Any]]) -> str:
+    """The issues critics raised most, counting each at most once per input."""
+    counts: Counter[str] = Counter()
+    wording: dict[str, str] = {}
+    for record in ran:
+        seen: set[str] = set()
+        for rnd in record.get("rounds") or []:
+            for issue in rnd.get("issues") or []:
+                key = " ".join(str(issue).split()).casefold()
+                if key and key not in seen:
+                    seen.add(key)
+                    wording.setdefault(key, str(issue))
+        counts.update(seen)
+    if not counts:
+        return '<p class="muted">No issues raised.</p>'
+    body = "".join(
+        f'<tr><td>{_e(wording[key])}</td><td class="n">{n:,}</td></tr>'
+        for key, n in counts.most_common(_TOP)
+    )
+    return f'<table><tr><th>issue</th><th class="n">inputs</th></tr>{body}</table>'
 
 
 def _where(record: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from orchestration.core.events import Event
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
-from orchestration.state import connection, keys
+from orchestration.state import batches, connection, keys
 from orchestration.state.broker import transport_for
 from orchestration.state.runs import RunRecord, RunStore
 
@@ -129,6 +129,40 @@ def list_budgets(prefix: str = "") -> list[str]:
     return ledger().list_scopes(prefix)
 
 
+#: A rate window this full is shown as a wait (a step waits when its worst case does not fit).
+RATE_WAIT_SHARE = 0.9
+
+
+def rate_limit_waits(spec: LoopSpec) -> list[str]:
+    """The spec's models that are at their fleet-wide rate limit or paused now, in words."""
+    from orchestration.state.ratelimits import load_rate_limits, window_use
+
+    r = connection.get_redis()
+    table = load_rate_limits(r)
+    waits = []
+    for agent in dict.fromkeys((spec.actor, spec.critic)):
+        name = f"{agent.provider}:{agent.model_name}"
+        rpm, tpm, window_s = table.get(name, (None, None, 60.0))
+        requests, tokens, paused_s = window_use(r, agent.provider, agent.model_name, window_s)
+        window = f"{window_s:g}s"
+        if paused_s > 0:
+            waits.append(f"{name} paused by the vendor (429): {paused_s:.0f}s left")
+        elif tpm and tokens >= RATE_WAIT_SHARE * tpm:
+            waits.append(f"rate limit {name}: {tokens:,} of {tpm:,} tokens in the last {window}")
+        elif rpm and requests >= RATE_WAIT_SHARE * rpm:
+            waits.append(
+                f"rate limit {name}: {requests:,} of {rpm:,} requests in the last {window}"
+            )
+    return waits
+
+
+def queues_without_workers(timeout: float = 1.0) -> list[str]:
+    """Duet's queues that no live worker consumes (asked over the broker; takes ``timeout``)."""
+    replies = producer().control.inspect(timeout=timeout).active_queues() or {}
+    consumed = {q.get("name") for queues in replies.values() for q in queues or ()}
+    return [q for q in keys.ALL_QUEUES if q not in consumed]
+
+
 def resume_runs(run_ids: Iterable[str]) -> int:
     """Send each unfinished run the message it is waiting for; how many were sent."""
     st = store()
@@ -219,18 +253,40 @@ class BatchHandle:
                 unit: {"limit": limit, "spent": state.spent.value(unit)}
                 for unit, limit in state.limits.items()
             }
+        done, total = int(raw.get("done", 0)), int(raw.get("total", 0))
         return {
             "batch_id": self.batch_id,
-            "total": int(raw.get("total", 0)),
+            "total": total,
             #: Per limited unit of the batch's budget: its limit and what is spent.
             "budget": budget,
-            "done": int(raw.get("done", 0)),
+            "done": done,
             "counts": counts,
+            #: Inputs refused before running (stored by the CLI with the batch).
+            "rejected": batches.rejected_count(store().r, self.batch_id),
             "usd": float(raw.get("usd", 0.0)),
             "tokens": int(raw.get("tokens", 0)),
             "calls": int(raw.get("calls", 0)),
             "created_at": float(raw.get("created_at", 0.0)),
+            #: What unfinished runs wait on now, in words (rate limits, a spent budget).
+            "waits": self._waits(raw.get("spec_id"), budget) if done < total else [],
         }
+
+    def rejected(self) -> list[dict[str, Any]]:
+        """Inputs of the batch refused before running (``index``, ``id``, ``source``,
+        ``line``, ``reason``), in input order; the CLI stores them when it submits."""
+        return batches.rejected(store().r, self.batch_id)
+
+    def _waits(self, spec_id: str | None, budget: dict[str, Any] | None) -> list[str]:
+        waits = []
+        for unit, b in (budget or {}).items():
+            if b["limit"] is not None and b["spent"] >= b["limit"]:
+                waits.append(
+                    f"batch budget spent ({unit} {b['spent']:g} of {b['limit']:g}): "
+                    "each run stops at its next round"
+                )
+        if spec_id:
+            waits += rate_limit_waits(store().load_spec(spec_id))
+        return waits
 
     def done(self) -> bool:
         p = self.progress()

@@ -96,6 +96,11 @@ def batches_index() -> str:
     return f"{PREFIX}:batches"
 
 
+def batch_rejected(batch_id: str) -> str:
+    """List: JSON of each input of the batch that was rejected (never run), in input order."""
+    return f"{PREFIX}:batch:{{{batch_id}}}:rejected"
+
+
 def conversation(team: str, worker: str, scope: str) -> str:
     """List: one persistent subagent conversation (team x worker x user, or x run)."""
     return f"{PREFIX}:conv:{team}:{worker}:{scope}"

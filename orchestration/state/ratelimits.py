@@ -55,3 +55,19 @@ def load_rate_limits(redis_client: Any) -> dict[str, tuple[int | None, int | Non
         value = json.loads(raw)
         table[key] = (value.get("rpm"), value.get("tpm"), float(value.get("window_s", 60.0)))
     return table
+
+
+def window_use(
+    redis_client: Any, provider: str, model: str, window_s: float
+) -> tuple[int, int, float]:
+    """What the fleet used of a model's rate window right now: ``(requests, tokens,
+    seconds of fleet-wide pause left)``. Read-only: for showing that work waits on it."""
+    pipe = redis_client.pipeline(transaction=False)
+    pipe.time()
+    pipe.zrangebyscore(keys.rate_limit(provider, model), "-inf", "+inf", withscores=True)
+    pipe.pttl(keys.rate_pause(provider, model))
+    (secs, micros), grants, pause_ms = pipe.execute()
+    horizon = int(secs) * 1_000_000 + int(micros) - window_s * 1_000_000
+    live = [member for member, at in grants if at > horizon]
+    tokens = sum(int(str(m).rsplit(":", 1)[-1]) for m in live)
+    return len(live), tokens, max(int(pause_ms), 0) / 1000

@@ -155,6 +155,14 @@ if st[1] == 'cancelled' then
   if batch ~= '' and redis.call('EXISTS', batch) == 1 then
     redis.call('HINCRBY', batch, 'done', -1)
     redis.call('HINCRBY', batch, 'status:cancelled', -1)
+    -- The run's spend so far is counted again, in full, when it finishes again.
+    local ok, u = pcall(cjson.decode, redis.call('HGET', run, 'usage') or '{}')
+    if ok and type(u) == 'table' then
+      redis.call('HINCRBYFLOAT', batch, 'usd', -(tonumber(u['usd']) or 0))
+      redis.call('HINCRBY', batch, 'tokens',
+                 -((tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)))
+      redis.call('HINCRBY', batch, 'calls', -(tonumber(u['calls']) or 0))
+    end
   end
   redis.call('XADD', events, '*', 'e', ARGV[1])
   return {'running', tostring(seq), st[3] or ''}

@@ -22,6 +22,7 @@ from duet.report import (
     render_report,
     result_record,
 )
+from orchestration import Agent, Team
 from orchestration.core.results import RoundRecord, RunResult, UsageReport
 from orchestration.core.usage import Usage
 
@@ -176,12 +177,16 @@ def test_summary_counts_records_and_skips_rejected_from_means() -> None:
 @pytest.mark.parametrize(
     ("statuses", "ok"),
     [
-        (["approved", "max_rounds_reached", "interrupted", "cancelled"], True),
+        (["approved", "max_rounds_reached"], True),
+        (["approved", "interrupted"], False),
+        (["approved", "cancelled"], False),
         (["approved", "failed"], False),
         (["approved", "rejected"], False),
     ],
 )
-def test_summary_ok_means_no_failure_and_no_rejection(statuses: list[str], ok: bool) -> None:
+def test_summary_ok_means_every_input_accepted_and_finished_well(
+    statuses: list[str], ok: bool
+) -> None:
     summary = Summary()
     for status in statuses:
         summary.add({"status": status})
@@ -200,15 +205,27 @@ def test_result_record_from_a_run_result() -> None:
             RoundRecord(round=1, score=0.5, issues=["SQL injection"], summary="bad", revision="v1"),
             RoundRecord(round=2, score=0.93, issues=[], summary="good"),
         ],
-        usage=UsageReport(total=Usage(input_tokens=10, output_tokens=5, calls=3, usd=0.0001234567)),
+        usage=UsageReport(
+            total=Usage(input_tokens=10, output_tokens=5, calls=3, usd=0.0001234567),
+            by_role={
+                "actor": Usage(input_tokens=6, output_tokens=3, calls=2, usd=0.0001),
+                "critic": Usage(input_tokens=4, output_tokens=2, calls=1, usd=0.0000234567),
+            },
+        ),
         input_id="sql",
+        batch_id="b1",
         user_id="u1",
         metadata={"lang": "py"},
+        created_at=99.0,
         started_at=100.0,
         finished_at=102.5,
     )
-    record = result_record(result)
+    spec = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"), critic=Agent("Judge.", model="gpt-4o"), max_rounds=4
+    ).spec
+    record = result_record(result, index=7, spec=spec)
     assert record == {
+        "index": 7,
         "id": "sql",
         "status": "approved",
         "output": "done",
@@ -220,14 +237,27 @@ def test_result_record_from_a_run_result() -> None:
             {"round": 2, "score": 0.93, "issues": [], "summary": "good"},
         ],
         "n_rounds": 2,
-        "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3, "usd": 0.000123},
+        "issues": [],
+        "usage": {
+            "input_tokens": 10, "output_tokens": 5, "calls": 3, "usd": 0.000123,
+            "by_role": {
+                "actor": {"input_tokens": 6, "output_tokens": 3, "calls": 2, "usd": 0.0001},
+                "critic": {"input_tokens": 4, "output_tokens": 2, "calls": 1, "usd": 2.3e-05},
+            },
+        },
         "reason": None,
         "error": None,
         "run_id": "r1",
+        "batch_id": "b1",
         "user_id": "u1",
         "metadata": {"lang": "py"},
+        "models": {"actor": "sim", "critic": "gpt-4o"},
+        "loop": {"max_rounds": 4, "approval_threshold": 0.9},
+        "created_at": "1970-01-01T00:01:39+00:00",
+        "started_at": "1970-01-01T00:01:40+00:00",
+        "finished_at": "1970-01-01T00:01:42.500000+00:00",
         "duration_s": 2.5,
-    }
+    }  # fmt: skip
     json.dumps(record)  # a results-file line
 
 

@@ -165,11 +165,12 @@ def test_interrupted_runs_are_recorded_with_their_reason(embedded: None, tmp_pat
     inputs.write_text('{"id": "x", "prompt": "Review this"}\n')
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(app, ["run", str(config), "-i", str(inputs), "-o", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, "an interrupted run is not a success"
     [record] = _records(out)
     assert (record["id"], record["status"]) == ("x", "interrupted")
     assert "auth" in record["reason"]
     assert "interrupted 1" in result.stderr
+    assert f"1 × {record['reason']}" in result.stdout, "the summary says why"
 
 
 def test_ctrl_c_cancels_the_batch_and_still_accounts_for_every_input(tmp_path: Path) -> None:
@@ -323,7 +324,7 @@ def test_submit_watch_results_show_report_on_a_cluster(
     ]
     as_csv = tmp_path / "results.csv"
     assert _duet("results", batch, "-o", as_csv, env=cluster_env, cwd=tmp_path).returncode == 0
-    assert as_csv.read_text().splitlines()[0].startswith("id,status,final_score")
+    assert as_csv.read_text().splitlines()[0].startswith("index,id,status,final_score")
 
     revised = next(r for r in records if r["n_rounds"] >= 2)
     shown = _duet("show", revised["run_id"], env=cluster_env, cwd=tmp_path)
@@ -367,9 +368,10 @@ def test_unknown_batch_or_run_exits_2(cluster_env: dict[str, str], tmp_path: Pat
         assert "not found" in done.stderr or "no batch or run" in done.stderr
 
 
-def test_cancel_and_resume_mid_batch_repeat_no_step(
+def test_cancel_and_resume_mid_batch_repeat_no_step_and_count_spend_once(
     cluster_env: dict[str, str], fake_llm: Any, tmp_path: Path
 ) -> None:
+    price = "price = { input_per_mtok = 1.0, output_per_mtok = 2.0 }"
     config = tmp_path / "slow.toml"
     config.write_text(
         f"""\
@@ -377,14 +379,19 @@ def test_cancel_and_resume_mid_batch_repeat_no_step(
 instructions = "Fix the code."
 model = "openai:sim"
 base_url = "{fake_llm.url}"
+{price}
 
 [critic]
 instructions = "Find security bugs."
 model = "openai:sim:critic?scores=0.1"
 base_url = "{fake_llm.url}"
+{price}
 
 [loop]
 max_rounds = 2
+
+[budget]
+max_usd = 100.0
 """
     )
     inputs = tmp_path / "in.jsonl"
@@ -393,15 +400,18 @@ max_rounds = 2
     )
     fake_llm.set_faults(latency_ms=800)  # the batch outlasts starting `duet cancel`
     try:
-        before = fake_llm.stats()["requests"]
+        before = fake_llm.stats()
         submitted = _duet("submit", config, "-i", inputs, env=cluster_env, cwd=tmp_path)
         assert submitted.returncode == 0, submitted.stderr
         batch = submitted.stdout.strip()
-        wait_for(lambda: fake_llm.stats()["requests"] - before >= 4, 30, "the batch to get going")
+        wait_for(
+            lambda: fake_llm.stats()["requests"] - before["requests"] >= 4, 30, "the batch to start"
+        )
 
         cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
         assert cancelled.returncode == 0, cancelled.stderr
-        assert _duet("watch", batch, env=cluster_env, cwd=tmp_path).returncode == 0
+        watched = _duet("watch", batch, env=cluster_env, cwd=tmp_path)
+        assert watched.returncode == 1, "cancelled runs did not finish well"
         halfway = tmp_path / "halfway.jsonl"
         fetched = _duet("results", batch, "-o", halfway, env=cluster_env, cwd=tmp_path)
         stopped = sum(r["status"] == "cancelled" for r in _records(halfway))
@@ -416,7 +426,23 @@ max_rounds = 2
         assert [r["status"] for r in records] == ["max_rounds_reached"] * 8
         assert [r["usage"]["calls"] for r in records] == [5] * 8
         # Counted at the server: every step ran once, across cancel and resume.
-        assert fake_llm.stats()["requests"] - before == 8 * 5
+        after = fake_llm.stats()
+        assert after["requests"] - before["requests"] == 8 * 5
+        # ...and the batch's spend is what the server billed, counted once.
+        sent_in = after["usage"]["input_tokens"] - before["usage"]["input_tokens"]
+        sent_out = after["usage"]["output_tokens"] - before["usage"]["output_tokens"]
+        from orchestration.client.handles import BatchHandle, get_budget
+        from tests.support import client_pointed_at
+
+        with client_pointed_at(cluster_env["DUET_REDIS_URL"]):
+            progress = BatchHandle(batch).progress()
+            ledger = get_budget(f"batch:{batch}")
+        assert (progress["tokens"], progress["calls"]) == (sent_in + sent_out, 8 * 5)
+        billed = (sent_in * 1.0 + sent_out * 2.0) / 1_000_000
+        assert progress["usd"] == pytest.approx(billed, abs=1e-9)
+        assert ledger.spent.usd == pytest.approx(billed, abs=1e-9)
+        assert progress["budget"]["usd"]["spent"] == pytest.approx(progress["usd"], abs=1e-9)
+        assert sum(r["usage"]["usd"] for r in records) == pytest.approx(billed, abs=1e-5)
     finally:
         fake_llm.set_faults(latency_ms=0)
 

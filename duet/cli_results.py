@@ -1,0 +1,295 @@
+"""Results files for ``duet``: what goes in, what comes out, in which order.
+
+- :class:`Intake` reads the inputs for a batch, numbering every input (``index``) and
+  setting aside the rejected ones and those a previous results file already finished
+  (``--resume-from``).
+- :class:`ResultsFile` writes each record as soon as its run finishes (a crash keeps
+  every finished one), then puts the file back in input order.
+- :func:`collect` follows the batch's finished-run stream and writes each run once.
+- :func:`read_records`, :func:`write_outputs`: reading a results file back, writing
+  approved outputs as files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING, Any
+
+from duet.inputs import InputProblem, InputReader
+from duet.report import CSV_COLUMNS, FINISHED_WELL, Summary, csv_row, is_record, result_record
+from orchestration.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestration.client.handles import BatchHandle
+    from orchestration.core.architecture import LoopSpec
+
+
+class Intake:
+    """The inputs of one batch, read once: items to submit, rejected inputs, carried records.
+
+    Args:
+        finished: records of an earlier results file by input id; inputs found there
+            finished well are not run again, their records are carried over.
+        limit: submit at most this many runs.
+    """
+
+    def __init__(
+        self, finished: dict[str, dict[str, Any]] | None = None, limit: int | None = None
+    ) -> None:
+        self.finished = finished or {}
+        self.limit = limit
+        #: Inputs seen so far (valid, rejected or carried): the next input's index.
+        self.position = 0
+        #: Rejected inputs: index, id, source, line, reason.
+        self.rejected: list[dict[str, Any]] = []
+        #: Records carried over from ``finished``, with this batch's indexes.
+        self.carried: list[dict[str, Any]] = []
+        #: The index of each submitted run, in submission order.
+        self.run_index: list[int] = []
+
+    def on_problem(self, problem: InputProblem) -> None:
+        self.rejected.append(
+            {"index": self.position, "id": problem.id, "source": problem.source,
+             "line": problem.line, "reason": problem.reason, "problem": problem}
+        )  # fmt: skip
+        self.position += 1
+
+    def items(self, reader: InputReader) -> Iterator[dict[str, Any]]:
+        """Items for ``Team.submit_batch``, numbering everything read on the way."""
+        for record in reader:
+            if self.limit is not None and len(self.run_index) >= self.limit:
+                return
+            index = self.position
+            self.position += 1
+            earlier = self.finished.get(record.id)
+            if earlier is not None:
+                self.carried.append({**earlier, "index": index})
+                continue
+            self.run_index.append(index)
+            yield record.as_item()
+
+    def stored_rejections(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "problem"} for r in self.rejected]
+
+
+def finished_records(path: Path) -> dict[str, dict[str, Any]]:
+    """Records of a results file that finished well, by input id (``--resume-from``)."""
+    return {
+        str(r["id"]): r
+        for r in read_records(path)
+        if r.get("status") in FINISHED_WELL and r.get("id") is not None
+    }
+
+
+class ResultsFile:
+    """A results file written as runs finish, then sorted into input order.
+
+    Each record is flushed as it is written, so a reader (or a crash) keeps every
+    finished record; :meth:`finish` rewrites the file by ``index`` (atomically).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.as_csv = path.suffix.lower() == ".csv"
+        self.summary = Summary()
+        self._lock = threading.Lock()
+        self._sink: IO[str] = path.open("w", encoding="utf-8", newline="")
+        self._csv = csv.writer(self._sink) if self.as_csv else None
+        if self._csv is not None:
+            self._csv.writerow(CSV_COLUMNS)
+            self._sink.flush()
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            if self._csv is not None:
+                self._csv.writerow(csv_row(record))
+            else:
+                self._sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._sink.flush()
+            self.summary.add(record)
+
+    def finish(self) -> None:
+        """Close the file and put its records in input order."""
+        with self._lock:
+            if self._sink.closed:
+                return
+            self._sink.close()
+            (_sort_csv if self.as_csv else _sort_jsonl)(self.path)
+
+
+def _replace(path: Path, write: Callable[[IO[str]], None]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            write(out)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _sort_key(index: Any, n: int) -> tuple[int, int]:
+    return (int(index), n) if str(index).lstrip("-").isdigit() else (1 << 62, n)
+
+
+def _sort_jsonl(path: Path) -> None:
+    """Sort a JSONL results file by ``index``, holding only offsets in memory."""
+    spans = []
+    with path.open("rb") as src:
+        offset = 0
+        for n, line in enumerate(src):
+            try:
+                index = json.loads(line).get("index")
+            except (ValueError, AttributeError):
+                index = None
+            spans.append((_sort_key(index, n), offset, len(line)))
+            offset += len(line)
+    spans.sort()
+    with path.open("rb") as src:
+
+        def write(out: IO[str]) -> None:
+            for _, at, size in spans:
+                src.seek(at)
+                out.write(src.read(size).decode("utf-8"))
+
+        _replace(path, write)
+
+
+def _sort_csv(path: Path) -> None:
+    with path.open(encoding="utf-8", newline="") as src:
+        rows = list(csv.reader(src))
+    if not rows:
+        return
+    header, body = rows[0], rows[1:]
+    at = header.index("index") if "index" in header else None
+    if at is not None:
+        body = [r for _, r in sorted((_sort_key(r[at], n), r) for n, r in enumerate(body))]
+
+    def write(out: IO[str]) -> None:
+        writer = csv.writer(out)
+        writer.writerow(header)
+        writer.writerows(body)
+
+    _replace(path, write)
+
+
+def collect(
+    handle: BatchHandle,
+    sink: ResultsFile,
+    run_index: list[int],
+    spec: LoopSpec | None,
+    stop: threading.Event,
+) -> None:
+    """Write each run of the batch to ``sink`` as it finishes, until all are written or
+    ``stop`` is set. Runs are read from the batch's finished-run stream, so the order is
+    the order they finished; each is written once."""
+    from orchestration.client.handles import store
+    from orchestration.core.results import FINISHED_STATUSES
+    from orchestration.state import batches
+
+    st = store()
+    positions = batches.run_positions(st.r, handle.batch_id)
+    written: set[str] = set()
+    last = "0-0"
+    while len(written) < len(positions) and not stop.is_set():
+        for entry, run_id, _ in batches.finished_since(st.r, handle.batch_id, last, block_ms=500):
+            last = entry
+            if run_id in written or run_id not in positions:
+                continue
+            result = st.result(run_id)
+            if result.status not in FINISHED_STATUSES:
+                continue  # resumed since it finished; it finishes again later
+            position = positions[run_id]
+            index = run_index[position] if position < len(run_index) else None
+            sink.write(result_record(result, index=index, spec=spec))
+            written.add(run_id)
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a results file (JSONL or CSV written by ``duet``).
+
+    Raises:
+        ConfigError: a line that is not a result record (e.g. an input file given by mistake).
+    """
+    if path.suffix.lower() == ".csv":
+        yield from _read_csv_records(path)
+        return
+    with path.open(encoding="utf-8") as lines:
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{n}: not a results record: {exc.msg}") from None
+            if not is_record(record):
+                raise ConfigError(
+                    f"{path}:{n}: not a results record (no status, id and usage): is this an "
+                    "input file? Give a file written by `duet run -o` or `duet results -o`"
+                )
+            yield record
+
+
+def _read_csv_records(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8", newline="") as src:
+        rows = csv.DictReader(src)
+        if not {"id", "status", "usd"} <= set(rows.fieldnames or ()):
+            raise ConfigError(f"{path}:1: not a results CSV (no id, status and usd columns)")
+        for row in rows:
+            record: dict[str, Any] = {k: _from_cell(v) for k, v in row.items()}
+            record["usage"] = {k: record.pop(k, None) for k in
+                               ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
+            for key in ("rounds", "issues", "metadata"):
+                raw = row.get(key) or ""
+                record[key] = json.loads(raw) if raw.startswith(("[", "{")) else None
+            yield record
+
+
+def _from_cell(value: str | None) -> Any:
+    if value is None or value == "":
+        return None
+    if value.startswith("'") and value[1:2] in ("=", "+", "-", "@", "\t", "\r"):
+        return value[1:]
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def safe_relative(input_id: str) -> PurePosixPath | None:
+    """``input_id`` as a relative path that stays inside a folder, or None."""
+    if not input_id or "\0" in input_id or "\\" in input_id:
+        return None
+    path = PurePosixPath(input_id)
+    if path.is_absolute() or any(part in ("..", "") for part in path.parts):
+        return None
+    return path
+
+
+def write_outputs(records: Iterable[dict[str, Any]], folder: Path) -> tuple[int, list[str]]:
+    """Write each approved record's output to ``folder/<id>`` (the id as a relative path,
+    e.g. a directory input's file). Returns how many were written and the ids refused
+    because they would leave the folder."""
+    written, refused = 0, []
+    for record in records:
+        if record.get("status") != "approved" or record.get("output") is None:
+            continue
+        rel = safe_relative(str(record.get("id") or ""))
+        if rel is None:
+            refused.append(str(record.get("id")))
+            continue
+        target = folder.joinpath(*rel.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(record["output"], encoding="utf-8")
+        written += 1
+    return written, refused
