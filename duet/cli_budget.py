@@ -12,6 +12,7 @@ from orchestration.core.budget import UNITS, Budget, parse_scope
 
 budget_app = typer.Typer(
     help="Fleet-wide budgets: show what is spent, set limits, reset spending.",
+    epilog="Example: duet budget set global:team-a --max-usd 50 && duet budget show global:team-a",
     no_args_is_help=True,
 )
 

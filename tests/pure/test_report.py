@@ -297,3 +297,43 @@ def test_property_no_csv_cell_starts_a_formula(text: str) -> None:
     cell = csv_cell(text)
     assert not cell.startswith(("=", "+", "-", "@", "\t", "\r"))
     assert cell in (text, "'" + text)
+
+
+def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() -> None:
+    issue = "Input <b>validation</b> is incomplete"
+    by_role = {"actor": {"input_tokens": 700, "output_tokens": 150, "calls": 2, "usd": 0.01},
+               "critic": {"input_tokens": 300, "output_tokens": 50, "calls": 1, "usd": 0.0025}}  # fmt: skip
+    common = {
+        "batch_id": "b-42", "models": {"actor": "claude-opus-4-7", "critic": "gpt-4o"},
+        "loop": {"max_rounds": 3, "approval_threshold": 0.9},
+        "created_at": "2026-11-30T10:00:00+00:00", "finished_at": "2026-11-30T10:05:00+00:00",
+    }  # fmt: skip
+    records = [
+        {**r, **common, "usage": {**r["usage"], "by_role": by_role}} for r in RECORDS[:-1]
+    ] + [RECORDS[-1]]
+    records[2]["rounds"][-1]["issues"] = [issue, "No tests"]  # pickle: out of rounds
+    records[2]["issues"] = [issue, "No tests"]
+    records[0]["rounds"][0]["issues"] = [issue.upper()]  # the same issue, other wording
+    page = render_report(records, title="t")
+    parser = _StrictHTML()
+    parser.feed(page)
+    section = page.split('id="inputs-not-approved"', 1)[1]
+    for id_ in ("pickle", "jwt", "&lt;script&gt;alert(1)&lt;/script&gt;", "malformed JSON"):
+        assert id_ in section
+    assert "sql-fstring" not in section and "shell-true" not in section
+    pickle_row = section.split("pickle", 1)[1].split("</tr>", 1)[0]
+    assert (
+        "0.71" in pickle_row and "Input &lt;b&gt;validation&lt;/b&gt; is incomplete" in pickle_row
+    )
+    frequent = page.split('id="most-frequent-issues"', 1)[1].split("</section>", 1)[0]
+    # Counted once per input, whatever the wording's case; shown as first written.
+    assert (
+        '<td>INPUT &lt;B&gt;VALIDATION&lt;/B&gt; IS INCOMPLETE</td><td class="n">2</td>' in frequent
+    )
+    assert '<td>No tests</td><td class="n">1</td>' in frequent
+    batch = page.split('id="batch"', 1)[1].split("</section>", 1)[0]
+    for text in ("b-42", "claude-opus-4-7", "gpt-4o", "2026-11-30T10:00:00+00:00",
+                 "2026-11-30T10:05:00+00:00", "Spend by role", "$0.0500", "$0.0125"):  # fmt: skip
+        assert text in batch, text
+    why = page.split('id="why-inputs-did-not-finish-well"', 1)[1].split("</section>", 1)[0]
+    assert "budget:batch:usd" in why and "rejected: malformed JSON" in why
