@@ -24,24 +24,18 @@ from orchestration.core.templates import fill_template
 from orchestration.core.usage import Usage
 
 if TYPE_CHECKING:
-    from orchestration.client.handles import (
-        BatchHandle,
-        RunHandle,
-        get_budget,
-        list_budgets,
-        reset_budget,
-        set_budgets,
-    )
-    from orchestration.client.team import Team
+    from orchestration.client.handles import BatchHandle, RunHandle
+    from orchestration.client.team import Team, get_budget, list_budgets, reset_budget, set_budgets
 
 _LAZY = {
     "Team": "orchestration.client.team",
     "RunHandle": "orchestration.client.handles",
     "BatchHandle": "orchestration.client.handles",
-    "set_budgets": "orchestration.client.handles",
-    "get_budget": "orchestration.client.handles",
-    "reset_budget": "orchestration.client.handles",
-    "list_budgets": "orchestration.client.handles",
+    # The team module's versions start the embedded default when no Redis is set.
+    "set_budgets": "orchestration.client.team",
+    "get_budget": "orchestration.client.team",
+    "reset_budget": "orchestration.client.team",
+    "list_budgets": "orchestration.client.team",
 }
 
 __all__ = [

@@ -6,10 +6,11 @@ import asyncio
 import json
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from duet import local
-from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id, set_budgets
+from orchestration.client import handles
+from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import (
     DEFAULT_APPROVAL_THRESHOLD,
@@ -30,6 +31,9 @@ from orchestration.core.results import RunResult
 from orchestration.core.validation import checked
 from orchestration.settings import get_settings
 from orchestration.state.runs import RunRecord
+
+if TYPE_CHECKING:
+    from orchestration.state.budgets import ScopeState
 
 
 class Team:
@@ -204,7 +208,7 @@ class Team:
         )
         local.ensure_backend()
         if budget is not None:
-            set_budgets({record.budget_scopes[0]: budget})
+            handles.set_budgets({record.budget_scopes[0]: budget})
         enqueue(self.spec, [record])
         return RunHandle(record.run_id)
 
@@ -264,7 +268,7 @@ class Team:
             limits[scope("batch", batch_id)] = budget
         if self.budget is not None:
             limits.update((r.budget_scopes[0], self.budget) for r in records)
-        set_budgets(limits)
+        handles.set_budgets(limits)
         batch = {"batch_id": batch_id, "spec_id": self.spec.spec_id, "total": len(records),
                  "done": 0, "created_at": repr(time.time()), "budgeted": int(budget is not None)}  # fmt: skip
         enqueue(self.spec, records, batch=batch)
@@ -302,3 +306,33 @@ class Team:
             metadata=metadata,
             budget=budget,
         )
+
+
+# --- the fleet's budgets, on the embedded default too ---------------------------------
+# The same functions as in ``handles``, starting the embedded default first when no
+# DUET_REDIS_URL is set (as ``Team.run`` does), so they work on a laptop with nothing set.
+def set_budgets(limits: Mapping[str, Budget]) -> None:
+    """Store limits for budget scopes (``{"global:team-a": Budget(max_usd=50)}``).
+
+    Scopes are ``run:<id>``, ``batch:<id>``, ``user:<id>`` and ``global:<name>``.
+    """
+    local.ensure_backend()
+    handles.set_budgets(limits)
+
+
+def get_budget(scope_name: str) -> ScopeState:
+    """Limits, spent, reserved and remaining of one scope (e.g. ``"user:alice"``)."""
+    local.ensure_backend()
+    return handles.get_budget(scope_name)
+
+
+def reset_budget(scope_name: str) -> None:
+    """Zero a scope's spending (its limits stay)."""
+    local.ensure_backend()
+    handles.reset_budget(scope_name)
+
+
+def list_budgets(prefix: str = "") -> list[str]:
+    """Scopes with budget data whose name starts with ``prefix``."""
+    local.ensure_backend()
+    return handles.list_budgets(prefix)
