@@ -123,7 +123,7 @@ class ResultsFile:
             (_sort_csv if self.as_csv else _sort_jsonl)(self.path)
 
 
-def _replace(path: Path, write: Callable[[IO[str]], None]) -> None:
+def _write_atomically(path: Path, write: Callable[[IO[str]], None]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
@@ -158,7 +158,7 @@ def _sort_jsonl(path: Path) -> None:
                 src.seek(at)
                 out.write(src.read(size).decode("utf-8"))
 
-        _replace(path, write)
+        _write_atomically(path, write)
 
 
 def _sort_csv(path: Path) -> None:
@@ -176,7 +176,7 @@ def _sort_csv(path: Path) -> None:
         writer.writerow(header)
         writer.writerows(body)
 
-    _replace(path, write)
+    _write_atomically(path, write)
 
 
 def collect(
