@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -265,25 +266,30 @@ def test_worker_refuses_unknown_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "unknown queue(s) bogus" in result.stderr
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "run",
-        "submit",
-        "watch",
-        "results",
-        "show",
-        "report",
-        "cancel",
-        "resume",
-        "worker",
-        "fake-llm",
-    ],
-)
-def test_every_command_help_shows_an_example(command: str) -> None:
-    result = CliRunner().invoke(app, [command, "--help"])
+def _every_command() -> list[list[str]]:
+    """Every command and sub-command of ``duet``, as found on the app itself."""
+    import typer.main
+
+    found = [[]]  # `duet --help` too
+
+    def walk(group: Any, path: list[str]) -> None:
+        for name, command in sorted(group.commands.items()):
+            found.append([*path, name])
+            if hasattr(command, "commands"):
+                walk(command, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+@pytest.mark.parametrize("command", _every_command(), ids=lambda c: " ".join(c) or "duet")
+def test_every_help_ends_with_an_example(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"])
     assert result.exit_code == 0
-    assert f"Example: duet {command}" in result.stdout or f"duet {command} " in result.stdout
+    # What follows the last box of options is the epilog: it must be an example.
+    epilog = " ".join(result.stdout.rsplit("╯", 1)[-1].split())
+    assert epilog.startswith("Example: "), epilog
+    assert re.search(rf"\bduet {' '.join(command)}", epilog) or not command, epilog
 
 
 def test_python_dash_m_works(tmp_path: Path) -> None:

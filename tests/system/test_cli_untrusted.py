@@ -114,3 +114,27 @@ def test_directory_traps_are_refused_each_with_a_reason_and_nothing_else_lost(
     }
     assert "skipped 1 file(s)" in done.stderr and "1 empty" in done.stderr
     assert "sk-live" not in out.read_text() and "root:" not in out.read_text()
+
+
+@pytest.fixture
+def cluster_env(worker: subprocess.Popen[bytes], system_redis_url: str) -> dict[str, str]:
+    return _env(DUET_REDIS_URL=system_redis_url)
+
+
+def test_show_prints_hostile_ids_and_model_output_as_text(
+    cluster_env: dict[str, str], config: Path, tmp_path: Path
+) -> None:
+    link = "[link=https://evil.example]click me[/link]"
+    escape = "\x1b]8;;https://evil.example\x07hidden\x1b]8;;\x07\x1b[2J"
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"id": link, "prompt": f"Review {escape} [/b] {link}"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = _duet("run", config, "-i", inputs, "-o", out, cwd=tmp_path, env=cluster_env)
+    assert done.returncode == 0, done.stderr
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    shown = _duet("show", record["run_id"], "--full", cwd=tmp_path, env=cluster_env)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b]8;" not in shown.stdout, "no terminal hyperlink, from the id or the output"
+    assert "\x1b[2J" not in shown.stdout, "no screen clear from the output"
+    assert link in shown.stdout, "the id is shown as written"
+    assert "\\x1b]8;;https://evil.example\\x07hidden" in shown.stdout, "escapes made visible"
