@@ -605,38 +605,44 @@ def _collect_while_watching(
     return False
 
 
+def worst_case(spec: LoopSpec, prompt_bytes: int) -> dict[str, tuple[int, int, int]]:
+    """The most one run can use, per role: ``(calls, input tokens, output tokens)``.
+
+    Every run goes to its last round (1 + rounds actor calls, rounds critic calls); each
+    call sees its instructions, the prompt and every earlier turn of the run (a turn is
+    at most the prompt plus ``max_tokens``); a token is counted per UTF-8 byte, the upper
+    bound the budget reservations use.
+    """
+    use = {"actor": [0, 0, 0], "critic": [0, 0, 0]}
+    history = 0
+    for n in range(1 + 2 * spec.max_rounds):
+        role = "actor" if n % 2 == 0 else "critic"
+        agent = getattr(spec, role)
+        tally = use[role]
+        tally[0] += 1
+        tally[1] += len(agent.instructions.encode()) + prompt_bytes + history
+        tally[2] += agent.max_tokens
+        history += prompt_bytes + agent.max_tokens
+    return {role: (c, i, o) for role, (c, i, o) in use.items()}
+
+
 def _dry_run(cfg: ReviewConfig, reading: _Reading) -> None:
     """Print the worst case of the batch (every run to its last round) and send nothing."""
+    from orchestration.core.pricing import cost_usd
     from orchestration.prices import price_for
 
     spec = cfg.build_architecture().to_spec()
-    actor, critic, rounds = spec.actor, spec.critic, spec.max_rounds
-    runs = tokens_in = tokens_out = 0
-    # Worst case per run: 1 + rounds actor calls, rounds critic calls, each seeing the
-    # instructions, the prompt and (persistent subagents) every earlier turn of the run.
+    runs = calls = tokens_in = tokens_out = 0
+    usd: float | None = 0.0
+    prices = {role: price_for(getattr(spec, role)) for role in ("actor", "critic")}
     for item in reading.all_items():
         runs += 1
-        prompt = len(item["prompt"].encode())
-        history = 0
-        for n in range(1 + 2 * rounds):
-            agent = actor if n % 2 == 0 else critic
-            tokens_in += len(agent.instructions.encode()) + prompt + history
-            tokens_out += agent.max_tokens
-            history += prompt + agent.max_tokens
+        for role, (n, used_in, used_out) in worst_case(spec, len(item["prompt"].encode())).items():
+            calls, tokens_in, tokens_out = calls + n, tokens_in + used_in, tokens_out + used_out
+            price = prices[role]
+            usd = None if usd is None or price is None else usd + cost_usd(price, used_in, used_out)
     reading.done()
-    calls = runs * (1 + 2 * rounds)
-    usd: float | None = 0.0
-    share = {"actor": (1 + rounds) / (1 + 2 * rounds), "critic": rounds / (1 + 2 * rounds)}
-    for role, agent in (("actor", actor), ("critic", critic)):
-        price = price_for(agent)
-        if price is None or usd is None:
-            usd = None
-            continue
-        usd += (
-            share[role]
-            * (tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok)
-            / 1_000_000
-        )
+    rounds = spec.max_rounds
     table = Table(
         title="Dry run: worst case, nothing sent", title_justify="left", show_header=False
     )

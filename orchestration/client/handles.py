@@ -238,8 +238,14 @@ class BatchHandle:
     def run_ids(self, start: int = 0, end: int = -1) -> list[str]:
         return list(store().r.lrange(keys.batch_runs(self.batch_id), start, end))
 
-    def progress(self) -> dict[str, Any]:
-        """Counts by outcome, total and spend so far."""
+    def progress(self, *, check_workers: bool = False) -> dict[str, Any]:
+        """Counts by outcome, total, spend so far, and what unfinished runs wait on.
+
+        Args:
+            check_workers: also ask the broker whether any worker consumes each of
+                Duet's queues (waits up to a second for the answers); a queue nobody
+                consumes is listed in ``waits``.
+        """
         raw = store().r.hgetall(keys.batch(self.batch_id))
         if not raw:
             raise LookupError(f"batch {self.batch_id} not found (expired or never submitted)")
@@ -268,7 +274,7 @@ class BatchHandle:
             "calls": int(raw.get("calls", 0)),
             "created_at": float(raw.get("created_at", 0.0)),
             #: What unfinished runs wait on now, in words (rate limits, a spent budget).
-            "waits": self._waits(raw.get("spec_id"), budget) if done < total else [],
+            "waits": self._waits(raw.get("spec_id"), budget, check_workers) if done < total else [],
         }
 
     def rejected(self) -> list[dict[str, Any]]:
@@ -276,8 +282,14 @@ class BatchHandle:
         ``line``, ``reason``), in input order; the CLI stores them when it submits."""
         return batches.rejected(store().r, self.batch_id)
 
-    def _waits(self, spec_id: str | None, budget: dict[str, Any] | None) -> list[str]:
+    def _waits(
+        self, spec_id: str | None, budget: dict[str, Any] | None, check_workers: bool = False
+    ) -> list[str]:
         waits = []
+        if check_workers:
+            idle = queues_without_workers()
+            if idle:
+                waits.append(f"no worker is consuming queue {', '.join(idle)}")
         for unit, b in (budget or {}).items():
             if b["limit"] is not None and b["spent"] >= b["limit"]:
                 waits.append(

@@ -256,6 +256,12 @@ def test_watch_with_no_worker_says_so_and_ctrl_c_exits_130(
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130, lines.text()
     assert "the batch keeps running" in lines.text()
+    from orchestration.client.handles import BatchHandle
+    from tests.support import client_pointed_at
+
+    with client_pointed_at(redis_url):
+        waits = BatchHandle(batch).progress(check_workers=True)["waits"]
+    assert waits == ["no worker is consuming queue actor, critic, coordinator"]
 
 
 # --- rejected inputs on a cluster ------------------------------------------------------------
@@ -381,3 +387,20 @@ def test_results_of_a_file_filters_by_status_and_restores_input_order(tmp_path: 
     assert [json.loads(x)["id"] for x in only.stdout.splitlines()] == ["b", "c"]
     wrong = CliRunner().invoke(app, ["results", str(shuffled), "--status", "aproved"])
     assert wrong.exit_code == 2 and "unknown status aproved" in wrong.stderr
+
+
+def test_a_spent_batch_budget_stops_runs_and_the_summary_says_so(
+    embedded: None, tmp_path: Path
+) -> None:
+    # Three calls for a batch whose runs need at least two each: the budget stops them.
+    config = _config(tmp_path, critic="sim?scores=0.1", extra="[budget]\nmax_calls = 3\n")
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        app, ["run", str(config), "-i", str(_inputs(tmp_path, 3)), "-o", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    records = _records(out)
+    assert sum(r["usage"]["calls"] for r in records) <= 3, "a hard cap"
+    stopped = [r for r in records if r["status"] == "interrupted"]
+    assert stopped and all(r["reason"].startswith("budget:batch:calls") for r in stopped)
+    assert f"{len(stopped)} × budget:batch:calls" in result.stdout
