@@ -13,6 +13,7 @@ from celery.worker import WorkController
 from orchestration.state import keys
 from workers import runtime
 from workers.app import app, configure
+from workers.secrets import redact_process_logs
 
 
 class _Controller(WorkController):
@@ -41,6 +42,8 @@ class InProcessWorker:
     def start(self, timeout_s: float = 30.0) -> InProcessWorker:
         configure(redis_url=self.redis_url)
         runtime.reset()
+        # Celery does not set up logging here: redact this process's own handlers.
+        redact_process_logs()
         # Pool threads have no "current app" of their own: make ours the default too, or
         # Celery hands them its unconfigured default app (and task.retry goes nowhere).
         app.set_current()

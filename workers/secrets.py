@@ -67,3 +67,17 @@ def redact_logs(logger: logging.Logger) -> None:
     for handler in logger.handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+def redact_process_logs() -> None:
+    """Redact every log handler of this process: each logger's, and Python's last-resort
+    handler (what prints warnings when nothing else is set up, as in ``duet run``)."""
+    loggers = [logging.getLogger()] + [
+        found for found in logging.Logger.manager.loggerDict.values()
+        if isinstance(found, logging.Logger)
+    ]  # fmt: skip
+    for logger in loggers:
+        redact_logs(logger)
+    last = logging.lastResort
+    if last is not None and not any(isinstance(f, RedactingFilter) for f in last.filters):
+        last.addFilter(RedactingFilter())

@@ -122,3 +122,49 @@ def test_a_server_refusing_the_credentials(
     shown = url.replace(PASSWORD, "***")
     line = check_one_line(url, shown, ALL_COMMANDS[command], tmp_path)
     assert "auth" in line.lower() or "password" in line.lower(), line
+
+
+def test_redis_freezing_mid_command(tmp_path: Path) -> None:
+    """`duet watch` polling a batch when Redis freezes: the socket timeout ends it, one
+    error line (after what the progress display had shown), exit 2."""
+    from orchestration import Agent, Team
+    from tests.support import client_pointed_at, wait_for
+
+    socket_timeout = 6
+    with EmbeddedRedis() as server, client_pointed_at(server.url):
+        admin = redis.Redis(port=server.port)
+        team = Team.actor_critic(actor=Agent("a", model="sim"), critic=Agent("c", model="sim"))
+        batch = team.submit_batch(["no worker will take this"])  # stays queued
+        env = {**os.environ, "DUET_REDIS_URL": server.url,
+               "DUET_REDIS_SOCKET_TIMEOUT_S": str(socket_timeout)}  # fmt: skip
+        err = tmp_path / "stderr.txt"
+        with err.open("wb") as sink:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "duet.cli", "watch", batch.batch_id],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink,
+            )  # fmt: skip
+        try:
+            baseline = int(admin.info("stats")["total_commands_processed"])
+            wait_for(lambda: int(admin.info("stats")["total_commands_processed"]) > baseline + 20,
+                     30, "duet watch to poll the batch")  # fmt: skip
+            pid = int(admin.info("server")["process_id"])
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                code = proc.wait(socket_timeout + 30)
+                took = time.monotonic() - started
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = err.read_text()
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert code == 2, text[-2000:]
+    assert "Traceback" not in text
+    assert (
+        lines[-1]
+        == f"error: cannot use Redis at DUET_REDIS_URL={server.url}: did not answer in time"
+    )
+    assert took < socket_timeout * 4 + STARTUP_S, took

@@ -65,3 +65,13 @@ def test_log_lines_and_chained_tracebacks_are_redacted(monkeypatch: pytest.Monke
     assert "call failed with [REDACTED]" in text
     assert "vendor echoed [REDACTED]" in text  # the chained exception, redacted
     assert KEY not in text
+
+
+def test_the_last_resort_handler_is_redacted_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `duet run` (embedded worker) prints warnings through Python's last-resort handler.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    secrets.redact_process_logs()
+    assert logging.lastResort is not None
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "saw %s", (KEY,), None)
+    assert all(f.filter(record) for f in logging.lastResort.filters)
+    assert record.getMessage() == "saw [REDACTED]"
