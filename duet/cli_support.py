@@ -19,6 +19,7 @@ from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 from orchestration.state.connection import (
     Unreachable,
+    check_broker_reachable,
     check_reachable,
     first_line,
     unreachable,
@@ -102,7 +103,7 @@ def _lost(exc: BaseException) -> Unreachable:
     """The one-line error for Redis or the broker failing mid-command."""
     settings = get_settings()
     if isinstance(exc, OperationalError) and settings.broker_url:
-        return unreachable(settings.broker_url, "DUET_BROKER_URL", exc)
+        return unreachable(settings.broker_url, "DUET_BROKER_URL", exc, what="the broker")
     if settings.redis_url:
         return unreachable(settings.redis_url, "DUET_REDIS_URL", exc)
     return Unreachable(f"lost the embedded Redis: {first_line(exc)}")
@@ -146,8 +147,11 @@ def connect(*, embedded_ok: bool = False) -> str:
         # One quick PING each: a dead, frozen or refusing server is one line, in seconds.
         check_reachable(url, "DUET_REDIS_URL")
         broker = settings.broker_url
-        if broker and broker != url and broker.split("://", 1)[0] in ("redis", "rediss"):
-            check_reachable(broker, "DUET_BROKER_URL")
+        if broker and broker != url:
+            if broker.split("://", 1)[0] in ("redis", "rediss"):
+                check_reachable(broker, "DUET_BROKER_URL")
+            else:
+                check_broker_reachable(broker, "DUET_BROKER_URL")
         connection.use_redis(url)
         return url
     if not embedded_ok:

@@ -133,7 +133,25 @@ def check_reachable(url: str, variable: str) -> None:
         client.close()
 
 
-def unreachable(url: str, variable: str, exc: BaseException) -> Unreachable:
-    """The one-line error for Redis at ``url`` (from ``variable``) failing with ``exc``."""
-    what = "did not answer in time" if isinstance(exc, redis.TimeoutError) else first_line(exc)
-    return Unreachable(f"cannot use Redis at {variable}={hide_password(url)}: {what}")
+def check_broker_reachable(url: str, variable: str) -> None:
+    """Connect to a non-Redis broker (e.g. RabbitMQ) at ``url`` once, within the connect
+    timeout.
+
+    Raises:
+        Unreachable: naming ``variable`` and the URL (password hidden) and what happened.
+    """
+    import kombu
+
+    conn = kombu.Connection(url, connect_timeout=get_settings().redis_connect_timeout_s)
+    try:
+        conn.ensure_connection(max_retries=0)
+    except Exception as exc:  # noqa: BLE001 - kombu raises each transport's own errors
+        raise unreachable(url, variable, exc, what="the broker") from None
+    finally:
+        conn.release()
+
+
+def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
+    """The one-line error for ``what`` at ``url`` (from ``variable``) failing with ``exc``."""
+    why = "did not answer in time" if isinstance(exc, redis.TimeoutError) else first_line(exc)
+    return Unreachable(f"cannot use {what} at {variable}={hide_password(url)}: {why}")

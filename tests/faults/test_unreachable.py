@@ -168,3 +168,41 @@ def test_redis_freezing_mid_command(tmp_path: Path) -> None:
         == f"error: cannot use Redis at DUET_REDIS_URL={server.url}: did not answer in time"
     )
     assert took < socket_timeout * 4 + STARTUP_S, took
+
+
+def _rabbit_up() -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("broker", "why"),
+    [(f"amqp://guest:{PASSWORD}@127.0.0.1:{free_port()}//", "refused"),
+     pytest.param(f"amqp://guest:{PASSWORD}@127.0.0.1:5672//", "ACCESS_REFUSED",
+                  marks=pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 5672"))],
+    ids=["dead-port", "wrong-password"],
+)  # fmt: skip
+def test_an_unusable_amqp_broker(broker: str, why: str, tmp_path: Path) -> None:
+    """A separate broker (RabbitMQ) that is down or refuses the credentials: one line
+    naming DUET_BROKER_URL, exit 2, and nothing written to Redis."""
+    with EmbeddedRedis() as server:
+        env = {**os.environ, "DUET_REDIS_URL": server.url, "DUET_BROKER_URL": broker,
+               "DUET_REDIS_CONNECT_TIMEOUT_S": str(TIMEOUT_S)}  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "duet.cli", "submit", str(CONFIG), "-i", str(INPUTS)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        written = redis.Redis(port=server.port).dbsize()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    shown = broker.replace(PASSWORD, "***")
+    assert lines[0].startswith(f"error: cannot use the broker at DUET_BROKER_URL={shown}: ")
+    assert why in lines[0]
+    assert PASSWORD not in proc.stdout + proc.stderr
+    assert written == 0  # no run record was left waiting for a message never sent
