@@ -80,6 +80,7 @@ class AgentConfig(AgentSettings):
             timeout_s=self.timeout_s,
             price=self.price,
             structured_output=self.structured_output,
+            execution=self.execution,
             name=name,
         )
 

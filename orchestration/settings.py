@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     #: Celery's per-task INFO lines ("Task ... received/succeeded"): ~1 ms CPU per call.
     log_tasks: bool = False
+    #: Vendor batch execution: how long a group's first parked request waits for others
+    #: before they are submitted together, seconds.
+    vendor_batch_gather_s: float = Field(default=2.0, gt=0)
+    #: ...the most requests submitted as one vendor batch.
+    vendor_batch_max_requests: int = Field(default=1000, ge=1, le=50_000)
+    #: ...the longest wait between two checks of a submitted vendor batch, seconds.
+    vendor_batch_poll_max_s: float = Field(default=60.0, gt=0)
     #: OpenTelemetry traces of runs (``duet[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
 

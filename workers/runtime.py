@@ -93,6 +93,12 @@ def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) ->
         app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **SEND_OPTIONS)
 
 
+def send_later(name: str, args: tuple[str, ...], countdown: float) -> None:
+    """Send task ``name`` with ``args`` (ids only) to run in ``countdown`` seconds."""
+    app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}",
+                  countdown=max(0.0, countdown), **SEND_OPTIONS)  # fmt: skip
+
+
 def coordinator_send(run_id: str, seq: int) -> None:
     """Hand the run to the coordinator for transition ``seq``."""
     send(TASK_COORDINATE, (run_id, seq))

@@ -102,7 +102,9 @@ def backoff_s(attempt: int, retry_after: float | None) -> float:
     return wait
 
 
-def _result_from(completion: Completion, phase: str, key: str, seat: Seat, **extra: Any) -> dict:
+def _result_from(
+    completion: Completion, phase: str, key: str, seat: Seat, *, batch: bool = False, **extra: Any
+) -> dict:
     result: dict[str, Any] = {
         "key": key,
         "text": completion.text,
@@ -117,6 +119,7 @@ def _result_from(completion: Completion, phase: str, key: str, seat: Seat, **ext
                 completion.output_tokens,
                 completion.cached_input_tokens,
                 completion.cache_write_tokens,
+                batch=batch,
             )
             if seat.price is not None
             else 0.0
@@ -160,8 +163,25 @@ def _completed_event(run_id: str, phase: str, round_: int, result: dict) -> str:
     return event_json(ev.ACTOR_COMPLETED, run_id, round_, phase=ev.ACTOR_PHASE[phase], **data)
 
 
-def run_step(task: Any, run_id: str, key: str) -> None:
-    """Body of the generate / critique / refine tasks."""
+@dataclass(frozen=True, slots=True)
+class Parking:
+    """A step of a ``vendor_batch`` agent, taken and ready to be parked (no call made)."""
+
+    run_id: str
+    key: str
+    seat: Seat
+    spec_id: str
+    messages: list[Any]
+    prompt: str
+    conv_key: str
+    scopes: list[str]
+    claimant: str
+    batch_id: str | None
+
+
+def run_step(task: Any, run_id: str, key: str) -> Parking | None:
+    """Body of the generate / critique / refine tasks. A step of a ``vendor_batch`` agent
+    makes no call: it is returned, to be parked (see :mod:`workers.vendor_batches`)."""
     store = get_store()
     settings = get_settings()
     phase, round_ = parse_step_key(key)
@@ -173,11 +193,11 @@ def run_step(task: Any, run_id: str, key: str) -> None:
     claimant = task.request.id or f"local-{run_id}-{key}"
     start = store.begin_step(run_id, key, claimant, settings.step_lease_s, started)
     if start.outcome in ("busy", "gone", "stop"):
-        return
+        return None
     handover = step_index(phase, round_) + 1
     if start.outcome in ("done", "cancelled"):
         coordinator_send(run_id, handover)
-        return
+        return None
     assert start.input is not None and start.spec_id is not None
     role = ROLE_OF[phase]
     seat = seat_for(store, start.spec_id, role)
@@ -188,6 +208,10 @@ def run_step(task: Any, run_id: str, key: str) -> None:
         # The history the begin script read, bounded by tokens: earlier runs' oldest
         # turns go first, this run's own stay.
         messages[:0] = messages_from(start.history, max_tokens=seat.max_tokens, run_id=run_id)
+    if seat.agent.execution == "vendor_batch":
+        batch_id = store.r.hget(keys.run(run_id), "batch_id") or None
+        return Parking(run_id, key, seat, start.spec_id, messages, prompt, conv_key,
+                       list(start.scopes), claimant, batch_id)  # fmt: skip
     result, completion, settle = _call(
         task, run_id, key, seat, messages, list(start.scopes), start.paused_s
     )
@@ -203,6 +227,86 @@ def run_step(task: Any, run_id: str, key: str) -> None:
         conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
     )  # fmt: skip
     coordinator_send(run_id, handover)
+    return None
+
+
+# --- vendor batch execution (the rest is in workers/vendor_batches.py) --------------
+def reserve_parked(task: Any, parking: Parking, hold_s: float) -> dict[str, Any] | None:
+    """Reserve a parked step's worst case for as long as a vendor batch may take; the
+    request to park, or None when the budget has no room (the step then ends with the
+    budget interruption and the run goes back to its coordinator). Room held by calls in
+    flight re-schedules the step, as for a synchronous call."""
+    agent, run_id, key = parking.seat.agent, parking.run_id, parking.key
+    began = time.time()
+    refusal = get_budgets().reserve(
+        budget_step_id(run_id, key), parking.scopes, estimate(agent, parking.messages), hold_s
+    )
+    if refusal is not None:
+        if not refusal.exhausted:
+            raise _wait(task, backoff_s(min(task.request.retries or 0, 6), None),
+                        failed_attempts(task))  # fmt: skip
+        phase, round_ = parse_step_key(key)
+        result = _failure(key, refusal.reason, _refused(refusal), began, calls=0)
+        get_store().complete_step(run_id, key, result,
+                                  _completed_event(run_id, phase, round_, result), parking.claimant)  # fmt: skip
+        coordinator_send(run_id, step_index(phase, round_) + 1)
+        return None
+    return {
+        "spec_id": parking.spec_id, "role": ROLE_OF[parse_step_key(key)[0]],
+        "messages": parking.messages, "prompt": parking.prompt, "conv": parking.conv_key,
+        "structured": parking.seat.structured, "scopes": parking.scopes,
+        "claimant": parking.claimant, "batch_id": parking.batch_id, "parked_at": began,
+        "attempts": 0,
+    }  # fmt: skip
+
+
+def agent_of(request: dict[str, Any]) -> AgentSpec:
+    """The agent of a parked request."""
+    return seat_for(get_store(), request["spec_id"], request["role"]).agent
+
+
+def release_parked(run_id: str, key: str, request: dict[str, Any]) -> None:
+    """A parked step that will never be sent (its run was cancelled): release its hold and
+    hand the run to its coordinator, which finishes it."""
+    get_budgets().release(budget_step_id(run_id, key), request["scopes"])
+    phase, round_ = parse_step_key(key)
+    coordinator_send(run_id, step_index(phase, round_) + 1)
+
+
+def store_batch_outcome(
+    run_id: str, key: str, request: dict[str, Any], outcome: Completion | ProviderError,
+    *, vendor_batch: str | None,
+) -> None:  # fmt: skip
+    """Store a parked step's result from its vendor batch (priced at the batch rate; the
+    budget settled once) and hand the run to its coordinator."""
+    store = get_store()
+    budgets = get_budgets()
+    seat = seat_for(store, request["spec_id"], request["role"])
+    phase, round_ = parse_step_key(key)
+    sid, scopes = budget_step_id(run_id, key), list(request["scopes"])
+    began = float(request.get("parked_at") or time.time())
+    conversation, settle = None, []
+    if isinstance(outcome, ProviderError):
+        budgets.release(sid, scopes)
+        result = _failure(key, f"provider_error:{outcome.kind}", redact(str(outcome)), began)
+        result["vendor_batch"] = vendor_batch
+    else:
+        result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
+                              finished_at=time.time(), model=seat.agent.model,
+                              vendor_batch=vendor_batch)  # fmt: skip
+        used = Amount(input_tokens=outcome.input_tokens, output_tokens=outcome.output_tokens,
+                      usd=result["usd"], calls=1)  # fmt: skip
+        settle = budgets.settle_calls(sid, scopes, used)
+        conv_key = request.get("conv") or ""
+        whole = outcome.stop_reason != "max_tokens"
+        if whole and conv_key and keeps(seat.turns, outcome.text):
+            turn = turn_json(turn_step(run_id, key), request["prompt"], outcome.text)
+            conversation = (conv_key, turn, seat.turns)
+    store.complete_step(
+        run_id, key, result, _completed_event(run_id, phase, round_, result), request["claimant"],
+        conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
+    )  # fmt: skip
+    coordinator_send(run_id, step_index(phase, round_) + 1)
 
 
 def _call(

@@ -1,4 +1,5 @@
-"""The four tasks. Each is a thin shell: the work is in :mod:`workers.steps` and
+"""The tasks: the three steps, the coordinator, and vendor batch collect and poll. Each is
+a thin shell: the work is in :mod:`workers.steps`, :mod:`workers.vendor_batches` and
 :mod:`orchestration.services.coordinator`. Messages carry ids only; content lives in Redis.
 """
 
@@ -14,6 +15,7 @@ from workers.app import app
 from workers.runtime import dispatch, get_coordinator, get_store
 from workers.secrets import redact
 from workers.steps import run_step
+from workers.vendor_batches import collect, park_step, poll
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +34,11 @@ class StepTask(Task):
 def _step(task: Task, run_id: str, step_key: str) -> None:
     if tracing.ENABLED:  # a span per step, in the run's trace (from the message header)
         with tracing.step_span(task.request, run_id, step_key):
-            run_step(task, run_id, step_key)
+            parking = run_step(task, run_id, step_key)
     else:
-        run_step(task, run_id, step_key)
+        parking = run_step(task, run_id, step_key)
+    if parking is not None:  # a vendor_batch agent: the call goes out in a vendor batch
+        park_step(task, parking)
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_GENERATE)
@@ -76,3 +80,15 @@ def _coordinate(run_id: str, seq: int) -> None:
         return
     if step is not None:
         dispatch(step)
+
+
+@app.task(bind=True, base=StepTask, name=keys.TASK_VB_COLLECT)
+def vendor_batch_collect(self: Task, group: str) -> None:
+    """Submit a group's parked requests as one vendor batch, when enough have gathered."""
+    collect(group)
+
+
+@app.task(bind=True, base=StepTask, name=keys.TASK_VB_POLL)
+def vendor_batch_poll(self: Task, vendor_batch_id: str) -> None:
+    """Check a vendor batch; when it has ended, store its results and hand the runs back."""
+    poll(vendor_batch_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -128,6 +128,10 @@ class AgentSettings(BaseModel):
     structured_output: bool | None = None
     """As a critic, ask for the critique's shape natively; ``None``: when the model is known
     to support it (see :mod:`orchestration.core.structured`)."""
+    execution: Literal["sync", "vendor_batch"] = "sync"
+    """``sync``: each step calls the model. ``vendor_batch``: steps are sent together
+    through the vendor's batch API, at its batch price, answered within its window (see
+    :mod:`orchestration.core.vendor_batch`). OpenAI and Anthropic models only."""
 
     @field_validator("model")
     @classmethod
@@ -144,6 +148,19 @@ class AgentSettings(BaseModel):
                 "base_url is for OpenAI- or Anthropic-compatible servers: use "
                 f"model='openai:NAME' or 'anthropic:NAME', not {model!r}"
             )
+        return value
+
+    @field_validator("execution")
+    @classmethod
+    def _batch_needs_a_vendor(cls, value: str, info: ValidationInfo) -> str:
+        model = info.data.get("model")
+        if value == "vendor_batch" and model is not None:
+            provider = resolve_model(model)[0]
+            if provider not in ("openai", "anthropic"):
+                raise ValueError(
+                    "vendor_batch runs through OpenAI's or Anthropic's batch API: "
+                    f"not for model {model!r}"
+                )
         return value
 
 
@@ -163,7 +180,7 @@ class AgentSpec(AgentSettings):
 #: What only a model call uses: refused on the agent of the nested form, which makes none.
 _CALL_SETTINGS = (
     "base_url", "api_key_env", "temperature", "max_tokens", "timeout_s", "price",
-    "structured_output",
+    "structured_output", "execution",
 )  # fmt: skip
 
 
@@ -201,6 +218,8 @@ class Agent:
         structured_output: as a critic, ask for ``{score, issues, summary}`` natively
             (OpenAI JSON schema, Anthropic forced tool call); ``None`` (default) does so
             for models known to support it. Replies without the shape are still read.
+        execution: ``"sync"`` (default) or ``"vendor_batch"``: calls go out together
+            through the vendor's batch API at its batch price (OpenAI, Anthropic).
         architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop
             (the nested form): ``run`` then runs exactly what ``Team.actor_critic`` runs,
             persistent subagents included. This agent is the coordinator: its
@@ -227,6 +246,7 @@ class Agent:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         price: Price | dict[str, Any] | None = None,
         structured_output: bool | None = None,
+        execution: Literal["sync", "vendor_batch"] = "sync",
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -242,6 +262,7 @@ class Agent:
                 "timeout_s": timeout_s,
                 "price": price,
                 "structured_output": structured_output,
+                "execution": execution,
             },
         )
         if architecture is not None:

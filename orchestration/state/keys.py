@@ -22,6 +22,9 @@ TASK_GENERATE = "duet.generate"
 TASK_REFINE = "duet.refine"
 TASK_CRITIQUE = "duet.critique"
 TASK_COORDINATE = "duet.coordinate"
+#: Vendor batch execution: submit a group's parked requests; check a submitted batch.
+TASK_VB_COLLECT = "duet.vendor_batch_collect"
+TASK_VB_POLL = "duet.vendor_batch_poll"
 
 #: Which queue each task is sent to (workers and clients route by this).
 TASK_QUEUES = {
@@ -29,6 +32,9 @@ TASK_QUEUES = {
     TASK_REFINE: QUEUE_ACTOR,
     TASK_CRITIQUE: QUEUE_CRITIC,
     TASK_COORDINATE: QUEUE_COORDINATOR,
+    # short bookkeeping tasks, like the coordinator's
+    TASK_VB_COLLECT: QUEUE_COORDINATOR,
+    TASK_VB_POLL: QUEUE_COORDINATOR,
 }
 
 #: The step task for each phase of the loop.
@@ -149,3 +155,45 @@ def rate_limits() -> str:
 def rate_pause(provider: str, model: str) -> str:
     """Fleet-wide pause after a vendor 429 with Retry-After."""
     return f"{PREFIX}:pause:{provider}:{model}"
+
+
+# --- vendor batches (see orchestration/state/vendorbatches.py) ----------------------
+def vb_request(run_id: str, step_key: str) -> str:
+    """String: one parked step's request (JSON), until its result is stored."""
+    return f"{PREFIX}:vb:req:{run_id}:{step_key}"
+
+
+def vb_pending(group: str) -> str:
+    """Sorted set: parked requests of one group not yet submitted, scored by park time."""
+    return f"{PREFIX}:vb:pending:{group}"
+
+
+def vb_taking(group: str) -> str:
+    """Sorted set: requests a collector took to submit, scored by when (a dead collector's
+    are put back)."""
+    return f"{PREFIX}:vb:taking:{group}"
+
+
+def vb_collect(group: str) -> str:
+    """Marker that a collector for the group is scheduled."""
+    return f"{PREFIX}:vb:collect:{group}"
+
+
+def vb_batch(vendor_batch_id: str) -> str:
+    """Hash: one submitted vendor batch (group, provider, submitted_at, requests, polls)."""
+    return f"{PREFIX}:vb:batch:{vendor_batch_id}"
+
+
+def vb_batch_requests(vendor_batch_id: str) -> str:
+    """Hash: custom id -> parked request (``run_id|step_key``) of one vendor batch."""
+    return f"{PREFIX}:vb:batch:{vendor_batch_id}:requests"
+
+
+def vb_active() -> str:
+    """Set: vendor batches submitted and not yet finished."""
+    return f"{PREFIX}:vb:active"
+
+
+def vb_of_batch(batch_id: str) -> str:
+    """Set: vendor batches holding requests of one Duet batch (for ``duet watch``)."""
+    return f"{PREFIX}:vb:of:{batch_id}"
