@@ -4,24 +4,45 @@ The secrets are the values of the API-key variables: ``OPENAI_API_KEY``,
 ``ANTHROPIC_API_KEY`` and every variable a spec names with ``api_key_env`` (registered
 when its adapter is made, before its first call). :func:`redact` removes each value,
 whatever it looks like, plus anything shaped like a key or an auth header
-(:func:`workers.providers.errors.scrub`). Everything a task lets out — run errors,
-events, Celery's task events (exception and traceback) and the worker's log — passes
-through it.
+(:func:`scrub`). Everything a task lets out — run errors, events, Celery's task events
+(exception and traceback) and the worker's log — passes through it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
-
-from workers.providers.errors import scrub
+from collections.abc import Iterable
 
 #: Key variables every worker treats as secret, named by a spec or not.
 DEFAULT_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 #: Values shorter than this are not searched for (a placeholder such as "x" would
 #: otherwise be cut out of every message); real keys are far longer.
 MIN_SECRET_CHARS = 6
+
+_SECRET_PATTERNS = (
+    # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys.
+    (re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}"), "sk-[REDACTED]"),
+    (re.compile(r"(?i)\bbearer\s+[^\s,;\"']+"), "Bearer [REDACTED]"),
+    (
+        re.compile(
+            r"(?i)\b(authorization|x-api-key|api[-_]?key|access[-_]?token)(\"?\s*[:=]\s*\"?)([^\s,;\"'}]+)"
+        ),
+        r"\1\2[REDACTED]",
+    ),
+)
+
+
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with every known secret value, key-looking token and auth header removed."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "[REDACTED]")
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
 
 _lock = threading.Lock()
 _variables: set[str] = set(DEFAULT_KEY_VARIABLES)

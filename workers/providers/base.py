@@ -14,8 +14,6 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
-
-# A module import: workers.secrets imports this package (for scrub) in turn.
 from workers import secrets
 
 #: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent.

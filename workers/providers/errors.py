@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import email.utils
 import math
-import re
 import time
 from collections.abc import Iterable, Mapping
 
 from orchestration.core.errors import ProviderError
+from workers.secrets import scrub
 
 #: status code -> (kind, transient). Codes not listed: 5xx transient ``server_error``,
 #: other 4xx permanent ``client_error``.
@@ -41,27 +41,6 @@ _CONNECTION_NAMES = frozenset(
     {"APIConnectionError", "ConnectError", "NetworkError", "TransportError", "ProtocolError",
      "RemoteProtocolError", "ReadError", "WriteError", "ConnectionError", "IncompleteRead"}
 )  # fmt: skip
-
-_SECRET_PATTERNS = (
-    # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys.
-    (re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}"), "sk-[REDACTED]"),
-    (re.compile(r"(?i)\bbearer\s+[^\s,;\"']+"), "Bearer [REDACTED]"),
-    (
-        re.compile(
-            r"(?i)\b(authorization|x-api-key|api[-_]?key|access[-_]?token)(\"?\s*[:=]\s*\"?)([^\s,;\"'}]+)"
-        ),
-        r"\1\2[REDACTED]",
-    ),
-)
-
-
-def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every known secret value, key-looking token and auth header removed."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "[REDACTED]")
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:

@@ -18,8 +18,6 @@ from typing import Any, ClassVar, TypeVar
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
-
-# A module import: workers.secrets imports this package (for scrub) in turn.
 from workers import secrets
 from workers.providers.base import Completion, Message, Provider
 from workers.providers.batch import (
