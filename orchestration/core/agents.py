@@ -177,11 +177,9 @@ class AgentSpec(AgentSettings):
     """The model's name at its provider (``sim`` learns its role here)."""
 
 
-#: What only a model call uses: refused on the agent of the nested form, which makes none.
-_CALL_SETTINGS = (
-    "base_url", "api_key_env", "temperature", "max_tokens", "timeout_s", "price",
-    "structured_output", "execution",
-)  # fmt: skip
+#: What the agent of the nested form is: every other setting only means something for a
+#: model call, which that agent never makes, so it is refused there rather than ignored.
+_COORDINATOR_SETTINGS = frozenset({"instructions", "model"})
 
 
 def _check_coordinator(architecture: object, settings: AgentSettings) -> None:
@@ -190,8 +188,11 @@ def _check_coordinator(architecture: object, settings: AgentSettings) -> None:
         raise ConfigError(
             f"architecture= must be an ActorCritic, got {type(architecture).__name__}"
         )
-    defaults = AgentSettings.model_fields
-    given = [f for f in _CALL_SETTINGS if getattr(settings, f) != defaults[f].default]
+    given = [
+        name
+        for name, field in AgentSettings.model_fields.items()
+        if name not in _COORDINATOR_SETTINGS and getattr(settings, name) != field.default
+    ]
     if given:
         raise ConfigError(
             f"Agent(architecture=ActorCritic(...)) got {', '.join(given)}: this agent "

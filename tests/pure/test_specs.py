@@ -219,12 +219,24 @@ def test_worker_ids_name_the_conversations_and_identify_the_team() -> None:
     assert spec.team_id != default.team_id
 
 
-@pytest.mark.parametrize(
-    ("setting", "value"),
-    [("base_url", "http://x"), ("api_key_env", "K"), ("temperature", 0.2), ("max_tokens", 10),
-     ("timeout_s", 5.0), ("price", {"input_per_mtok": 1.0, "output_per_mtok": 2.0}),
-     ("structured_output", True)],
-)  # fmt: skip
+#: A non-default value of every agent setting that only a model call uses.
+CALL_SETTINGS = [
+    ("base_url", "http://x"), ("api_key_env", "K"), ("temperature", 0.2), ("max_tokens", 10),
+    ("timeout_s", 5.0), ("price", {"input_per_mtok": 1.0, "output_per_mtok": 2.0}),
+    ("structured_output", True), ("execution", "vendor_batch"),
+]  # fmt: skip
+
+
+def test_every_agent_setting_but_model_and_instructions_is_a_call_setting() -> None:
+    from orchestration.core.agents import AgentSettings
+
+    assert {name for name, _ in CALL_SETTINGS} == set(AgentSettings.model_fields) - {
+        "instructions",
+        "model",
+    }
+
+
+@pytest.mark.parametrize(("setting", "value"), CALL_SETTINGS)
 def test_the_outer_agent_of_the_nested_form_refuses_call_settings(
     setting: str, value: object
 ) -> None:
