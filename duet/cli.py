@@ -78,6 +78,7 @@ from duet.report import (
     render_report,
     result_record,
 )
+from orchestration.core.agents import resolve_model
 from orchestration.core.errors import ConfigError, RunTimeout
 from orchestration.settings import get_settings
 
@@ -142,9 +143,12 @@ def _duet(
 
 
 # --- config, backend, inputs ------------------------------------------------------
-def _load(config: Path, *, embedded: bool) -> ReviewConfig:
-    """Load the config and check what only the worker side can check (sim options, keys)."""
+def _load(config: Path, *, embedded: bool, vendor_batch: bool = False) -> ReviewConfig:
+    """Load the config and check what only the worker side can check (sim options, keys);
+    ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
     cfg = load_config(config)
+    if vendor_batch:
+        cfg = _with_vendor_batch(cfg)
     spec = cfg.build_architecture().to_spec()
     for role in ("actor", "critic"):
         agent = getattr(spec, role)
@@ -161,6 +165,20 @@ def _load(config: Path, *, embedded: bool) -> ReviewConfig:
                 "runs in this process; export it, or set DUET_REDIS_URL to use a cluster"
             )
     return cfg
+
+
+def _with_vendor_batch(cfg: ReviewConfig) -> ReviewConfig:
+    """``cfg`` with ``execution = "vendor_batch"`` for the actor and the critic."""
+    update = {}
+    for role in ("actor", "critic"):
+        section = getattr(cfg, role)
+        if resolve_model(section.model)[0] not in ("openai", "anthropic"):
+            raise ConfigError(
+                f"--vendor-batch: {cfg.source}: {role}.model {section.model!r} has no vendor "
+                "batch API (OpenAI and Anthropic models only)"
+            )
+        update[role] = section.model_copy(update={"execution": "vendor_batch"})
+    return cfg.model_copy(update=update)
 
 
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
@@ -398,6 +416,15 @@ StrictOpt = Annotated[
         "--strict", help="Refuse the whole batch (exit 2) if any input is bad, listing every one.",
     ),
 ]  # fmt: skip
+VendorBatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--vendor-batch",
+        help="Send both agents' calls through the vendors' batch APIs (OpenAI Batch, "
+        "Anthropic Message Batches): about half the price, answers within the vendors' "
+        "window (up to 24 h); each round of the batch goes out together.",
+    ),
+]  # fmt: skip
 LogEveryOpt = Annotated[
     float,
     typer.Option(
@@ -479,6 +506,7 @@ def run(
         ),
     ] = None,
     log_every: LogEveryOpt = LOG_EVERY_S,
+    vendor_batch: VendorBatchOpt = False,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -496,7 +524,7 @@ def run(
     """
     started = time.monotonic()
     embedded = not get_settings().redis_url
-    cfg = _load(config, embedded=embedded)
+    cfg = _load(config, embedded=embedded, vendor_batch=vendor_batch)
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
     intake = Intake(finished, limit)
@@ -675,6 +703,7 @@ def submit(
     strict: StrictOpt = False,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
+    vendor_batch: VendorBatchOpt = False,
 ) -> None:
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -687,7 +716,7 @@ def submit(
     --strict with a bad input (nothing queued).
     """
     connect()
-    cfg = _load(config, embedded=False)
+    cfg = _load(config, embedded=False, vendor_batch=vendor_batch)
     intake = Intake()
     reading = _Reading(
         cfg, input, intake, strict=strict, include=include or (), exclude=exclude or ()

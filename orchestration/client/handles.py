@@ -156,6 +156,19 @@ def rate_limit_waits(spec: LoopSpec) -> list[str]:
     return waits
 
 
+def vendor_batch_waits(batch_id: str) -> list[str]:
+    """The vendor batches runs of a Duet batch wait on now, in words."""
+    from orchestration.state.vendorbatches import VendorBatchStore
+
+    now = time.time()
+    found = []
+    for vb in VendorBatchStore(store().r).of_batch(batch_id):
+        ago = max(0.0, now - vb["submitted_at"])
+        when = f"{ago:.0f} s" if ago < 90 else f"{ago / 60:.0f} min"
+        found.append(f"vendor batch {vb['id']} ({vb['requests']} requests, submitted {when} ago)")
+    return found
+
+
 def queues_without_workers(timeout: float = 1.0) -> list[str]:
     """Duet's queues that no live worker consumes (asked over the broker; takes ``timeout``)."""
     replies = producer().control.inspect(timeout=timeout).active_queues() or {}
@@ -298,6 +311,7 @@ class BatchHandle:
                 )
         if spec_id:
             waits += rate_limit_waits(store().load_spec(spec_id))
+        waits += vendor_batch_waits(self.batch_id)
         return waits
 
     def done(self) -> bool:

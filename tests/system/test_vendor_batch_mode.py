@@ -8,10 +8,16 @@ server's statistics are what one role was sent.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +201,44 @@ def test_a_worker_killed_while_polling_loses_nothing(
         )
     finally:
         redis.Redis.from_url(url).flushdb()
+
+
+def test_cli_vendor_batch_and_watch_shows_the_wait(
+    llm: dict[str, FakeLLM], worker: Any, url: str, tmp_path: Path
+) -> None:
+    """`duet submit --vendor-batch` on a config of sync agents; `duet watch` says which
+    vendor batch the runs wait on."""
+    llm["anthropic"].set_batch_plan(delay_s=3.0)
+    config = tmp_path / "review.toml"
+    config.write_text(
+        f'[actor]\ninstructions = "{ACTOR}"\nmodel = "{CLAUDE}"\n\n'
+        f'[critic]\ninstructions = \'Reply with JSON: {{"score": 0..1}}\'\nmodel = "{GPT}"\n\n'
+        "[loop]\nmax_rounds = 1\napproval_threshold = 0.0\n"
+    )
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"i{n}", "prompt": f"task {n}"}) + "\n" for n in range(3))
+    )
+    env = {**os.environ, "DUET_REDIS_URL": url, "COLUMNS": "200"}
+    cli = [sys.executable, "-m", "duet.cli"]
+    sent = subprocess.run([*cli, "submit", config, "-i", inputs, "--vendor-batch"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    batch_id = sent.stdout.strip().splitlines()[-1]
+    watched = subprocess.run([*cli, "watch", batch_id, "--log-every", "0.3"], env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert watched.returncode == 0, watched.stderr
+    shown = watched.stdout + watched.stderr
+    assert re.search(
+        r"waiting: vendor batch msgbatch_\w+ \(3 requests, submitted \d+ s ago\)", shown
+    )
+    assert not SYNC_PATHS & set(llm["anthropic"].stats()["by_path"])
+    sim = tmp_path / "sim.toml"
+    sim.write_text(config.read_text().replace(f'model = "{CLAUDE}"', 'model = "sim"'))
+    refused = subprocess.run([*cli, "submit", sim, "-i", inputs, "--vendor-batch"], env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2
+    assert (
+        "--vendor-batch" in refused.stderr
+        and "actor.model 'sim' has no vendor batch API" in refused.stderr
+    )
