@@ -290,6 +290,8 @@ def store_batch_outcome(
         budgets.release(sid, scopes)
         result = _failure(key, f"provider_error:{outcome.kind}", redact(str(outcome)), began)
         result["vendor_batch"] = vendor_batch
+        if metrics.ENABLED:
+            metrics.call_failed(seat.agent, phase, outcome.kind, retried=False)
     else:
         result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
                               finished_at=time.time(), model=seat.agent.model,
@@ -297,6 +299,8 @@ def store_batch_outcome(
         used = Amount(input_tokens=outcome.input_tokens, output_tokens=outcome.output_tokens,
                       usd=result["usd"], calls=1)  # fmt: skip
         settle = budgets.settle_calls(sid, scopes, used)
+        if metrics.ENABLED:  # latency: from parking to the batch's result
+            metrics.call_answered(seat.agent, phase, result)
         conv_key = request.get("conv") or ""
         whole = outcome.stop_reason != "max_tokens"
         if whole and conv_key and keeps(seat.turns, outcome.text):

@@ -26,11 +26,12 @@ from typing import Any
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
+from orchestration.core.loop import parse_step_key
 from orchestration.core.vendor_batch import custom_id, group_of, poll_delay
 from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.vendorbatches import VendorBatchStore, split_member
-from workers import steps
+from workers import metrics, steps
 from workers.providers import provider_for
 from workers.providers.batch import BatchRequest
 from workers.runtime import get_store, send_later
@@ -154,7 +155,8 @@ def poll(batch_id: str) -> None:
     if batch is None:  # finished by an earlier delivery
         return
     spec_id, _, role = batch.seat.partition("|")
-    adapter: Any = provider_for(steps.agent_of({"spec_id": spec_id, "role": role}))
+    adapter_agent = steps.agent_of({"spec_id": spec_id, "role": role})
+    adapter: Any = provider_for(adapter_agent)
     members = list(batch.requests.values())
     if not batch.cancel_requested and members:
         pipe = runs.r.pipeline()
@@ -191,6 +193,9 @@ def poll(batch_id: str) -> None:
         outcome = outcomes[cid]
         attempts = int(request.get("attempts") or 0) + 1
         if isinstance(outcome, ProviderError) and outcome.transient and attempts < max_attempts:
+            if metrics.ENABLED:
+                metrics.call_failed(adapter_agent, parse_step_key(step_key)[0], outcome.kind,
+                                    retried=True)  # fmt: skip
             store.repark(batch.group, run_id, step_key, {**request, "attempts": attempts})
             send_later(keys.TASK_VB_COLLECT, (batch.group,), 0)
             continue

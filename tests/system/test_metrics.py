@@ -173,3 +173,42 @@ def test_a_batch_moves_each_metric_by_what_it_did(
         assert value(fleet, "duet_batches_in_flight") == 1
         assert value(fleet, "duet_batch_runs", batch=waiting.batch_id, state="total") == 3
         assert value(fleet, "duet_batch_runs", batch=waiting.batch_id, state="done") == 0
+
+
+def test_vendor_batch_calls_are_counted_when_their_results_are_stored(
+    redis_url: str, redis_client: Any
+) -> None:
+    """Steps of ``execution="vendor_batch"`` agents make no call themselves: the poller
+    stores their results, and that is where they are counted (USD at the batch rate)."""
+    from duet.fake_llm import FakeLLM
+
+    port = free_port()
+    with FakeLLM() as openai, client_pointed_at(redis_url):
+        env = {
+            "DUET_METRICS_PORT": str(port),
+            "OPENAI_BASE_URL": openai.url,
+            "OPENAI_API_KEY": "sk-test-metrics",
+            "DUET_VENDOR_BATCH_GATHER_S": "0.3",
+            "DUET_VENDOR_BATCH_POLL_MAX_S": "0.3",
+        }
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="gpt-4o", execution="vendor_batch"),
+            critic=Agent("Review. JSON please.", model="gpt-4o", execution="vendor_batch"),
+            max_rounds=1, persistent_subagents=False,
+        )  # fmt: skip
+        with celery_worker(redis_url, env=env, name="metrics-vb"):
+            before = scrape(port)
+            results = list(team.submit_batch([f"task {i}" for i in range(3)]).results(timeout=120))
+            after = scrape(port)
+        assert openai.stats()["batches"]["batch_requests"] > 0
+    gpt = {"provider": "openai", "model": "gpt-4o"}
+    for role in ("actor", "critic"):
+        usage = [r.usage.by_role[role] for r in results if role in r.usage.by_role]
+        calls = value(after, "duet_model_calls_total", **gpt, role=role, outcome="ok") - value(
+            before, "duet_model_calls_total", **gpt, role=role, outcome="ok"
+        )
+        assert calls == sum(u.calls for u in usage) > 0
+        usd = value(after, "duet_model_cost_usd_total", **gpt, role=role) - value(
+            before, "duet_model_cost_usd_total", **gpt, role=role
+        )
+        assert usd == pytest.approx(sum(u.usd for u in usage))
