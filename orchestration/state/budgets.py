@@ -1,6 +1,7 @@
-"""Fleet-wide budgets and rate limits: the atomic Redis side of :mod:`orchestration.core.budget`.
+"""Fleet-wide budgets: the atomic Redis side of :mod:`orchestration.core.budget`.
 
-Every operation is one Lua script (one round trip, EVALSHA after the first call), so
+Every operation is one Lua script (``lua/budget_*.lua``; one round trip, EVALSHA after
+the first call), so
 any number of workers on any number of machines share one hard cap:
 
 - :meth:`BudgetLedger.reserve` holds a call's worst case in every scope of the call
@@ -34,7 +35,8 @@ from orchestration.core.budget import (
     parse_scope,
 )
 from orchestration.core.errors import ConfigError
-from orchestration.state import keys
+from orchestration.state import keys, scripts
+from orchestration.state.scripts import ScriptCall
 
 #: Seconds a settled-step marker lives (a redelivered step is charged once within it).
 DEFAULT_SETTLED_TTL_S = keys.DEFAULT_FINISHED_TTL_S
@@ -43,224 +45,6 @@ _STORED = ("input_tokens", "output_tokens", "usd", "calls")
 #: Scope kinds whose names :meth:`BudgetLedger.set_limits` keeps in an index (a few,
 #: long-lived); run and batch scopes are one per run or batch.
 INDEXED_KINDS = ("global:", "user:")
-
-
-# --- Lua ------------------------------------------------------------------------
-# Amounts travel as "input,output,usd_micros,calls" strings, so Lua never formats a
-# large number itself (tostring would switch to exponent notation).
-_LUA_COMMON = """
-local STORED = {'input_tokens', 'output_tokens', 'usd', 'calls'}
-local UNITS = {'input_tokens', 'output_tokens', 'tokens', 'usd', 'calls'}
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function split(s)
-  local a, b, c, d = string.match(s, '^(%d+),(%d+),(%d+),(%d+)$')
-  return {a, b, c, d}
-end
-
-local function add(bkey, prefix, parts, sign)
-  for k = 1, 4 do
-    if parts[k] ~= '0' then
-      redis.call('HINCRBY', bkey, prefix .. STORED[k], sign .. parts[k])
-    end
-  end
-end
-
-local function release_one(bkey, lkey, hkey, step)
-  redis.call('ZREM', lkey, step)
-  local held = redis.call('HGET', hkey, step)
-  if not held then return 0 end
-  redis.call('HDEL', hkey, step)
-  add(bkey, 'reserved:', split(held), '-')
-  return 1
-end
-
-local function purge(bkey, lkey, hkey, now)
-  local expired = redis.call('ZRANGEBYSCORE', lkey, '-inf', now)
-  for _, step in ipairs(expired) do release_one(bkey, lkey, hkey, step) end
-end
-
-local function num(v)
-  if v then return tonumber(v) end
-  return 0
-end
-
-local function value(v, unit)
-  if unit == 'input_tokens' then return v[1] end
-  if unit == 'output_tokens' then return v[2] end
-  if unit == 'tokens' then return v[1] + v[2] end
-  if unit == 'usd' then return v[3] end
-  return v[4]
-end
-
-local function load(bkey)
-  local r = redis.call('HMGET', bkey,
-    'limit:input_tokens', 'limit:output_tokens', 'limit:tokens', 'limit:usd', 'limit:calls',
-    'spent:input_tokens', 'spent:output_tokens', 'spent:usd', 'spent:calls',
-    'reserved:input_tokens', 'reserved:output_tokens', 'reserved:usd', 'reserved:calls',
-    'warn_at')
-  local limits = {}
-  for k = 1, 5 do
-    if r[k] then limits[UNITS[k]] = tonumber(r[k]) end
-  end
-  local warn_at = 0.8
-  if r[14] then warn_at = tonumber(r[14]) end
-  return limits, {num(r[6]), num(r[7]), num(r[8]), num(r[9])},
-    {num(r[10]), num(r[11]), num(r[12]), num(r[13])}, warn_at
-end
-"""
-
-# KEYS: (budget, leases, holds) per scope, then the step's settled marker.
-# ARGV: step_id, lease_ms, amount, scope count.
-_LUA_RESERVE = (
-    _LUA_COMMON
-    + """
-local step, lease, amount, n = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-if redis.call('EXISTS', KEYS[3 * n + 1]) == 1 then return {'settled'} end
-local now = now_ms()
-local est = split(amount)
-local est_n = {tonumber(est[1]), tonumber(est[2]), tonumber(est[3]), tonumber(est[4])}
-local everywhere = true
-for i = 0, n - 1 do
-  purge(KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3], now)
-  if redis.call('HEXISTS', KEYS[3 * i + 3], step) == 0 then everywhere = false end
-end
-if everywhere then
-  -- a redelivered step: keep its hold, stretch the lease for the new attempt
-  for i = 0, n - 1 do redis.call('ZADD', KEYS[3 * i + 2], 'GT', now + lease, step) end
-  return {'held'}
-end
-for i = 0, n - 1 do
-  local limits, spent, reserved = load(KEYS[3 * i + 1])
-  local own = redis.call('HGET', KEYS[3 * i + 3], step)
-  if own then
-    own = split(own)
-    for k = 1, 4 do reserved[k] = reserved[k] - tonumber(own[k]) end
-  end
-  for _, unit in ipairs(UNITS) do
-    local limit = limits[unit]
-    if limit then
-      local s, r, e = value(spent, unit), value(reserved, unit), value(est_n, unit)
-      if s + r + e > limit then return {'refused', i, unit, limit, s, r, e} end
-    end
-  end
-end
-for i = 0, n - 1 do
-  local bkey, lkey, hkey = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  release_one(bkey, lkey, hkey, step)
-  add(bkey, 'reserved:', est, '')
-  redis.call('HSET', hkey, step, amount)
-  redis.call('ZADD', lkey, now + lease, step)
-end
-return {'ok'}
-"""
-)
-
-# KEYS: (budget, leases, holds) per scope, then the step's settled marker.
-# ARGV: step_id, marker ttl (s), amount, scope count.
-_LUA_SETTLE = (
-    _LUA_COMMON
-    + """
-local step, ttl, amount, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local marker = KEYS[3 * n + 1]
-if redis.call('EXISTS', marker) == 1 then return 0 end
-local actual = split(amount)
-for i = 0, n - 1 do
-  release_one(KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3], step)
-  add(KEYS[3 * i + 1], 'spent:', actual, '')
-end
-redis.call('SET', marker, '1', 'EX', ttl)
-return 1
-"""
-)
-
-# KEYS: (budget, leases, holds) per scope. ARGV: step_id, scope count.
-_LUA_RELEASE = (
-    _LUA_COMMON
-    + """
-local released = 0
-for i = 0, tonumber(ARGV[2]) - 1 do
-  released = released + release_one(KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3], ARGV[1])
-end
-return released
-"""
-)
-
-# KEYS: (budget, leases, holds) per scope. ARGV: scope count, include_reserved (0/1).
-# Returns {blocked scope index + 1 (0: none), blocked unit, then per warning not yet
-# emitted: scope index, unit, fraction}. It sets no flag: the transition that emits the
-# warning does, in its own script (see ``warning_flag``), so a lost race emits nothing
-# and loses nothing.
-_LUA_STATUS = (
-    _LUA_COMMON
-    + """
-local n, with_reserved = tonumber(ARGV[1]), ARGV[2] == '1'
-local now = now_ms()
-local out = {0, ''}
-for i = 0, n - 1 do
-  local bkey = KEYS[3 * i + 1]
-  purge(bkey, KEYS[3 * i + 2], KEYS[3 * i + 3], now)
-  local limits, spent, reserved, warn_at = load(bkey)
-  for _, unit in ipairs(UNITS) do
-    local limit = limits[unit]
-    if limit then
-      local used = value(spent, unit)
-      if with_reserved then used = used + value(reserved, unit) end
-      if out[1] == 0 and used >= limit then
-        out[1] = i + 1
-        out[2] = unit
-      end
-      if used >= warn_at * limit and redis.call('HEXISTS', bkey, 'warned:' .. unit) == 0 then
-        local fraction = 1
-        if limit > 0 then fraction = used / limit end
-        table.insert(out, i)
-        table.insert(out, unit)
-        table.insert(out, tostring(fraction))
-      end
-    end
-  end
-end
-return out
-"""
-)
-
-# KEYS: budget, leases, holds. Returns {open holds, then the budget hash as pairs}.
-_LUA_GET = (
-    _LUA_COMMON
-    + """
-purge(KEYS[1], KEYS[2], KEYS[3], now_ms())
-local out = redis.call('HGETALL', KEYS[1])
-table.insert(out, 1, redis.call('ZCARD', KEYS[2]))
-return out
-"""
-)
-
-# KEYS: budget. ARGV: warn_at, then one limit per unit ('' = off). A changed limit or
-# threshold re-arms its one-time warning; setting the same values again changes nothing.
-_LUA_SET_LIMITS = (
-    _LUA_COMMON
-    + """
-local bkey = KEYS[1]
-if redis.call('HGET', bkey, 'warn_at') ~= ARGV[1] then
-  redis.call('HSET', bkey, 'warn_at', ARGV[1])
-  for _, unit in ipairs(UNITS) do redis.call('HDEL', bkey, 'warned:' .. unit) end
-end
-for k, unit in ipairs(UNITS) do
-  local new, old = ARGV[k + 1], redis.call('HGET', bkey, 'limit:' .. unit)
-  if new == '' then
-    if old then redis.call('HDEL', bkey, 'limit:' .. unit, 'warned:' .. unit) end
-  elseif old ~= new then
-    redis.call('HSET', bkey, 'limit:' .. unit, new)
-    redis.call('HDEL', bkey, 'warned:' .. unit)
-  end
-end
-return 1
-"""
-)
 
 
 # --- conversions ------------------------------------------------------------------
@@ -365,12 +149,12 @@ class BudgetLedger:
 
     def __init__(self, redis_client: Any) -> None:
         self.redis = redis_client
-        self._reserve = redis_client.register_script(_LUA_RESERVE)
-        self._settle = redis_client.register_script(_LUA_SETTLE)
-        self._release = redis_client.register_script(_LUA_RELEASE)
-        self._status = redis_client.register_script(_LUA_STATUS)
-        self._get = redis_client.register_script(_LUA_GET)
-        self._set_limits = redis_client.register_script(_LUA_SET_LIMITS)
+        self._reserve = scripts.register(redis_client, "budget_reserve")
+        self._settle = scripts.register(redis_client, "budget_settle")
+        self._release = scripts.register(redis_client, "budget_release")
+        self._status = scripts.register(redis_client, "budget_status")
+        self._get = scripts.register(redis_client, "budget_get")
+        self._set_limits = scripts.register(redis_client, "budget_set_limits")
 
     # --- administration ---------------------------------------------------------
     def set_limits(self, scope: str, budget: Budget) -> None:
@@ -520,6 +304,24 @@ class BudgetLedger:
         )
         return bool(int(reply))
 
+    def settle_call(
+        self,
+        step_id: str,
+        scopes: list[str],
+        actual: Amount,
+        *,
+        marker_ttl_s: int = DEFAULT_SETTLED_TTL_S,
+    ) -> ScriptCall:
+        """:meth:`settle` as a script call, to run with other writes in one round trip
+        (:func:`orchestration.state.scripts.run_scripts`)."""
+        _check_step(step_id)
+        scopes = _check_scopes(scopes)
+        return ScriptCall(
+            self._settle,
+            [*_scope_keys(scopes), keys.budget_settled(step_id)],
+            [step_id, int(marker_ttl_s), _wire(actual), len(scopes)],
+        )
+
     def release(self, step_id: str, scopes: list[str]) -> bool:
         """Drop a step's hold without charging anything (the call failed, nothing spent).
 
@@ -556,184 +358,3 @@ class BudgetLedger:
             for i in range(2, len(reply), 3)
         ]
         return BudgetStatus(blocked=blocked, warnings=warnings)
-
-
-# --- rate limits ------------------------------------------------------------------
-# A sliding log per (provider, model): one sorted-set member "<seq>:<tokens>" per granted
-# request, scored by its server time in microseconds (integers, exact in a double), plus
-# a running token sum. A request goes when, counting it, the last window holds at most
-# rpm requests and tpm tokens; otherwise the reply is how long until enough old grants
-# leave the window. Unlike GCRA with a full burst, no window ever holds more than rpm.
-# KEYS: log, token sum hash, pause. ARGV: rpm (-1: off), tpm (-1: off), tokens, window_us.
-# Returns {wait_us, server_now_us}.
-_LUA_ACQUIRE = """
-local log, state, pause = KEYS[1], KEYS[2], KEYS[3]
-local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
-local tokens, window = tonumber(ARGV[3]), tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local paused = redis.call('PTTL', pause)
-if paused > 0 then return {paused * 1000, now} end
-if rpm < 0 and tpm < 0 then return {0, now} end
-local horizon = now - window
-local old = redis.call('ZRANGEBYSCORE', log, '-inf', horizon)
-if #old > 0 then
-  local freed = 0
-  for _, m in ipairs(old) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
-  if freed > 0 then redis.call('HINCRBY', state, 'tokens', -freed) end
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', horizon)
-end
-local wait = 0
-local count = redis.call('ZCARD', log)
-if rpm >= 0 and count >= rpm then
-  -- the oldest count - rpm + 1 grants must leave the window first
-  local e = redis.call('ZRANGE', log, count - rpm, count - rpm, 'WITHSCORES')
-  wait = tonumber(e[2]) + window - now
-end
-if tpm >= 0 then
-  local need = tonumber(redis.call('HGET', state, 'tokens') or '0') + tokens - tpm
-  if need > 0 then
-    local freed, start, w = 0, 0, window
-    while freed < need do
-      local batch = redis.call('ZRANGE', log, start, start + 99, 'WITHSCORES')
-      if #batch == 0 then break end
-      for j = 1, #batch, 2 do
-        freed = freed + tonumber(string.match(batch[j], ':(%d+)$'))
-        if freed >= need then
-          w = tonumber(batch[j + 1]) + window - now
-          break
-        end
-      end
-      start = start + 100
-    end
-    if w > wait then wait = w end
-  end
-end
-if wait > 0 then return {wait, now} end
-local seq = redis.call('HINCRBY', state, 'seq', 1)
-redis.call('ZADD', log, now, seq .. ':' .. ARGV[3])
-redis.call('HINCRBY', state, 'tokens', ARGV[3])
-local idle_ms = math.floor(window / 1000) + 1000
-redis.call('PEXPIRE', log, idle_ms)
-redis.call('PEXPIRE', state, idle_ms)
-return {0, now}
-"""
-
-# KEYS: pause. ARGV: milliseconds. Keeps the longer of the current and the new pause.
-_LUA_PAUSE = """
-local cur = redis.call('PTTL', KEYS[1])
-if cur < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-  return tonumber(ARGV[1])
-end
-return cur
-"""
-
-
-@dataclass(frozen=True)
-class RateDecision:
-    """Answer of :meth:`RateLimiter.try_acquire`.
-
-    Attributes:
-        wait_s: 0.0 when the request was granted (and counted); else seconds to wait
-            before asking again (nothing was counted).
-        server_time_us: the Redis server time of the decision, in microseconds.
-    """
-
-    wait_s: float
-    server_time_us: int
-
-    @property
-    def granted(self) -> bool:
-        return self.wait_s == 0.0
-
-
-def _check_rate(name: str, value: int | None) -> int:
-    if value is None:
-        return -1
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
-    return value
-
-
-class RateLimiter:
-    """Requests and tokens per window per (provider, model), shared by every worker.
-
-    Every caller for one (provider, model) must use the same ``rpm``, ``tpm`` and
-    ``window_s``.
-
-    Args:
-        redis_client: a ``redis.Redis``.
-    """
-
-    def __init__(self, redis_client: Any) -> None:
-        self.redis = redis_client
-        self._acquire = redis_client.register_script(_LUA_ACQUIRE)
-        self._pause = redis_client.register_script(_LUA_PAUSE)
-
-    def try_acquire(
-        self,
-        provider: str,
-        model: str,
-        *,
-        rpm: int | None,
-        tpm: int | None,
-        tokens: int,
-        window_s: float = 60.0,
-    ) -> RateDecision:
-        """Count one request of ``tokens`` if it may go now, else say how long to wait.
-
-        A fleet-wide pause (:meth:`pause`) answers with its remaining time.
-
-        Raises:
-            ConfigError: a limit that is not a positive integer, negative ``tokens``, or
-                ``tokens`` above ``tpm`` (such a request could never go).
-        """
-        rpm_arg, tpm_arg = _check_rate("rpm", rpm), _check_rate("tpm", tpm)
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ConfigError(f"tokens must be an integer >= 0, got {tokens!r}")
-        if tpm is not None and tokens > tpm:
-            raise ConfigError(f"a request of {tokens} tokens can never fit tpm={tpm}")
-        if window_s <= 0:
-            raise ConfigError(f"window_s must be > 0, got {window_s!r}")
-        wait_us, now_us = self._acquire(
-            keys=[
-                keys.rate_limit(provider, model),
-                keys.rate_tokens(provider, model),
-                keys.rate_pause(provider, model),
-            ],
-            args=[rpm_arg, tpm_arg, tokens, max(1, round(window_s * 1_000_000))],
-        )
-        return RateDecision(wait_s=int(wait_us) / 1_000_000, server_time_us=int(now_us))
-
-    def acquire(
-        self,
-        provider: str,
-        model: str,
-        *,
-        rpm: int | None,
-        tpm: int | None,
-        tokens: int,
-        window_s: float = 60.0,
-    ) -> float:
-        """0.0 when the request may go now (it is counted), else seconds to wait (not counted)."""
-        return self.try_acquire(
-            provider, model, rpm=rpm, tpm=tpm, tokens=tokens, window_s=window_s
-        ).wait_s
-
-    def pause(self, provider: str, model: str, seconds: float) -> float:
-        """Pause the (provider, model) for the whole fleet, e.g. after a 429 with Retry-After.
-
-        A longer pause already in place is kept. Returns the pause now in force, in seconds.
-        """
-        if seconds <= 0:
-            return self.paused_for(provider, model)
-        ms = self._pause(
-            keys=[keys.rate_pause(provider, model)], args=[max(1, math.ceil(seconds * 1000))]
-        )
-        return int(ms) / 1000
-
-    def paused_for(self, provider: str, model: str) -> float:
-        """Seconds left of a fleet-wide pause of the (provider, model); 0.0 when none."""
-        ms = int(self.redis.pttl(keys.rate_pause(provider, model)))
-        return ms / 1000 if ms > 0 else 0.0

@@ -1,7 +1,8 @@
 """Run and batch state in Redis: records, step results, inputs, events, claims.
 
-Every operation that must not half-happen is one Lua script (one round trip, atomic);
-reads that go together are one pipeline. The layout of keys is in :mod:`keys`.
+Every operation that must not half-happen is one Lua script (``lua/run_*.lua``,
+``lua/step_*.lua``; one round trip, atomic); reads that go together are one pipeline.
+The layout of keys is in :mod:`orchestration.state.keys`.
 """
 
 from __future__ import annotations
@@ -12,166 +13,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
+from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
+from orchestration.core.errors import RunTimeout
 from orchestration.core.events import Event
 from orchestration.core.memory import CHARS_PER_TOKEN
 from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
-from orchestration.state import keys
+from orchestration.state import keys, scripts
 from orchestration.state.conversations import turn_prefix
-
-# Make transition `seq` (a step or the finish) exactly once; emit its events with it.
-_TRANSITION = """
-local run, inputs, events, batch, batch_done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local status = redis.call('HGET', run, 'status')
-if not status then return -1 end
-if status == 'approved' or status == 'max_rounds_reached' or status == 'interrupted'
-   or status == 'failed' or status == 'cancelled' then return -2 end
-local seq = tonumber(redis.call('HGET', run, 'seq') or '0')
-if seq ~= tonumber(ARGV[1]) then return 0 end
-local now = ARGV[3]
-redis.call('HSET', run, 'seq', seq + 1)
-if redis.call('HEXISTS', run, 'started_at') == 0 then
-  redis.call('HSET', run, 'started_at', now)
-end
-if ARGV[2] == 'step' then
-  redis.call('HSET', inputs, ARGV[4], ARGV[5])
-  redis.call('HSET', run, 'status', 'running', 'current_step', ARGV[4])
-else
-  local final = ARGV[4]
-  redis.call('HSET', run, 'status', final, 'reason', ARGV[5], 'error', ARGV[6],
-             'finished_at', now, 'usage', ARGV[7])
-  if batch ~= '' and redis.call('EXISTS', batch) == 1 then
-    redis.call('HINCRBY', batch, 'done', 1)
-    redis.call('HINCRBY', batch, 'status:' .. final, 1)
-    local u = cjson.decode(ARGV[7])
-    redis.call('HINCRBYFLOAT', batch, 'usd', u['usd'] or 0)
-    redis.call('HINCRBY', batch, 'tokens', (u['input_tokens'] or 0) + (u['output_tokens'] or 0))
-    redis.call('HINCRBY', batch, 'calls', u['calls'] or 0)
-    redis.call('XADD', batch_done, '*', 'run', ARGV[9], 'status', final)
-  end
-end
--- ARGV[10]: the one-time events among the events (JSON [[event number, flag field]...]);
--- the last #once KEYS are their flags' hashes, in that order. Such an event is emitted
--- only by the transition that sets its flag, here, with the transition itself.
-local once, flags = {}, cjson.decode(ARGV[10])
-for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end
-for i = 11, #ARGV do
-  local flag = once[i - 10]
-  if not flag or redis.call('HSETNX', flag[1], flag[2], '1') == 1 then
-    redis.call('XADD', events, '*', 'e', ARGV[i])
-  end
-end
-if ARGV[2] ~= 'step' then
-  local ttl = tonumber(ARGV[8])
-  for i = 6, #KEYS - #flags do redis.call('EXPIRE', KEYS[i], ttl) end
-end
-return 1
-"""
-
-# A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
-# Taking it also notes that the step reached a worker (``dispatched``, read by a
-# redelivered coordinator) and, when the input names them (see ``RunStore.record_step``),
-# reads the fleet-wide pause of the step's model and the role's conversation history, so
-# a step needs no other read before its call.
-_BEGIN_STEP = """
-local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
-                      'current_step', 'seq')
-if not st[1] then return {'gone'} end
-if st[1] ~= 'running' then return {'stop'} end
-if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
-if st[2] == '1' then return {'cancelled'} end
-local holder = redis.call('GET', claim)
-if holder and holder ~= ARGV[2] then return {'busy'} end
-local input = redis.call('HGET', inputs, ARGV[1])
-if not input then return {'gone'} end
-redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
-if not holder then redis.call('XADD', events, '*', 'e', ARGV[4]) end
-if st[6] == ARGV[1] then redis.call('HSET', run, 'dispatched', st[7]) end
-local out = {'go', input, st[3], st[4] or '', st[5] or '', 'x'}
-local meta = cjson.decode(input)
-if type(meta['pause']) == 'string' then out[6] = redis.call('PTTL', meta['pause']) end
-local turns = tonumber(meta['turns']) or 0
-if type(meta['conv']) == 'string' and turns > 0 then
-  out[7] = 'h'
-  local turn = redis.call('LRANGE', meta['conv'], -turns, -1)
-  for i = 1, #turn do out[7 + i] = turn[i] end
-end
-return out
-"""
-
-# Store a step's result once; a second store of the same step is refused. The first
-# store also notes the step's compact outcome on the run (``o:<step key>``, read by the
-# coordinator instead of every step's text) and appends the turn to the role's
-# conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] TTL,
-# ARGV[9] characters kept ('' for no bound), ARGV[10] how this run's turns begin).
-# Past the character bound the oldest turns are dropped down to *half* of it, so the kept
-# prefix stays the same for the next calls (the vendors' prompt caches match prefixes);
-# the run's own turns are never dropped.
-_COMPLETE_STEP = """
-local steps, claim, events, run, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
-if stored == 1 then
-  redis.call('XADD', events, '*', 'e', ARGV[3])
-  if redis.call('EXISTS', run) == 1 then redis.call('HSET', run, 'o:' .. ARGV[1], ARGV[5]) end
-  if conv ~= '' then
-    redis.call('RPUSH', conv, ARGV[6])
-    redis.call('LTRIM', conv, -tonumber(ARGV[7]), -1)
-    redis.call('EXPIRE', conv, ARGV[8])
-    local max_chars = tonumber(ARGV[9])
-    if max_chars then
-      local turns = redis.call('LRANGE', conv, 0, -1)
-      local total = 0
-      for _, t in ipairs(turns) do total = total + #t end
-      if total > max_chars then
-        local drop, own = 0, ARGV[10]
-        for _, t in ipairs(turns) do
-          if total <= max_chars / 2 or string.sub(t, 1, #own) == own then break end
-          total = total - #t
-          drop = drop + 1
-        end
-        if drop > 0 then redis.call('LTRIM', conv, drop, -1) end
-      end
-    end
-  end
-end
-if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
-return stored
-"""
-
-# Re-open a cancelled run (or find where an unfinished one stands) for `resume`.
-_REOPEN = """
-local run, batch, events = KEYS[1], KEYS[2], KEYS[3]
-local st = redis.call('HMGET', run, 'status', 'seq', 'current_step', 'dispatched')
-if not st[1] then return {'gone'} end
-if st[1] == 'cancelled' then
-  local seq = tonumber(st[2]) - 1
-  redis.call('HSET', run, 'status', seq == 0 and 'queued' or 'running', 'seq', seq,
-             'cancelled', '0', 'reason', '', 'finished_at', '')
-  redis.call('PERSIST', run)
-  for i = 4, #KEYS do redis.call('PERSIST', KEYS[i]) end
-  if batch ~= '' and redis.call('EXISTS', batch) == 1 then
-    redis.call('HINCRBY', batch, 'done', -1)
-    redis.call('HINCRBY', batch, 'status:cancelled', -1)
-    -- The run's spend so far is counted again, in full, when it finishes again.
-    local ok, u = pcall(cjson.decode, redis.call('HGET', run, 'usage') or '{}')
-    if ok and type(u) == 'table' then
-      redis.call('HINCRBYFLOAT', batch, 'usd', -(tonumber(u['usd']) or 0))
-      redis.call('HINCRBY', batch, 'tokens',
-                 -((tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)))
-      redis.call('HINCRBY', batch, 'calls', -(tonumber(u['calls']) or 0))
-    end
-  end
-  redis.call('XADD', events, '*', 'e', ARGV[1])
-  return {'running', tostring(seq), st[3] or ''}
-end
-if st[1] == 'queued' or st[1] == 'running' then
-  return {st[1], st[2] or '0', st[3] or ''}
-end
-return {'finished'}
-"""
+from orchestration.state.events import event_json
+from orchestration.state.scripts import ScriptCall, run_scripts
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +49,10 @@ class StepStart:
     user_id: str | None = None
     #: Budget scopes the step's call is charged to.
     scopes: tuple[str, ...] = ()
-    #: Seconds left of the fleet-wide pause of the step's model (0.0: none); None when
-    #: the input named no pause key (a step recorded by an older coordinator).
-    paused_s: float | None = None
-    #: The role's stored conversation turns (raw, oldest first); None when the input
-    #: named no conversation (none kept, or recorded by an older coordinator).
+    #: Seconds left of the fleet-wide pause of the step's model (0.0: none).
+    paused_s: float = 0.0
+    #: The role's stored conversation turns (raw, oldest first); None when the step keeps
+    #: no conversation.
     history: list[Any] | None = None
 
 
@@ -234,47 +84,6 @@ class RunView:
 
 
 @dataclass(frozen=True, slots=True)
-class ScriptCall:
-    """One call of a registered script, to run with others in one round trip."""
-
-    script: Any  # redis.commands.core.Script
-    keys: list[Any]
-    args: list[Any]
-
-
-def run_scripts(client: redis.Redis, calls: list[ScriptCall]) -> list[Any]:
-    """Run ``calls`` in order in one round trip (a non-transaction pipeline of EVALSHA).
-
-    Each script is sent by its SHA; one the server does not know (restarted, flushed) is
-    run again on its own through its ``Script``, which loads it. A pipeline is never
-    handed the ``Script`` objects themselves: redis-py would add a SCRIPT EXISTS round
-    trip per execution.
-    """
-    if len(calls) == 1:
-        only = calls[0]
-        return [only.script(keys=only.keys, args=only.args)]
-    pipe = client.pipeline(transaction=False)
-    for call in calls:
-        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-    results = pipe.execute(raise_on_error=False)
-    for i, res in enumerate(results):
-        if isinstance(res, redis.exceptions.NoScriptError):
-            call = calls[i]
-            results[i] = call.script(keys=call.keys, args=call.args)
-        elif isinstance(res, Exception):
-            raise res
-    return results
-
-
-def event_json(type_: str, run_id: str, round_: int | None = None, **data: Any) -> str:
-    """One event, serialised the way it is stored."""
-    return json.dumps(
-        {"type": type_, "run_id": run_id, "ts": time.time(), "round": round_, "data": data},
-        separators=(",", ":"),
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class Once:
     """An event a transition emits only if it is the first to set a flag (field ``field``
     of hash ``key``), in the same script that records the transition: a transition that
@@ -293,10 +102,10 @@ class RunStore:
         # annotations cannot express, hence Any.
         self.r = client
         self.finished_ttl_s = finished_ttl_s
-        self._transition = client.register_script(_TRANSITION)
-        self._begin = client.register_script(_BEGIN_STEP)
-        self._complete = client.register_script(_COMPLETE_STEP)
-        self._reopen = client.register_script(_REOPEN)
+        self._transition = scripts.register(client, "run_transition")
+        self._begin = scripts.register(client, "step_begin")
+        self._complete = scripts.register(client, "step_complete")
+        self._reopen = scripts.register(client, "run_reopen")
         self._specs: dict[str, LoopSpec] = {}
 
     # --- specs ------------------------------------------------------------
@@ -340,7 +149,7 @@ class RunStore:
             if rec.budget_scopes:
                 fields["budget_scopes"] = ",".join(rec.budget_scopes)
             pipe.hset(keys.run(rec.run_id), mapping=fields)
-            pipe.xadd(keys.run_events(rec.run_id), {"e": event_json("run.queued", rec.run_id)})
+            pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})
 
     # --- the coordinator's side ------------------------------------------
     def load_run(self, run_id: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
@@ -356,8 +165,8 @@ class RunStore:
         steps named in ``full``: one round trip, whatever the size of the texts.
 
         Outcomes come from the run's ``o:<step key>`` fields. A run whose outcomes do not
-        number its transitions (cancelled mid-step, a redelivered message, or a step
-        stored by an older worker without one) is read whole instead.
+        number its transitions (cancelled mid-step, or a redelivered message) is read
+        whole instead.
         """
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(keys.run(run_id))
@@ -462,7 +271,7 @@ class RunStore:
             error=error,
             usage=run_usage(steps),
             events=[
-                event_json("run.finished", run_id, status="failed", reason="coordinator:error")
+                event_json(ev.RUN_FINISHED, run_id, status="failed", reason="coordinator:error")
             ],
         )
         return made == 1
@@ -484,8 +293,7 @@ class RunStore:
         if res[0] != "go":
             return StepStart(res[0])
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
-        paused_ms = res[5]
-        paused = None if paused_ms == "x" else (paused_ms / 1000 if paused_ms > 0 else 0.0)
+        paused = res[5] / 1000 if res[5] > 0 else 0.0
         history = res[7:] if len(res) > 6 else None
         return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history)
 
@@ -522,9 +330,14 @@ class RunStore:
         )  # fmt: skip
         return bool(run_scripts(self.r, [*before, call])[-1])
 
+    def add_event(self, run_id: str, event: str) -> None:
+        """Append one event (see :func:`orchestration.state.events.event_json`) to the run."""
+        self.r.xadd(keys.run_events(run_id), {"e": event})
+
     # --- reading ------------------------------------------------------------
     def status(self, run_id: str) -> str | None:
-        return self.r.hget(keys.run(run_id), "status")
+        status: str | None = self.r.hget(keys.run(run_id), "status")
+        return status
 
     def cancel_run(self, run_id: str) -> bool:
         """Flag a run cancelled; the next transition finishes it. False if already finished."""
@@ -550,7 +363,7 @@ class RunStore:
                 keys.run_events(run_id),
                 *keys.run_keys(run_id)[1:],
             ],
-            args=[event_json("run.resumed", run_id)],
+            args=[event_json(ev.RUN_RESUMED, run_id)],
         )
         what = res[0]
         if what not in ("queued", "running"):
@@ -576,8 +389,6 @@ class RunStore:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    from orchestration.core.errors import RunTimeout
-
                     raise RunTimeout(f"run {run_id} did not finish within {timeout_s}s")
                 wait = max(1, min(block_ms, int(left * 1000)))
             got = self.r.xread({stream: last}, block=wait, count=500)
@@ -587,7 +398,7 @@ class RunStore:
                     event = Event.model_validate_json(fields["e"])
                     yield event
                     # A resumed run has an earlier run.finished: only the last one ends it.
-                    if event.type == "run.finished" and self.status(run_id) in FINISHED_STATUSES:
+                    if event.type == ev.RUN_FINISHED and self.status(run_id) in FINISHED_STATUSES:
                         return
             if not got and not self.r.exists(keys.run(run_id)):
                 raise LookupError(f"run {run_id} not found (expired or never submitted)")

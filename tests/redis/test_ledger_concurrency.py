@@ -16,7 +16,8 @@ import pytest
 
 from orchestration.core.budget import Amount, Budget
 from orchestration.state import keys
-from orchestration.state.budgets import BudgetLedger, RateLimiter
+from orchestration.state.budgets import BudgetLedger
+from orchestration.state.ratelimits import RateLimiter
 
 pytestmark = pytest.mark.redis
 

@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from orchestration.state import keys
-from orchestration.state.runs import RunStore, ScriptCall, run_scripts, step_outcome
+from orchestration.state.runs import RunStore, step_outcome
+from orchestration.state.scripts import ScriptCall, run_scripts
 
 
 @pytest.fixture
@@ -75,15 +76,20 @@ def test_begin_reads_pause_and_history_and_marks_dispatched(client: Any) -> None
         client.delete(keys.step_claim("fold2", "r0.generate"))
 
 
-def test_begin_without_reads_in_the_input(client: Any) -> None:
+def test_begin_without_a_conversation_or_a_pause(client: Any) -> None:
     store = RunStore(client, finished_ttl_s=60)
-    _running(store, "fold3", {"phase": "generate", "round": 0, "prompt": "p"})
+    pause = keys.rate_pause("sim", "fold3")
+    _running(store, "fold3", {"phase": "generate", "round": 0, "prompt": "p", "pause": pause})
     try:
         start = store.begin_step("fold3", "r0.generate", "me", 60, "{}")
         assert start.outcome == "go"
-        assert start.history is None and start.paused_s is None
+        assert start.history is None and start.paused_s == 0.0
+        client.set(pause, "1", px=5000)
+        client.delete(keys.step_claim("fold3", "r0.generate"))
+        paused = store.begin_step("fold3", "r0.generate", "me", 60, "{}").paused_s
+        assert 4.0 < paused <= 5.0
     finally:
-        client.delete(*keys.run_keys("fold3"), keys.step_claim("fold3", "r0.generate"))
+        client.delete(*keys.run_keys("fold3"), keys.step_claim("fold3", "r0.generate"), pause)
 
 
 def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -> None:
@@ -98,8 +104,8 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
         assert not any(f.startswith("o:") for f in view.run)
         view = store.load_for_transition("fold4", ("r0.generate",))
         assert view.steps["r0.generate"]["text"] == "draft"
-        # Transition 1 made, its step stored by an older worker (no outcome field): the
-        # outcomes do not number the transitions, so every step is read whole.
+        # Transition 1 made and its step's outcome not on the run (a cancelled run's, or
+        # one whose message was redelivered): every step is read whole.
         client.hset(keys.run("fold4"), "seq", 2)
         client.hset(keys.run_steps("fold4"), "r1.critique", json.dumps({"key": "r1.critique",
                           "text": "ok", "score": 0.5}))  # fmt: skip

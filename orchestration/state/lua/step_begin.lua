@@ -1,0 +1,28 @@
+-- A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
+-- Taking it also notes that the step reached a worker (``dispatched``, read by a
+-- redelivered coordinator) and reads the fleet-wide pause of the step's model and, when the
+-- input names one (see ``RunStore.record_step``), the role's conversation history, so
+-- a step needs no other read before its call.
+local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
+                      'current_step', 'seq')
+if not st[1] then return {'gone'} end
+if st[1] ~= 'running' then return {'stop'} end
+if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
+if st[2] == '1' then return {'cancelled'} end
+local holder = redis.call('GET', claim)
+if holder and holder ~= ARGV[2] then return {'busy'} end
+local input = redis.call('HGET', inputs, ARGV[1])
+if not input then return {'gone'} end
+redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
+if not holder then redis.call('XADD', events, '*', 'e', ARGV[4]) end
+if st[6] == ARGV[1] then redis.call('HSET', run, 'dispatched', st[7]) end
+local meta = cjson.decode(input)
+local out = {'go', input, st[3], st[4] or '', st[5] or '', redis.call('PTTL', meta['pause'])}
+local turns = tonumber(meta['turns']) or 0
+if type(meta['conv']) == 'string' and turns > 0 then
+  out[7] = 'h'
+  local turn = redis.call('LRANGE', meta['conv'], -turns, -1)
+  for i = 1, #turn do out[7 + i] = turn[i] end
+end
+return out

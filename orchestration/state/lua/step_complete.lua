@@ -1,0 +1,36 @@
+-- Store a step's result once; a second store of the same step is refused. The first
+-- store also notes the step's compact outcome on the run (``o:<step key>``, read by the
+-- coordinator instead of every step's text) and appends the turn to the role's
+-- conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] TTL,
+-- ARGV[9] characters kept ('' for no bound), ARGV[10] how this run's turns begin).
+-- Past the character bound the oldest turns are dropped down to *half* of it, so the kept
+-- prefix stays the same for the next calls (the vendors' prompt caches match prefixes);
+-- the run's own turns are never dropped.
+local steps, claim, events, run, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
+if stored == 1 then
+  redis.call('XADD', events, '*', 'e', ARGV[3])
+  if redis.call('EXISTS', run) == 1 then redis.call('HSET', run, 'o:' .. ARGV[1], ARGV[5]) end
+  if conv ~= '' then
+    redis.call('RPUSH', conv, ARGV[6])
+    redis.call('LTRIM', conv, -tonumber(ARGV[7]), -1)
+    redis.call('EXPIRE', conv, ARGV[8])
+    local max_chars = tonumber(ARGV[9])
+    if max_chars then
+      local turns = redis.call('LRANGE', conv, 0, -1)
+      local total = 0
+      for _, t in ipairs(turns) do total = total + #t end
+      if total > max_chars then
+        local drop, own = 0, ARGV[10]
+        for _, t in ipairs(turns) do
+          if total <= max_chars / 2 or string.sub(t, 1, #own) == own then break end
+          total = total - #t
+          drop = drop + 1
+        end
+        if drop > 0 then redis.call('LTRIM', conv, drop, -1) end
+      end
+    end
+  end
+end
+if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
+return stored
