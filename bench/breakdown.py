@@ -39,7 +39,7 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("celery: task events flush", "celery.events.dispatcher", "EventDispatcher.flush"),
     ("celery: ack", "kombu.message", "Message.ack"),
     ("celery: send_task", "celery.app.base", "Celery.send_task"),
-    ("duet: step task body", "workers.steps", "run_step"),
+    ("duet: step service", "orchestration.services.step", "StepService.run"),
     ("duet: coordinator advance", "orchestration.services.coordinator", "Coordinator.advance"),
     ("duet: dispatch (send step)", "workers.runtime", "dispatch"),
     ("duet: coordinator_send", "workers.runtime", "coordinator_send"),
@@ -48,7 +48,7 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("store: load_for_transition", "orchestration.state.runs", "RunStore.load_for_transition"),
     ("store: record_step", "orchestration.state.runs", "RunStore.record_step"),
     ("store: record_finish", "orchestration.state.runs", "RunStore.record_finish"),
-    ("budgets: rate_wait", "workers.budgeting", "Budgets.rate_wait"),
+    ("budgets: rate_wait", "orchestration.services.budgeting", "Budgets.rate_wait"),
     ("sdk: OpenAIProvider._call", "workers.providers.openai", "OpenAIProvider._call"),
 )
 

@@ -1,26 +1,22 @@
 """The embedded default: an embedded Redis plus an in-process worker, for one machine.
 
-Started on first use when ``DUET_REDIS_URL`` is unset, stopped when the process exits:
-normally, on an exception, on Ctrl-C, and on SIGTERM or SIGHUP (which, started from the
-main thread, end the process through ``SystemExit`` so the cleanup runs; their default
-action would kill it and leave the embedded Redis running).
-The worker is found by module name (``workers.inprocess``), the way ``celery -A`` finds
-an app, so the orchestration layer never imports worker code.
+Started on first use when ``DUET_REDIS_URL`` is unset (by the CLI, or by the client API
+through :mod:`orchestration.client.backend`), stopped when the process exits: normally,
+on an exception, on Ctrl-C, and on SIGTERM or SIGHUP (which, started from the main
+thread, end the process through ``SystemExit`` so the cleanup runs; their default action
+would kill it and leave the embedded Redis running).
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib
 import signal
 import threading
-from typing import Any
 
 from duet.embedded import EmbeddedRedis
 from orchestration.settings import get_settings
 from orchestration.state import connection
-
-WORKER_MODULE = "workers.inprocess"
+from workers.inprocess import InProcessWorker
 
 
 class LocalCluster:
@@ -29,7 +25,7 @@ class LocalCluster:
     def __init__(self, *, concurrency: int = 64) -> None:
         self.concurrency = concurrency
         self.redis: EmbeddedRedis | None = None
-        self.worker: Any = None
+        self.worker: InProcessWorker | None = None
 
     @property
     def url(self) -> str:
@@ -40,8 +36,7 @@ class LocalCluster:
         self.redis = EmbeddedRedis().start()
         connection.use_redis(self.redis.url)
         try:
-            module = importlib.import_module(WORKER_MODULE)
-            self.worker = module.InProcessWorker(self.redis.url, concurrency=self.concurrency)
+            self.worker = InProcessWorker(self.redis.url, concurrency=self.concurrency)
             self.worker.start()
         except BaseException:
             self.redis.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestration.core import runner
 from orchestration.core.agents import Agent, AgentSpec, Price
 from orchestration.core.architecture import ActorCritic, LoopSpec
 from orchestration.core.budget import Budget
@@ -45,6 +46,16 @@ __all__ = [
     "fill_template", "get_budget", "list_budgets", "parse_critique", "parse_score",
     "reset_budget", "set_budgets",
 ]  # fmt: skip
+
+
+def _team_for(architecture: ActorCritic, **options: Any) -> Team:
+    from orchestration.client.team import Team
+
+    return Team(architecture, **options)
+
+
+# The composition root: the pure core's Agent.run reaches the client through this.
+runner.install(_team_for)
 
 
 def __getattr__(name: str) -> Any:

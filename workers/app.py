@@ -20,8 +20,8 @@ from celery.signals import (
 from kombu import Queue
 
 from orchestration.settings import get_settings
-from orchestration.state import connection, keys
-from orchestration.state.broker import transport_for
+from orchestration.state import keys
+from orchestration.state.broker import broker_config
 from workers import celery_ext
 
 # An untested Celery or kombu fails here, at start, rather than mid-batch.
@@ -33,15 +33,7 @@ app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.AMQP)
 def _config(broker_url: str | None) -> dict[str, object]:
     settings = get_settings()
     return {
-        "broker_url": broker_url,
-        "broker_transport": transport_for(broker_url),
-        # Messages carry ids only, so JSON is all we need; pickle is never accepted.
-        "task_serializer": "json",
-        "accept_content": ["json"],
-        "result_serializer": "json",
-        # No task waits on another task's result: results are stored in Redis by the
-        # tasks themselves, so the Celery result backend is off (one write less per task).
-        "task_ignore_result": True,
+        **broker_config(broker_url, settings),
         "result_backend_thread_safe": True,
         # At-least-once delivery: a message is acked after its task ran, and a worker that
         # dies mid-task gives it back. Steps and the coordinator are idempotent for this.
@@ -52,22 +44,9 @@ def _config(broker_url: str | None) -> dict[str, object]:
         "worker_pool": "threads",
         "worker_concurrency": settings.worker_concurrency,
         "broker_pool_limit": max(10, min(settings.worker_concurrency, 100)),
-        "broker_connection_retry_on_startup": True,
-        # A dead worker's messages go back to the queue after the visibility timeout
-        # (longer than any step runs, so live work is never redelivered); the sweep that
-        # does it runs a few times per timeout instead of kombu's every ~100 s.
-        "broker_transport_options": {
-            "visibility_timeout": settings.visibility_timeout_s,
-            "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
-            "unacked_restore_throttle": 1,
-            # A dead or frozen Redis is an error in seconds, then a reconnect; not a hang.
-            **connection.socket_options(),
-        },
-        "broker_connection_timeout": settings.redis_connect_timeout_s,
         "task_default_queue": keys.QUEUE_COORDINATOR,
         # A plain `celery -A workers worker` consumes all three queues; -Q picks some.
         "task_queues": [Queue(name, routing_key=name) for name in keys.ALL_QUEUES],
-        "task_routes": {name: {"queue": queue} for name, queue in keys.TASK_QUEUES.items()},
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,

@@ -182,6 +182,19 @@ def step_waits(agent: Any, reason: str, seconds: float) -> None:
     WAIT_SECONDS.labels(agent.provider, model, reason).inc(seconds)
 
 
+class StepObserver:
+    """The step service's observer (``orchestration.services.step.StepObserver``)."""
+
+    def step_waits(self, agent: Any, reason: str, seconds: float) -> None:
+        step_waits(agent, reason, seconds)
+
+    def call_failed(self, agent: Any, phase: str, kind: str, *, retried: bool) -> None:
+        call_failed(agent, phase, kind, retried=retried)
+
+    def call_answered(self, agent: Any, phase: str, result: Mapping[str, Any]) -> None:
+        call_answered(agent, phase, result)
+
+
 class RunObserver:
     """Counts runs started and finished (a coordinator observer; see
     :class:`orchestration.services.coordinator.RunObserver`)."""

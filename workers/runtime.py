@@ -1,25 +1,34 @@
-"""Per-process state of a worker: one Redis pool, one store, one coordinator."""
+"""Per-process wiring of a worker: one Redis pool, and the services the tasks call.
+
+The services are Celery-free (:mod:`orchestration.services`); this module builds them
+once per process with this process's settings, provider adapters and Redis client, and
+sends the messages they ask for.
+"""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from celery import current_task
 
-from orchestration.services.coordinator import Coordinator, Dispatch, RunObserver
+from orchestration.services.budgeting import Budgets
+from orchestration.services.coordinator import Coordinator, Dispatch
+from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import RunStore
 from workers import metrics, tracing
 from workers.app import SEND_OPTIONS, app
-from workers.budgeting import Budgets
 from workers.logs import BATCH_HEADER
+from workers.providers import provider_for
+from workers.secrets import redact
 
 _lock = threading.RLock()
 _store: RunStore | None = None
 _coordinator: Coordinator | None = None
-_budgets: Budgets | None = None
+_steps: StepService | None = None
 
 
 def get_store() -> RunStore:
@@ -31,43 +40,41 @@ def get_store() -> RunStore:
     return _store
 
 
+def _build() -> tuple[Coordinator, StepService]:
+    global _coordinator, _steps
+    with _lock:
+        if _coordinator is None or _steps is None:
+            store = get_store()
+            budgets = Budgets(store.r)
+            # What the services tell of runs and calls: metrics and traces, when on.
+            watchers = [m for m in (metrics, tracing) if m.ENABLED]
+            _coordinator = Coordinator(
+                store,
+                budget_check=budgets.round_check,
+                observers=tuple(m.RunObserver() for m in watchers),
+            )
+            _steps = StepService(
+                store, budgets, provider_for, get_settings(), redact,
+                observers=tuple(m.StepObserver() for m in watchers),
+            )  # fmt: skip
+        return _coordinator, _steps
+
+
 def get_coordinator() -> Coordinator:
-    global _coordinator
-    if _coordinator is None:
-        with _lock:
-            if _coordinator is None:
-                _coordinator = Coordinator(
-                    get_store(), budget_check=get_budgets().round_check, observers=_observers()
-                )
-    return _coordinator
+    return _coordinator if _coordinator is not None else _build()[0]
 
 
-def _observers() -> tuple[RunObserver, ...]:
-    """What the coordinator tells of run starts and ends: metrics and traces, when on."""
-    found: list[RunObserver] = []
-    if metrics.ENABLED:
-        found.append(metrics.RunObserver())
-    if tracing.ENABLED:
-        found.append(tracing.RunObserver())
-    return tuple(found)
-
-
-def get_budgets() -> Budgets:
-    global _budgets
-    if _budgets is None:
-        with _lock:
-            if _budgets is None:
-                _budgets = Budgets(get_redis())
-    return _budgets
+def get_steps() -> StepService:
+    return _steps if _steps is not None else _build()[1]
 
 
 def reset() -> None:
     """Forget per-process state (after the Redis URL changed, or in a forked child)."""
-    global _store, _coordinator, _budgets
+    global _store, _coordinator, _steps
     with _lock:
         _store = None
         _coordinator = None
-        _budgets = None
+        _steps = None
 
 
 def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) -> None:
@@ -111,3 +118,33 @@ def dispatch(step: Dispatch) -> None:
     (``dispatched``), which is what a redelivered coordinator message checks.
     """
     send(step.task, (step.run_id, step.step_key), step.batch_id)
+
+
+#: Message header counting a step's failed provider attempts. Waiting for a rate limit
+#: or for budget room re-schedules the step too, but is not a failure.
+FAILURES_HEADER = "duet_failures"
+
+
+class StepRetry(Exception):
+    """A step re-scheduled; the message says why, scrubbed of secrets (Flower shows it)."""
+
+
+def failures_of(task: Any) -> int:
+    """The step's failed provider attempts so far (carried in a message header)."""
+    return int((task.request.headers or {}).get(FAILURES_HEADER, 0))
+
+
+def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> None:
+    """Do what the step service answered: hand the run to its coordinator, or re-schedule
+    the step (``task.retry`` keeps the task id, so the retry holds the same step claim)."""
+    if isinstance(outcome, Handover):
+        coordinator_send(outcome.run_id, outcome.seq)
+    elif isinstance(outcome, RetryLater):
+        # The retry's headers replace the message's: keep the others (batch id, trace).
+        headers = {**(task.request.headers or {}), FAILURES_HEADER: outcome.failures}
+        raise task.retry(
+            countdown=outcome.delay_s,
+            exc=StepRetry(outcome.reason or "waiting"),
+            max_retries=None,
+            headers=headers,
+        )

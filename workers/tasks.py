@@ -1,6 +1,7 @@
 """The tasks: the three steps, the coordinator, and vendor batch collect and poll. Each is
-a thin shell: the work is in :mod:`workers.steps`, :mod:`workers.vendor_batches` and
-:mod:`orchestration.services.coordinator`. Messages carry ids only; content lives in Redis.
+one line into a service (:mod:`orchestration.services`, and :mod:`workers.vendor_batches`
+for the vendor batches) and the Celery side of its answer (:func:`workers.runtime.follow`).
+Messages carry ids only; content lives in Redis.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ import logging
 
 from celery import Task
 
+from orchestration.services.step import Park
 from orchestration.state import keys
 from workers import celery_ext, metrics, tracing
 from workers.app import app
-from workers.runtime import dispatch, get_coordinator, get_store
+from workers.runtime import dispatch, failures_of, follow, get_coordinator, get_steps, get_store
 from workers.secrets import redact
-from workers.steps import run_step
 from workers.vendor_batches import collect, park_step, poll
 
 log = logging.getLogger(__name__)
@@ -31,14 +32,22 @@ class StepTask(Task):
     Request = celery_ext.REQUEST
 
 
+def run_step(task: Task, run_id: str, step_key: str) -> None:
+    """Body of the generate / critique / refine tasks."""
+    claimant = task.request.id or f"local-{run_id}-{step_key}"
+    outcome = get_steps().run(run_id, step_key, claimant=claimant, failures=failures_of(task))
+    if isinstance(outcome, Park):  # a vendor_batch agent: the call goes out in a vendor batch
+        park_step(task, outcome)
+    else:
+        follow(task, outcome)
+
+
 def _step(task: Task, run_id: str, step_key: str) -> None:
     if tracing.ENABLED:  # a span per step, in the run's trace (from the message header)
         with tracing.step_span(task.request, run_id, step_key):
-            parking = run_step(task, run_id, step_key)
+            run_step(task, run_id, step_key)
     else:
-        parking = run_step(task, run_id, step_key)
-    if parking is not None:  # a vendor_batch agent: the call goes out in a vendor batch
-        park_step(task, parking)
+        run_step(task, run_id, step_key)
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_GENERATE)

@@ -190,6 +190,20 @@ def call_failed(agent: Any, phase: str, kind: str, *, retried: bool) -> None:
         span.set_status(Status(StatusCode.ERROR, kind))
 
 
+class StepObserver:
+    """The step service's observer (``orchestration.services.step.StepObserver``): each
+    call's outcome on the step's span."""
+
+    def step_waits(self, agent: Any, reason: str, seconds: float) -> None:
+        return None
+
+    def call_failed(self, agent: Any, phase: str, kind: str, *, retried: bool) -> None:
+        call_failed(agent, phase, kind, retried=retried)
+
+    def call_answered(self, agent: Any, phase: str, result: Mapping[str, Any]) -> None:
+        call_answered(agent, phase, result)
+
+
 class RunObserver:
     """A coordinator observer: the run's end as a span of its trace."""
 

@@ -1,13 +1,13 @@
 """Vendor batch execution on a worker: park a step's request, collect, submit, poll.
 
 A step of an agent with ``execution="vendor_batch"`` makes no model call (see
-:func:`workers.steps.run_step`): after its budget reservation it parks its request here,
+:meth:`orchestration.services.step.StepService.run`): after its budget reservation it parks its request here,
 and the first park of a group schedules the group's collector. The collector task takes
 the group's parked requests when enough have gathered or the oldest has waited
 ``DUET_VENDOR_BATCH_GATHER_S``, submits them as one vendor batch and schedules the
 poller. The poller task checks the batch with backoff (up to
 ``DUET_VENDOR_BATCH_POLL_MAX_S`` between checks); when it has ended it stores each step's
-result (:func:`workers.steps.store_batch_outcome`: priced at the batch rate, settled once,
+result (:meth:`orchestration.services.step.StepService.store_batch_outcome`: priced at the batch rate, settled once,
 the run handed back to its coordinator) and forgets the batch. A request the vendor let
 expire is parked again while attempts remain; any other failure interrupts its own run
 only. When every request of a batch belongs to a cancelled run, the vendor batch is
@@ -28,13 +28,21 @@ from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import parse_step_key
 from orchestration.core.vendor_batch import custom_id, group_of, poll_delay
+from orchestration.services.step import Handover, Park
 from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.vendorbatches import VendorBatchStore, split_member
-from workers import metrics, steps
+from workers import metrics
 from workers.providers import provider_for
 from workers.providers.batch import BatchRequest
-from workers.runtime import get_store, send_later
+from workers.runtime import (
+    coordinator_send,
+    failures_of,
+    follow,
+    get_steps,
+    get_store,
+    send_later,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +63,18 @@ def batches() -> VendorBatchStore:
     return _store
 
 
-def park_step(task: Any, parking: steps.Parking) -> None:
+def park_step(task: Any, parking: Park) -> None:
     """Body of a step task for a ``vendor_batch`` agent: reserve its budget, park it."""
-    request = steps.reserve_parked(task, parking, HOLD_S)
-    if request is not None:
+    request = get_steps().reserve_parked(parking, HOLD_S, failures_of(task))
+    if isinstance(request, dict):
         park(parking.seat.agent, parking.run_id, parking.key, request)
+    else:
+        follow(task, request)
+
+
+def _hand(handover: Handover) -> None:
+    """Send the run to its coordinator (outside a step task: nothing to retry)."""
+    coordinator_send(handover.run_id, handover.seq)
 
 
 def park(agent: AgentSpec, run_id: str, step_key: str, request: dict[str, Any]) -> bool:
@@ -107,19 +122,19 @@ def _drop_cancelled(
     store: VendorBatchStore, group: str, run_id: str, step_key: str, request: dict[str, Any]
 ) -> None:
     """A parked request of a cancelled run is never sent: release its hold, end its step."""
-    steps.release_parked(run_id, step_key, request)
+    _hand(get_steps().release_parked(run_id, step_key, request))
     store.forget(group, run_id, step_key)
 
 
 def _submit(store: VendorBatchStore, group: str, live: dict[str, dict[str, Any]]) -> None:
     first = next(iter(live.values()))
-    agent = steps.agent_of(first)
+    agent = get_steps().agent_of(first)
     requests, by_custom_id = [], {}
     for m, request in live.items():
         run_id, step_key = split_member(m)
         cid = custom_id(run_id, step_key)
         by_custom_id[cid] = m
-        requests.append(BatchRequest(cid, steps.agent_of(request), request["messages"],
+        requests.append(BatchRequest(cid, get_steps().agent_of(request), request["messages"],
                                      bool(request.get("structured"))))  # fmt: skip
     adapter: Any = provider_for(agent)
     try:
@@ -132,7 +147,9 @@ def _submit(store: VendorBatchStore, group: str, live: dict[str, dict[str, Any]]
             return
         for m, request in live.items():  # refused for good: each step ends with the error
             run_id, step_key = split_member(m)
-            steps.store_batch_outcome(run_id, step_key, request, exc, vendor_batch=None)
+            _hand(
+                get_steps().store_batch_outcome(run_id, step_key, request, exc, vendor_batch=None)
+            )
             store.forget(group, run_id, step_key)
         return
     duet_batches = {r["batch_id"] for r in live.values() if r.get("batch_id")}
@@ -155,7 +172,7 @@ def poll(batch_id: str) -> None:
     if batch is None:  # finished by an earlier delivery
         return
     spec_id, _, role = batch.seat.partition("|")
-    adapter_agent = steps.agent_of({"spec_id": spec_id, "role": role})
+    adapter_agent = get_steps().agent_of({"spec_id": spec_id, "role": role})
     adapter: Any = provider_for(adapter_agent)
     members = list(batch.requests.values())
     if not batch.cancel_requested and members:
@@ -199,6 +216,10 @@ def poll(batch_id: str) -> None:
             store.repark(batch.group, run_id, step_key, {**request, "attempts": attempts})
             send_later(keys.TASK_VB_COLLECT, (batch.group,), 0)
             continue
-        steps.store_batch_outcome(run_id, step_key, request, outcome, vendor_batch=batch_id)
+        _hand(
+            get_steps().store_batch_outcome(
+                run_id, step_key, request, outcome, vendor_batch=batch_id
+            )
+        )
         store.forget(batch.group, run_id, step_key)
     store.finish(batch_id)

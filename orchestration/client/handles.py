@@ -21,7 +21,7 @@ from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
 from orchestration.state import batches, connection, keys
-from orchestration.state.broker import transport_for
+from orchestration.state.broker import broker_config
 from orchestration.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:
@@ -39,23 +39,11 @@ def producer() -> Celery:
     """A Celery app used only to send messages, pointed at this process's broker."""
     global _producer
     with _producer_lock:
-        broker = get_settings().broker_url or connection.redis_url()
+        settings = get_settings()
+        broker = settings.broker_url or connection.redis_url()
         if _producer is None or _producer.conf.broker_url != broker:
             app = Celery("duet-client", set_as_current=False)
-            app.conf.update(
-                broker_url=broker,
-                broker_transport=transport_for(broker),
-                task_serializer="json",
-                accept_content=["json"],
-                task_ignore_result=True,
-                task_routes={n: {"queue": q} for n, q in keys.TASK_QUEUES.items()},
-                broker_connection_retry_on_startup=True,
-                broker_connection_timeout=get_settings().redis_connect_timeout_s,
-                broker_transport_options={
-                    "visibility_timeout": 3600,
-                    **connection.socket_options(),
-                },
-            )
+            app.conf.update(broker_config(broker, settings))
             _producer = app
         return _producer
 

@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from duet import local
 from orchestration.client import handles
+from orchestration.client.backend import ensure_backend
 from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import (
@@ -206,7 +206,7 @@ class Team:
             metadata=metadata,
             run_budget=budget is not None,
         )
-        local.ensure_backend()
+        ensure_backend()
         if budget is not None:
             handles.set_budgets({record.budget_scopes[0]: budget})
         enqueue(self.spec, [record])
@@ -262,7 +262,7 @@ class Team:
                     batch_budget=in_batch,
                 )
             )
-        local.ensure_backend()
+        ensure_backend()
         limits: dict[str, Budget] = {}
         if budget is not None:
             limits[scope("batch", batch_id)] = budget
@@ -316,23 +316,23 @@ def set_budgets(limits: Mapping[str, Budget]) -> None:
 
     Scopes are ``run:<id>``, ``batch:<id>``, ``user:<id>`` and ``global:<name>``.
     """
-    local.ensure_backend()
+    ensure_backend()
     handles.set_budgets(limits)
 
 
 def get_budget(scope_name: str) -> ScopeState:
     """Limits, spent, reserved and remaining of one scope (e.g. ``"user:alice"``)."""
-    local.ensure_backend()
+    ensure_backend()
     return handles.get_budget(scope_name)
 
 
 def reset_budget(scope_name: str) -> None:
     """Zero a scope's spending (its limits stay)."""
-    local.ensure_backend()
+    ensure_backend()
     handles.reset_budget(scope_name)
 
 
 def list_budgets(prefix: str = "") -> list[str]:
     """Scopes with budget data whose name starts with ``prefix``."""
-    local.ensure_backend()
+    ensure_backend()
     return handles.list_budgets(prefix)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
+from orchestration.core import runner
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
@@ -310,14 +311,15 @@ def team_for(architecture: ActorCritic, *, coordinator: Agent | None = None) -> 
     """The team that runs ``architecture`` as ``Team.actor_critic`` does, persistent
     subagents included; with ``coordinator`` (the outer agent of the nested form) its
     model and instructions identify the team and its name names it."""
-    from orchestration.client.team import Team
-
     wired = architecture.persistent()
+    team: LoopRunner
     if coordinator is None:
-        return Team(wired)
-    return Team(
-        wired,
-        model=coordinator.model,
-        instructions=coordinator.instructions,
-        conversations=ConversationSettings(name=coordinator.name),
-    )
+        team = runner.team_for(wired)
+    else:
+        team = runner.team_for(
+            wired,
+            model=coordinator.model,
+            instructions=coordinator.instructions,
+            conversations=ConversationSettings(name=coordinator.name),
+        )
+    return team

@@ -1,9 +1,12 @@
-"""Budget and rate-limit checks around one model call, on the fleet-wide Redis ledger.
+"""Budget and rate-limit checks around model calls, on the fleet-wide Redis ledger.
 
-Before a call: reserve its worst case (input estimate + ``max_tokens``, priced) in every
-scope of the run at once, or learn that there is no room. After it: settle the real
-usage (once per step, however often the step is delivered). The Lua is in
-:mod:`orchestration.state.budgets`; this module only decides what to ask it.
+The coordinator asks :meth:`Budgets.round_check` at the start of each round. A step asks
+:meth:`Budgets.rate_wait` (fleet-wide rate limits and pauses), :meth:`Budgets.reserve`
+(hold the call's worst case in every scope of the run at once, or learn there is no
+room) and, after the call, :meth:`Budgets.settle_calls` (charge the real usage once per
+step, however often the step is delivered). The atomic parts are the state layer's
+(:mod:`orchestration.state.budgets`, :mod:`orchestration.state.ratelimits`); this module
+only decides what to ask them.
 """
 
 from __future__ import annotations
@@ -17,19 +20,14 @@ from typing import Any
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec
 from orchestration.core.budget import Amount, Refusal
+from orchestration.core.completion import Message
 from orchestration.core.pricing import cost_usd
 from orchestration.prices import price_for
-from orchestration.state import keys
-from orchestration.state.budgets import (
-    DEFAULT_SETTLED_TTL_S,
-    BudgetLedger,
-    RateLimiter,
-    _scope_keys,
-    _wire,
-    warning_flag,
-)
-from orchestration.state.runs import Once, ScriptCall, event_json
-from workers.providers import Completion, Message
+from orchestration.state.budgets import BudgetLedger, warning_flag
+from orchestration.state.events import event_json
+from orchestration.state.ratelimits import RateLimiter, load_rate_limits
+from orchestration.state.runs import Once
+from orchestration.state.scripts import ScriptCall
 
 #: How long the per-process copy of the fleet's rate-limit table is trusted.
 RATE_TABLE_TTL_S = 5.0
@@ -41,9 +39,10 @@ def step_id(run_id: str, key: str) -> str:
 
 
 def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
-    """A call's worst case. Input: one token per UTF-8 byte, an upper bound for BPE
-    tokenizers, priced as if all of it were written to a prompt cache (the dearest input
-    rate); output: the agent's ``max_tokens``."""
+    """A call's worst case, what its reservation holds. Input: one token per UTF-8 byte of
+    the instructions and messages, an upper bound for BPE tokenizers, priced as if all of
+    it were written to a prompt cache (the dearest input rate); output: the agent's
+    ``max_tokens``; dollars at the agent's price (0 when unknown)."""
     input_tokens = len(agent.instructions.encode()) + sum(
         len(m["content"].encode()) for m in messages
     )
@@ -56,30 +55,8 @@ def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
     return Amount(input_tokens=input_tokens, output_tokens=agent.max_tokens, usd=usd, calls=1)
 
 
-def actual(agent: AgentSpec, completion: Completion) -> Amount:
-    """What a finished call really cost."""
-    price = price_for(agent)
-    usd = (
-        cost_usd(
-            price,
-            completion.input_tokens,
-            completion.output_tokens,
-            completion.cached_input_tokens,
-            completion.cache_write_tokens,
-        )
-        if price
-        else 0.0
-    )
-    return Amount(
-        input_tokens=completion.input_tokens,
-        output_tokens=completion.output_tokens,
-        usd=usd,
-        calls=1,
-    )
-
-
 class Budgets:
-    """The ledger and the rate limiter of one worker process."""
+    """The ledger and the rate limiter of one process."""
 
     def __init__(self, redis_client: Any) -> None:
         self.redis = redis_client
@@ -115,38 +92,24 @@ class Budgets:
     ) -> Refusal | None:
         return self.ledger.reserve(sid, scopes, amount, lease_s) if scopes else None
 
-    def settle(self, sid: str, scopes: list[str], amount: Amount) -> None:
-        if scopes:
-            self.ledger.settle(sid, scopes, amount)
-
     def settle_calls(self, sid: str, scopes: list[str], amount: Amount) -> list[ScriptCall]:
-        """:meth:`settle` as a script call to run with the step's store (one round trip);
+        """The settlement as script calls to run with the step's store (one round trip);
         none when the run has no budget scopes."""
-        if not scopes:
-            return []
-        return [
-            ScriptCall(
-                self.ledger._settle,
-                [*_scope_keys(scopes), keys.budget_settled(sid)],
-                [sid, DEFAULT_SETTLED_TTL_S, _wire(amount), len(scopes)],
-            )
-        ]
+        return [self.ledger.settle_call(sid, scopes, amount)] if scopes else []
 
     def release(self, sid: str, scopes: list[str]) -> None:
         if scopes:
             self.ledger.release(sid, scopes)
 
-    def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float | None = None) -> float:
+    def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float) -> float:
         """Seconds to wait before this call may go (0.0: it is counted and may go now).
 
-        ``paused_s`` is the model's fleet-wide pause if the caller read it already (the
-        step's begin script does); a model with rate limits has it checked again by the
-        acquire script, atomically with the grant.
+        ``paused_s`` is the model's fleet-wide pause as the step's begin script read it; a
+        model with rate limits has it checked again by the acquire script, atomically
+        with the grant.
         """
         limits = self._rate_table().get(f"{agent.provider}:{agent.model_name}")
         if limits is None:
-            if paused_s is None:
-                return self.limiter.paused_for(agent.provider, agent.model_name)
             return paused_s
         rpm, tpm, window_s = limits
         return self.limiter.acquire(
@@ -163,8 +126,6 @@ class Budgets:
         if now - self._rates_at > RATE_TABLE_TTL_S:
             with self._lock:
                 if now - self._rates_at > RATE_TABLE_TTL_S:
-                    from orchestration.state.ratelimits import load_rate_limits
-
                     self._rates = load_rate_limits(self.redis)
                     self._rates_at = now
         return self._rates

@@ -28,8 +28,9 @@ from orchestration.core.memory import conversation_scope
 from orchestration.core.results import FINISHED_STATUSES, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.state import keys
+from orchestration.state.events import event_json
 from orchestration.state.keys import TASK_BY_PHASE
-from orchestration.state.runs import Once, RunStore, event_json
+from orchestration.state.runs import Once, RunStore
 
 log = logging.getLogger(__name__)
 

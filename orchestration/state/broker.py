@@ -35,6 +35,8 @@ import redis
 from kombu.transport import redis as kombu_redis
 
 from orchestration.core.errors import ConfigError
+from orchestration.settings import Settings
+from orchestration.state import connection, keys
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
@@ -105,7 +107,7 @@ class QoS(kombu_redis.QoS):
         delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
         while True:
             try:
-                super().append(message, delivery_tag)
+                super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
                 if waited:
                     log.warning("Redis accepts writes again after %.1fs at maxmemory", waited)
                 return
@@ -137,11 +139,13 @@ class Channel(kombu_redis.Channel):
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
         client = self._duet_client
         # The pool is replaced when the channel reconnects: follow it.
         if client is None or client.connection_pool is not self.pool:
-            client = self._duet_client = super()._create_client(asynchronous=False)
+            client = self._duet_client = super()._create_client(  # type: ignore[no-untyped-call]
+                asynchronous=False
+            )
         return client
 
 
@@ -160,6 +164,35 @@ class Connection(kombu.Connection):
     """
 
     resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis"}
+
+
+def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
+    """The Celery settings every process that talks to the broker shares (workers and
+    clients): where it is, which transport, JSON only, routes, the visibility timeout."""
+    return {
+        "broker_url": broker_url,
+        "broker_transport": transport_for(broker_url),
+        # Messages carry ids only, so JSON is all we need; pickle is never accepted.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        # No task waits on another task's result: results are stored in Redis by the
+        # tasks themselves, so the Celery result backend is off (one write less per task).
+        "task_ignore_result": True,
+        "task_routes": {name: {"queue": queue} for name, queue in keys.TASK_QUEUES.items()},
+        "broker_connection_retry_on_startup": True,
+        # A dead worker's messages go back to the queue after the visibility timeout
+        # (longer than any step runs, so live work is never redelivered); the sweep that
+        # does it runs a few times per timeout instead of kombu's every ~100 s.
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
+            "unacked_restore_throttle": 1,
+            # A dead or frozen Redis is an error in seconds, then a reconnect; not a hang.
+            **connection.socket_options(),
+        },
+        "broker_connection_timeout": settings.redis_connect_timeout_s,
+    }
 
 
 def transport_for(broker_url: str | None) -> str | None:

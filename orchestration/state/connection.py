@@ -142,13 +142,14 @@ def check_broker_reachable(url: str, variable: str) -> None:
     """
     import kombu
 
-    conn = kombu.Connection(url, connect_timeout=get_settings().redis_connect_timeout_s)
+    timeout = get_settings().redis_connect_timeout_s
+    conn = kombu.Connection(url, connect_timeout=timeout)  # type: ignore[no-untyped-call]
     try:
-        conn.ensure_connection(max_retries=0)
+        conn.ensure_connection(max_retries=0)  # type: ignore[no-untyped-call]
     except Exception as exc:  # noqa: BLE001 - kombu raises each transport's own errors
         raise unreachable(url, variable, exc, what="the broker") from None
     finally:
-        conn.release()
+        conn.release()  # type: ignore[no-untyped-call]
 
 
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:

@@ -9,6 +9,8 @@ for per-user memory). Two teams of one user, or two inputs of a batch, share not
 
 A conversation is a Redis list with one element per *turn*: the prompt a step sent and
 the reply it got, stored together so the history always alternates user / assistant.
+A turn is appended by the script that stores the step's result, only when that result
+is the one stored.
 Lists are bounded by turns (``LTRIM``, oldest dropped first) and by tokens (the step's
 store script drops the oldest turns of other runs down to half the bound; the reader,
 :func:`messages_from`, keeps within it), and expire when left alone for the store's TTL.
@@ -27,62 +29,20 @@ import json
 import sys
 from typing import Any
 
+from orchestration.core.completion import Message
 from orchestration.core.memory import Turn, bounded, turn_step
-from orchestration.state import keys
-
-#: One message of a conversation, as providers take it (``role``, ``content``).
-Message = dict[str, str]
 
 
-class ConversationStore:
-    """Reads and appends persistent conversations. Thread-safe: it holds only a client.
+def history(client: Any, key: str, turns: int) -> list[Message]:
+    """The last ``turns`` turns of the conversation at ``key``, as messages.
 
-    Args:
-        client: a Redis client (``decode_responses`` either way).
-        ttl_s: seconds a conversation is kept after its last turn.
+    Steps read their history inside their begin script and append their turn inside the
+    script that stores their result (``lua/step_begin.lua``, ``lua/step_complete.lua``);
+    this is the same read for everyone else (``duet show``, tests).
     """
-
-    def __init__(self, client: Any, *, ttl_s: int = keys.DEFAULT_FINISHED_TTL_S) -> None:
-        self.r = client
-        self.ttl_s = ttl_s
-
-    def history(self, key: str, turns: int) -> list[Message]:
-        """The last ``turns`` turns of ``role``'s conversation in ``scope``, as messages.
-
-        One round trip; ``[]`` when ``turns < 1`` (nothing is kept then).
-        """
-        if turns < 1:
-            return []
-        return messages_from(self.r.lrange(key, -turns, -1))
-
-    def append(
-        self,
-        key: str,
-        turns: int,
-        *,
-        step_id: str,
-        prompt: str,
-        reply: str,
-        pipe: Any = None,
-    ) -> None:
-        """Add one turn and drop the oldest beyond ``turns``, in one round trip.
-
-        With ``pipe`` the commands are only queued on it (the caller executes it).
-        Nothing is stored when ``turns < 1`` or the reply is empty (an empty assistant
-        message would make the vendors refuse every later call of the conversation).
-        """
-        if not keeps(turns, reply):
-            return
-        p = pipe if pipe is not None else self.r.pipeline(transaction=False)
-        p.rpush(key, turn_json(step_id, prompt, reply))
-        p.ltrim(key, -turns, -1)
-        p.expire(key, self.ttl_s)
-        if pipe is None:
-            p.execute()
-
-    def clear(self, key: str) -> None:
-        """Forget one conversation."""
-        self.r.delete(key)
+    if turns < 1:
+        return []
+    return messages_from(client.lrange(key, -turns, -1))
 
 
 def keeps(turns: int, reply: str) -> bool:
@@ -124,8 +84,8 @@ def messages_from(
 
 
 __all__ = [
-    "ConversationStore",
     "Message",
+    "history",
     "keeps",
     "messages_from",
     "turn_json",

@@ -330,6 +330,11 @@ class RunStore:
         )  # fmt: skip
         return bool(run_scripts(self.r, [*before, call])[-1])
 
+    def batch_of(self, run_id: str) -> str | None:
+        """The id of the batch run ``run_id`` belongs to, if any."""
+        batch: str | None = self.r.hget(keys.run(run_id), "batch_id") or None
+        return batch
+
     def add_event(self, run_id: str, event: str) -> None:
         """Append one event (see :func:`orchestration.state.events.event_json`) to the run."""
         self.r.xadd(keys.run_events(run_id), {"e": event})

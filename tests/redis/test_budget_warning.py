@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+from workers.budgeting import Budgets
 
 from orchestration.core import events as ev
 from orchestration.core.agents import Agent
@@ -25,7 +26,6 @@ from orchestration.services.coordinator import Coordinator
 from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger
 from orchestration.state.runs import RunRecord, RunStore
-from workers.budgeting import Budgets
 
 pytestmark = pytest.mark.redis
 

@@ -1,4 +1,8 @@
-"""The persistent conversation store: bounds, order, isolation by scope and role."""
+"""Persistent conversations: bounds, order, isolation by scope and role.
+
+Turns are appended the one way the system appends them: by the script that stores a
+step's result (``RunStore.complete_step``), so what is tested is what runs.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +12,53 @@ from typing import Any
 import pytest
 
 from orchestration.state import keys
-from orchestration.state.conversations import ConversationStore, messages_from
+from orchestration.state.conversations import history, keeps, messages_from, turn_json
+from orchestration.state.runs import RunStore
 
 
 def K(role: str, scope: str) -> str:  # noqa: N802 - short, read in every assertion
     return keys.conversation("team", role, scope)
 
 
+class Conv:
+    """A run store and the reads of its conversations, for these tests."""
+
+    def __init__(self, client: Any) -> None:
+        self.store = RunStore(client, finished_ttl_s=600)
+        self.r = client
+
+    def append(self, key: str, turns: int, *, step_id: str, prompt: str, reply: str) -> bool:
+        """Store a step result of run ``step_id`` with its turn, as a step does (a reply
+        the step would not keep is not offered)."""
+        run_id, _, step = step_id.partition("/")
+        step = step or "r0.generate"
+        conversation = (key, turn_json(step_id, prompt, reply), turns)
+        return self.store.complete_step(
+            run_id, step, {"key": step, "text": reply}, "{}", "claimant",
+            conversation=conversation if keeps(turns, reply) else None,
+        )  # fmt: skip
+
+    def history(self, key: str, turns: int) -> list[Any]:
+        return history(self.r, key, turns)
+
+
 @pytest.fixture(params=["fakeredis", "redis"])
-def conv(request: pytest.FixtureRequest) -> ConversationStore:
-    """The store on fakeredis and on a real server (the same assertions hold on both)."""
+def conv(request: pytest.FixtureRequest) -> Conv:
+    """On fakeredis and on a real server (the same assertions hold on both)."""
     client = request.getfixturevalue(
         "fake_redis" if request.param == "fakeredis" else "redis_client"
     )
-    return ConversationStore(client, ttl_s=600)
+    return Conv(client)
 
 
-def add(
-    conv: ConversationStore, scope: str, n: int, *, role: str = "actor", turns: int = 20
-) -> None:
+def add(conv: Conv, scope: str, n: int, *, role: str = "actor", turns: int = 20) -> None:
     conv.append(
-        K(role, scope), turns, step_id=f"run/{scope}/{n}", prompt=f"ask {n}", reply=f"answer {n}"
-    )
+        K(role, scope), turns, step_id=f"run-{scope}-{role}-{n}/r0.generate",
+        prompt=f"ask {n}", reply=f"answer {n}",
+    )  # fmt: skip
 
 
-def test_turns_come_back_in_order_as_alternating_messages(conv: ConversationStore) -> None:
+def test_turns_come_back_in_order_as_alternating_messages(conv: Conv) -> None:
     assert conv.history(K("actor", "user:a"), 20) == []
     add(conv, "user:a", 1)
     add(conv, "user:a", 2)
@@ -44,7 +70,7 @@ def test_turns_come_back_in_order_as_alternating_messages(conv: ConversationStor
     ]
 
 
-def test_bounded_oldest_dropped_first(conv: ConversationStore) -> None:
+def test_bounded_oldest_dropped_first(conv: Conv) -> None:
     for n in range(25):
         add(conv, "user:a", n, turns=20)
     assert conv.r.llen(K("actor", "user:a")) == 20
@@ -58,7 +84,7 @@ def test_bounded_oldest_dropped_first(conv: ConversationStore) -> None:
     ]
 
 
-def test_scopes_and_roles_are_isolated(conv: ConversationStore) -> None:
+def test_scopes_and_roles_are_isolated(conv: Conv) -> None:
     add(conv, "user:a", 1)
     add(conv, "user:b", 2)
     add(conv, "run:r1", 3)
@@ -81,43 +107,38 @@ def test_scopes_and_roles_are_isolated(conv: ConversationStore) -> None:
     }
 
 
-def test_no_turns_kept_means_nothing_stored(conv: ConversationStore) -> None:
+def test_no_turns_kept_means_nothing_stored(conv: Conv) -> None:
     add(conv, "user:a", 1, turns=0)
     assert conv.history(K("actor", "user:a"), 0) == []
     assert conv.r.exists(K("actor", "user:a")) == 0
 
 
-def test_empty_reply_is_not_stored(conv: ConversationStore) -> None:
+def test_empty_reply_is_not_stored(conv: Conv) -> None:
     # An empty assistant turn would make the vendors refuse every later call.
     conv.append(K("actor", "user:a"), 20, step_id="r/x", prompt="ask", reply="  ")
     assert conv.history(K("actor", "user:a"), 20) == []
 
 
-def test_expires_when_left_alone(conv: ConversationStore) -> None:
+def test_expires_when_left_alone(conv: Conv) -> None:
     add(conv, "user:a", 1)
     assert 0 < conv.r.ttl(K("actor", "user:a")) <= 600
 
 
-def test_a_step_stored_twice_is_read_once(conv: ConversationStore) -> None:
-    for _ in range(2):
-        conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask", reply="x")
+def test_a_step_stored_twice_appends_its_turn_once(conv: Conv) -> None:
+    # A redelivered step whose call was repeated: only the stored result adds a turn.
+    assert conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask",
+                       reply="x") is True  # fmt: skip
+    assert conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask",
+                       reply="x") is False  # fmt: skip
     conv.append(K("actor", "user:a"), 20, step_id="run1/r1.refine", prompt="again", reply="y")
     assert [m["content"] for m in conv.history(K("actor", "user:a"), 20)] == [
-        "ask",
-        "x",
-        "again",
-        "y",
-    ]
+        "ask", "x", "again", "y",
+    ]  # fmt: skip
 
 
-def test_append_on_a_callers_pipeline(conv: ConversationStore) -> None:
-    pipe: Any = conv.r.pipeline(transaction=False)
-    conv.append(K("actor", "user:a"), 20, step_id="s", prompt="ask", reply="x", pipe=pipe)
-    assert conv.history(K("actor", "user:a"), 20) == []  # only queued
-    pipe.execute()
-    assert len(conv.history(K("actor", "user:a"), 20)) == 2
-    conv.clear(K("actor", "user:a"))
-    assert conv.history(K("actor", "user:a"), 20) == []
+def test_a_turn_listed_twice_is_read_once() -> None:
+    raw = [turn_json("run1/r0.generate", "ask", "x")] * 2 + [turn_json("run1/r1", "again", "y")]
+    assert [m["content"] for m in messages_from(raw)] == ["ask", "x", "again", "y"]
 
 
 def test_messages_from_decoded_and_raw() -> None:

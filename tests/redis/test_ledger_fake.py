@@ -16,8 +16,8 @@ from orchestration.core.budget import CALLS, TOKENS, UNITS, USD, Amount, Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger, warning_flag
-from orchestration.state.ratelimits import RateLimiter
 from orchestration.state.keys import budget_holds, rate_tokens
+from orchestration.state.ratelimits import RateLimiter
 
 LONG = 60.0  # a lease no test outlives
 

@@ -9,41 +9,14 @@ prompt rendering live outside the adapters.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import ClassVar
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.completion import Completion, Message, StopReason
 from orchestration.core.errors import ProviderError
 from workers import secrets
 
-#: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent.
-StopReason = Literal["end", "max_tokens", "other"]
-
-
-class Message(TypedDict):
-    """One turn of a conversation."""
-
-    role: Literal["user", "assistant"]
-    content: str
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """What a model call returns, whoever the vendor."""
-
-    text: str
-    input_tokens: int
-    output_tokens: int
-    stop_reason: StopReason
-    #: The part of ``input_tokens`` read from a prompt cache.
-    cached_input_tokens: int = 0
-    #: The part of ``input_tokens`` written to a prompt cache (Anthropic).
-    cache_write_tokens: int = 0
-    #: The vendor's own stop reason, kept for diagnostics (``length``, ``end_turn``...).
-    raw_stop_reason: str | None = None
-    #: The critique as the vendor returned it natively (asked with ``structured=True``),
-    #: or None when the reply did not hold it (then ``text`` is parsed).
-    structured: dict[str, Any] | None = None
+__all__ = ["Completion", "Message", "Provider", "StopReason"]
 
 
 class Provider(ABC):
