@@ -48,20 +48,7 @@ PACKAGES = ("orchestration", "workers", "duet")
 #: ``(rule, file, what)``: ``what`` is the imported module for "layer", the private name
 #: (``module.name``) for "private", and the import edge ``a -> b`` that closes a circle
 #: for "circle" (the circle test ignores these edges and expects no other circle).
-KNOWN_TODAY: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        # Agent.run builds a Team: core reaches up into the client, which imports core.
-        ("circle", "orchestration/core/agents.py",
-         "orchestration.core.agents -> orchestration.client.team"),
-        ("layer", "orchestration/core/agents.py", "orchestration.client.team"),
-        # Team starts the embedded default from the face package.
-        ("layer", "orchestration/client/team.py", "duet.local"),
-        # The budget checks reach into the ledger's internals.
-        ("private", "workers/budgeting.py", "orchestration.state.budgets._scope_keys"),
-        ("private", "workers/budgeting.py", "orchestration.state.budgets._wire"),
-        ("private", "workers/budgeting.py", "orchestration.state.budgets.BudgetLedger._settle"),
-    }
-)  # fmt: skip
+KNOWN_TODAY: frozenset[tuple[str, str, str]] = frozenset()
 
 
 # --- reading the tree -----------------------------------------------------------------
