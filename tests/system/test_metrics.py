@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from duet.embedded import free_port
 from orchestration import Agent, Budget, Team, set_budgets
-from orchestration.state.budgets import RateLimiter
+from orchestration.state.ratelimits import RateLimiter
 from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
