@@ -59,7 +59,7 @@ def test_worker_json_lines_carry_run_batch_step_and_task_ids(
     run_ids = {r.run_id for r in results}
     assert len(retried) == 4  # two runs x two retries
     for line in retried:
-        assert line["level"] == "INFO" and line["logger"] == "workers.steps"
+        assert line["level"] == "INFO" and line["logger"] == "orchestration.services.step"
         assert line["run_id"] in run_ids
         assert line["batch_id"] == batch.batch_id  # from the header, kept across retries
         assert line["step_key"] == "r0.generate"
