@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import redis
-from workers.budgeting import Budgets
 
 from orchestration.core import events as ev
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import ActorCritic
 from orchestration.core.budget import Amount, Budget
+from orchestration.services.budgeting import Budgets
 from orchestration.services.coordinator import Coordinator
 from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger
