@@ -248,6 +248,8 @@ def _read_csv_records(path: Path) -> Iterator[dict[str, Any]]:
             for key in ("rounds", "issues", "metadata"):
                 raw = row.get(key) or ""
                 record[key] = json.loads(raw) if raw.startswith(("[", "{")) else None
+            actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)
+            record["models"] = {"actor": actor, "critic": critic} if actor or critic else None
             yield record
 
 

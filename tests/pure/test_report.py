@@ -337,3 +337,30 @@ def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() 
         assert text in batch, text
     why = page.split('id="why-inputs-did-not-finish-well"', 1)[1].split("</section>", 1)[0]
     assert "budget:batch:usd" in why and "rejected: malformed JSON" in why
+
+
+def test_a_csv_results_file_reads_back_as_the_records_written(tmp_path: Any) -> None:
+    from duet.cli_results import ResultsFile, read_records
+
+    records = [
+        {**r, "index": n, "models": {"actor": "sim", "critic": "gpt-4o"}, "issues": ["x"]}
+        for n, r in enumerate(RECORDS[:3])
+    ]
+    records[0]["id"] = "=cmd()"  # neutralised in the file, itself again when read back
+    path = tmp_path / "r.csv"
+    sink = ResultsFile(path)
+    for record in reversed(records):  # written as runs finish...
+        sink.write(record)
+    sink.finish()  # ...and put in input order
+    back = list(read_records(path))
+    assert [r["id"] for r in back] == ["=cmd()", "shell-true", "pickle"]
+    for got, want in zip(back, records, strict=True):
+        assert got["usage"] == {
+            k: want["usage"][k] for k in ("input_tokens", "output_tokens", "calls", "usd")
+        }
+        assert (got["models"], got["issues"], got["rounds"]) == (
+            want["models"],
+            ["x"],
+            want["rounds"],
+        )
+        assert (got["status"], got["final_score"]) == (want["status"], want["final_score"])
