@@ -364,3 +364,34 @@ def test_a_csv_results_file_reads_back_as_the_records_written(tmp_path: Any) -> 
             want["rounds"],
         )
         assert (got["status"], got["final_score"]) == (want["status"], want["final_score"])
+
+
+@pytest.mark.parametrize(
+    ("input_id", "written"),
+    [
+        ("a.py", "a.py"),
+        ("pkg/b.py", "pkg/b.py"),
+        ("../escape.py", None),
+        ("/etc/cron.d/x", None),
+        ("pkg/../../x", None),
+        ("a//b", "a/b"),
+        ("c:\\\\windows", None),
+        ("", None),
+    ],
+)
+def test_output_dir_writes_inside_the_folder_only(
+    tmp_path: Any, input_id: str, written: str | None
+) -> None:
+    from duet.cli_results import write_outputs
+
+    folder = tmp_path / "out"
+    record = {"id": input_id, "status": "approved", "output": "fixed"}
+    count, refused = write_outputs([record, {**record, "status": "max_rounds_reached"}], folder)
+    files = (
+        sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+        if folder.exists()
+        else []
+    )
+    assert (count, files) == ((1, [written]) if written else (0, []))
+    assert refused == ([] if written else [input_id])
+    assert not (tmp_path / "escape.py").exists()
