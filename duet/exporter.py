@@ -11,6 +11,7 @@ Budget scopes exported: the ``global:`` and ``user:`` scopes given limits (with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,11 +54,18 @@ class FleetCollector(Collector):
             for name, n in fleet.queue_depths(self.broker, keys.ALL_QUEUES).items():
                 depth.add_metric([name], n)
             yield depth
-        batches = [b for b in fleet.recent_batches(self.client, self.recent) if b.in_flight]
+        count, oldest = fleet.open_runs(self.client)
         yield GaugeMetricFamily(
-            "duet_runs_in_flight", "Runs of unfinished batches not finished yet.",
-            value=sum(b.in_flight for b in batches),
+            "duet_runs_in_flight", "Runs submitted and not finished (queued or running).",
+            value=count,
         )  # fmt: skip
+        yield GaugeMetricFamily(
+            "duet_oldest_run_in_flight_age_seconds",
+            "Seconds since the oldest unfinished run was submitted (0 when none): a run "
+            "stuck far longer than its rounds take shows here.",
+            value=max(0.0, time.time() - oldest) if oldest is not None else 0.0,
+        )
+        batches = [b for b in fleet.recent_batches(self.client, self.recent) if b.in_flight]
         yield GaugeMetricFamily(
             "duet_batches_in_flight", "Batches with runs not finished yet.", value=len(batches)
         )

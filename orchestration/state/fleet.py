@@ -40,6 +40,16 @@ def queue_depths(broker: Any, queues: Iterable[str] = keys.ALL_QUEUES) -> dict[s
     return {name: int(n) for name, n in zip(names, pipe.execute(), strict=True)}
 
 
+def open_runs(client: Any) -> tuple[int, float | None]:
+    """How many runs are not finished, and when the oldest of them was submitted (epoch
+    seconds; None when there is none): one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.open_runs())
+    pipe.zrange(keys.open_runs(), 0, 0, withscores=True)
+    count, oldest = pipe.execute()
+    return int(count), (float(oldest[0][1]) if oldest else None)
+
+
 def recent_batches(client: Any, limit: int = RECENT_BATCHES) -> list[BatchFigures]:
     """The counters of the newest ``limit`` batches (two round trips)."""
     ids = [_s(b) for b in client.zrevrange(keys.batches_index(), 0, limit - 1)]

@@ -97,6 +97,15 @@ def batch_events(batch_id: str) -> str:
     return f"{PREFIX}:batch:{{{batch_id}}}:finished"
 
 
+def open_runs() -> str:
+    """Sorted set: ids of runs not finished, scored by submit time (runs in flight).
+
+    Added when runs are created (and when resume re-opens a cancelled one), removed by
+    the transition that finishes a run.
+    """
+    return f"{PREFIX}:runs:open"
+
+
 def batches_index() -> str:
     """Sorted set: batch ids by submit time."""
     return f"{PREFIX}:batches"

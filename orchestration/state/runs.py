@@ -150,6 +150,7 @@ class RunStore:
                 fields["budget_scopes"] = ",".join(rec.budget_scopes)
             pipe.hset(keys.run(rec.run_id), mapping=fields)
             pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})
+            pipe.zadd(keys.open_runs(), {rec.run_id: float(now)})
 
     # --- the coordinator's side ------------------------------------------
     def load_run(self, run_id: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
@@ -248,6 +249,7 @@ class RunStore:
             keys.run_events(run_id),
             keys.batch(batch_id) if batch_id else "",
             keys.batch_events(batch_id) if batch_id else "",
+            keys.open_runs(),
             *keys.run_keys(run_id),
             *(e.key for _, e in once),
         ]
@@ -366,6 +368,7 @@ class RunStore:
                 keys.run(run_id),
                 keys.batch(batch_id) if batch_id else "",
                 keys.run_events(run_id),
+                keys.open_runs(),
                 *keys.run_keys(run_id)[1:],
             ],
             args=[event_json(ev.RUN_RESUMED, run_id)],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ def exposed(fake_redis: Any) -> set[str]:
     BudgetLedger(fake_redis).set_limits(
         "global:team", Budget(max_usd=5, max_tokens=1000, max_calls=10)
     )
+    fake_redis.zadd(keys.open_runs(), {"r1": time.time() - 120, "r2": time.time()})
     fake_redis.zadd(keys.batches_index(), {"b1": 1.0})
     fake_redis.hset(keys.batch("b1"), mapping={"total": 3, "done": 1, "usd": 0.5})
     registry = CollectorRegistry()
@@ -63,6 +65,8 @@ def test_the_exporter_reads_budgets_and_batches(fake_redis: Any) -> None:
     registry = CollectorRegistry()
     registry.register(FleetCollector(fake_redis, fake_redis))
     assert registry.get_sample_value("duet_runs_in_flight") == 2
+    age = registry.get_sample_value("duet_oldest_run_in_flight_age_seconds")
+    assert age is not None and 120 <= age < 180
     assert registry.get_sample_value("duet_batch_runs", {"batch": "b1", "state": "done"}) == 1
     assert registry.get_sample_value("duet_budget_limit_usd", {"scope": "global:team"}) == 5
     assert (

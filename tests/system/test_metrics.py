@@ -165,11 +165,15 @@ def test_a_batch_moves_each_metric_by_what_it_did(
         assert value(fleet, "duet_budget_remaining_usd", **scope) == pytest.approx(100 - charged)
         assert value(fleet, "duet_budget_spent_calls", **scope) == 4 * 4
         assert value(fleet, "duet_runs_in_flight") == 0
+        assert value(fleet, "duet_oldest_run_in_flight_age_seconds") == 0
         waiting = approved.submit_batch(["a", "b", "c"])
+        single = approved.submit("d")  # a run outside any batch counts too
         fleet = scrape(fleet_port)
-        assert value(fleet, "duet_queue_messages", queue="coordinator") == 3
+        assert value(fleet, "duet_queue_messages", queue="coordinator") == 4
         assert value(fleet, "duet_queue_messages", queue="actor") == 0
-        assert value(fleet, "duet_runs_in_flight") == 3
+        assert value(fleet, "duet_runs_in_flight") == 4
+        assert value(fleet, "duet_oldest_run_in_flight_age_seconds") > 0
+        assert single.status() == "queued"
         assert value(fleet, "duet_batches_in_flight") == 1
         assert value(fleet, "duet_batch_runs", batch=waiting.batch_id, state="total") == 3
         assert value(fleet, "duet_batch_runs", batch=waiting.batch_id, state="done") == 0

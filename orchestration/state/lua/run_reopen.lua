@@ -1,13 +1,15 @@
 -- Re-open a cancelled run (or find where an unfinished one stands) for `resume`.
-local run, batch, events = KEYS[1], KEYS[2], KEYS[3]
-local st = redis.call('HMGET', run, 'status', 'seq', 'current_step', 'dispatched')
+local run, batch, events, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local st = redis.call('HMGET', run, 'status', 'seq', 'current_step', 'dispatched', 'run_id')
 if not st[1] then return {'gone'} end
 if st[1] == 'cancelled' then
   local seq = tonumber(st[2]) - 1
   redis.call('HSET', run, 'status', seq == 0 and 'queued' or 'running', 'seq', seq,
              'cancelled', '0', 'reason', '', 'finished_at', '')
   redis.call('PERSIST', run)
-  for i = 4, #KEYS do redis.call('PERSIST', KEYS[i]) end
+  for i = 5, #KEYS do redis.call('PERSIST', KEYS[i]) end
+  local created = tonumber(redis.call('HGET', run, 'created_at') or '0') or 0
+  if st[5] then redis.call('ZADD', open, created, st[5]) end
   if batch ~= '' and redis.call('EXISTS', batch) == 1 then
     redis.call('HINCRBY', batch, 'done', -1)
     redis.call('HINCRBY', batch, 'status:cancelled', -1)

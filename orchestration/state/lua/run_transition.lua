@@ -1,5 +1,6 @@
 -- Make transition `seq` (a step or the finish) exactly once; emit its events with it.
 local run, inputs, events, batch, batch_done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local open = KEYS[6]  -- runs in flight
 local status = redis.call('HGET', run, 'status')
 if not status then return -1 end
 local FINISHED = {{FINISHED_STATUSES}}
@@ -18,6 +19,7 @@ else
   local final = ARGV[4]
   redis.call('HSET', run, 'status', final, 'reason', ARGV[5], 'error', ARGV[6],
              'finished_at', now, 'usage', ARGV[7])
+  redis.call('ZREM', open, ARGV[9])
   if batch ~= '' and redis.call('EXISTS', batch) == 1 then
     redis.call('HINCRBY', batch, 'done', 1)
     redis.call('HINCRBY', batch, 'status:' .. final, 1)
@@ -41,6 +43,6 @@ for i = 11, #ARGV do
 end
 if ARGV[2] ~= 'step' then
   local ttl = tonumber(ARGV[8])
-  for i = 6, #KEYS - #flags do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 7, #KEYS - #flags do redis.call('EXPIRE', KEYS[i], ttl) end
 end
 return 1
