@@ -8,8 +8,9 @@ earlier calls' reported usage (kept in Redis by :mod:`orchestration.state.tokenr
   for byte-level BPE tokenizers, until :data:`MIN_SAMPLES` calls have reported usage;
 - then the *smallest* ratio seen (the most tokens per byte) is used, less a margin
   (:data:`MARGIN`), never more than a real tokenizer could pack (:data:`MAX_BYTES_PER_TOKEN`);
-- each message and the request itself add framing tokens (:data:`MESSAGE_TOKENS`,
-  :data:`REQUEST_TOKENS`), which are not learned, only added.
+- a ratio is observed as the prompt's bytes over *all* its reported input tokens, framing
+  included, so it errs low; framing tokens per message and per request
+  (:data:`MESSAGE_TOKENS`, :data:`REQUEST_TOKENS`) are added to every estimate on top.
 
 :func:`fit_output` decides how far a call's ``max_tokens`` may be lowered so that its
 worst case fits what a budget has left, instead of not making the call at all.
@@ -32,8 +33,8 @@ MARGIN = 0.10
 #: No tokenizer packs more bytes into a token than this on ordinary text.
 MAX_BYTES_PER_TOKEN = 8.0
 #: Framing tokens per message (role, separators) and per request (reply priming).
-MESSAGE_TOKENS = 8
-REQUEST_TOKENS = 16
+MESSAGE_TOKENS = 4
+REQUEST_TOKENS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +61,13 @@ class TokenRatio:
         return text + MESSAGE_TOKENS * max(messages, 0) + REQUEST_TOKENS
 
 
-def observed_ratio(prompt_bytes: int, messages: int, input_tokens: int) -> float | None:
-    """The bytes-per-token ratio one call showed (framing tokens taken off), or None when
-    its usage says nothing (no text, no tokens)."""
-    text_tokens = input_tokens - MESSAGE_TOKENS * messages - REQUEST_TOKENS
+def observed_ratio(prompt_bytes: int, input_tokens: int) -> float | None:
+    """The bytes-per-token ratio one call showed, counting every reported input token as
+    text (framing included, so it errs low: estimates err high); None when its usage says
+    nothing."""
     if prompt_bytes <= 0 or input_tokens <= 0:
         return None
-    # A tokenizer spending fewer framing tokens than assumed leaves text_tokens small or
-    # negative: count every reported token as text then (the ratio errs low, i.e. safe).
-    return prompt_bytes / (text_tokens if text_tokens > 0 else input_tokens)
+    return prompt_bytes / input_tokens
 
 
 def prompt_bytes(parts: Iterable[str]) -> int:

@@ -3,14 +3,17 @@
 The coordinator asks :meth:`Budgets.round_check` at the start of each round. A step asks
 :meth:`Budgets.rate_wait` (fleet-wide rate limits and pauses), :meth:`Budgets.reserve`
 (hold the call's worst case in every scope of the run at once, or learn there is no
-room) and, after the call, :meth:`Budgets.settle_calls` (charge the real usage once per
-step, however often the step is delivered). The atomic parts are the state layer's
+room; :func:`clamped` says how far the call's ``max_tokens`` may drop to fit what is
+left) and, after the call, :meth:`Budgets.settle_calls` (charge the real usage once per
+step, however often the step is delivered) and :meth:`Budgets.learn` (what the reported
+usage says of the model's tokenizer, for the next estimates). The atomic parts are the state layer's
 (:mod:`orchestration.state.budgets`, :mod:`orchestration.state.ratelimits`); this module
 only decides what to ask them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -21,13 +24,16 @@ from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec
 from orchestration.core.budget import Amount, Refusal
 from orchestration.core.completion import Message
-from orchestration.core.pricing import cost_usd
+from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_bytes
+from orchestration.core.pricing import cost_usd, rates_for
+from orchestration.core.structured import CRITIQUE_SCHEMA
 from orchestration.prices import price_for
 from orchestration.state.budgets import BudgetLedger, warning_flag
 from orchestration.state.events import event_json
 from orchestration.state.ratelimits import RateLimiter, load_rate_limits
 from orchestration.state.runs import Once
 from orchestration.state.scripts import ScriptCall
+from orchestration.state.tokenratio import TokenRatios
 
 #: How long the per-process copy of the fleet's rate-limit table is trusted.
 RATE_TABLE_TTL_S = 5.0
@@ -38,14 +44,34 @@ def step_id(run_id: str, key: str) -> str:
     return f"{run_id}:{key}"
 
 
-def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
-    """A call's worst case, what its reservation holds. Input: one token per UTF-8 byte of
-    the instructions and messages, an upper bound for BPE tokenizers, priced as if all of
-    it were written to a prompt cache (the dearest input rate); output: the agent's
+def tokenizer_of(agent: AgentSpec) -> str:
+    """Whose tokenizer counts the agent's tokens: its model's (every ``sim`` variant
+    counts alike, a token per four characters)."""
+    return "sim" if agent.provider == "sim" else agent.model_name
+
+
+def prompt_size(agent: AgentSpec, messages: Sequence[Message], structured: bool = False) -> int:
+    """UTF-8 bytes of what a call sends as prompt: instructions, messages and, for a
+    structured critique, the schema."""
+    parts = [agent.instructions, *(m["content"] for m in messages)]
+    if structured:
+        parts.append(json.dumps(CRITIQUE_SCHEMA))
+    return prompt_bytes(parts)
+
+
+def estimate(
+    agent: AgentSpec,
+    messages: Sequence[Message],
+    ratio: TokenRatio | None = None,
+    structured: bool = False,
+) -> Amount:
+    """A call's worst case, what its reservation holds. Input: its bytes at the model's
+    learned bytes-per-token ratio (one token per byte, an upper bound for BPE tokenizers,
+    before it has one; see :mod:`orchestration.core.estimate`), priced as if all of it
+    were written to a prompt cache (the dearest input rate); output: the agent's
     ``max_tokens``; dollars at the agent's price (0 when unknown)."""
-    input_tokens = len(agent.instructions.encode()) + sum(
-        len(m["content"].encode()) for m in messages
-    )
+    ratio = ratio if ratio is not None else TokenRatio()
+    input_tokens = ratio.input_tokens(prompt_size(agent, messages, structured), len(messages) + 1)
     price = price_for(agent)
     usd = (
         cost_usd(price, input_tokens, agent.max_tokens, cache_write_tokens=input_tokens)
@@ -55,6 +81,21 @@ def estimate(agent: AgentSpec, messages: Sequence[Message]) -> Amount:
     return Amount(input_tokens=input_tokens, output_tokens=agent.max_tokens, usd=usd, calls=1)
 
 
+def clamped(agent: AgentSpec, refusal: Refusal, worst: Amount) -> Fit:
+    """How far ``agent``'s ``max_tokens`` may drop so its call fits where ``refusal`` found
+    no room (see :func:`orchestration.core.estimate.fit_output`)."""
+    price = price_for(agent)
+    input_usd = out_rate = 0.0
+    if price is not None:
+        rates = rates_for(price, worst.input_tokens)
+        input_usd = cost_usd(price, worst.input_tokens, 0, cache_write_tokens=worst.input_tokens)
+        out_rate = rates.output_per_mtok / 1_000_000
+    return fit_output(
+        refusal, input_tokens=worst.input_tokens, input_usd=input_usd,
+        usd_per_output_token=out_rate, max_tokens=agent.max_tokens,
+    )  # fmt: skip
+
+
 class Budgets:
     """The ledger and the rate limiter of one process."""
 
@@ -62,6 +103,7 @@ class Budgets:
         self.redis = redis_client
         self.ledger = BudgetLedger(redis_client)
         self.limiter = RateLimiter(redis_client)
+        self.ratios = TokenRatios(redis_client)
         self._rates: dict[str, tuple[int | None, int | None, float]] = {}
         self._rates_at = -math.inf
         self._lock = threading.Lock()
@@ -87,6 +129,18 @@ class Budgets:
         return status.reason, warnings
 
     # --- step: around the call ------------------------------------------
+    def estimate(self, agent: AgentSpec, messages: Sequence[Message], structured: bool) -> Amount:
+        """:func:`estimate` at the model's learned bytes-per-token ratio."""
+        ratio = self.ratios.get(agent.provider, tokenizer_of(agent))
+        return estimate(agent, messages, ratio, structured)
+
+    def learn(
+        self, agent: AgentSpec, messages: Sequence[Message], structured: bool, input_tokens: int
+    ) -> None:
+        """Note what a call's reported input tokens say of the model's tokenizer."""
+        size = prompt_size(agent, messages, structured)
+        self.ratios.record(agent.provider, tokenizer_of(agent), size, input_tokens)
+
     def reserve(
         self, sid: str, scopes: list[str], amount: Amount, lease_s: float
     ) -> Refusal | None:

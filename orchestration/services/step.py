@@ -41,7 +41,7 @@ from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
 from orchestration.prices import price_for
-from orchestration.services.budgeting import Budgets, estimate, step_id
+from orchestration.services.budgeting import Budgets, clamped, step_id
 from orchestration.settings import Settings
 from orchestration.state.conversations import keeps, messages_from, turn_json
 from orchestration.state.events import event_json
@@ -49,6 +49,9 @@ from orchestration.state.runs import RunStore
 from orchestration.state.scripts import ScriptCall
 
 log = logging.getLogger(__name__)
+
+#: Times a call's output limit is lowered to fit a budget (one per scope and unit in the way).
+_FITS = 4
 
 
 class ModelClient(Protocol):
@@ -210,7 +213,10 @@ class StepService:
         agent, run_id, key = parking.seat.agent, parking.run_id, parking.key
         began = time.time()
         refusal = self.budgets.reserve(
-            step_id(run_id, key), parking.scopes, estimate(agent, parking.messages), hold_s
+            step_id(run_id, key),
+            parking.scopes,
+            self.budgets.estimate(agent, parking.messages, parking.seat.structured),
+            hold_s,
         )
         phase, round_ = parse_step_key(key)
         if refusal is not None:
@@ -329,7 +335,7 @@ class StepService:
         agent = seat.agent
         phase, round_ = parse_step_key(key)
         sid = step_id(run_id, key)
-        worst = estimate(agent, messages)
+        worst = budgets.estimate(agent, messages, seat.structured)
         began = time.time()
         provider = self.providers(agent)
         # Ready the HTTP client before taking a rate permit, so the permit is spent at once.
@@ -341,8 +347,20 @@ class StepService:
                 observer.step_waits(agent, "rate_limit", wait)
             return self._retry(wait, failures)
         refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
+        # A budget that cannot hold the worst case may still hold a shorter answer: lower
+        # max_tokens to what is left (a reply cut there interrupts the agent, as documented).
+        for _ in range(_FITS):
+            if refusal is None or not refusal.exhausted:
+                break
+            fit = clamped(agent, refusal, worst)
+            if fit.max_tokens is None:
+                break
+            agent = agent.model_copy(update={"max_tokens": fit.max_tokens})
+            worst = budgets.estimate(agent, messages, seat.structured)
+            refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
         if refusal is not None:
-            if not refusal.exhausted:  # the room is held by calls in flight; it frees soon
+            if not refusal.exhausted or clamped(agent, refusal, worst).wait:
+                # the room is held by calls in flight; it frees soon
                 wait = self.backoff_s(min(failures, 6), None)
                 for observer in self.observers:
                     observer.step_waits(agent, "budget", wait)
@@ -350,6 +368,7 @@ class StepService:
             return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
         try:
             completion = provider.complete(agent, messages, structured=seat.structured)
+            budgets.learn(agent, messages, seat.structured, completion.input_tokens)
         except ProviderError as exc:
             budgets.release(sid, scopes)
             message = self.scrub(str(exc))

@@ -206,3 +206,9 @@ def vb_active() -> str:
 def vb_of_batch(batch_id: str) -> str:
     """Set: vendor batches holding requests of one Duet batch (for ``duet watch``)."""
     return f"{PREFIX}:vb:of:{batch_id}"
+
+
+def token_ratio(provider: str, model: str) -> str:
+    """Hash: what one model's reported usage says of its tokenizer (samples, smallest
+    bytes-per-token ratio seen); see orchestration/state/tokenratio.py."""
+    return f"{PREFIX}:tokratio:{provider}:{model}"

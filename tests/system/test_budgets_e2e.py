@@ -41,10 +41,30 @@ def test_twenty_runs_share_a_5000_token_cap(
     assert state.reserved.tokens == 0
     interrupted = [r for r in results if r.status == "interrupted"]
     assert interrupted, "a 5,000-token cap cannot hold 20 worst-case runs"
-    assert all(r.interruption_reason == "budget:global:tokens" for r in interrupted)
+    # Stopped by the cap, or by an answer cut where max_tokens was lowered to what was left.
+    reasons = {r.interruption_reason for r in interrupted}
+    assert "budget:global:tokens" in reasons
+    assert all(r == "budget:global:tokens" or r.endswith(":max_tokens") for r in reasons)
     warnings = [e for r in results for e in r.events if e.type == ev.BUDGET_WARNING]
     assert len(warnings) == 1
     assert warnings[0].data["scope"] == f"global:{name}"
+
+
+def test_a_call_bigger_than_the_budget_runs_with_max_tokens_lowered(
+    worker: Any, client_on: str
+) -> None:
+    """Each call's worst case (4,000 output tokens) is more than the whole run budget:
+    the calls still go, asking for no more than the budget has left."""
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim", max_tokens=4000),
+        critic=Agent("Review.", model="sim?scores=0.95", max_tokens=4000),
+        max_rounds=1,
+        budget=Budget(max_tokens=1500),
+    )
+    result = team.run_sync("print(1)", timeout=30)
+    assert result.status == "approved", result.error
+    assert result.usage.total.calls == 2
+    assert result.usage.total.total_tokens <= 1500
 
 
 def test_run_budget_stops_at_the_start_of_a_round(worker: Any, client_on: str) -> None:

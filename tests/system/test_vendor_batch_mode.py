@@ -208,7 +208,7 @@ def test_cli_vendor_batch_and_watch_shows_the_wait(
 ) -> None:
     """`duet submit --vendor-batch` on a config of sync agents; `duet watch` says which
     vendor batch the runs wait on."""
-    llm["anthropic"].set_batch_plan(delay_s=3.0)
+    llm["anthropic"].set_batch_plan(delay_s=120.0)  # out until cancelled
     config = tmp_path / "review.toml"
     config.write_text(
         f'[actor]\ninstructions = "{ACTOR}"\nmodel = "{CLAUDE}"\n\n'
@@ -225,13 +225,29 @@ def test_cli_vendor_batch_and_watch_shows_the_wait(
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert sent.returncode == 0, sent.stderr
     batch_id = sent.stdout.strip().splitlines()[-1]
-    watched = subprocess.run([*cli, "watch", batch_id, "--log-every", "0.3"], env=env,
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert watched.returncode == 0, watched.stderr
-    shown = watched.stdout + watched.stderr
-    assert re.search(
-        r"waiting: vendor batch msgbatch_\w+ \(3 requests, submitted \d+ s ago\)", shown
-    )
+    watch = subprocess.Popen([*cli, "watch", batch_id, "--log-every", "0.3"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        shown = ""
+        assert watch.stdout is not None
+        deadline = time.monotonic() + 60
+        while not re.search(
+            r"waiting: vendor batch msgbatch_\w+ \(3 requests, submitted \d+ s ago\)", shown
+        ):
+            assert time.monotonic() < deadline, shown[-2000:]
+            line = watch.stdout.readline()
+            assert line, shown[-2000:]
+            shown += line
+        cancelled = subprocess.run([*cli, "cancel", batch_id], env=env, capture_output=True,
+                                   text=True, timeout=60)  # fmt: skip
+        assert cancelled.returncode == 0, cancelled.stderr
+        watch.wait(60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+        watch.wait()
+        if watch.stdout is not None:
+            watch.stdout.close()
     assert not SYNC_PATHS & set(llm["anthropic"].stats()["by_path"])
     sim = tmp_path / "sim.toml"
     sim.write_text(config.read_text().replace(f'model = "{CLAUDE}"', 'model = "sim"'))
