@@ -2,8 +2,9 @@
 
 Fault: the stand-in server answers 500 (transient: the step is retried and succeeds) and
 401 (permanent: the run ends interrupted) with error messages that end with the request's
-credential. The keys are not ``sk-``-shaped, so only scrubbing by value catches them: one
-in ``OPENAI_API_KEY``, one in a variable a spec names with ``api_key_env``. Looked for in
+credential. The keys are not ``sk-``-shaped, so only scrubbing by value catches them: the
+actor's in ``OPENAI_API_KEY`` (the OpenAI SDK), the critic's in a variable its spec names
+with ``api_key_env`` (the Anthropic SDK). Looked for in
 every command Redis received (``MONITOR``: run state, events, broker messages, Celery's
 task events), the worker's log at INFO, the results, and Flower's ``/api/tasks``.
 """
@@ -107,8 +108,8 @@ def test_an_echoed_key_reaches_no_redis_command_log_result_or_flower(
         team = Team.actor_critic(
             actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
             critic=Agent(
-                "Review.", model="openai:sim:critic?scores=0.2,0.95", base_url=llm.url,
-                api_key_env=CRITIC_KEY_ENV,
+                "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
+                base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
             ),
             max_rounds=3,
         )  # fmt: skip
