@@ -202,6 +202,27 @@ class StepService:
         )  # fmt: skip
         return handover
 
+    def _reserve(
+        self, agent: AgentSpec, messages: list[Message], structured: bool, sid: str,
+        scopes: list[str], worst: Amount, lease_s: float,
+    ) -> tuple[AgentSpec, Amount, Refusal | None]:  # fmt: skip
+        """Reserve the call's worst case. A budget that cannot hold it may still hold a
+        shorter answer: ``max_tokens`` is lowered to what is left (a reply cut there
+        interrupts the agent, as documented). The agent as it will call, its worst case,
+        and the refusal when nothing fits."""
+        budgets = self.budgets
+        refusal = budgets.reserve(sid, scopes, worst, lease_s)
+        for _ in range(_FITS):
+            if refusal is None or not refusal.exhausted:
+                break
+            fit = clamped(agent, refusal, worst)
+            if fit.max_tokens is None:
+                break
+            agent = agent.model_copy(update={"max_tokens": fit.max_tokens})
+            worst = budgets.estimate(agent, messages, structured)
+            refusal = budgets.reserve(sid, scopes, worst, lease_s)
+        return agent, worst, refusal
+
     # --- vendor batch execution (the rest is in workers/vendor_batches.py) ----------
     def reserve_parked(
         self, parking: Park, hold_s: float, failures: int
@@ -212,15 +233,15 @@ class StepService:
         held by calls in flight re-schedules the step, as for a synchronous call."""
         agent, run_id, key = parking.seat.agent, parking.run_id, parking.key
         began = time.time()
-        refusal = self.budgets.reserve(
-            step_id(run_id, key),
-            parking.scopes,
-            self.budgets.estimate(agent, parking.messages, parking.seat.structured),
+        structured = parking.seat.structured
+        worst = self.budgets.estimate(agent, parking.messages, structured)
+        agent, worst, refusal = self._reserve(
+            agent, parking.messages, structured, step_id(run_id, key), parking.scopes, worst,
             hold_s,
-        )
+        )  # fmt: skip
         phase, round_ = parse_step_key(key)
         if refusal is not None:
-            if not refusal.exhausted:
+            if not refusal.exhausted or clamped(agent, refusal, worst).wait:
                 return self._retry(self.backoff_s(min(failures, 6), None), failures)
             result = _failure(key, refusal.reason, _refused(refusal), began, calls=0)
             self.store.complete_step(run_id, key, result,
@@ -232,12 +253,16 @@ class StepService:
             "messages": parking.messages, "prompt": parking.prompt, "conv": parking.conv_key,
             "structured": parking.seat.structured, "scopes": parking.scopes,
             "claimant": parking.claimant, "batch_id": parking.batch_id, "parked_at": began,
-            "attempts": 0,
+            "attempts": 0, "max_tokens": agent.max_tokens,
         }  # fmt: skip
 
     def agent_of(self, request: dict[str, Any]) -> AgentSpec:
-        """The agent of a parked request."""
-        return self.seat(request["spec_id"], request["role"]).agent
+        """The agent of a parked request, its ``max_tokens`` as lowered to fit its budget."""
+        agent = self.seat(request["spec_id"], request["role"]).agent
+        max_tokens = request.get("max_tokens")
+        if max_tokens is not None and max_tokens != agent.max_tokens:
+            agent = agent.model_copy(update={"max_tokens": int(max_tokens)})
+        return agent
 
     def release_parked(self, run_id: str, key: str, request: dict[str, Any]) -> Handover:
         """A parked step that will never be sent (its run was cancelled): release its
@@ -272,6 +297,8 @@ class StepService:
             used = Amount(input_tokens=outcome.input_tokens,
                           output_tokens=outcome.output_tokens, usd=result["usd"], calls=1)  # fmt: skip
             settle = self.budgets.settle_calls(sid, scopes, used)
+            self.budgets.learn(seat.agent, request["messages"], bool(request.get("structured")),
+                               outcome.input_tokens)  # fmt: skip
             for observer in self.observers:  # latency: from parking to the batch's result
                 observer.call_answered(seat.agent, phase, result)
             conv_key = request.get("conv") or ""
@@ -346,18 +373,9 @@ class StepService:
             for observer in self.observers:
                 observer.step_waits(agent, "rate_limit", wait)
             return self._retry(wait, failures)
-        refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
-        # A budget that cannot hold the worst case may still hold a shorter answer: lower
-        # max_tokens to what is left (a reply cut there interrupts the agent, as documented).
-        for _ in range(_FITS):
-            if refusal is None or not refusal.exhausted:
-                break
-            fit = clamped(agent, refusal, worst)
-            if fit.max_tokens is None:
-                break
-            agent = agent.model_copy(update={"max_tokens": fit.max_tokens})
-            worst = budgets.estimate(agent, messages, seat.structured)
-            refusal = budgets.reserve(sid, scopes, worst, settings.step_lease_s)
+        agent, worst, refusal = self._reserve(
+            agent, messages, seat.structured, sid, scopes, worst, settings.step_lease_s
+        )
         if refusal is not None:
             if not refusal.exhausted or clamped(agent, refusal, worst).wait:
                 # the room is held by calls in flight; it frees soon

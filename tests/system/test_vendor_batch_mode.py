@@ -25,7 +25,7 @@ import redis
 
 import duet.fake_llm as fake_llm
 from duet.fake_llm import FakeLLM
-from orchestration import Agent, Team
+from orchestration import Agent, Budget, Team
 from orchestration.core.pricing import cost_usd
 from orchestration.prices import listed_price
 from orchestration.state.vendorbatches import VendorBatchStore
@@ -258,3 +258,19 @@ def test_cli_vendor_batch_and_watch_shows_the_wait(
         "--vendor-batch" in refused.stderr
         and "actor.model 'sim' has no vendor batch API" in refused.stderr
     )
+
+
+def test_a_parked_call_bigger_than_the_budget_goes_with_max_tokens_lowered(
+    llm: dict[str, FakeLLM], worker: Any
+) -> None:
+    """Worst cases of 4,000 output tokens each, a 3,000-token run budget: the calls still
+    go out in their vendor batches, asking for no more than the budget has left."""
+    t = Team.actor_critic(
+        actor=Agent(ACTOR, model=CLAUDE, execution="vendor_batch", max_tokens=4000),
+        critic=Agent(CRITIC, model=GPT, execution="vendor_batch", max_tokens=4000),
+        max_rounds=1, approval_threshold=0.0, persistent_subagents=False,
+        budget=Budget(max_tokens=3000),
+    )  # fmt: skip
+    result = t.run_sync(f"Task ({uuid.uuid4().hex[:8]}): write a parser", timeout=60)
+    assert result.status == "approved", result.error
+    assert result.usage.total.calls == 2 and result.usage.total.total_tokens <= 3000
