@@ -1,0 +1,163 @@
+"""The ``duet`` Typer app: its top-level options (``--version``, ``--log-format``) and
+the arguments and options its commands share."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from duet.cli_support import (
+    OK,
+    out,
+    use_log_format,
+)
+from duet.report import (
+    OUTCOMES,
+)
+from orchestration.core.errors import ConfigError
+
+app = typer.Typer(
+    name="duet",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            out.print(f"duet {version('duet')}")
+        except PackageNotFoundError:  # a source checkout that was never installed
+            out.print("duet (not installed)")
+        raise typer.Exit(OK)
+
+
+@app.callback(
+    epilog="Example: duet run examples/review.toml --input examples/inputs.jsonl "
+    "--output results.jsonl"
+)
+def _duet(
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="Messages on stderr as `text` or `json` (one JSON object per line with the "
+            "batch and run ids; passed on to `duet worker`). Default: DUET_LOG_FORMAT or text.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Review many inputs with an actor model and a critic model, on a Celery fleet.
+
+    Without DUET_REDIS_URL, `duet run` starts an embedded Redis and an in-process
+    worker; with it, every command works against that cluster.
+    """
+    chosen = log_format or os.environ.get("DUET_LOG_FORMAT") or "text"
+    if chosen not in ("text", "json"):
+        raise typer.BadParameter(f"{chosen!r}: choose text or json", param_hint="--log-format")
+    use_log_format(chosen)
+
+
+ConfigArg = Annotated[
+    Path,
+    typer.Argument(help="Review config (TOML).", exists=True, dir_okay=False, show_default=False),
+]
+
+
+InputOpt = Annotated[
+    Path,
+    typer.Option(
+        "--input", "-i", exists=True, show_default=False,
+        help="Inputs: a JSONL file, a CSV file, or a directory (one input per file).",
+    ),
+]  # fmt: skip
+
+
+IncludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--include", metavar="GLOB",
+        help="Directory input: read only files matching this glob (repeat for more), e.g. '*.py'.",
+    ),
+]  # fmt: skip
+
+
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude", metavar="GLOB",
+        help="Directory input: leave out files or folders matching this glob (repeatable).",
+    ),
+]  # fmt: skip
+
+
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict", help="Refuse the whole batch (exit 2) if any input is bad, listing every one.",
+    ),
+]  # fmt: skip
+
+
+VendorBatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--vendor-batch",
+        help="Send both agents' calls through the vendors' batch APIs (OpenAI Batch, "
+        "Anthropic Message Batches): about half the price, answers within the vendors' "
+        "window (up to 24 h); each round of the batch goes out together.",
+    ),
+]  # fmt: skip
+
+
+LogEveryOpt = Annotated[
+    float,
+    typer.Option(
+        "--log-every", min=0.1, metavar="SECONDS",
+        help="When stderr is not a terminal: one progress line every SECONDS.",
+    ),
+]  # fmt: skip
+
+
+StatusOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status", metavar="STATUS",
+        help="Only records with this status (repeatable): approved, max_rounds_reached, "
+        "interrupted, failed, cancelled, rejected.",
+    ),
+]  # fmt: skip
+
+
+BatchArg = Annotated[
+    str, typer.Argument(help="Batch id (printed by `duet submit`).", show_default=False)
+]
+
+
+RunArg = Annotated[
+    str, typer.Argument(help="Run id (the run_id field of a result).", show_default=False)
+]
+
+
+TimeoutOpt = Annotated[
+    float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 1).")
+]
+
+
+def check_status(status: list[str] | None) -> None:
+    unknown = sorted(set(status or ()) - set(OUTCOMES))
+    if unknown:
+        raise ConfigError(
+            f"--status: unknown status {', '.join(unknown)}; choose from {', '.join(OUTCOMES)}"
+        )

@@ -1,0 +1,236 @@
+"""``duet ls``, ``show``, ``report``, ``cancel`` and ``resume``: looking at and acting on
+batches and runs already submitted."""
+
+from __future__ import annotations
+
+import difflib
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from duet.cli_app import BatchArg, RunArg, TimeoutOpt, app
+from duet.cli_batch import batch_handle, batch_records, exit_for
+from duet.cli_progress import COLOURS
+from duet.cli_results import (
+    read_records,
+)
+from duet.cli_support import (
+    SOME_FAILED,
+    clean,
+    connect,
+    err,
+    error,
+    fails_cleanly,
+    note,
+    out,
+    plain,
+)
+from duet.report import (
+    LABELS,
+    OUTCOMES,
+    Summary,
+    by_index,
+    render_report,
+)
+from orchestration.core.errors import ConfigError, RunTimeout
+
+if TYPE_CHECKING:
+    from orchestration.core.results import RunResult
+
+
+@app.command("ls", epilog="Example: duet ls --limit 5")
+@fails_cleanly
+def ls(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many batches.")] = 20,
+) -> None:
+    """List the newest batches: when, counts by outcome, rejected inputs, spend."""
+    connect()
+    from orchestration.state import batches, connection
+
+    r = connection.get_redis()
+    found = batches.recent(r, limit)
+    if not found:
+        out.print("no batches")
+        return
+    table = Table(title="Batches, newest first", title_justify="left")
+    for column in ("batch", "submitted", "done", "outcomes", "rejected", "cost"):
+        table.add_column(
+            column, justify="right" if column in ("done", "rejected", "cost") else "left"
+        )
+    for batch_id, rec in found:
+        counts = {
+            k.split(":", 1)[1]: int(v) for k, v in rec.items() if k.startswith("status:") and int(v)
+        }
+        when = datetime.fromtimestamp(float(rec.get("created_at") or 0)).strftime(
+            "%Y-%m-%d %H:%M:%S"
+        )
+        table.add_row(
+            plain(batch_id), when, f"{rec.get('done', 0)}/{rec.get('total', 0)}",
+            _outcomes(counts), str(batches.rejected_count(r, batch_id)),
+            f"${float(rec.get('usd') or 0):.4f}",
+        )  # fmt: skip
+    out.print(table)
+
+
+def _outcomes(counts: dict[str, int]) -> Text:
+    text = Text()
+    for outcome in OUTCOMES:
+        if counts.get(outcome):
+            text.append(f"{LABELS[outcome]} {counts[outcome]}  ", style=COLOURS[outcome])
+    return text
+
+
+@app.command(epilog="Example: duet show 9f1c2e0d7a6b4c3d8e5f4a3b2c1d0e9f")
+@fails_cleanly
+def show(
+    run_id: RunArg,
+    full: Annotated[bool, typer.Option("--full", help="Show the final output in full.")] = False,
+) -> None:
+    """Show one run: each round's score, issues and summary, and what each revision changed."""
+    connect()
+    from orchestration.client.handles import store
+
+    result = store().result(run_id)
+    out.print(_run_header(result))
+    previous = result.rounds[0].judged_output if result.rounds else result.output
+    for rnd in result.rounds:
+        score = f"{rnd.score:.2f}" if rnd.score is not None else "-"
+        body: list[Any] = [plain(rnd.summary or "(no summary)")]
+        body += [plain(f"• {issue}", style="yellow") for issue in rnd.issues]
+        if rnd.revision is not None:
+            diff = _diff(
+                previous or "", rnd.revision, f"revision {rnd.round - 1}", f"revision {rnd.round}"
+            )
+            body.append(
+                Syntax(clean(diff), "diff", word_wrap=True) if diff else Text("(unchanged)")
+            )
+            previous = rnd.revision
+        out.print(
+            Panel(Group(*body), title=f"round {rnd.round}: score {score}", title_align="left")
+        )
+    if result.output is not None:
+        text = result.output if full or len(result.output) <= 2000 else result.output[:2000] + "\n…"
+        out.print(Panel(plain(text), title="final output", title_align="left"))
+
+
+def _run_header(result: RunResult) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    usage = result.usage.total
+    rows: list[tuple[str, str | Text]] = [
+        ("run", result.run_id),
+        ("input", result.input_id or "-"),
+        ("batch", result.batch_id or "-"),
+        ("status", plain(result.status, style=COLOURS.get(str(result.status), ""))),
+        ("final score", _final_score(result)),
+        ("reason", result.interruption_reason or "-"),
+        ("error", result.error or "-"),
+        ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+                  f"{usage.calls} calls, ${usage.usd:.4f}"),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value if isinstance(value, Text) else plain(value))
+    return table
+
+
+def _final_score(result: RunResult) -> str:
+    """The last score, and which output it judged when that is not the final one."""
+    if result.final_score is None:
+        return "-"
+    shown = f"{result.final_score:.2f}"
+    if result.final_score_judges_output:
+        return shown
+    return f"{shown} (of the round {result.scored_output_round} output; the final one is unscored)"
+
+
+def _diff(before: str, after: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), old, new
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+@app.command(
+    epilog="Example: duet report 4c9e34663fac4c9d8513fd84d3ff8b17 -o report.html "
+    "(or: duet report results.jsonl -o report.html)"
+)
+@fails_cleanly
+def report(
+    batch: Annotated[
+        str, typer.Argument(help="Batch id, or a results file (JSONL or CSV) written by duet.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", dir_okay=False, help="The HTML file to write.")
+    ] = Path("report.html"),
+    timeout: TimeoutOpt = None,
+) -> None:
+    """Write one self-contained HTML page about a batch: outcomes, why inputs did not finish
+    well, the most frequent issues, every input not approved with its last score and
+    issues, scores, rounds, cost, time, models and dates.
+
+    Reads a results file directly (no cluster needed), or a batch on the cluster,
+    waiting for it to finish. Exit code 0 when every input was accepted and finished
+    well, 1 otherwise, 2 when the file is not a results file.
+    """
+    if Path(batch).is_file():
+        records: list[dict[str, Any]] = list(by_index(read_records(Path(batch))))
+        title = f"Duet report: {Path(batch).name}"
+    else:
+        connect()
+        handle = batch_handle(batch)
+        with err.status(plain(f"Waiting for batch {batch} to finish")):
+            try:
+                records = list(batch_records(handle, timeout))
+            except RunTimeout as exc:
+                error(str(exc))
+                raise typer.Exit(SOME_FAILED) from None
+        title = f"Duet report: batch {batch}"
+    if not records:
+        raise ConfigError(f"{batch}: no records to report on")
+    summary = Summary()
+    for rec in records:
+        summary.add(rec)
+    output.write_text(render_report(records, title=title), encoding="utf-8")
+    note(f"report: {output} ({summary.total} input(s))")
+    raise exit_for(summary)
+
+
+@app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")
+@fails_cleanly
+def cancel(
+    id: Annotated[str, typer.Argument(help="A batch id or a run id.", show_default=False)],
+) -> None:
+    """Cancel a batch (every unfinished run) or one run; each stops after its current step."""
+    connect()
+    from orchestration.client.handles import BatchHandle, RunHandle, store
+
+    handle = BatchHandle(id)
+    try:
+        handle.progress()
+    except LookupError:
+        if store().status(id) is None:
+            raise LookupError(f"no batch or run {id} (expired or never submitted)") from None
+        flagged = RunHandle(id).cancel()
+        out.print(plain(f"run {id}: {'cancelled' if flagged else 'already finished'}"))
+        return
+    out.print(plain(f"batch {id}: cancelled {handle.cancel()} unfinished run(s)"))
+
+
+@app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
+@fails_cleanly
+def resume(batch: BatchArg) -> None:
+    """Re-enqueue every unfinished run of a batch (after a crash, or to undo a cancel).
+
+    Safe at any time: stored steps are never repeated.
+    """
+    connect()
+    handle = batch_handle(batch)
+    out.print(plain(f"batch {batch}: re-enqueued {handle.resume()} unfinished run(s)"))

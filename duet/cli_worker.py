@@ -1,0 +1,141 @@
+"""``duet worker``, ``duet metrics`` and ``duet fake-llm``: the processes a fleet runs
+beside the batches (a worker pool, the fleet's metrics, the local stand-in for the
+vendors' APIs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Annotated
+
+import typer
+
+from duet.cli_app import app
+from duet.cli_support import (
+    INTERRUPTED,
+    connect,
+    current_log_format,
+    err,
+    fails_cleanly,
+)
+from orchestration.core.errors import ConfigError
+from orchestration.settings import get_settings
+
+
+@app.command(
+    epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet worker --queues actor,critic --concurrency 200"
+)
+@fails_cleanly
+def worker(
+    queues: Annotated[
+        str, typer.Option("--queues", "-Q", help="Comma-separated queues to consume.")
+    ] = "actor,critic,coordinator",
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            min=1,
+            help="Calls in flight (threads). Default: DUET_WORKER_CONCURRENCY.",
+        ),
+    ] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery log level.")] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Serve Prometheus metrics on this port (/metrics). Default: DUET_METRICS_PORT.",
+        ),
+    ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="Worker log lines as `text` or `json` (with run, batch, step and task ids). "
+            "Default: `duet --log-format`, DUET_LOG_FORMAT or text.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
+    from orchestration.state import keys
+
+    if not (get_settings().redis_url or get_settings().broker_url):
+        raise ConfigError(
+            "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
+        )
+    chosen = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = sorted(set(chosen) - set(keys.ALL_QUEUES))
+    if not chosen or unknown:
+        raise ConfigError(
+            f"--queues: unknown queue(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(keys.ALL_QUEUES)}"
+        )
+    argv = [
+        sys.executable, "-m", "celery", "-A", "workers", "worker",
+        "--pool", "threads", "--concurrency", str(concurrency or get_settings().worker_concurrency),
+        "-E", "-Q", ",".join(chosen), "--loglevel", loglevel,
+        "--hostname", f"duet-{os.getpid()}@%h",
+    ]  # fmt: skip
+    if metrics_port is not None:
+        os.environ["DUET_METRICS_PORT"] = str(metrics_port)
+    if log_format not in (None, "text", "json"):
+        raise ConfigError(f"--log-format {log_format!r}: choose text or json")
+    os.environ["DUET_LOG_FORMAT"] = log_format or current_log_format()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(argv[0], argv)  # this process becomes the worker: signals go straight to it
+
+
+@app.command(epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet metrics --port 9809")
+@fails_cleanly
+def metrics(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve /metrics on.")] = 9809,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",  # noqa: S104
+) -> None:
+    """Serve the fleet's figures from Redis for Prometheus: queue depth, runs and batches
+    in flight, budgets per scope (one scrape target; workers serve their own figures)."""
+    import redis
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import start_http_server
+
+    from duet.exporter import FleetCollector
+    from orchestration.state.connection import get_redis
+
+    connect()
+    settings = get_settings()
+    broker_url = settings.broker_url or settings.redis_url or ""
+    broker = None
+    if broker_url.split("://", 1)[0] in ("redis", "rediss"):
+        broker = redis.Redis.from_url(
+            broker_url,
+            socket_timeout=settings.redis_socket_timeout_s,
+            socket_connect_timeout=settings.redis_connect_timeout_s,
+        )
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(get_redis(), broker))
+    try:
+        server, _ = start_http_server(port, host, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"--port {port}: cannot listen on {host}: {exc}") from exc
+    err.print(f"serving the fleet's metrics on http://{host}:{port}/metrics (Ctrl-C stops)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+        raise typer.Exit(INTERRUPTED) from None
+
+
+@app.command("fake-llm", epilog="Example: duet fake-llm --port 8765 --latency-ms 50")
+def fake_llm(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+    latency_ms: Annotated[float, typer.Option(help="Delay added to every answer.")] = 0.0,
+) -> None:
+    """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
+    from duet.fake_llm import serve
+
+    serve(host, port, latency_ms)
