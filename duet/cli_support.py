@@ -11,7 +11,9 @@ from typing import Any, TypeVar
 
 import typer
 from kombu.exceptions import OperationalError
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rich.console import Console
 from rich.text import Text
 
@@ -70,7 +72,7 @@ def fails_cleanly(command: F) -> F:
                 raise  # a bug, not a batch or run that is not there
             error(str(exc))
             raise typer.Exit(BAD_USAGE) from None
-        except (RedisError, OperationalError) as exc:
+        except UNAVAILABLE as exc:
             # Redis or the broker went away (or froze) after the command connected.
             error(str(_lost(exc)))
             raise typer.Exit(BAD_USAGE) from None
@@ -97,6 +99,13 @@ def record(message: str, **ids: Any) -> None:
     where the screen already says it."""
     if _json_logs:
         log.info(message, extra=ids)
+
+
+#: Redis or broker errors that mean "not usable now" (down, frozen, refusing, full, a
+#: replica), as opposed to a bug (a script error keeps its traceback).
+UNAVAILABLE = (
+    RedisConnectionError, RedisTimeoutError, OutOfMemoryError, ReadOnlyError, OperationalError,
+)  # fmt: skip
 
 
 def _lost(exc: BaseException) -> Unreachable:
