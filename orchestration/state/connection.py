@@ -7,6 +7,7 @@ never a hang. URLs are shown with their password hidden.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -88,23 +89,24 @@ def socket_options() -> dict[str, float]:
     }
 
 
+_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
 class Unreachable(DuetError):
     """Redis (or the broker) at a configured URL cannot be used: down, frozen, refusing."""
 
 
 def hide_password(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``."""
+    """``url`` with its password (in the authority or a ``password=`` query parameter)
+    replaced by ``***``; a URL that cannot be taken apart is not shown at all."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port is not None else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-    except ValueError:  # not a URL we can take apart: show none of it
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+        query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+    except ValueError:
         return "<unparseable URL>"
 
 
