@@ -120,7 +120,8 @@ class SDKProvider(Provider):
         except ProviderError:
             raise
         except Exception as exc:  # noqa: BLE001 - every vendor failure becomes one error type
-            raise self.classify(exc) from exc
+            # Not chained (as in Provider.complete): the vendor's exception may quote the key.
+            raise self.classify(exc) from None
 
     @abstractmethod
     def _submit_batch(self, requests: Sequence[BatchRequest]) -> str: ...
