@@ -29,9 +29,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check orchestration workers duet tests bench
 	$(BIN)/mypy
 
-## bench: per-call overhead of Duet against the reference, as ratios
+## bench: every benchmark in one run (~15 min), written to bench/RESULTS.md; the in-process
+## reference (loomflow) goes in its own venv, bench/.venv-ref (the run says so if it cannot)
+REF_VENV ?= bench/.venv-ref
 bench: $(STAMP)
-	$(BIN)/python -m bench.overhead
+	-test -f $(REF_VENV)/.installed || ($(PYTHON) -m venv $(REF_VENV) && \
+	  $(REF_VENV)/bin/python -m pip install --quiet 'loomflow==0.20.0' 'openai>=1.40,<4' && \
+	  touch $(REF_VENV)/.installed)
+	DUET_BENCH_REF_PYTHON=$(REF_VENV)/bin/python $(BIN)/python -m bench.suite
 
 ## worker: one worker process on DUET_REDIS_URL (all queues)
 worker: $(STAMP)
@@ -42,4 +47,4 @@ flower: $(STAMP)
 	$(BIN)/celery -A workers flower --port=5555
 
 clean:
-	rm -rf $(VENV) results.jsonl .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) bench/.venv-ref results.jsonl .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,624 @@
+"""Everything in one run, written to ``bench/RESULTS.md`` (``make bench``).
+
+    python -m bench.suite [--repeat 3] [--runs 300] [--quick] [--out bench/RESULTS.md]
+                          [--ref-python /tmp/loomvenv/bin/python]
+
+Sections (each measured in this run, on this machine, the references interleaved with
+Duet's configurations so that a busy neighbour hits them alike):
+
+1. The loop table: ``--runs`` never-approving runs (3 rounds, 7 calls each) through the
+   stand-in OpenAI server (``duet.fake_llm``, 100 ms per call), 50 slots: Duet with one
+   ``celery -A workers worker`` process x 50 threads and two x 25, the in-process reference
+   (loomflow, from a separate venv: ``--ref-python``) and the raw ``openai`` SDK. CPU of
+   every process but the stand-in's (workers, redis-server, the submitting client), wall
+   time against the latency-bound ideal, calls in flight from the stand-in's arrival log.
+   Redis commands, bytes and memory per finished run come from the Duet 1 x 50 batches.
+2. The Celery no-op floor (``bench.celery_floor``, Duet's transport, events on).
+3. Scaling 1 -> 2 -> 4 worker processes x 50 threads, ``sim`` model at 500 ms.
+4. Worker RSS with 200 calls in flight (one process, 200 threads, 2 s calls).
+5. A 10,000-input batch (``--big``): submit, drain with 1 and with 2 worker processes,
+   read the results; time and Redis memory, against a quarter-size batch for linearity.
+6. Budget utilisation (``bench.budget_utilisation``) when that module exists.
+
+Nothing here asserts a timing; the figures go to the file and the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .harness import RedisCounters, fake_llm_process, fake_llm_reset, fake_llm_stats, wait_batch
+from .overhead import ACTOR_INSTRUCTIONS, CRITIC_INSTRUCTIONS, prompt_for
+from .sim_throughput import in_flight
+
+ROOT = Path(__file__).resolve().parent.parent
+LATENCY_MS = 100.0
+ROUNDS = 3
+CALLS_PER_RUN = 1 + 2 * ROUNDS
+QUEUES = "actor,critic,coordinator"
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (and its waited-for children)."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
+def rss_bytes(pid: int) -> int:
+    import psutil
+
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[Any]:
+    """A fresh embedded Redis (child process); yields it with ``.pid`` and ``.client``."""
+    import redis
+
+    from duet.embedded import EmbeddedRedis
+
+    with EmbeddedRedis() as server:
+        server.pid = server._proc.pid  # type: ignore[attr-defined]  # noqa: SLF001 - bench only
+        server.client = redis.Redis.from_url(server.url)  # type: ignore[attr-defined]
+        try:
+            yield server
+        finally:
+            server.client.close()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def workers(redis_url: str, processes: int, threads: int) -> Iterator[list[int]]:
+    """``processes`` real worker processes, started the way ``duet worker`` starts one
+    (threads pool, task events, INFO log to a file); yields their pids once all answer."""
+    from celery import Celery
+
+    env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    env.pop("DUET_BROKER_URL", None)
+    logdir = tempfile.TemporaryDirectory(prefix="duet-bench-")
+    procs = []
+    for i in range(processes):
+        log = open(Path(logdir.name) / f"w{i}.log", "wb")  # noqa: SIM115 - closed below
+        procs.append(
+            (
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "workers",
+                        "worker",
+                        "--pool",
+                        "threads",
+                        "-c",
+                        str(threads),
+                        "-E",
+                        "-Q",
+                        QUEUES,
+                        "--loglevel",
+                        "INFO",
+                        "--hostname",
+                        f"bench{i}-{os.getpid()}@%h",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                log,
+            )  # fmt: skip
+        )
+    probe = Celery("probe", broker=redis_url, set_as_current=False)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            dead = [p for p, _ in procs if p.poll() is not None]
+            if dead:
+                raise RuntimeError(
+                    f"a worker exited: {Path(logdir.name, 'w0.log').read_text()[-1500:]}"
+                )
+            answered = probe.control.ping(timeout=0.5) or []
+            if len(answered) >= processes:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(answered)} of {processes} workers answered in 90 s")
+        yield [p.pid for p, _ in procs]
+    finally:
+        probe.close()
+        for p, _ in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p, log in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            log.close()
+        logdir.cleanup()
+
+
+@contextlib.contextmanager
+def client_on(redis_url: str) -> Iterator[None]:
+    """This process's client API pointed at ``redis_url``."""
+    from orchestration.settings import get_settings
+    from orchestration.state import connection
+
+    os.environ["DUET_REDIS_URL"] = redis_url
+    os.environ.pop("DUET_BROKER_URL", None)
+    get_settings.cache_clear()
+    connection.use_redis(redis_url)
+    try:
+        yield
+    finally:
+        connection.reset()
+        os.environ.pop("DUET_REDIS_URL", None)
+        get_settings.cache_clear()
+
+
+def loop_team(actor_model: str, critic_model: str, base_url: str | None, rounds: int) -> Any:
+    from orchestration import Agent, Team
+
+    extra = {"base_url": base_url} if base_url else {}
+    return Team.actor_critic(
+        actor=Agent(ACTOR_INSTRUCTIONS, model=actor_model, **extra),
+        critic=Agent(CRITIC_INSTRUCTIONS, model=critic_model, **extra),
+        max_rounds=rounds,
+        approval_threshold=0.9,
+    )
+
+
+# --------------------------------------------------------------------------- 1. the loop
+
+
+def arrivals_in_flight(stats: dict[str, Any], latency_s: float) -> dict[str, float]:
+    """Calls in flight from the stand-in's arrival times (each call holds it ``latency_s``):
+    time-weighted mean, and the 10th-90th percentile of the level over the busy span."""
+    times = sorted(a["t"] for a in stats["arrivals"])
+    if not times:
+        return {"mean": 0.0, "p10": 0.0, "p50": 0.0, "p90": 0.0}
+    start, end = times[0], times[-1] + latency_s
+    step = 0.005
+    levels = []
+    lo = hi = 0
+    t = start
+    while t < end:
+        while hi < len(times) and times[hi] <= t:
+            hi += 1
+        while lo < hi and times[lo] + latency_s <= t:
+            lo += 1
+        levels.append(hi - lo)
+        t += step
+    levels.sort()
+    pick = lambda q: float(levels[min(len(levels) - 1, int(q * len(levels)))])  # noqa: E731
+    return {"mean": statistics.fmean(levels), "p10": pick(0.1), "p50": pick(0.5), "p90": pick(0.9)}
+
+
+def duet_loop(base_url: str, runs: int, processes: int, threads: int) -> dict[str, Any]:
+    """One batch of never-approving runs on real worker processes; CPU of every process."""
+    with (
+        redis_server() as server,
+        workers(server.url, processes, threads) as pids,
+        client_on(server.url),
+    ):
+        team = loop_team("openai:sim", "openai:sim:critic?scores=0.1", base_url, ROUNDS)
+        wait_batch(team.submit_batch([prompt_for(-n - 1) for n in range(2 * processes)]), 120)
+        fake_llm_reset(base_url)
+        mem0 = int(server.client.info("memory")["used_memory"])
+        counters0 = RedisCounters.read(server.client)
+        cpu0 = [cpu_s(p) for p in pids] + [cpu_s(server.pid), time.process_time()]
+        wall0 = time.perf_counter()
+        batch = team.submit_batch([prompt_for(n) for n in range(runs)])
+        wait_batch(batch, timeout_s=600)
+        wall = time.perf_counter() - wall0
+        cpu1 = [cpu_s(p) for p in pids] + [cpu_s(server.pid), time.process_time()]
+        counters = counters0.delta(RedisCounters.read(server.client))
+        mem1 = int(server.client.info("memory")["used_memory"])
+        stats = fake_llm_stats(base_url)
+        calls = int(stats["usage"]["responses"])
+        results = list(batch.results(timeout=120))
+        statuses = {r.status for r in results}
+        if statuses != {"max_rounds_reached"} or calls != runs * CALLS_PER_RUN:
+            raise RuntimeError(f"unexpected outcomes: {statuses}, {calls} calls")
+        run_id = batch.run_ids(0, 0)[0]
+        ttl = int(server.client.ttl(f"duet:run:{{{run_id}}}"))
+        per_run_keys = run_key_bytes(server.client, batch.run_ids(0, 19))
+    spent = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    workers_cpu, redis_cpu, client_cpu = sum(spent[:-2]), spent[-2], spent[-1]
+    return {
+        "config": f"{processes}x{threads}",
+        "calls": calls,
+        "cpu_ms_per_call": (workers_cpu + redis_cpu + client_cpu) * 1000 / calls,
+        "workers_cpu_ms_per_call": workers_cpu * 1000 / calls,
+        "redis_cpu_ms_per_call": redis_cpu * 1000 / calls,
+        "client_cpu_ms_per_call": client_cpu * 1000 / calls,
+        "wall_s": wall,
+        "in_flight": arrivals_in_flight(stats, LATENCY_MS / 1000),
+        "redis_commands_per_call": counters.commands / calls,
+        "redis_commands_incl_scripts_per_call": sum(
+            n for name, n in counters.calls_by_command.items() if not name.startswith("eval")
+        )
+        / calls,
+        "redis_by_command": {
+            k: round(v / calls, 2)
+            for k, v in sorted(counters.calls_by_command.items(), key=lambda kv: -kv[1])
+            if v > 0
+        },  # fmt: skip
+        "redis_bytes_in_per_call": counters.net_in / calls,
+        "memory_per_run_bytes": (mem1 - mem0) / runs,
+        "run_keys_bytes": per_run_keys,
+        "run_ttl_s": ttl,
+    }
+
+
+def run_key_bytes(client: Any, run_ids: list[str]) -> dict[str, float]:
+    """``MEMORY USAGE`` of each kind of key of a run, averaged over ``run_ids``."""
+    totals: dict[str, float] = {}
+    for raw in run_ids:
+        run_id = raw.decode() if isinstance(raw, bytes) else raw
+        for key in client.scan_iter(match=f"duet:*{run_id}*", count=1000):
+            name = key.decode()
+            if name.startswith("duet:conv:"):
+                kind = "conversations"
+            else:
+                kind = name.split(f"{{{run_id}}}")[-1].lstrip(":") or "record"
+            totals[kind] = totals.get(kind, 0) + int(client.memory_usage(key) or 0)
+    return {k: v / max(1, len(run_ids)) for k, v in sorted(totals.items())}
+
+
+def reference(cmd: list[str], base_url: str) -> dict[str, Any]:
+    """A reference driver in a child process: its own CPU, the stand-in's call count."""
+    fake_llm_reset(base_url)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[1]} failed: {out.stderr[-1500:]}")
+    fig = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = fake_llm_stats(base_url)
+    calls = int(stats["usage"]["responses"])
+    return {
+        "calls": calls,
+        "cpu_ms_per_call": fig["cpu_s"] * 1000 / calls,
+        "wall_s": fig["wall_s"],
+        "in_flight": arrivals_in_flight(stats, LATENCY_MS / 1000),
+    }
+
+
+def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]:
+    samples: dict[str, list[dict[str, Any]]] = {"1x50": [], "2x25": [], "loomflow": [], "sdk": []}
+    with fake_llm_process(latency_ms=LATENCY_MS) as base_url:
+        for i in range(repeat):
+            print(f"  loop table, repetition {i + 1} of {repeat}", flush=True)
+            samples["1x50"].append(duet_loop(base_url, runs, 1, 50))
+            if ref_python:
+                samples["loomflow"].append(reference(
+                    [ref_python, str(ROOT / "bench" / "ref_loomflow.py"), base_url, str(runs),
+                     "50", str(ROUNDS)], base_url))  # fmt: skip
+            samples["2x25"].append(duet_loop(base_url, runs, 2, 25))
+            samples["sdk"].append(reference(
+                [sys.executable, "-m", "bench.ref_sdk", base_url, str(runs), "50", str(ROUNDS)],
+                base_url))  # fmt: skip
+    return samples
+
+
+def median(samples: list[dict[str, Any]], path: str) -> float:
+    def get(s: dict[str, Any]) -> float:
+        v: Any = s
+        for part in path.split("."):
+            v = v[part]
+        return float(v)
+
+    return statistics.median(get(s) for s in samples)
+
+
+# --------------------------------------------------------------------------- 2-6
+
+
+def celery_floor(pairs: int) -> float | None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.celery_floor", "--json", "--repeat", "3", "--events", "1",
+         "--transport", "duet", "--pairs", str(pairs)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    if out.returncode != 0:
+        return None
+    return float(json.loads(out.stdout)[0]["cpu_ms_per_pair"])
+
+
+def sim_batch(
+    processes: int, threads: int, runs: int, rounds: int, latency_ms: float,
+    *, approve: bool = False, sample_rss: bool = False, read_results: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """A batch on the in-process ``sim`` model (no HTTP, no stand-in CPU) on real workers."""
+    lat = f"latency_ms={latency_ms:g}"
+    scores = "0.95" if approve else "0.1"
+    with (
+        redis_server() as server,
+        workers(server.url, processes, threads) as pids,
+        client_on(server.url),
+    ):
+        team = loop_team(f"sim?{lat}", f"sim:critic?{lat}&scores={scores}", None, rounds)
+        wait_batch(team.submit_batch([f"warm-up {n}" for n in range(2 * processes)]), 120)
+        mem0 = int(server.client.info("memory")["used_memory"])
+        peak_rss = [rss_bytes(p) for p in pids]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.1):
+                for i, p in enumerate(pids):
+                    peak_rss[i] = max(peak_rss[i], rss_bytes(p))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        if sample_rss:
+            sampler.start()
+        idle_rss = list(peak_rss)
+        cpu0 = [cpu_s(p) for p in pids] + [cpu_s(server.pid)]
+        t0 = time.perf_counter()
+        batch = team.submit_batch([f"snippet {n}: def f(x): return eval(x)" for n in range(runs)])
+        submit_s = time.perf_counter() - t0
+        wait_batch(batch, timeout_s=1800, poll_s=0.2)
+        wall = time.perf_counter() - t0
+        stop.set()
+        cpu = sum(b - a for a, b in zip(cpu0, [cpu_s(p) for p in pids] + [cpu_s(server.pid)],
+                                        strict=True))  # fmt: skip
+        mem1 = int(server.client.info("memory")["used_memory"])
+        fig: dict[str, Any] = {
+            "processes": processes, "threads": threads, "runs": runs, "latency_ms": latency_ms,
+            "submit_s": submit_s, "wall_s": wall, "cpu_s": cpu,
+            "memory_per_run_bytes": (mem1 - mem0) / runs,
+            "idle_rss_mb": [r / 2**20 for r in idle_rss], "peak_rss_mb": [r / 2**20 for r in peak_rss],
+        }  # fmt: skip
+        calls = 0
+        if read_results or sample_rss:
+            t1 = time.perf_counter()
+            results = list(batch.results(timeout=600))
+            fig["results_s"] = time.perf_counter() - t1
+            calls = sum(r.model_calls for r in results)
+        if sample_rss:
+            from orchestration.client.handles import store
+
+            intervals = []
+            for run_id in batch.run_ids():
+                _, steps = store().load_run(run_id)
+                intervals += [(s["started_at"], s["finished_at"]) for s in steps.values()]
+            fig["in_flight_peak"], fig["in_flight_mean"] = in_flight(intervals)
+        fig["calls"] = calls or runs * ((1 + 2 * rounds) if not approve else 2)
+        fig["calls_per_s"] = fig["calls"] / wall
+        return fig
+
+
+def budget_utilisation() -> str | None:
+    if importlib.util.find_spec("bench.budget_utilisation") is None:
+        return None
+    out = subprocess.run([sys.executable, "-m", "bench.budget_utilisation"], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT)  # fmt: skip
+    return out.stdout if out.returncode == 0 else f"(failed: {out.stderr[-500:]})"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def loomflow_version(ref_python: str | None) -> str | None:
+    if not ref_python:
+        return None
+    out = subprocess.run([ref_python, "-c", "import importlib.metadata as m; print(m.version('loomflow'))"],
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def fmt_range(fig: dict[str, Any]) -> str:
+    return f"{fig['p10']:.0f}–{fig['p90']:.0f} (mean {fig['mean']:.0f})"
+
+
+def write_report(path: Path, r: dict[str, Any]) -> str:
+    s = r["loop"]
+    # Waves of 50 runs, each run's calls one after another.
+    ideal = -(-r["runs"] // 50) * CALLS_PER_RUN * LATENCY_MS / 1000
+    has_ref = bool(s["loomflow"])
+    cols = ["1x50", "2x25"] + (["loomflow"] if has_ref else []) + ["sdk"]
+    names = {"1x50": "Duet, 1 worker x 50 threads", "2x25": "Duet, 2 x 25",
+             "loomflow": f"in-process reference (loomflow {r['loomflow_version']})",
+             "sdk": "raw openai SDK"}  # fmt: skip
+    ref_key = "loomflow" if has_ref else "sdk"
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `make bench` (`python -m bench.suite`) on {r['date']} UTC in {r['total_s']:.0f} s. "
+        f"Machine: {r['machine']}. Load average at start / end: {r['load_start']} / {r['load_end']} "
+        "(a shared machine: other sessions' tests ran alongside, so read the **ratios**, "
+        "measured in the same run with the configurations interleaved).",
+        "",
+        "## The loop: Duet against the in-process reference",
+        "",
+        f"{r['runs']} runs of a never-approving loop ({ROUNDS} rounds, {CALLS_PER_RUN} calls a run in Duet "
+        "and the raw SDK; loomflow's actor-critic makes no refine after the last critique, so 6), "
+        f"stand-in OpenAI server `duet.fake_llm` at {LATENCY_MS:g} ms per call, 50 slots. CPU of every "
+        "process but the stand-in's (worker processes, redis-server, the submitting client) per "
+        f"model call the stand-in answered; medians of {r['repeat']} interleaved repetitions.",
+        "",
+        "| figure | " + " | ".join(names[c] for c in cols) + " |",
+        "|---|" + "---|" * len(cols),
+        "| CPU ms per model call | " + " | ".join(f"{median(s[c], 'cpu_ms_per_call'):.2f}" for c in cols) + " |",
+        f"| ratio to {ref_key} | " + " | ".join(
+            f"{median(s[c], 'cpu_ms_per_call') / median(s[ref_key], 'cpu_ms_per_call'):.2f}x" for c in cols) + " |",
+        f"| wall s (latency-bound ideal {ideal:.1f}) | " + " | ".join(f"{median(s[c], 'wall_s'):.1f}" for c in cols) + " |",
+        "| wall / ideal | " + " | ".join(f"{median(s[c], 'wall_s') / ideal:.2f}x" for c in cols) + " |",
+        "| calls in flight of 50, p10–p90 (mean) | " + " | ".join(
+            fmt_range({k: median(s[c], f'in_flight.{k}') for k in ('p10', 'p90', 'mean')}) for c in cols) + " |",
+    ]  # fmt: skip
+    d = s["1x50"]
+    lines += [
+        "",
+        "Duet's CPU split, ms per call (1x50 / 2x25): workers "
+        f"{median(d, 'workers_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'workers_cpu_ms_per_call'):.2f}, "
+        f"redis-server {median(d, 'redis_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'redis_cpu_ms_per_call'):.2f}, "
+        f"client {median(d, 'client_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'client_cpu_ms_per_call'):.2f}. "
+        "Spread of CPU ms per call: " + "; ".join(
+            f"{c} " + ", ".join(f"{x['cpu_ms_per_call']:.2f}" for x in s[c]) for c in cols) + ".",
+        "",
+        "## Redis per model call and per finished run (Duet 1x50 batches)",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| commands per call (sent by clients; a script is one) | {median(d, 'redis_commands_per_call'):.1f} |",
+        f"| commands per call counting those inside Lua scripts | {median(d, 'redis_commands_incl_scripts_per_call'):.1f} |",
+        f"| bytes in per call | {median(d, 'redis_bytes_in_per_call'):.0f} |",
+        f"| memory per finished run (used_memory delta / runs) | {median(d, 'memory_per_run_bytes') / 1000:.1f} kB |",
+        f"| TTL of a finished run | {d[0]['run_ttl_s'] / 86400:.1f} days ({d[0]['run_ttl_s']} s) |",
+        "",
+        "Commands per call by name (first repetition): " + ", ".join(
+            f"{k} {v}" for k, v in list(d[0]["redis_by_command"].items())[:14]) + ".",
+        "",
+        "Bytes per run by key (MEMORY USAGE, 20 runs): " + ", ".join(
+            f"`{k}` {v / 1000:.1f} kB" for k, v in d[0]["run_keys_bytes"].items()) + ".",
+    ]  # fmt: skip
+    lines += ["", "## The Celery no-op floor", ""]
+    if r["floor"] is not None:
+        lines.append(
+            f"Two chained no-op tasks with Duet's transport, consumer and task events: "
+            f"**{r['floor']:.2f} ms** of CPU per pair (`bench.celery_floor`, median of 3): what "
+            f"any two-task-per-call design costs before Duet does anything. Duet 1x50's "
+            f"worker CPU per call is {median(d, 'workers_cpu_ms_per_call') / r['floor']:.1f}x it."
+        )  # fmt: skip
+    else:
+        lines.append("(bench.celery_floor failed in this run)")
+    sc = r["scaling"]
+    base = sc[0]["calls_per_s"]
+    lines += [
+        "",
+        f"## Scaling: worker processes x 50 threads, `sim` model at {sc[0]['latency_ms']:g} ms",
+        "",
+        "Runs of the same loop in proportion to the slots (two waves), on the in-process `sim` "
+        "model (no HTTP; the stand-in's CPU would take a core of its own). The machine has 2 cores.",
+        "",
+        "| processes | runs | calls/s | speed-up | ideal calls/s (slots / latency) | CPU ms/call (workers + Redis) |",
+        "|---|---|---|---|---|---|",
+    ] + [
+        f"| {f['processes']} | {f['runs']} | {f['calls_per_s']:.0f} | {f['calls_per_s'] / base:.2f}x | "
+        f"{f['processes'] * f['threads'] / (f['latency_ms'] / 1000):.0f} | {f['cpu_s'] * 1000 / f['calls']:.2f} |"
+        for f in sc
+    ]  # fmt: skip
+    h = r["hold"]
+    lines += [
+        "",
+        "## Worker RSS with 200 calls in flight",
+        "",
+        f"One worker process, 200 threads, {h['runs']} one-round runs of `sim` at "
+        f"{h['latency_ms']:g} ms: calls in flight peak {h['in_flight_peak']}, mean "
+        f"{h['in_flight_mean']:.0f}; worker RSS idle {h['idle_rss_mb'][0]:.0f} MB, peak "
+        f"{h['peak_rss_mb'][0]:.0f} MB.",
+    ]
+    b = r.get("big")
+    if b:
+        lines += [
+            "",
+            f"## A {b['n']:,}-input batch",
+            "",
+            "Runs the critic approves in round 1 (2 calls each) on `sim` at 0 ms, so the "
+            "figure is Duet's own work; submit with `Team.submit_batch`, drain, read every "
+            "result back.",
+            "",
+            "| inputs | workers | submit s | drain s (incl. submit) | results read s | calls/s | Redis memory per run |",
+            "|---|---|---|---|---|---|---|",
+        ] + [
+            f"| {f['runs']:,} | {f['processes']} x {f['threads']} | {f['submit_s']:.1f} | {f['wall_s']:.1f} | "
+            f"{f.get('results_s', float('nan')):.1f} | {f['calls_per_s']:.0f} | {f['memory_per_run_bytes'] / 1000:.1f} kB |"
+            for f in b["rows"]
+        ] + [
+            "",
+            f"Linearity: {b['n']:,} inputs took {b['linear']:.2f}x the time of "
+            f"{b['n'] // 4:,} per input (1 worker; 1.00x = linear).",
+        ]  # fmt: skip
+    lines += ["", "## Budget utilisation", ""]
+    lines.append(f"```\n{r['budget'].strip()}\n```" if r["budget"] else
+                 "`bench.budget_utilisation` is not in this tree yet; nothing measured.")  # fmt: skip
+    if not has_ref:
+        lines += [
+            "",
+            f"loomflow could not be run ({r['ref_error']}); the raw SDK is the reference.",
+        ]
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument(
+        "--big", type=int, default=10_000, help="inputs of the big batch; 0 skips it"
+    )
+    parser.add_argument("--ref-python", default=os.environ.get(
+        "DUET_BENCH_REF_PYTHON", str(ROOT / "bench" / ".venv-ref" / "bin" / "python")),
+        help="a Python with loomflow installed (make bench installs one in bench/.venv-ref)")  # fmt: skip
+    parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
+    parser.add_argument("--json", help="also write every figure to this file")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    r: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}",
+        "load_start": load_average(), "runs": args.runs, "repeat": args.repeat,
+    }  # fmt: skip
+    ref_python = args.ref_python if Path(args.ref_python).exists() else None
+    r["loomflow_version"] = loomflow_version(ref_python)
+    if r["loomflow_version"] is None:
+        r["ref_error"] = f"no loomflow importable by {args.ref_python}"
+        ref_python = None
+    print("1. the loop table", flush=True)
+    r["loop"] = loop_table(args.runs, args.repeat, ref_python)
+    print("2. the Celery floor", flush=True)
+    r["floor"] = celery_floor(400)
+    print("3. scaling 1 -> 2 -> 4 processes", flush=True)
+    r["scaling"] = [sim_batch(p, 50, 100 * p, ROUNDS, 500) for p in (1, 2, 4)]
+    print("4. RSS with 200 calls in flight", flush=True)
+    r["hold"] = sim_batch(1, 200, 200, 1, 2000, sample_rss=True)
+    if args.big:
+        print(f"5. a {args.big}-input batch", flush=True)
+        rows = [
+            sim_batch(1, 50, args.big // 4, 1, 0, approve=True, read_results=True),
+            sim_batch(1, 50, args.big, 1, 0, approve=True, read_results=True),
+            sim_batch(2, 50, args.big, 1, 0, approve=True, read_results=True),
+        ]
+        r["big"] = {"n": args.big, "rows": rows,
+                    "linear": (rows[1]["wall_s"] / rows[1]["runs"]) / (rows[0]["wall_s"] / rows[0]["runs"])}  # fmt: skip
+    print("6. budget utilisation", flush=True)
+    r["budget"] = budget_utilisation()
+    r["load_end"] = load_average()
+    r["total_s"] = time.perf_counter() - started
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=2, default=str))
+    print(write_report(Path(args.out), r))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
