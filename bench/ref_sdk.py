@@ -21,7 +21,9 @@ from bench.overhead import ACTOR_INSTRUCTIONS, CRITIC_INSTRUCTIONS, prompt_for
 async def main(base_url: str, runs: int, concurrency: int, rounds: int) -> dict[str, float]:
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed", max_retries=0)
+    # The SDK's default retries: 50 connections opened at once can overflow the stand-in's
+    # listen backlog on a busy machine (Duet's steps retry such a failure too).
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed", max_retries=2)
     critique = "Review this answer:\n\n" + "def parse(s):\n    return int(s)\n" * 8
 
     async def call(model: str, system: str, user: str) -> None:
