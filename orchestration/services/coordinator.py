@@ -104,6 +104,24 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
     return reads
 
 
+def _own_conversations(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...]:
+    """The conversations only this run can read (its scope is ``run:<id>``): nothing reads
+    them once it is over, so its finish deletes them. A user's are kept."""
+    if not (spec.persistent_subagents and spec.conversation_turns > 0):
+        return ()
+    scope = conversation_scope(
+        spec.memory,
+        run_id=run["run_id"],
+        user_id=run.get("user_id") or None,
+        batch_id=run.get("batch_id") or None,
+    )
+    if not scope.startswith("run:"):
+        return ()
+    return tuple(
+        dict.fromkeys(keys.conversation(spec.team_id, w, scope) for w in spec.worker_ids.values())
+    )
+
+
 class Coordinator:
     """Advances runs. One per process; holds only the store (and its spec cache)."""
 
@@ -158,7 +176,7 @@ class Coordinator:
                 )
         action = decide(state)
         if isinstance(action, Finish):
-            self._finish(run, steps, outs, seq, action, events)
+            self._finish(run, steps, outs, seq, action, events, spec)
             return None
         current = self._current_output(run_id, steps, outs)
         if action.phase == "generate":
@@ -227,6 +245,7 @@ class Coordinator:
         seq: int,
         action: Finish,
         events: list[str | Once],
+        spec: LoopSpec,
     ) -> None:
         run_id = run["run_id"]
         last_round = outs[-1].round if outs else 0
@@ -257,6 +276,8 @@ class Coordinator:
             error=error,
             usage=run_usage(steps),
             events=events,
+            # A cancelled run may be resumed and continue its conversations.
+            forget=() if action.status == "cancelled" else _own_conversations(spec, run),
         )
         if made == 1:
             for observer in self.observers:

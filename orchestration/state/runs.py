@@ -218,9 +218,11 @@ class RunStore:
         error: str | None,
         usage: Mapping[str, Any],
         events: Sequence[str | Once],
+        forget: Sequence[str] = (),
     ) -> int:
         """Make transition ``seq`` finish the run; 1 if made, <= 0 if not. ``events`` as
-        for :meth:`record_step`."""
+        for :meth:`record_step`; the keys in ``forget`` (the run's own conversations) are
+        deleted with it instead of kept for the finished-run TTL."""
         return self._run_transition(
             run,
             seq,
@@ -235,10 +237,16 @@ class RunStore:
                 run["run_id"],
             ],
             events,
+            forget,
         )
 
     def _run_transition(
-        self, run: Mapping[str, str], seq: int, args: list[str], events: Sequence[str | Once]
+        self,
+        run: Mapping[str, str],
+        seq: int,
+        args: list[str],
+        events: Sequence[str | Once],
+        forget: Sequence[str] = (),
     ) -> int:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
@@ -251,13 +259,16 @@ class RunStore:
             keys.batch_events(batch_id) if batch_id else "",
             keys.open_runs(),
             *keys.run_keys(run_id),
+            *forget,
             *(e.key for _, e in once),
         ]
         while len(args) < 8:
             args.append("")
         flags = json.dumps([[n, e.field] for n, e in once])
         texts = [e.event if isinstance(e, Once) else e for e in events]
-        return int(self._transition(keys=script_keys, args=[seq, *args, flags, *texts]))
+        return int(
+            self._transition(keys=script_keys, args=[seq, *args, flags, len(forget), *texts])
+        )
 
     def fail_run(self, run_id: str, error: str) -> bool:
         """End a run as ``failed`` whatever transition it is at (a bug, not a decision);

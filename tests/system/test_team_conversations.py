@@ -214,3 +214,31 @@ def test_the_nested_form_and_actor_critic_run_keep_conversations(llm: FakeLLM) -
     [three_first, *_] = requests_ending_with(llm, three)
     assert any(one in m for m in three_first[:-1])  # the nested agent's own earlier run
     assert not any(two in m for m in three_first)
+
+
+# --- what a finished run keeps ---------------------------------------------------------
+def test_a_finished_run_deletes_its_own_conversations_and_keeps_a_users(
+    llm: FakeLLM, client_on: str
+) -> None:
+    """A run's own conversations (scope ``run:<id>``: a batch input, a run without a user)
+    are read by nobody once it is over, so its finish deletes them; a user's stay."""
+    import redis as redis_lib
+
+    user, alone_tag = f"gina-{tag()}", f"ALONE-{tag()}"
+    team = Team.actor_critic(**agents(llm, critic="sim:critic?scores=0.3,0.95"), max_rounds=2)
+    batch = _batch(team, tag(), 3, user)  # batch inputs: each its own conversation
+    alone = run(team, f"Task {alone_tag}: a parser.")  # no user: its own conversation
+    theirs = run(team, f"Task USER-{tag()}: a lexer.", user_id=user)  # the user's
+    # the run's own conversation was there while it ran: its refine carried its history
+    assert any(len(request) > 1 for request in requests_ending_with(llm, alone_tag))
+    r = redis_lib.Redis.from_url(client_on, decode_responses=True)
+    try:
+        conversations = list(r.scan_iter(match="duet:conv:*", count=10000))
+        own = [k for k in conversations if any(x.run_id in k for x in [*batch, alone])]
+        assert own == []
+        kept = [k for k in conversations if k.endswith(f":user:{user}")]
+        assert len(kept) == 2 and all(r.llen(k) > 0 for k in kept)  # actor's and critic's
+        # the runs themselves (record, steps, results) are kept, with their TTL
+        assert all(r.ttl(f"duet:run:{{{x.run_id}}}") > 0 for x in [*batch, alone, theirs])
+    finally:
+        r.close()

@@ -33,16 +33,20 @@ end
 -- ARGV[10]: the one-time events among the events (JSON [[event number, flag field]...]);
 -- the last #once KEYS are their flags' hashes, in that order. Such an event is emitted
 -- only by the transition that sets its flag, here, with the transition itself.
+-- ARGV[11]: how many KEYS before the flags' hashes a finish deletes (the run's own
+-- conversations, never read once it is over); the run's keys before them get the TTL.
 local once, flags = {}, cjson.decode(ARGV[10])
 for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end
-for i = 11, #ARGV do
-  local flag = once[i - 10]
+for i = 12, #ARGV do
+  local flag = once[i - 11]
   if not flag or redis.call('HSETNX', flag[1], flag[2], '1') == 1 then
     redis.call('XADD', events, '*', 'e', ARGV[i])
   end
 end
 if ARGV[2] ~= 'step' then
-  local ttl = tonumber(ARGV[8])
-  for i = 7, #KEYS - #flags do redis.call('EXPIRE', KEYS[i], ttl) end
+  local ttl, forget = tonumber(ARGV[8]), tonumber(ARGV[11])
+  local last = #KEYS - #flags
+  for i = 7, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = last - forget + 1, last do redis.call('DEL', KEYS[i]) end
 end
 return 1
