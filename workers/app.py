@@ -53,6 +53,11 @@ def _config(broker_url: str | None) -> dict[str, object]:
         "worker_consumer": celery_ext.CONSUMER,
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
+        # On a lost broker connection, tasks in flight run to their end (a step's model
+        # call is not abandoned half-way); their messages come back after the visibility
+        # timeout and the step's stored result or claim makes the redelivery a no-op.
+        # Said explicitly: left unset, Celery 5 warns on every reconnect.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
     }
 
 
