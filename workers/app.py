@@ -56,7 +56,7 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # On a lost broker connection, tasks in flight run to their end (a step's model
         # call is not abandoned half-way); their messages come back after the visibility
         # timeout and the step's stored result or claim makes the redelivery a no-op.
-        # Said explicitly: left unset, Celery 5 warns on every reconnect.
+        # (Celery 5 still warns of its future default on each reconnect.)
         "worker_cancel_long_running_tasks_on_connection_loss": False,
     }
 
