@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     finished_ttl_s: int = Field(default=DEFAULT_FINISHED_TTL_S, ge=60)
     #: Seconds a step's claim (and budget reservation) outlives a worker that died.
     step_lease_s: int = Field(default=DEFAULT_STEP_LEASE_S, ge=5)
+    #: Seconds between two sweeps for runs that stopped moving (one worker sweeps at a time).
+    sweep_interval_s: float = Field(default=30.0, gt=0)
+    #: Seconds an unfinished run may go without moving (and without a live call) before the
+    #: sweep sends it on again. Longer than a step waits in a busy queue.
+    sweep_after_s: float = Field(default=600.0, gt=0)
     #: Seconds before a Redis broker gives an unacknowledged message (its worker died) to
     #: another worker. Longer than any step can run, including a retry's countdown.
     visibility_timeout_s: int = Field(default=3600, ge=5)

@@ -105,3 +105,24 @@ def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator
             else:
                 os.environ[key] = value
         get_settings.cache_clear()
+
+
+def stored_calls(redis_url: str, run_ids: list[str]) -> int:
+    """Model calls the stored step results of ``run_ids`` account for (one per step that
+    called the model, whatever its outcome)."""
+    import json
+
+    import redis
+
+    from orchestration.state import keys
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hvals(keys.run_steps(run_id))
+        return sum(
+            int(json.loads(raw).get("calls", 0)) for steps in pipe.execute() for raw in steps
+        )
+    finally:
+        client.close()

@@ -7,15 +7,21 @@ sends the messages they ask for.
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
+import time
 from typing import Any
 
+import kombu.exceptions
 from celery import current_task
+from celery.exceptions import Reject, Retry
 
 from orchestration.services.budgeting import Budgets
 from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
+from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import RunStore
@@ -25,6 +31,7 @@ from workers.logs import BATCH_HEADER
 from workers.providers import provider_for
 from workers.secrets import redact
 
+log = logging.getLogger(__name__)
 _lock = threading.RLock()
 _store: RunStore | None = None
 _coordinator: Coordinator | None = None
@@ -123,6 +130,21 @@ def dispatch(step: Dispatch) -> None:
 #: Message header counting a step's failed provider attempts. Waiting for a rate limit
 #: or for budget room re-schedules the step too, but is not a failure.
 FAILURES_HEADER = "duet_failures"
+#: Message header with the step claim a re-scheduled delivery held: its retry takes it over.
+CLAIM_HEADER = "duet_claim"
+#: Message header counting a task's retries after Redis or broker errors in a row.
+INFRA_HEADER = "duet_infra"
+#: Errors of the broker and of Redis that mean "not now": the task is retried, not dropped.
+INFRA_ERRORS: tuple[type[BaseException], ...] = (
+    *REDIS_INFRA_ERRORS,
+    kombu.exceptions.OperationalError,
+)
+#: How a retry's message is published when the broker is away: kept trying for up to
+#: PUBLISH_PATIENCE_S (this thread waits) before the message is given back to the broker
+#: instead (which the sweep backs up, should that fail too).
+PUBLISH_PATIENCE_S = 120.0
+PUBLISH_RETRY = {"max_retries": 40, "interval_start": 0.2, "interval_step": 0.5,
+                 "interval_max": 2.0}  # fmt: skip
 
 
 class StepRetry(Exception):
@@ -134,17 +156,62 @@ def failures_of(task: Any) -> int:
     return int((task.request.headers or {}).get(FAILURES_HEADER, 0))
 
 
+def claim_of(task: Any) -> str:
+    """The step claim the delivery that re-scheduled this one held ('' for none)."""
+    return str((task.request.headers or {}).get(CLAIM_HEADER) or "")
+
+
+def retry(task: Any, countdown: float, exc: Exception, headers: dict[str, Any]) -> Exception:
+    """``task.retry`` (same task id, a new message in ``countdown`` s), or — when even
+    that cannot be published — the message given back to the broker, never acked away.
+
+    Returns the exception to raise (``raise retry(...)``).
+    """
+    # The retry's headers replace the message's: keep the others (batch id, trace).
+    merged = {**(task.request.headers or {}), **headers}
+    merged = {k: v for k, v in merged.items() if v is not None}
+    deadline = time.monotonic() + PUBLISH_PATIENCE_S
+    wait = 0.2
+    while True:
+        try:
+            return task.retry(countdown=countdown, exc=exc, max_retries=None, headers=merged,
+                              retry_policy=PUBLISH_RETRY)  # fmt: skip
+        except Retry as signal:
+            return signal
+        except (Reject, *INFRA_ERRORS) as failed:
+            # Celery turns a failed publish into Reject(requeue=False): the message would
+            # be acked away. A full Redis refuses at once (kombu retries lost connections
+            # only). Either way: try again, then give the message back.
+            error = failed.reason if isinstance(failed, Reject) else failed
+            if not isinstance(error, INFRA_ERRORS):
+                raise
+            if time.monotonic() + wait > deadline:
+                log.warning("could not re-schedule %s (%s); giving its message back",
+                            task.name, error)  # fmt: skip
+                return Reject(f"broker unavailable: {type(error).__name__}", requeue=True)
+            time.sleep(wait)
+            wait = min(wait * 2, 5.0)
+
+
+def infra_retry(task: Any, error: BaseException, claim: str | None = None) -> Exception:
+    """The retry of a task that met a Redis or broker error: backoff 1, 2, 4 ... 30 s
+    (with jitter), not counted as a failed attempt; a step hands its claim on."""
+    attempt = int((task.request.headers or {}).get(INFRA_HEADER, 0))
+    wait = random.uniform(0.5, 1.0) * min(30.0, 2.0**attempt)
+    log.warning("%s %s: %s: %s; retry in %.1fs", task.name, task.request.id,
+                type(error).__name__, str(error)[:200], wait)  # fmt: skip
+    headers: dict[str, Any] = {INFRA_HEADER: attempt + 1}
+    if claim is not None:
+        headers[CLAIM_HEADER] = claim
+    return retry(task, wait, StepRetry(f"{type(error).__name__}: retrying"), headers)
+
+
 def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> None:
     """Do what the step service answered: hand the run to its coordinator, or re-schedule
     the step (``task.retry`` keeps the task id, so the retry holds the same step claim)."""
     if isinstance(outcome, Handover):
         coordinator_send(outcome.run_id, outcome.seq)
     elif isinstance(outcome, RetryLater):
-        # The retry's headers replace the message's: keep the others (batch id, trace).
-        headers = {**(task.request.headers or {}), FAILURES_HEADER: outcome.failures}
-        raise task.retry(
-            countdown=outcome.delay_s,
-            exc=StepRetry(outcome.reason or "waiting"),
-            max_retries=None,
-            headers=headers,
-        )
+        headers = {FAILURES_HEADER: outcome.failures, CLAIM_HEADER: outcome.claim,
+                   INFRA_HEADER: None}  # fmt: skip
+        raise retry(task, outcome.delay_s, StepRetry(outcome.reason or "waiting"), headers)

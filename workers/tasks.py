@@ -7,14 +7,26 @@ Messages carry ids only; content lives in Redis.
 from __future__ import annotations
 
 import logging
+import uuid
 
 from celery import Task
 
 from orchestration.services.step import Park
 from orchestration.state import keys
 from workers import celery_ext, metrics, tracing
+from workers import sweep as _sweep  # noqa: F401 - the periodic sweep starts with the worker
 from workers.app import app
-from workers.runtime import dispatch, failures_of, follow, get_coordinator, get_steps, get_store
+from workers.runtime import (
+    INFRA_ERRORS,
+    claim_of,
+    dispatch,
+    failures_of,
+    follow,
+    get_coordinator,
+    get_steps,
+    get_store,
+    infra_retry,
+)
 from workers.secrets import redact
 from workers.vendor_batches import collect, park_step, poll
 
@@ -33,13 +45,22 @@ class StepTask(Task):
 
 
 def run_step(task: Task, run_id: str, step_key: str) -> None:
-    """Body of the generate / critique / refine tasks."""
-    claimant = task.request.id or f"local-{run_id}-{step_key}"
-    outcome = get_steps().run(run_id, step_key, claimant=claimant, failures=failures_of(task))
-    if isinstance(outcome, Park):  # a vendor_batch agent: the call goes out in a vendor batch
-        park_step(task, outcome)
-    else:
-        follow(task, outcome)
+    """Body of the generate / critique / refine tasks.
+
+    The claim is this delivery's own (a redelivered or duplicated message reuses the task
+    id). A Redis or broker error retries the task with backoff instead of failing it (a
+    failed task's message is acked: the run would be stranded).
+    """
+    claimant = f"{task.request.id or 'local'}:{uuid.uuid4().hex[:12]}"
+    try:
+        outcome = get_steps().run(run_id, step_key, claimant=claimant, previous=claim_of(task),
+                                  failures=failures_of(task))  # fmt: skip
+        if isinstance(outcome, Park):  # a vendor_batch agent: the call goes in a vendor batch
+            park_step(task, outcome)
+        else:
+            follow(task, outcome)
+    except INFRA_ERRORS as exc:
+        raise infra_retry(task, exc, claim=claimant) from None
 
 
 def _step(task: Task, run_id: str, step_key: str) -> None:
@@ -73,14 +94,18 @@ def coordinate(self: Task, run_id: str, seq: int) -> None:
     """Read the run, decide the next step (or the end), record it, enqueue it."""
     if tracing.ENABLED:  # the run's root span on its first transition
         with tracing.coordinate_span(self.request, run_id, seq):
-            _coordinate(run_id, seq)
+            _coordinate(self, run_id, seq)
     else:
-        _coordinate(run_id, seq)
+        _coordinate(self, run_id, seq)
 
 
-def _coordinate(run_id: str, seq: int) -> None:
+def _coordinate(task: Task, run_id: str, seq: int) -> None:
     try:
         step = get_coordinator().advance(run_id, seq)
+    except INFRA_ERRORS as exc:
+        # Redis or the broker away: try the transition again later (it is idempotent; a
+        # transition made but not sent is sent by the retry, see Coordinator._redispatch).
+        raise infra_retry(task, exc) from None
     except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bug
         log.exception("coordinate %s/%s failed", run_id, seq)
         ended = get_store().fail_run(run_id, redact(f"coordinator: {type(exc).__name__}: {exc}"))
@@ -88,7 +113,10 @@ def _coordinate(run_id: str, seq: int) -> None:
             metrics.RunObserver().run_finished({}, "failed", "coordinator:error")
         return
     if step is not None:
-        dispatch(step)
+        try:
+            dispatch(step)
+        except INFRA_ERRORS as exc:
+            raise infra_retry(task, exc) from None
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_VB_COLLECT)

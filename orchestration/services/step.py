@@ -6,8 +6,13 @@ to the coordinator for its next transition), :class:`RetryLater` (re-schedule th
 in ``delay_s``; the task layer turns it into a Celery retry with the same task id) or
 ``None`` (nothing to do: the step is someone else's, or the run is over).
 
-A step whose result is already stored is not run again (a redelivered message); a step
-another delivery is working on is left to it. A transient provider failure asks to be
+A step whose result is already stored is not run again (a redelivered message). Each
+delivery claims the step with a claim of its own (not the task id, which a redelivery and
+a duplicate message share): a delivery that finds another's live claim — a call in
+flight — leaves the step to it and asks to check again later (:class:`RetryLater`
+without a claim), so the model is called at most once at a time per step; when the
+claim's holder dies its claim runs out (:mod:`orchestration.services.leases` keeps live
+ones alive) and the next check takes the step over. A transient provider failure asks to be
 retried with backoff; a permanent failure, or a transient one out of attempts, interrupts
 the agent with reason ``provider_error:<kind>`` and the scrubbed message as the run's
 error. Waiting for a rate limit or for budget room is a retry too, but not a failed
@@ -23,11 +28,12 @@ resolved once per process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from orchestration.core import events as ev
@@ -42,7 +48,9 @@ from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, step_id
+from orchestration.services.leases import Call, Leases
 from orchestration.settings import Settings
+from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.conversations import keeps, messages_from, turn_json
 from orchestration.state.events import event_json
 from orchestration.state.runs import RunStore
@@ -52,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: Times a call's output limit is lowered to fit a budget (one per scope and unit in the way).
 _FITS = 4
+#: Seconds a step keeps trying to store a model's answer while Redis is away.
+STORE_PATIENCE_S = 120.0
 
 
 class ModelClient(Protocol):
@@ -96,6 +106,8 @@ class RetryLater:
     failures: int
     #: Why, in words safe to show anywhere (scrubbed); None for a plain wait.
     reason: str | None = None
+    #: The step claim this delivery holds, handed on to the retry (None: holds none).
+    claim: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +156,10 @@ class StepService:
         settings: Settings,
         scrub: Scrub,
         observers: tuple[StepObserver, ...] = (),
+        leases: Leases | None = None,
     ) -> None:
         self.store = store
+        self.leases = leases or Leases(store, budgets.ledger, settings.step_lease_s)
         self.budgets = budgets
         self.providers = providers
         self.settings = settings
@@ -153,11 +167,14 @@ class StepService:
         self.observers = observers
         self._seats: dict[tuple[str, str], Seat] = {}
 
-    def run(self, run_id: str, key: str, *, claimant: str, failures: int = 0) -> StepOutcome:
+    def run(
+        self, run_id: str, key: str, *, claimant: str, previous: str = "", failures: int = 0
+    ) -> StepOutcome:
         """Take step ``key`` of ``run_id`` and see it through; what the task does next.
 
-        ``claimant`` identifies this delivery (the task id); ``failures`` counts the
-        step's failed provider attempts so far.
+        ``claimant`` identifies this delivery (unique per delivery); ``previous`` is the
+        claim the delivery that re-scheduled this one held (see :attr:`RetryLater.claim`);
+        ``failures`` counts the step's failed provider attempts so far.
         """
         store = self.store
         phase, round_ = parse_step_key(key)
@@ -166,8 +183,12 @@ class StepService:
             if phase == "critique"
             else event_json(ev.ACTOR_STARTED, run_id, round_, phase=ev.ACTOR_PHASE[phase])
         )
-        start = store.begin_step(run_id, key, claimant, self.settings.step_lease_s, started)
-        if start.outcome in ("busy", "gone", "stop"):
+        start = store.begin_step(
+            run_id, key, claimant, self.settings.step_lease_s, started, previous
+        )
+        if start.outcome == "busy":  # another delivery's call is in flight: check later
+            return RetryLater(self.check_s(), failures, "another delivery has the step")
+        if start.outcome in ("gone", "stop"):
             return None
         handover = Handover(run_id, step_index(phase, round_) + 1)
         if start.outcome in ("done", "cancelled"):
@@ -185,9 +206,11 @@ class StepService:
         if seat.agent.execution == "vendor_batch":
             return Park(run_id, key, seat, start.spec_id, messages, prompt, conv,
                         list(start.scopes), claimant, store.batch_of(run_id))  # fmt: skip
-        call = self._call(run_id, key, seat, messages, list(start.scopes), start.paused_s, failures)
+        call = self._call(
+            run_id, key, claimant, seat, messages, list(start.scopes), start.paused_s, failures
+        )
         if isinstance(call, RetryLater):
-            return call
+            return replace(call, claim=claimant)
         result, completion, settle = call
         conversation = None
         # A reply cut at max_tokens is not a turn the model should build on later.
@@ -195,12 +218,30 @@ class StepService:
         if completion is not None and whole and conv and keeps(seat.turns, completion.text):
             turn = turn_json(turn_step(run_id, key), prompt, completion.text)
             conversation = (conv, turn, seat.turns)
-        # The settlement, the result and the conversation turn: one round trip.
-        store.complete_step(
+        # The settlement, the result and the conversation turn: one round trip. A paid
+        # answer is not dropped for a Redis blip: the store is tried again here, holding
+        # the claim (a retry of the task would have to call the model again).
+        self._keep_trying(lambda: store.complete_step(
             run_id, key, result, _completed_event(run_id, phase, round_, result), claimant,
             conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
-        )  # fmt: skip
+        ), f"run {run_id} step {key}: storing the answer")  # fmt: skip
         return handover
+
+    def _keep_trying(self, write: Callable[[], object], what: str) -> None:
+        """Run ``write`` until Redis takes it: backoff 0.2 s doubling to 5 s, for up to
+        :data:`STORE_PATIENCE_S`; then the error goes up (the task retries)."""
+        deadline = time.monotonic() + STORE_PATIENCE_S
+        wait = 0.2
+        while True:
+            try:
+                write()
+                return
+            except INFRA_ERRORS as exc:
+                if time.monotonic() + wait > deadline:
+                    raise
+                log.warning("%s: %s; again in %.1fs", what, type(exc).__name__, wait)
+                time.sleep(wait)
+                wait = min(wait * 2, 5.0)
 
     def _reserve(
         self, agent: AgentSpec, messages: list[Message], structured: bool, sid: str,
@@ -242,7 +283,8 @@ class StepService:
         phase, round_ = parse_step_key(key)
         if refusal is not None:
             if not refusal.exhausted or clamped(agent, refusal, worst).wait:
-                return self._retry(self.backoff_s(min(failures, 6), None), failures)
+                wait = self.backoff_s(min(failures, 6), None)
+                return replace(self._retry(wait, failures), claim=parking.claimant)
             result = _failure(key, refusal.reason, _refused(refusal), began, calls=0)
             self.store.complete_step(run_id, key, result,
                                      _completed_event(run_id, phase, round_, result),
@@ -332,6 +374,11 @@ class StepService:
         wait = random.uniform(0, cap)
         return max(wait, retry_after) if retry_after is not None else wait
 
+    def check_s(self) -> float:
+        """How long a delivery that found the step busy waits before looking again: a few
+        seconds, well inside the claim's lease (so a dead holder is noticed in time)."""
+        return random.uniform(0.5, 1.0) * min(5.0, self.settings.step_lease_s / 3)
+
     def _retry(self, seconds: float, failures: int, reason: str | None = None) -> RetryLater:
         """Re-schedule the step in ``seconds`` (no thread waits).
 
@@ -345,6 +392,7 @@ class StepService:
         self,
         run_id: str,
         key: str,
+        claimant: str,
         seat: Seat,
         messages: list[Message],
         scopes: list[str],
@@ -361,7 +409,9 @@ class StepService:
         settings, budgets = self.settings, self.budgets
         agent = seat.agent
         phase, round_ = parse_step_key(key)
-        sid = step_id(run_id, key)
+        # The hold is this delivery's: a second call of the step (its first caller died,
+        # or the broker delivered it twice) is a second call the vendor bills.
+        sid = f"{step_id(run_id, key)}:{claimant}"
         worst = budgets.estimate(agent, messages, seat.structured)
         began = time.time()
         provider = self.providers(agent)
@@ -385,8 +435,8 @@ class StepService:
                 return self._retry(wait, failures)
             return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
         try:
-            completion = provider.complete(agent, messages, structured=seat.structured)
-            budgets.learn(agent, messages, seat.structured, completion.input_tokens)
+            with self.leases.held(Call(run_id, key, claimant, sid, tuple(scopes))):
+                completion = provider.complete(agent, messages, structured=seat.structured)
         except ProviderError as exc:
             budgets.release(sid, scopes)
             message = self.scrub(str(exc))
@@ -413,6 +463,9 @@ class StepService:
             for observer in self.observers:
                 observer.call_failed(agent, phase, "error", retried=False)
             return _failure(key, "error", message, began), None, []
+        # What the call teaches the token estimate; a Redis blip here loses only a sample.
+        with contextlib.suppress(*INFRA_ERRORS):
+            budgets.learn(agent, messages, seat.structured, completion.input_tokens)
         result = _result_from(completion, phase, key, seat, started_at=began,
                               finished_at=time.time(), model=agent.model)  # fmt: skip
         for observer in self.observers:

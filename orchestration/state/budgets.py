@@ -7,7 +7,10 @@ any number of workers on any number of machines share one hard cap:
 - :meth:`BudgetLedger.reserve` holds a call's worst case in every scope of the call
   before the call is made, or holds nothing and says which limit was in the way;
 - :meth:`BudgetLedger.settle` swaps the hold for the real usage, once per step;
-- a worker that dies between the two loses its hold when the lease runs out.
+- a worker renews the holds of its calls in flight; a hold whose lease runs out (its
+  worker died mid-call, or the call outlived its lease) is *charged*, not released: the
+  call's outcome is unknown and the vendor may have billed it, so the cap stays a cap on
+  the bill.
 
 Per scope Redis keeps (see :mod:`orchestration.state.keys`): a hash of limits and counters
 (``limit:<unit>``, ``spent:<unit>``, ``reserved:<unit>``, ``warn_at``, ``warned:<unit>``),
@@ -152,6 +155,7 @@ class BudgetLedger:
         self._reserve = scripts.register(redis_client, "budget_reserve")
         self._settle = scripts.register(redis_client, "budget_settle")
         self._release = scripts.register(redis_client, "budget_release")
+        self._renew = scripts.register(redis_client, "budget_renew")
         self._status = scripts.register(redis_client, "budget_status")
         self._get = scripts.register(redis_client, "budget_get")
         self._set_limits = scripts.register(redis_client, "budget_set_limits")
@@ -173,7 +177,7 @@ class BudgetLedger:
             self.redis.sadd(keys.budget_index(), scope)
 
     def get(self, scope: str) -> ScopeState:
-        """The scope's limits, spent, reserved and remaining (expired holds released first)."""
+        """The scope's limits, spent, reserved and remaining (expired holds charged first)."""
         parse_scope(scope)
         raw = self._get(keys=_scope_keys([scope]))
         open_count = int(raw[0])
@@ -245,7 +249,7 @@ class BudgetLedger:
     ) -> Refusal | None:
         """Hold ``estimate`` in every scope before a call, or hold nothing anywhere.
 
-        Expired holds in these scopes are released first. A step that already holds a
+        Expired holds in these scopes are charged first (their calls' outcome is unknown). A step that already holds a
         reservation in every scope keeps it (its lease is extended); a step already
         settled reserves nothing. Both count as success.
 
@@ -253,8 +257,8 @@ class BudgetLedger:
             step_id: unique id of the model call (the same id goes to :meth:`settle`).
             scopes: every scope the call is charged to.
             estimate: the call's worst case (input tokens, ``max_tokens`` output, ...).
-            lease_s: seconds after which the hold is released if never settled; longer
-                than the call can take.
+            lease_s: seconds after which the hold is charged if neither settled nor
+                released nor renewed (see :meth:`renew_call`).
 
         Returns:
             ``None`` when the hold is in place, else a :class:`Refusal` naming the first
@@ -321,6 +325,16 @@ class BudgetLedger:
             [*_scope_keys(scopes), keys.budget_settled(step_id)],
             [step_id, int(marker_ttl_s), _wire(actual), len(scopes)],
         )
+
+    def renew_call(self, step_id: str, scopes: list[str], lease_s: float) -> ScriptCall:
+        """Push the lease of a call in flight's hold ``lease_s`` seconds past now (never
+        shorter), as a script call to run with others in one round trip."""
+        _check_step(step_id)
+        scopes = _check_scopes(scopes)
+        return ScriptCall(
+            self._renew, _scope_keys(scopes), [step_id, max(1, math.ceil(lease_s * 1000)),
+                                                len(scopes)],
+        )  # fmt: skip
 
     def release(self, step_id: str, scopes: list[str]) -> bool:
         """Drop a step's hold without charging anything (the call failed, nothing spent).

@@ -1,6 +1,6 @@
 """Fleet-wide figures for monitoring, read from Redis: queue depth, batches and runs in
-flight, budget scopes. Read-only; a few round trips per call (``duet metrics`` calls it
-once per scrape).
+flight, budget scopes (read-only; a few round trips per call: ``duet metrics`` calls it
+once per scrape); and which worker runs the periodic sweep.
 """
 
 from __future__ import annotations
@@ -75,3 +75,19 @@ def budget_states(ledger: BudgetLedger, scopes: Iterable[str]) -> list[ScopeStat
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def take_sweeper_turn(client: Any, holder: str, ttl_s: int) -> bool:
+    """Whether ``holder`` runs the sweep now: it does while it keeps renewing its turn
+    (within ``ttl_s``); another worker takes over when it stops (died)."""
+    return bool(client.eval(_LEAD, 1, keys.sweeper_lock(), holder, max(1, int(ttl_s))))

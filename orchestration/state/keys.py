@@ -43,8 +43,9 @@ TASK_BY_PHASE = {"generate": TASK_GENERATE, "critique": TASK_CRITIQUE, "refine":
 # --- time to live ---------------------------------------------------------
 #: Seconds a finished run (record, steps, events) is kept; DUET_FINISHED_TTL_S overrides.
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
-#: Seconds a step claim lives: a worker that dies mid-call frees the step after this.
-DEFAULT_STEP_LEASE_S = 900
+#: Seconds a step claim lives unless renewed: a worker renews the claims of its calls in
+#: flight (every third of this), so a worker that dies mid-call frees its step after this.
+DEFAULT_STEP_LEASE_S = 60
 
 
 def spec(spec_id: str) -> str:
@@ -75,6 +76,17 @@ def run_events(run_id: str) -> str:
 def step_claim(run_id: str, step_key: str) -> str:
     """String with a lease: which worker is calling the model for this step now."""
     return f"{PREFIX}:run:{{{run_id}}}:claim:{step_key}"
+
+
+def runs_moved() -> str:
+    """Sorted set: ids of runs not finished, scored by when they last moved (created, a
+    transition, resumed, or sent on by the sweep); the sweep reads the ones that stopped."""
+    return f"{PREFIX}:runs:moved"
+
+
+def sweeper_lock() -> str:
+    """String with a TTL: which worker runs the periodic sweep now (one at a time)."""
+    return f"{PREFIX}:sweeper"
 
 
 def run_keys(run_id: str) -> tuple[str, ...]:

@@ -72,6 +72,23 @@ def step_outcome(result: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class StaleRun:
+    """An unfinished run that has not moved for a while, as :meth:`RunStore.stale_runs`
+    found it."""
+
+    run_id: str
+    #: None: the record is gone (expired).
+    status: str | None
+    seq: int
+    current_step: str | None
+    #: The current step's result is stored.
+    stored: bool
+    #: The current step is claimed by a live delivery (its claim is being renewed).
+    claimed: bool
+    batch_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RunView:
     """What the coordinator reads of a run for one transition (see ``load_for_transition``).
 
@@ -106,6 +123,7 @@ class RunStore:
         self._begin = scripts.register(client, "step_begin")
         self._complete = scripts.register(client, "step_complete")
         self._reopen = scripts.register(client, "run_reopen")
+        self._renew = scripts.register(client, "step_renew")
         self._specs: dict[str, LoopSpec] = {}
 
     # --- specs ------------------------------------------------------------
@@ -149,6 +167,7 @@ class RunStore:
             if rec.budget_scopes:
                 fields["budget_scopes"] = ",".join(rec.budget_scopes)
             pipe.hset(keys.run(rec.run_id), mapping=fields)
+            pipe.zadd(keys.runs_moved(), {rec.run_id: float(now)})
             pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})
             pipe.zadd(keys.open_runs(), {rec.run_id: float(now)})
 
@@ -258,6 +277,7 @@ class RunStore:
             keys.batch(batch_id) if batch_id else "",
             keys.batch_events(batch_id) if batch_id else "",
             keys.open_runs(),
+            keys.runs_moved(),
             *keys.run_keys(run_id),
             *forget,
             *(e.key for _, e in once),
@@ -291,8 +311,17 @@ class RunStore:
 
     # --- the step's side --------------------------------------------------
     def begin_step(
-        self, run_id: str, step_key: str, claimant: str, lease_s: int, started_event: str
+        self,
+        run_id: str,
+        step_key: str,
+        claimant: str,
+        lease_s: int,
+        started_event: str,
+        previous: str = "",
     ) -> StepStart:
+        """Take the step for delivery ``claimant`` (new for each delivery) for ``lease_s``
+        seconds; ``previous`` is the claim the delivery that re-scheduled this one held
+        (taken over at once). Another live claim makes the outcome ``busy``."""
         res = self._begin(
             keys=[
                 keys.run(run_id),
@@ -301,7 +330,7 @@ class RunStore:
                 keys.step_claim(run_id, step_key),
                 keys.run_events(run_id),
             ],
-            args=[step_key, claimant, lease_s, started_event],
+            args=[step_key, claimant, lease_s, started_event, previous],
         )
         if res[0] != "go":
             return StepStart(res[0])
@@ -342,6 +371,56 @@ class RunStore:
              turn, turns, self.finished_ttl_s, max_chars, turn_prefix(run_id)],
         )  # fmt: skip
         return bool(run_scripts(self.r, [*before, call])[-1])
+
+    def renew_claims(self, claims: Iterable[tuple[str, str, str]], lease_s: int) -> None:
+        """Renew the claims ``(run id, step key, claimant)`` still held by their claimant
+        for another ``lease_s`` seconds (one round trip; a claim lost meanwhile is left)."""
+        calls = [
+            ScriptCall(self._renew, [keys.step_claim(run_id, key)], [claimant, lease_s])
+            for run_id, key, claimant in claims
+        ]
+        if calls:
+            run_scripts(self.r, calls)
+
+    # --- the sweeper's side -------------------------------------------------
+    def stale_runs(self, moved_before: float, limit: int) -> list[StaleRun]:
+        """Up to ``limit`` unfinished runs that have not moved since ``moved_before``
+        (``time.time()``), with what the sweeper needs to decide about each."""
+        ids: list[str] = self.r.zrangebyscore(
+            keys.runs_moved(), "-inf", moved_before, start=0, num=limit
+        )
+        if not ids:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for run_id in ids:
+            pipe.hmget(keys.run(run_id), "status", "seq", "current_step", "batch_id")
+        records = pipe.execute()
+        for run_id, (_, _, current, _) in zip(ids, records, strict=True):
+            pipe.hexists(keys.run_steps(run_id), current or "")
+            pipe.exists(keys.step_claim(run_id, current or ""))
+        found = pipe.execute()
+        return [
+            StaleRun(
+                run_id,
+                status,
+                int(seq or 0),
+                current or None,
+                bool(found[2 * n]),
+                bool(found[2 * n + 1]),
+                batch or None,
+            )  # fmt: skip
+            for n, (run_id, (status, seq, current, batch)) in enumerate(
+                zip(ids, records, strict=True)
+            )
+        ]
+
+    def touch(self, run_id: str) -> None:
+        """Note that the run moved now (the sweeper leaves it alone for a while)."""
+        self.r.zadd(keys.runs_moved(), {run_id: time.time()})
+
+    def forget(self, run_id: str) -> None:
+        """Drop a finished or vanished run from the index of unfinished runs."""
+        self.r.zrem(keys.runs_moved(), run_id)
 
     def batch_of(self, run_id: str) -> str | None:
         """The id of the batch run ``run_id`` belongs to, if any."""
@@ -387,6 +466,7 @@ class RunStore:
         what = res[0]
         if what not in ("queued", "running"):
             return what, 0, None
+        self.touch(run_id)
         seq, current = int(res[1]), res[2] or None
         if current and not self.r.hexists(keys.run_steps(run_id), current):
             return "step", seq, current

@@ -1,15 +1,20 @@
 """Fault-test fixtures: a private Redis server per test (these tests kill, freeze, fill or
-watch it), and a capture of every command it receives."""
+watch it), one with an append-only file that survives a kill, and a capture of every
+command a server receives."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from duet.embedded import EmbeddedRedis
+from tests.support import wait_for
 
 
 class Monitor:
@@ -50,3 +55,61 @@ def private_redis() -> Iterator[EmbeddedRedis]:
     """A Redis server of this test's own, on a free port, stopped afterwards."""
     with EmbeddedRedis() as server:
         yield server
+
+
+class DurableRedis:
+    """A redis-server with an append-only file (fsync on every write) in a directory of its
+    own, which a test can kill (SIGKILL) and start again on the same port and file."""
+
+    def __init__(self, directory: str) -> None:
+        from duet.embedded import free_port
+
+        self.port = free_port()
+        self.dir = directory
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        from duet.embedded import find_server_binary
+
+        log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [find_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--dir", self.dir, "--loglevel", "warning", "--maxclients", "10000"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        wait_for(lambda: _pings(client), 30, "the Redis server to answer")
+        client.close()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture
+def durable_redis(tmp_path) -> Iterator[DurableRedis]:  # type: ignore[no-untyped-def]
+    """A Redis with an append-only file, started; killed afterwards."""
+    server = DurableRedis(str(tmp_path))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -106,11 +106,6 @@ def test_workers_stay_up(redis_fault_mid_batch: Outcome) -> None:
         assert "Unrecoverable error" not in log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a task whose own Redis command fails (OOM, timeout) is acked: retrying Redis errors "
-    "inside tasks is the engine part of issue 9, not done yet (runs stranded)",
-)
 def test_every_run_finishes(redis_fault_mid_batch: Outcome) -> None:
     assert redis_fault_mid_batch.done == RUNS, redis_fault_mid_batch.counts
     assert set(redis_fault_mid_batch.counts) <= {"approved", "max_rounds_reached"}

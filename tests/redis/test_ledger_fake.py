@@ -175,26 +175,39 @@ def test_settle_charges_actual_usage_even_without_a_hold(ledger):
     assert state.remaining == {TOKENS: 0}
 
 
-def test_expired_lease_is_released_by_the_next_reserve(ledger, r):
+def test_expired_lease_is_charged_by_the_next_reserve(ledger, r):
+    """A hold whose lease ran out is a call whose outcome is unknown: it is charged."""
     ledger.set_limits("global:fleet", Budget(max_tokens=100))
-    assert ledger.reserve("dead", ["run:r1", "global:fleet"], amt(80), 0.3) is None
+    assert ledger.reserve("dead", ["run:r1", "global:fleet"], amt(60), 0.3) is None
     refusal = ledger.reserve("live", ["global:fleet"], amt(50), LONG)
     assert refusal is not None and not refusal.exhausted
 
     expiry = lease_expiry_ms(r, "global:fleet", "dead")
     wait_for(lambda: server_ms(r) > expiry)
-    # nothing but the next reserve has run: the dead hold is still counted
-    assert int(r.hget(keys.budget("global:fleet"), "reserved:input_tokens")) == 80
+    # nothing but the next reserve has run: the dead hold is still a hold
+    assert int(r.hget(keys.budget("global:fleet"), "reserved:input_tokens")) == 60
 
-    assert ledger.reserve("live", ["global:fleet"], amt(50), LONG) is None
+    assert ledger.reserve("live", ["global:fleet"], amt(30), LONG) is None
     raw = r.hgetall(keys.budget("global:fleet"))
-    assert int(raw[b"reserved:input_tokens"]) == 50
+    assert int(raw[b"reserved:input_tokens"]) == 30
+    assert int(raw[b"spent:input_tokens"]) == 60
     assert not r.hexists(budget_holds("global:fleet"), "dead")
-    # run:r1 was not in that reserve: its dead hold goes when someone looks at it
+    # run:r1 was not in that reserve: its dead hold is charged when someone looks at it
     assert ledger.get("run:r1").reserved == amt()
-    # the dead step's real usage, if it ever reports, is still charged
-    assert ledger.settle("dead", ["run:r1", "global:fleet"], amt(30)) is True
-    assert ledger.get("global:fleet").spent == amt(30)
+    assert ledger.get("run:r1").spent == amt(60)
+
+
+def test_a_renewed_hold_is_not_charged(ledger, r):
+    from orchestration.state.scripts import run_scripts
+
+    ledger.set_limits("global:fleet", Budget(max_tokens=100))
+    assert ledger.reserve("alive", ["global:fleet"], amt(60), 0.5) is None
+    first = lease_expiry_ms(r, "global:fleet", "alive")
+    run_scripts(r, [ledger.renew_call("alive", ["global:fleet"], LONG)])
+    assert lease_expiry_ms(r, "global:fleet", "alive") >= first + 50_000
+    wait_for(lambda: server_ms(r) > first)
+    assert ledger.get("global:fleet").spent == amt()
+    assert ledger.get("global:fleet").reserved == amt(60)
 
 
 def test_usd_is_exact_in_micro_dollars(ledger):

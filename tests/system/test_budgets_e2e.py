@@ -181,7 +181,11 @@ def test_vendor_429_pauses_the_whole_fleet(isolated_url: str, fake_llm: Any) -> 
         fake_llm.set_faults()
 
 
-def test_dead_workers_reservation_expires_after_its_lease(isolated_url: str, fake_llm: Any) -> None:
+def test_dead_workers_reservation_is_charged_after_its_lease(
+    isolated_url: str, fake_llm: Any
+) -> None:
+    """kill -9 mid-call: the call may have been billed (the stand-in got it), so when the
+    dead worker's hold runs out it is charged, in full, not released."""
     import signal
 
     team = Team.actor_critic(
@@ -194,9 +198,11 @@ def test_dead_workers_reservation_expires_after_its_lease(isolated_url: str, fak
     try:
         env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_STEP_LEASE_S": "5"}
         with celery_worker(isolated_url, env=env, name="doomed") as proc:
+            before = fake_llm.stats()["requests"]
             handle = team.submit("a snippet")
             scope = f"run:{handle.run_id}"
             wait_for(lambda: ledger.get(scope).open_reservations == 1, 30, "the reservation")
+            wait_for(lambda: fake_llm.stats()["requests"] > before, 30, "the call to arrive")
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
         held = ledger.get(scope).reserved.tokens
@@ -205,6 +211,7 @@ def test_dead_workers_reservation_expires_after_its_lease(isolated_url: str, fak
             lambda: (s := ledger.get(scope)).open_reservations == 0 and s, 20, "the lease to expire"
         )
         assert state.reserved.tokens == 0
-        assert state.spent.tokens == 0
+        assert state.spent.tokens == held
+        assert state.spent.calls == 1 == fake_llm.stats()["requests"] - before
     finally:
         fake_llm.set_faults(latency_ms=0)

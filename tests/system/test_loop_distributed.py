@@ -341,10 +341,12 @@ def test_a_killed_workers_step_is_redelivered_and_the_run_finishes(
     fake_llm: Any, redis_url: str
 ) -> None:
     """SIGKILL mid-call: the unacknowledged message returns after the visibility timeout,
-    another worker finishes the run, and no stored step is run again."""
+    another worker takes the step over once the dead worker's claim runs out (its lease,
+    no longer renewed), finishes the run, and no stored step is run again."""
     url = f"{redis_url.rpartition('/')[0]}/{int(os.environ.get('DUET_KILL_REDIS_DB', '12'))}"
     redis.Redis.from_url(url).flushdb()
-    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_VISIBILITY_TIMEOUT_S": "5"}
+    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_VISIBILITY_TIMEOUT_S": "5",
+           "DUET_STEP_LEASE_S": "5"}  # fmt: skip
     fake_llm.set_faults(latency_ms=0, delays_ms=[3000])  # the first call hangs 3 s
     try:
         with client_pointed_at(url):

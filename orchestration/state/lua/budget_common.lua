@@ -30,9 +30,22 @@ local function release_one(bkey, lkey, hkey, step)
   return 1
 end
 
+-- A hold whose lease ran out belongs to a call whose outcome is unknown (its worker died
+-- or stopped renewing it): the vendor may have billed it, so it is charged, not released.
+local function charge_one(bkey, lkey, hkey, step)
+  redis.call('ZREM', lkey, step)
+  local held = redis.call('HGET', hkey, step)
+  if not held then return 0 end
+  redis.call('HDEL', hkey, step)
+  local parts = split(held)
+  add(bkey, 'reserved:', parts, '-')
+  add(bkey, 'spent:', parts, '')
+  return 1
+end
+
 local function purge(bkey, lkey, hkey, now)
   local expired = redis.call('ZRANGEBYSCORE', lkey, '-inf', now)
-  for _, step in ipairs(expired) do release_one(bkey, lkey, hkey, step) end
+  for _, step in ipairs(expired) do charge_one(bkey, lkey, hkey, step) end
 end
 
 local function num(v)

@@ -1,6 +1,7 @@
 -- Make transition `seq` (a step or the finish) exactly once; emit its events with it.
 local run, inputs, events, batch, batch_done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local open = KEYS[6]  -- runs in flight
+local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep reads it)
 local status = redis.call('HGET', run, 'status')
 if not status then return -1 end
 local FINISHED = {{FINISHED_STATUSES}}
@@ -15,11 +16,13 @@ end
 if ARGV[2] == 'step' then
   redis.call('HSET', inputs, ARGV[4], ARGV[5])
   redis.call('HSET', run, 'status', 'running', 'current_step', ARGV[4])
+  redis.call('ZADD', moved, now, redis.call('HGET', run, 'run_id'))
 else
   local final = ARGV[4]
   redis.call('HSET', run, 'status', final, 'reason', ARGV[5], 'error', ARGV[6],
              'finished_at', now, 'usage', ARGV[7])
   redis.call('ZREM', open, ARGV[9])
+  redis.call('ZREM', moved, ARGV[9])
   if batch ~= '' and redis.call('EXISTS', batch) == 1 then
     redis.call('HINCRBY', batch, 'done', 1)
     redis.call('HINCRBY', batch, 'status:' .. final, 1)
@@ -46,7 +49,7 @@ end
 if ARGV[2] ~= 'step' then
   local ttl, forget = tonumber(ARGV[8]), tonumber(ARGV[11])
   local last = #KEYS - #flags
-  for i = 7, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 8, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
   for i = last - forget + 1, last do redis.call('DEL', KEYS[i]) end
 end
 return 1

@@ -3,20 +3,29 @@
 -- redelivered coordinator) and reads the fleet-wide pause of the step's model and, when the
 -- input names one (see ``RunStore.record_step``), the role's conversation history, so
 -- a step needs no other read before its call.
+-- The claim is one delivery's (ARGV[2], new for every delivery): another delivery of the
+-- same step — a duplicate, or a redelivery while the call is in flight — finds it 'busy'.
+-- A delivery that re-scheduled itself hands its claim on to the retry (ARGV[5], the
+-- claim it held), so the retry takes it over at once.
 local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
-                      'current_step', 'seq')
+                      'current_step', 'seq', 'dispatched')
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
 if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
 if st[2] == '1' then return {'cancelled'} end
 local holder = redis.call('GET', claim)
-if holder and holder ~= ARGV[2] then return {'busy'} end
+if holder and holder ~= ARGV[2] and holder ~= ARGV[5] then return {'busy'} end
 local input = redis.call('HGET', inputs, ARGV[1])
 if not input then return {'gone'} end
 redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
-if not holder then redis.call('XADD', events, '*', 'e', ARGV[4]) end
-if st[6] == ARGV[1] then redis.call('HSET', run, 'dispatched', st[7]) end
+-- The step's started event once: when it first reaches a worker (not on a retry, nor on
+-- a takeover from a delivery that died).
+local current = st[6] == ARGV[1]
+if not holder and not (current and st[8] == st[7]) then
+  redis.call('XADD', events, '*', 'e', ARGV[4])
+end
+if current then redis.call('HSET', run, 'dispatched', st[7]) end
 local meta = cjson.decode(input)
 local out = {'go', input, st[3], st[4] or '', st[5] or '', redis.call('PTTL', meta['pause'])}
 local turns = tonumber(meta['turns']) or 0

@@ -1,0 +1,68 @@
+"""What the periodic sweep does, apart from Celery: find unfinished runs that stopped
+moving and say what to send to move them again.
+
+A run moves when a transition is recorded (the index of unfinished runs notes the time).
+One that has not moved for ``after_s`` seconds, and whose current step is not claimed by
+a live call (claims in flight are renewed), lost a message: a step or coordinator task
+failed past its retries, a broker lost a message it had delivered (Redis restarted), or
+a worker died with its message acked. The sweep sends what the run waits for: the
+coordinator's transition (queued runs, or a step whose result is stored), or the step
+again. Sending either twice is harmless: the coordinator's compare-and-set and the step
+claim make a second copy a no-op. A run sent on is noted as moved, so it is sent again
+at most once per ``after_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from orchestration.core.loop import parse_step_key
+from orchestration.core.results import FINISHED_STATUSES
+from orchestration.services.coordinator import Dispatch
+from orchestration.state.keys import TASK_BY_PHASE
+from orchestration.state.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Send ``coordinate(run_id, seq)``."""
+
+    run_id: str
+    seq: int
+    batch_id: str | None = None
+
+
+class Sweeper:
+    """Finds runs to send on. Holds only the store."""
+
+    def __init__(self, store: RunStore, *, after_s: float, limit: int = 1000) -> None:
+        self.store = store
+        self.after_s = after_s
+        self.limit = limit
+
+    def sweep(self, now: float | None = None) -> list[Dispatch | Transition]:
+        """What to send, for the runs that have not moved for ``after_s`` seconds."""
+        now = time.time() if now is None else now
+        sends: list[Dispatch | Transition] = []
+        for run in self.store.stale_runs(now - self.after_s, self.limit):
+            if run.status is None or run.status in FINISHED_STATUSES:
+                self.store.forget(run.run_id)
+                continue
+            self.store.touch(run.run_id)
+            if run.status == "queued" or not run.current_step or run.stored:
+                sends.append(Transition(run.run_id, run.seq, run.batch_id))
+            elif not run.claimed:
+                phase, _ = parse_step_key(run.current_step)
+                sends.append(Dispatch(TASK_BY_PHASE[phase], run.run_id, run.current_step,
+                                      run.seq, run.batch_id))  # fmt: skip
+        if sends:
+            log.warning("sweep: %s runs had stopped moving; sent on: %s", len(sends),
+                        ", ".join(s.run_id for s in sends[:10]))  # fmt: skip
+        return sends
+
+
+__all__ = ["Sweeper", "Transition"]

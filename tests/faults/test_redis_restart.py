@@ -1,0 +1,74 @@
+"""Redis killed (SIGKILL) and started again from its append-only file mid-batch: every run
+finishes without a manual resume, and no step calls the model twice.
+
+Two real worker processes run a batch against the HTTP stand-in (the real ``openai`` SDK)
+on a private redis-server with ``appendfsync always``. Mid-batch the server is killed and,
+after a moment, started again on the same port and file. Tasks whose own Redis commands
+fail are retried with backoff (not acked away); a step that has its answer keeps trying
+to store it; messages the broker lost with the server (a delivery it had not yet noted as
+unacknowledged) are sent again by the sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from duet.fake_llm import FakeLLM
+from orchestration import Agent, Team
+from tests.faults.conftest import DurableRedis
+from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(400)]
+
+RUNS = 60
+#: How long Redis stays down (the fault itself, not a wait for a condition).
+DOWN_S = 3.0
+#: How long the batch may take to finish once Redis is back.
+FINISH_S = 180.0
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM(latency_ms=300) as server:
+        yield server
+
+
+def test_redis_killed_and_restarted_mid_batch(durable_redis: DurableRedis, llm: FakeLLM) -> None:
+    env = {
+        "OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "sk-test-restart",
+        "DUET_STEP_LEASE_S": "6", "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15",
+        "DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
+        "DUET_REDIS_SOCKET_TIMEOUT_S": "6", "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
+    }  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        workers = [stack.enter_context(celery_worker(durable_redis.url, env=env, concurrency=16,
+                                                     name=n)) for n in ("aof1", "aof2")]  # fmt: skip
+        stack.enter_context(client_pointed_at(durable_redis.url))
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="openai:sim"),
+            critic=Agent("Review.", model="openai:sim?scores=0.2,0.95"),
+            max_rounds=2,
+        )
+        batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
+        wait_for(lambda: batch.progress()["done"] >= 5, 120, "a few runs to finish")
+        durable_redis.kill()
+        time.sleep(DOWN_S)
+        durable_redis.start()
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: batch.progress()["done"] >= RUNS, FINISH_S, "every run to finish",
+                     interval=0.5)  # fmt: skip
+        progress = batch.progress()
+        requests = llm.stats()["requests"]
+        stored = stored_calls(durable_redis.url, batch.run_ids())
+        # The figures docs/RELIABILITY.md quotes (pytest -rA shows them).
+        print(f"killed {DOWN_S}s: {progress['done']}/{RUNS} runs finished {progress['counts']}; "
+              f"{requests} model requests for {stored} stored calls; "
+              f"workers alive {[w.poll() is None for w in workers]}")  # fmt: skip
+        assert progress["done"] == RUNS, progress
+        assert set(progress["counts"]) <= {"approved", "max_rounds_reached"}, progress["counts"]
+        assert requests <= stored, (requests, stored)
+        assert all(w.poll() is None for w in workers)

@@ -1,0 +1,114 @@
+"""At most one model call per step: a call slower than the broker's visibility timeout, a
+Redis connection blip mid-call, the same step message published twice with one task id.
+
+Two real worker processes on a private redis-server, the real ``openai`` SDK against the
+stand-in server, which counts every request it serves. Each case ends when its runs have
+finished; then the stand-in must have served exactly one request per stored step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis
+
+from duet.embedded import EmbeddedRedis
+from duet.fake_llm import FakeLLM
+from orchestration import Agent, Team
+from orchestration.client.handles import RunHandle, producer
+from orchestration.core import events as ev
+from orchestration.state.keys import TASK_GENERATE
+from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]
+
+#: The broker gives an unacknowledged message to another worker after this (seconds).
+VISIBILITY_S = 4
+
+
+@dataclass
+class Fleet:
+    url: str
+    llm: FakeLLM
+    admin: redis.Redis
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    with EmbeddedRedis() as server, FakeLLM() as llm, contextlib.ExitStack() as stack:
+        env = {"OPENAI_API_KEY": "sk-test-once", "DUET_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+               "DUET_STEP_LEASE_S": "6", "DUET_REDIS_SOCKET_TIMEOUT_S": "6"}  # fmt: skip
+        for name in ("once1", "once2"):
+            stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name=name))
+        stack.enter_context(client_pointed_at(server.url))
+        yield Fleet(server.url, llm, redis.Redis(port=server.port))
+
+
+def team(llm: FakeLLM) -> Team:
+    return Team.actor_critic(
+        actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+        critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+        max_rounds=1,
+    )
+
+
+def finish(handles: list[RunHandle], timeout_s: float) -> list[str]:
+    return [h.result(timeout=timeout_s).status for h in handles]
+
+
+def requests_and_stored(fleet: Fleet, handles: list[RunHandle]) -> tuple[int, int]:
+    requests = fleet.llm.stats()["requests"]
+    return requests, stored_calls(fleet.url, [h.run_id for h in handles])
+
+
+def test_a_call_slower_than_the_visibility_timeout(fleet: Fleet) -> None:
+    fleet.llm.reset()
+    fleet.llm.set_faults(latency_ms=6000)  # 6 s calls, 4 s visibility timeout
+    handles = [team(fleet.llm).submit(f"slow {n}") for n in range(6)]
+    statuses = finish(handles, 120)
+    requests, stored = requests_and_stored(fleet, handles)
+    print(f"6 s calls, {VISIBILITY_S} s visibility: {requests} requests for {stored} stored calls")
+    assert statuses == ["approved"] * 6
+    assert stored == 12
+    assert requests == stored
+
+
+def test_a_connection_blip_mid_call(fleet: Fleet) -> None:
+    fleet.llm.reset()
+    fleet.llm.set_faults(latency_ms=3000)
+    handles = [team(fleet.llm).submit(f"blip {n}") for n in range(8)]
+    wait_for(lambda: fleet.llm.stats()["requests"] >= 4, 60, "calls in flight")
+    killed = fleet.admin.client_kill_filter(_type="normal")
+    assert killed > 0
+    statuses = finish(handles, 120)
+    requests, stored = requests_and_stored(fleet, handles)
+    print(f"CLIENT KILL of {killed} connections mid-call: {requests} requests for {stored}")
+    assert statuses == ["approved"] * 8
+    assert requests == stored == 16
+
+
+def test_the_same_step_message_twice_with_one_task_id(fleet: Fleet) -> None:
+    fleet.llm.reset()
+    fleet.llm.set_faults(latency_ms=1500)
+    handles = [team(fleet.llm).submit(f"twice {n}") for n in range(4)]
+    for handle in handles:
+        for event in handle.events(timeout=30):
+            if event.type == ev.ACTOR_STARTED:
+                break
+        # The coordinator's own message is being worked on; two more copies of the step
+        # arrive, both with one task id (as a broker redelivery or a double publish has).
+        for _ in range(2):
+            producer().send_task(TASK_GENERATE, args=(handle.run_id, "r0.generate"),
+                                 task_id=f"dup-{handle.run_id}")  # fmt: skip
+    # Copies still checking back when the runs finish find them over: they call nothing.
+    statuses = finish(handles, 60)
+    requests, stored = requests_and_stored(fleet, handles)
+    print(f"a step published twice with one id, 4 runs: {requests} requests for {stored}")
+    assert statuses == ["approved"] * 4
+    assert requests == stored == 8
+    for handle in handles:
+        starts = [e for e in handle.result(timeout=5).events if e.type == ev.ACTOR_STARTED]
+        assert len(starts) == 1
