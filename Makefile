@@ -42,9 +42,9 @@ bench: $(STAMP)
 worker: $(STAMP)
 	$(BIN)/duet worker
 
-## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL
+## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL (loopback only; deploy/ adds a login)
 flower: $(STAMP)
-	$(BIN)/celery -A workers flower --port=5555
+	$(BIN)/celery -A workers flower --port=5555 --address=127.0.0.1
 
 clean:
 	rm -rf $(VENV) bench/.venv-ref results.jsonl .pytest_cache .ruff_cache .mypy_cache

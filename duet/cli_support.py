@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestration.core.errors import ConfigError
+from orchestration.logjson import JsonFormatter
 from orchestration.settings import get_settings
 from orchestration.state.connection import (
     Unreachable,
@@ -80,14 +82,43 @@ def fails_cleanly(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def use_log_format(log_format: str) -> None:
-    """``text`` (messages for a person) or ``json`` (one JSON log line per message, with
-    the ids it concerns, for a log pipeline) on stderr."""
-    from workers.logs import setup_cli
+#: The loggers of Duet's own code, which the JSON mode takes over.
+OWN_LOGGERS = ("duet", "orchestration", "workers")
 
+
+class _JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
+    """JSON lines on the stderr of the moment (a test runner swaps it per command)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(JsonFormatter())
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
+def use_log_format(log_format: str) -> None:
+    """``text`` (messages for a person; logging as Python sets it up) or ``json`` (one
+    JSON log line per message, with the ids it concerns, for a log pipeline: Duet's own
+    loggers write them on stderr at INFO and up)."""
     global _json_logs
     _json_logs = log_format == "json"
-    setup_cli(log_format)
+    for name in OWN_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if isinstance(h, _JsonLines)]:
+            logger.removeHandler(handler)
+        if _json_logs:
+            logger.addHandler(_JsonLines())
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
+        else:
+            logger.setLevel(logging.NOTSET)
+            logger.propagate = True
 
 
 def current_log_format() -> str:

@@ -347,11 +347,14 @@ LAYERS = {
     "orchestration.client": "client",
     "orchestration.settings": "settings",
     "orchestration.prices": "prices",
+    "orchestration.logjson": "logjson",
     "orchestration": "orchestration",  # the package's public face (re-exports)
     "workers": "workers",
     "duet": "duet",
 }
-ORCHESTRATION = {"core", "state", "services", "client", "settings", "prices", "orchestration"}
+ORCHESTRATION = {
+    "core", "state", "services", "client", "settings", "prices", "logjson", "orchestration"
+}  # fmt: skip
 MAY_IMPORT = {
     "core": {"core"},
     "state": {"core", "state", "settings"},
@@ -359,6 +362,8 @@ MAY_IMPORT = {
     "settings": {"core", "state"},
     # The price database, read into core Price values (a package the core may not import).
     "prices": {"core"},
+    # The JSON log line format, shared by workers and the command line: imports none of ours.
+    "logjson": set(),
     "services": {"core", "state", "settings", "prices", "services"},
     "client": {"core", "state", "settings", "prices", "client"},
     "orchestration": ORCHESTRATION,
