@@ -206,9 +206,22 @@ class StepService:
         if seat.agent.execution == "vendor_batch":
             return Park(run_id, key, seat, start.spec_id, messages, prompt, conv,
                         list(start.scopes), claimant, store.batch_of(run_id))  # fmt: skip
-        call = self._call(
-            run_id, key, claimant, seat, messages, list(start.scopes), start.paused_s, failures
-        )
+        # From here to the stored answer the claim (and the budget hold, once made) is
+        # renewed: a slow SDK start or a slow call keeps the step; a dead worker's lapses.
+        hold = Call(run_id, key, claimant, _hold_id(run_id, key, claimant), start.scopes)
+        with self.leases.held(hold):
+            return self._answer(run_id, key, claimant, seat, messages, prompt, conv,
+                                start.scopes, start.paused_s, failures, handover)  # fmt: skip
+
+    def _answer(
+        self, run_id: str, key: str, claimant: str, seat: Seat, messages: list[Message],
+        prompt: str, conv: str, scopes: tuple[str, ...], paused_s: float, failures: int,
+        handover: Handover,
+    ) -> Handover | RetryLater:  # fmt: skip
+        """Call the model and store its answer (or learn to retry)."""
+        store = self.store
+        phase, round_ = parse_step_key(key)
+        call = self._call(run_id, key, claimant, seat, messages, list(scopes), paused_s, failures)
         if isinstance(call, RetryLater):
             return replace(call, claim=claimant)
         result, completion, settle = call
@@ -411,7 +424,7 @@ class StepService:
         phase, round_ = parse_step_key(key)
         # The hold is this delivery's: a second call of the step (its first caller died,
         # or the broker delivered it twice) is a second call the vendor bills.
-        sid = f"{step_id(run_id, key)}:{claimant}"
+        sid = _hold_id(run_id, key, claimant)
         worst = budgets.estimate(agent, messages, seat.structured)
         began = time.time()
         provider = self.providers(agent)
@@ -435,8 +448,7 @@ class StepService:
                 return self._retry(wait, failures)
             return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
         try:
-            with self.leases.held(Call(run_id, key, claimant, sid, tuple(scopes))):
-                completion = provider.complete(agent, messages, structured=seat.structured)
+            completion = provider.complete(agent, messages, structured=seat.structured)
         except ProviderError as exc:
             budgets.release(sid, scopes)
             message = self.scrub(str(exc))
@@ -473,6 +485,11 @@ class StepService:
         used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                       usd=result["usd"], calls=1)  # fmt: skip
         return result, completion, budgets.settle_calls(sid, scopes, used)
+
+
+def _hold_id(run_id: str, key: str, claimant: str) -> str:
+    """The id of one delivery's budget hold for a step (a second call is a second hold)."""
+    return f"{step_id(run_id, key)}:{claimant}"
 
 
 def _result_from(

@@ -26,7 +26,7 @@ from tests.support import celery_worker, client_pointed_at, stored_calls, wait_f
 pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]
 
 #: The broker gives an unacknowledged message to another worker after this (seconds).
-VISIBILITY_S = 4
+VISIBILITY_S = 5
 
 
 @dataclass
@@ -66,11 +66,11 @@ def requests_and_stored(fleet: Fleet, handles: list[RunHandle]) -> tuple[int, in
 
 def test_a_call_slower_than_the_visibility_timeout(fleet: Fleet) -> None:
     fleet.llm.reset()
-    fleet.llm.set_faults(latency_ms=6000)  # 6 s calls, 4 s visibility timeout
+    fleet.llm.set_faults(latency_ms=8000)  # 8 s calls, 5 s visibility timeout
     handles = [team(fleet.llm).submit(f"slow {n}") for n in range(6)]
     statuses = finish(handles, 120)
     requests, stored = requests_and_stored(fleet, handles)
-    print(f"6 s calls, {VISIBILITY_S} s visibility: {requests} requests for {stored} stored calls")
+    print(f"8 s calls, {VISIBILITY_S} s visibility: {requests} requests for {stored} stored calls")
     assert statuses == ["approved"] * 6
     assert stored == 12
     assert requests == stored

@@ -1,0 +1,76 @@
+"""A worker killed (SIGKILL) with calls in flight: the sweep sends its runs on, every run
+finishes, and the budget is charged for every request the vendor served.
+
+Two real worker processes, the real ``openai`` SDK against the stand-in (2 s calls), each
+run with a budget of its own. One worker is killed while it holds calls; its messages
+stay unacknowledged (the broker's visibility timeout is an hour), so the runs move on
+only through the sweep, once the dead worker's claims ran out. The dead calls reached the
+stand-in (it served them; their answers were lost): their holds are charged when they
+lapse, so the runs' budgets cover every request the stand-in counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from duet.embedded import EmbeddedRedis
+from duet.fake_llm import FakeLLM
+from orchestration import Agent, Team
+from orchestration.client.handles import store
+from orchestration.core.budget import Budget
+from orchestration.state.budgets import BudgetLedger
+from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
+
+RUNS = 10
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM(latency_ms=2000) as server:
+        yield server
+
+
+def test_a_worker_killed_mid_call(llm: FakeLLM) -> None:
+    env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": "5",
+           "DUET_SWEEP_INTERVAL_S": "1", "DUET_SWEEP_AFTER_S": "8"}  # fmt: skip
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        stack.enter_context(client_pointed_at(server.url))
+        survivor = stack.enter_context(celery_worker(server.url, env=env, concurrency=16,
+                                                     name="survivor", queues="coordinator"))  # fmt: skip
+        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=16,
+                                                   name="doomed"))  # fmt: skip
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+            max_rounds=1,
+            budget=Budget(max_tokens=1_000_000),
+        )
+        handles = [team.submit(f"task {n}") for n in range(RUNS)]
+        # Every first call is in flight on the doomed worker (the survivor takes only
+        # coordinator work until then): kill it.
+        wait_for(lambda: llm.stats()["requests"] >= RUNS, 60, "the calls to be in flight")
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name="heir"))
+        statuses = [h.result(timeout=120).status for h in handles]
+        served = llm.stats()
+        ledger = BudgetLedger(store().r)
+        spent = [ledger.get(f"run:{h.run_id}").spent for h in handles]
+        calls, tokens = sum(s.calls for s in spent), sum(s.tokens for s in spent)
+        stored = stored_calls(server.url, [h.run_id for h in handles])
+        usage = served["usage"]
+        print(f"kill -9 with {RUNS} calls in flight: {RUNS}/{RUNS} runs finished; "
+              f"{served['requests']} requests served, {stored} stored calls; "
+              f"budgets charged {calls} calls, {tokens} tokens "
+              f"(the stand-in sent {usage['input_tokens'] + usage['output_tokens']})")  # fmt: skip
+        assert survivor.poll() is None
+        assert statuses == ["approved"] * RUNS
+        assert served["requests"] == stored + RUNS  # the dead calls, and nothing else
+        assert calls >= served["requests"]
+        assert tokens >= usage["input_tokens"] + usage["output_tokens"]
