@@ -209,7 +209,10 @@ def arrivals_in_flight(stats: dict[str, Any], latency_s: float) -> dict[str, flo
         levels.append(hi - lo)
         t += step
     levels.sort()
-    pick = lambda q: float(levels[min(len(levels) - 1, int(q * len(levels)))])  # noqa: E731
+
+    def pick(q: float) -> float:
+        return float(levels[min(len(levels) - 1, int(q * len(levels)))])
+
     return {"mean": statistics.fmean(levels), "p10": pick(0.1), "p50": pick(0.5), "p90": pick(0.9)}
 
 
@@ -285,6 +288,57 @@ def run_key_bytes(client: Any, run_ids: list[str]) -> dict[str, float]:
     return {k: v / max(1, len(run_ids)) for k, v in sorted(totals.items())}
 
 
+def monitor_counts(base_url: str, runs: int = 20) -> dict[str, Any]:
+    """Commands per call seen by ``MONITOR`` on a small 1 x 50 batch (outside the timed
+    ones: MONITOR slows the server): sent by clients (each a round trip or a part of a
+    pipeline; a script call is one) and run inside Lua scripts, by command and key kind."""
+    import re
+
+    with redis_server() as server, workers(server.url, 1, 50), client_on(server.url):
+        team = loop_team("openai:sim", "openai:sim:critic?scores=0.1", base_url, ROUNDS)
+        wait_batch(team.submit_batch([prompt_for(-n - 1) for n in range(2)]), 120)
+        fake_llm_reset(base_url)
+        stop = threading.Event()
+        seen: list[tuple[str, str, str]] = []
+
+        def watch() -> None:
+            with server.client.monitor() as m:  # type: ignore[attr-defined]
+                while not stop.is_set():
+                    c = m.next_command()
+                    parts = c["command"].split(" ", 2)
+                    key = parts[1].strip('"') if len(parts) > 1 else ""
+                    seen.append((c["client_type"], parts[0].lower(), key))
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        time.sleep(0.3)
+        wait_batch(team.submit_batch([prompt_for(n) for n in range(runs)]), 300)
+        calls = int(fake_llm_stats(base_url)["usage"]["responses"])
+        stop.set()
+        server.client.ping()  # type: ignore[attr-defined]  # wakes the monitor to stop
+        watcher.join(10)
+    top: dict[str, int] = {}
+    inner: dict[str, int] = {}
+    for kind, cmd, key in seen:
+        if cmd == "monitor" or (cmd == "ping" and kind != "lua"):
+            continue
+        key = re.sub(r"\{[^}]*\}", "{id}", key)
+        key = re.sub(r"[0-9a-f]{12,}", "<id>", key)[:48]
+        bucket = inner if kind == "lua" else top
+        bucket[f"{cmd} {key}".strip()] = bucket.get(f"{cmd} {key}".strip(), 0) + 1
+
+    def ordered(d: dict[str, int]) -> dict[str, float]:
+        return {k: round(v / calls, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])}
+
+    return {
+        "calls": calls,
+        "sent_per_call": sum(top.values()) / calls,
+        "in_scripts_per_call": sum(inner.values()) / calls,
+        "sent": ordered(top),
+        "in_scripts": ordered(inner),
+    }
+
+
 def reference(cmd: list[str], base_url: str) -> dict[str, Any]:
     """A reference driver in a child process: its own CPU, the stand-in's call count."""
     fake_llm_reset(base_url)
@@ -305,6 +359,7 @@ def reference(cmd: list[str], base_url: str) -> dict[str, Any]:
 
 def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]:
     samples: dict[str, list[dict[str, Any]]] = {"1x50": [], "2x25": [], "loomflow": [], "sdk": []}
+    samples["monitor"] = []
     with fake_llm_process(latency_ms=LATENCY_MS) as base_url:
         for i in range(repeat):
             print(f"  loop table, repetition {i + 1} of {repeat}", flush=True)
@@ -317,6 +372,7 @@ def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]
             samples["sdk"].append(reference(
                 [sys.executable, "-m", "bench.ref_sdk", base_url, str(runs), "50", str(ROUNDS)],
                 base_url))  # fmt: skip
+        samples["monitor"] = [monitor_counts(base_url)]
     return samples
 
 
@@ -473,6 +529,7 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
             fmt_range({k: median(s[c], f'in_flight.{k}') for k in ('p10', 'p90', 'mean')}) for c in cols) + " |",
     ]  # fmt: skip
     d = s["1x50"]
+    mon = s["monitor"][0]
     lines += [
         "",
         "Duet's CPU split, ms per call (1x50 / 2x25): workers "
@@ -486,14 +543,18 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         "",
         "| figure | value |",
         "|---|---|",
-        f"| commands per call (sent by clients; a script is one) | {median(d, 'redis_commands_per_call'):.1f} |",
-        f"| commands per call counting those inside Lua scripts | {median(d, 'redis_commands_incl_scripts_per_call'):.1f} |",
+        f"| commands per call (INFO total_commands_processed: those inside Lua scripts count) | {median(d, 'redis_commands_per_call'):.1f} |",
+        f"| of which sent by clients (MONITOR; a script call is one) | {mon['sent_per_call']:.1f} |",
+        f"| of which run inside Lua scripts (MONITOR) | {mon['in_scripts_per_call']:.1f} |",
         f"| bytes in per call | {median(d, 'redis_bytes_in_per_call'):.0f} |",
         f"| memory per finished run (used_memory delta / runs) | {median(d, 'memory_per_run_bytes') / 1000:.1f} kB |",
         f"| TTL of a finished run | {d[0]['run_ttl_s'] / 86400:.1f} days ({d[0]['run_ttl_s']} s) |",
         "",
-        "Commands per call by name (first repetition): " + ", ".join(
-            f"{k} {v}" for k, v in list(d[0]["redis_by_command"].items())[:14]) + ".",
+        "Sent by clients, per call (MONITOR, 20 runs): " + ", ".join(
+            f"`{k}` {v}" for k, v in list(mon["sent"].items())[:16]) + ".",
+        "",
+        "Inside Lua scripts, per call: " + ", ".join(
+            f"`{k}` {v}" for k, v in list(mon["in_scripts"].items())[:16]) + ".",
         "",
         "Bytes per run by key (MEMORY USAGE, 20 runs): " + ", ".join(
             f"`{k}` {v / 1000:.1f} kB" for k, v in d[0]["run_keys_bytes"].items()) + ".",
