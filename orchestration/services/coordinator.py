@@ -104,11 +104,14 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
     return reads
 
 
-def _own_conversations(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...]:
-    """The conversations only this run can read (its scope is ``run:<id>``): nothing reads
-    them once it is over, so its finish deletes them. A user's are kept."""
+def _read_by_nobody(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...]:
+    """What nothing reads once the run is over, so its finish deletes it: the steps'
+    inputs (prompts a step task reads when it starts; the record keeps the run's prompt
+    and the steps their results) and the conversations only this run can read (scope
+    ``run:<id>``). A user's conversations are kept."""
+    inputs = (keys.run_inputs(run["run_id"]),)
     if not (spec.persistent_subagents and spec.conversation_turns > 0):
-        return ()
+        return inputs
     scope = conversation_scope(
         spec.memory,
         run_id=run["run_id"],
@@ -116,8 +119,8 @@ def _own_conversations(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...
         batch_id=run.get("batch_id") or None,
     )
     if not scope.startswith("run:"):
-        return ()
-    return tuple(
+        return inputs
+    return inputs + tuple(
         dict.fromkeys(keys.conversation(spec.team_id, w, scope) for w in spec.worker_ids.values())
     )
 
@@ -276,8 +279,8 @@ class Coordinator:
             error=error,
             usage=run_usage(steps),
             events=events,
-            # A cancelled run may be resumed and continue its conversations.
-            forget=() if action.status == "cancelled" else _own_conversations(spec, run),
+            # A cancelled run may be resumed: it keeps its step inputs and conversations.
+            forget=() if action.status == "cancelled" else _read_by_nobody(spec, run),
         )
         if made == 1:
             for observer in self.observers:

@@ -240,8 +240,8 @@ class RunStore:
         forget: Sequence[str] = (),
     ) -> int:
         """Make transition ``seq`` finish the run; 1 if made, <= 0 if not. ``events`` as
-        for :meth:`record_step`; the keys in ``forget`` (the run's own conversations) are
-        deleted with it instead of kept for the finished-run TTL."""
+        for :meth:`record_step`; the keys in ``forget`` (what nothing reads once the run is
+        over) are deleted with it instead of kept for the finished-run TTL."""
         return self._run_transition(
             run,
             seq,

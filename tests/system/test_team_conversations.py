@@ -221,8 +221,11 @@ def test_a_finished_run_deletes_its_own_conversations_and_keeps_a_users(
     llm: FakeLLM, client_on: str
 ) -> None:
     """A run's own conversations (scope ``run:<id>``: a batch input, a run without a user)
-    are read by nobody once it is over, so its finish deletes them; a user's stay."""
+    and its steps' inputs are read by nobody once it is over, so its finish deletes them;
+    a user's conversations stay, and so do the run's record, steps and events."""
     import redis as redis_lib
+
+    from orchestration.client.handles import RunHandle
 
     user, alone_tag = f"gina-{tag()}", f"ALONE-{tag()}"
     team = Team.actor_critic(**agents(llm, critic="sim:critic?scores=0.3,0.95"), max_rounds=2)
@@ -238,7 +241,11 @@ def test_a_finished_run_deletes_its_own_conversations_and_keeps_a_users(
         assert own == []
         kept = [k for k in conversations if k.endswith(f":user:{user}")]
         assert len(kept) == 2 and all(r.llen(k) > 0 for k in kept)  # actor's and critic's
-        # the runs themselves (record, steps, results) are kept, with their TTL
-        assert all(r.ttl(f"duet:run:{{{x.run_id}}}") > 0 for x in [*batch, alone, theirs])
+        for x in [*batch, alone, theirs]:
+            # the run itself (record, steps, events) is kept, with its TTL; inputs are not
+            assert all(r.ttl(f"duet:run:{{{x.run_id}}}{k}") > 0 for k in ("", ":steps", ":events"))
+            assert not r.exists(f"duet:run:{{{x.run_id}}}:inputs")
+            again = RunHandle(x.run_id).result(timeout=5)  # and still reads back whole
+            assert again.output == x.output and again.rounds == x.rounds
     finally:
         r.close()

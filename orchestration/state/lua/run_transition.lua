@@ -36,8 +36,9 @@ end
 -- ARGV[10]: the one-time events among the events (JSON [[event number, flag field]...]);
 -- the last #once KEYS are their flags' hashes, in that order. Such an event is emitted
 -- only by the transition that sets its flag, here, with the transition itself.
--- ARGV[11]: how many KEYS before the flags' hashes a finish deletes (the run's own
--- conversations, never read once it is over); the run's keys before them get the TTL.
+-- ARGV[11]: how many KEYS before the flags' hashes a finish deletes (what nothing reads
+-- once the run is over: step inputs, the run's own conversations); the run's keys before
+-- them get the finished-run TTL.
 local once, flags = {}, cjson.decode(ARGV[10])
 for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end
 for i = 12, #ARGV do
