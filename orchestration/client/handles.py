@@ -76,6 +76,10 @@ def enqueue(
             if batch is not None:
                 pipe.hset(keys.batch(batch["batch_id"]), mapping=batch)
                 pipe.zadd(keys.batches_index(), {batch["batch_id"]: float(batch["created_at"])})
+                # The index forgets batches long past their records' TTL (2x: a batch's
+                # records expire only after its last run).
+                old = float(batch["created_at"]) - 2 * get_settings().finished_ttl_s
+                pipe.zremrangebyscore(keys.batches_index(), "-inf", old)
         st.create_runs(chunk, pipe)
         if batch is not None and chunk:
             pipe.rpush(keys.batch_runs(batch["batch_id"]), *(r.run_id for r in chunk))

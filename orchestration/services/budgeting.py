@@ -28,7 +28,7 @@ from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_byte
 from orchestration.core.pricing import cost_usd, rates_for
 from orchestration.core.structured import CRITIQUE_SCHEMA
 from orchestration.prices import price_for
-from orchestration.state.budgets import BudgetLedger, warning_flag
+from orchestration.state.budgets import DEFAULT_SETTLED_TTL_S, BudgetLedger, warning_flag
 from orchestration.state.events import event_json
 from orchestration.state.ratelimits import RateLimiter, load_rate_limits
 from orchestration.state.runs import Once
@@ -99,8 +99,10 @@ def clamped(agent: AgentSpec, refusal: Refusal, worst: Amount) -> Fit:
 class Budgets:
     """The ledger and the rate limiter of one process."""
 
-    def __init__(self, redis_client: Any) -> None:
+    def __init__(self, redis_client: Any, *, settled_ttl_s: int = DEFAULT_SETTLED_TTL_S) -> None:
         self.redis = redis_client
+        #: How long a call's settled marker is kept (the finished-run TTL, in a worker).
+        self.settled_ttl_s = settled_ttl_s
         self.ledger = BudgetLedger(redis_client)
         self.limiter = RateLimiter(redis_client)
         self.ratios = TokenRatios(redis_client)
@@ -149,7 +151,9 @@ class Budgets:
     def settle_calls(self, sid: str, scopes: list[str], amount: Amount) -> list[ScriptCall]:
         """The settlement as script calls to run with the step's store (one round trip);
         none when the run has no budget scopes."""
-        return [self.ledger.settle_call(sid, scopes, amount)] if scopes else []
+        if not scopes:
+            return []
+        return [self.ledger.settle_call(sid, scopes, amount, marker_ttl_s=self.settled_ttl_s)]
 
     def release(self, sid: str, scopes: list[str]) -> None:
         if scopes:

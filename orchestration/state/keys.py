@@ -138,6 +138,11 @@ def budget(scope: str) -> str:
     return f"{PREFIX}:budget:{scope}"
 
 
+def budget_keys(scope: str) -> tuple[str, str, str]:
+    """Every key of one budget scope: limits and counters, lease expiries, holds."""
+    return (budget(scope), budget_reservations(scope), budget_holds(scope))
+
+
 def budget_index() -> str:
     """Set: the ``global:`` and ``user:`` scopes that were given limits (for monitoring)."""
     return f"{PREFIX}:budgets"

@@ -270,6 +270,17 @@ class RunStore:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
         once = [(n, e) for n, e in enumerate(events, 1) if isinstance(e, Once)]
+        # A finish gives the run's keys, and its own budget scope's, the finished TTL; the
+        # batch's keys (and its budget scope's) get it with the batch's last run.
+        finish = args[0] == "finish"
+        scopes = run.get("budget_scopes", "").split(",")
+        batch_keys: tuple[str, ...] = ("",) * 5
+        if finish and batch_id:
+            batch_scope = f"batch:{batch_id}"
+            batch_keys = (keys.batch_runs(batch_id), keys.batch_rejected(batch_id),
+                          *(keys.budget_keys(batch_scope) if batch_scope in scopes
+                            else ("", "", "")))  # fmt: skip
+        run_scope = f"run:{run_id}"
         script_keys = [
             keys.run(run_id),
             keys.run_inputs(run_id),
@@ -278,7 +289,9 @@ class RunStore:
             keys.batch_events(batch_id) if batch_id else "",
             keys.open_runs(),
             keys.runs_moved(),
+            *batch_keys,
             *keys.run_keys(run_id),
+            *(keys.budget_keys(run_scope) if finish and run_scope in scopes else ()),
             *forget,
             *(e.key for _, e in once),
         ]

@@ -2,6 +2,8 @@
 local run, inputs, events, batch, batch_done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local open = KEYS[6]  -- runs in flight
 local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep reads it)
+-- KEYS[8..12] (a finish in a batch): the batch's other keys, given the finished TTL with
+-- its last run ('' for none). KEYS[13..]: the run's keys, and its budget scope's.
 local status = redis.call('HGET', run, 'status')
 if not status then return -1 end
 local FINISHED = {{FINISHED_STATUSES}}
@@ -31,6 +33,14 @@ else
     redis.call('HINCRBY', batch, 'tokens', (u['input_tokens'] or 0) + (u['output_tokens'] or 0))
     redis.call('HINCRBY', batch, 'calls', u['calls'] or 0)
     redis.call('XADD', batch_done, '*', 'run', ARGV[9], 'status', final)
+    local b = redis.call('HMGET', batch, 'done', 'total')
+    if tonumber(b[1]) >= (tonumber(b[2]) or math.huge) then
+      redis.call('EXPIRE', batch, ARGV[8])
+      redis.call('EXPIRE', batch_done, ARGV[8])
+      for i = 8, 12 do
+        if KEYS[i] ~= '' then redis.call('EXPIRE', KEYS[i], ARGV[8]) end
+      end
+    end
   end
 end
 -- ARGV[10]: the one-time events among the events (JSON [[event number, flag field]...]);
@@ -50,7 +60,7 @@ end
 if ARGV[2] ~= 'step' then
   local ttl, forget = tonumber(ARGV[8]), tonumber(ARGV[11])
   local last = #KEYS - #flags
-  for i = 8, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 13, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
   for i = last - forget + 1, last do redis.call('DEL', KEYS[i]) end
 end
 return 1
