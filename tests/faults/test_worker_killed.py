@@ -12,7 +12,10 @@ lapse, so the runs' budgets cover every request the stand-in counted.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -74,3 +77,40 @@ def test_a_worker_killed_mid_call(llm: FakeLLM) -> None:
         assert served["requests"] == stored + RUNS  # the dead calls, and nothing else
         assert calls >= served["requests"]
         assert tokens >= usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_duet_resume_right_after_a_worker_died_mid_call(llm: FakeLLM) -> None:
+    """No sweep (it would wait 10 minutes): ``duet resume`` of the batch, run as soon as
+    the worker is dead, sends the dead steps again; each takes its step over as soon as
+    the dead delivery's claim lapses (one lease), and every run finishes."""
+    env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": "5",
+           "DUET_SWEEP_AFTER_S": "600"}  # fmt: skip
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        stack.enter_context(client_pointed_at(server.url))
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
+                                          name="survivor", queues="coordinator"))  # fmt: skip
+        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
+                                                   name="doomed"))  # fmt: skip
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+            max_rounds=1,
+        )
+        batch = team.submit_batch([f"task {n}" for n in range(4)])
+        wait_for(lambda: llm.stats()["requests"] >= 4, 60, "the calls to be in flight")
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
+        resumed = subprocess.run(
+            [sys.executable, "-m", "duet.cli", "resume", batch.batch_id],
+            env={**os.environ, "DUET_REDIS_URL": server.url}, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+        assert "re-enqueued 4 unfinished run(s)" in resumed.stdout
+        wait_for(lambda: batch.progress()["done"] == 4, 60, "every run to finish")
+        requests = llm.stats()["requests"]
+        stored = stored_calls(server.url, batch.run_ids())
+        print(f"duet resume after kill -9: 4/4 finished; {requests} requests, {stored} stored")
+        assert batch.progress()["counts"] == {"approved": 4}
+        assert requests == stored + 4
