@@ -52,7 +52,7 @@ class Sweeper:
             if run.status is None or run.status in FINISHED_STATUSES:
                 self.store.forget(run.run_id)
                 continue
-            self.store.touch(run.run_id)
+            self.store.touch(run.run_id, now)
             if run.status == "queued" or not run.current_step or run.stored:
                 sends.append(Transition(run.run_id, run.seq, run.batch_id))
             elif not run.claimed:

@@ -427,9 +427,9 @@ class RunStore:
             )
         ]
 
-    def touch(self, run_id: str) -> None:
-        """Note that the run moved now (the sweeper leaves it alone for a while)."""
-        self.r.zadd(keys.runs_moved(), {run_id: time.time()})
+    def touch(self, run_id: str, at: float | None = None) -> None:
+        """Note that the run moved now (or at ``at``): the sweep leaves it alone a while."""
+        self.r.zadd(keys.runs_moved(), {run_id: time.time() if at is None else at})
 
     def forget(self, run_id: str) -> None:
         """Drop a finished or vanished run from the index of unfinished runs."""
