@@ -72,8 +72,11 @@ def redis_fault_mid_batch(request: pytest.FixtureRequest) -> Iterator[Outcome]:
     fault, seconds = FAULTS[request.param]
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         admin = redis.Redis(port=server.port)
+        # A blocking pop the server answers after its client gave up (a frozen server)
+        # loses that message in the broker: the sweep sends its run on after 15 s.
         env = {"DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
-               "DUET_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S)}  # fmt: skip
+               "DUET_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
+               "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
         workers = [stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name=n))
                    for n in ("oom1", "oom2")]  # fmt: skip
         stack.enter_context(client_pointed_at(server.url))
