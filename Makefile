@@ -36,7 +36,7 @@ bench: $(STAMP)
 	-test -f $(REF_VENV)/.installed || ($(PYTHON) -m venv $(REF_VENV) && \
 	  $(REF_VENV)/bin/python -m pip install --quiet 'loomflow==0.20.0' 'openai>=1.40,<4' && \
 	  touch $(REF_VENV)/.installed)
-	DUET_BENCH_REF_PYTHON=$(REF_VENV)/bin/python $(BIN)/python -m bench.suite
+	DUET_BENCH_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(BIN)/python -m bench.suite
 
 ## worker: one worker process on DUET_REDIS_URL (all queues)
 worker: $(STAMP)
