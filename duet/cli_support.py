@@ -12,9 +12,6 @@ from typing import Any, TypeVar
 
 import typer
 from kombu.exceptions import OperationalError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ReadOnlyError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from rich.console import Console
 from rich.text import Text
 
@@ -22,6 +19,7 @@ from orchestration.core.errors import ConfigError
 from orchestration.logjson import JsonFormatter
 from orchestration.settings import get_settings
 from orchestration.state.connection import (
+    UNAVAILABLE_ERRORS,
     Unreachable,
     check_broker_reachable,
     check_reachable,
@@ -134,9 +132,7 @@ def record(message: str, **ids: Any) -> None:
 
 #: Redis or broker errors that mean "not usable now" (down, frozen, refusing, full, a
 #: replica), as opposed to a bug (a script error keeps its traceback).
-UNAVAILABLE = (
-    RedisConnectionError, RedisTimeoutError, OutOfMemoryError, ReadOnlyError, OperationalError,
-)  # fmt: skip
+UNAVAILABLE: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, OperationalError)
 
 
 def _lost(exc: BaseException) -> Unreachable:

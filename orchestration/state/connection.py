@@ -92,17 +92,19 @@ def socket_options() -> dict[str, float]:
 _QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
 
 
-#: Errors that say Redis could not do a command *now* (lost, frozen, restarting, full,
-#: a read-only replica): the work that met one is tried again later, never dropped.
-INFRA_ERRORS: tuple[type[BaseException], ...] = (
+#: Redis's own errors that say it could not do a command *now* (lost, frozen, restarting,
+#: full, a read-only replica), as opposed to a bug (a script error).
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,  # BusyLoadingError (restarting) is one
     redis.exceptions.TimeoutError,
     redis.exceptions.OutOfMemoryError,
     redis.exceptions.ReadOnlyError,
     redis.exceptions.TryAgainError,
     redis.exceptions.ClusterDownError,
-    OSError,
 )
+#: What a worker treats as "not now": those, and a socket's own error. The work that met
+#: one is tried again later, never dropped.
+INFRA_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, OSError)
 
 
 class Unreachable(DuetError):
