@@ -88,3 +88,31 @@ def test_a_resumed_cancelled_run_is_counted_once_in_the_batch_spend(batch: Batch
     _finish(first, "approved")
     p = batch.progress()
     assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (1, 0.5, 120, 2)
+
+
+def test_resuming_a_run_cancelled_before_it_spent_anything(
+    redis_client: Any, redis_url: str
+) -> None:
+    """A cancelled run with zero usage re-opens: the batch's counters are not given a
+    "-0" (which HINCRBY refuses as not an integer)."""
+    import json as _json
+
+    import redis as _redis
+
+    from orchestration.state import keys as _keys
+    from orchestration.state.runs import RunRecord as _RunRecord
+    from orchestration.state.runs import RunStore as _RunStore
+
+    decoded = _redis.Redis.from_url(redis_url, decode_responses=True)
+    store = _RunStore(decoded, finished_ttl_s=600)
+    redis_client.hset(_keys.batch("b0"), mapping={"batch_id": "b0", "total": 1})
+    pipe = redis_client.pipeline(transaction=False)
+    store.create_runs([_RunRecord(run_id="r0", spec_id="s", prompt="p", batch_id="b0")], pipe)
+    pipe.execute()
+    run = decoded.hgetall(_keys.run("r0"))
+    zero = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0, "calls": 0}
+    assert store.record_finish(run, 0, "cancelled", reason="cancelled", error=None,
+                               usage=zero, events=[]) == 1  # fmt: skip
+    assert store.resume_point("r0")[0] == "coordinate"  # re-opened (before: a script error)
+    batch = redis_client.hgetall(_keys.batch("b0"))
+    assert int(batch[b"done"]) == 0 and _json.loads(redis_client.hget(_keys.run("r0"), "usage"))

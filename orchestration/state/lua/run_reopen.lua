@@ -16,10 +16,13 @@ if st[1] == 'cancelled' then
     -- The run's spend so far is counted again, in full, when it finishes again.
     local ok, u = pcall(cjson.decode, redis.call('HGET', run, 'usage') or '{}')
     if ok and type(u) == 'table' then
-      redis.call('HINCRBYFLOAT', batch, 'usd', -(tonumber(u['usd']) or 0))
-      redis.call('HINCRBY', batch, 'tokens',
-                 -((tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)))
-      redis.call('HINCRBY', batch, 'calls', -(tonumber(u['calls']) or 0))
+      -- A zero is skipped: Lua writes -0 as "-0", which HINCRBY refuses as not an integer.
+      local usd = tonumber(u['usd']) or 0
+      local tokens = (tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)
+      local calls = tonumber(u['calls']) or 0
+      if usd ~= 0 then redis.call('HINCRBYFLOAT', batch, 'usd', -usd) end
+      if tokens ~= 0 then redis.call('HINCRBY', batch, 'tokens', -tokens) end
+      if calls ~= 0 then redis.call('HINCRBY', batch, 'calls', -calls) end
     end
   end
   redis.call('XADD', events, '*', 'e', ARGV[1])
