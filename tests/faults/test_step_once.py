@@ -39,8 +39,11 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
     with EmbeddedRedis() as server, FakeLLM() as llm, contextlib.ExitStack() as stack:
+        # The sweep on (15 s): a message a worker's BRPOP took as its connection was killed
+        # is gone from the broker, and only the sweep sends that run on (RELIABILITY.md).
         env = {"OPENAI_API_KEY": "sk-test-once", "DUET_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
-               "DUET_STEP_LEASE_S": "6", "DUET_REDIS_SOCKET_TIMEOUT_S": "6"}  # fmt: skip
+               "DUET_STEP_LEASE_S": "6", "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
+               "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
         for name in ("once1", "once2"):
             stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name=name))
         stack.enter_context(client_pointed_at(server.url))
