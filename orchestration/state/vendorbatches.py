@@ -18,52 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestration.state import keys
-
-# KEYS: request, pending, collect marker. ARGV: member, request JSON, TTL s, gather ms.
-# Returns {new, schedule}: whether the request was parked now (not by an earlier
-# delivery) and whether the caller should schedule the group's collector.
-_PARK = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local new = 0
-if redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', ARGV[3]) then
-  redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1])
-  new = 1
-end
-local schedule = 0
-if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then schedule = 1 end
-return {new, schedule}
-"""
-
-# KEYS: pending, taking, collect marker. ARGV: max requests, gather ms, reclaim ms.
-# Returns {'empty'} | {'wait', ms} | {'take', member...}.
-_TAKE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[3]))
-for _, m in ipairs(stale) do
-  redis.call('ZREM', KEYS[2], m)
-  redis.call('ZADD', KEYS[1], 'NX', now, m)
-end
-local n = redis.call('ZCARD', KEYS[1])
-if n == 0 then
-  redis.call('DEL', KEYS[3])
-  return {'empty'}
-end
-local oldest = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
-local waited = now - oldest
-if n < tonumber(ARGV[1]) and waited < tonumber(ARGV[2]) then
-  return {'wait', tonumber(ARGV[2]) - waited}
-end
-local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-redis.call('ZREM', KEYS[1], unpack(members))
-for _, m in ipairs(members) do redis.call('ZADD', KEYS[2], now, m) end
-redis.call('DEL', KEYS[3])
-local out = {'take'}
-for _, m in ipairs(members) do out[#out + 1] = m end
-return out
-"""
+from orchestration.state import keys, scripts
 
 
 def member(run_id: str, step_key: str) -> str:
@@ -105,8 +60,8 @@ class VendorBatchStore:
     def __init__(self, redis_client: Any, *, ttl_s: int = keys.DEFAULT_FINISHED_TTL_S) -> None:
         self.r = redis_client
         self.ttl_s = ttl_s
-        self._park = redis_client.register_script(_PARK)
-        self._take = redis_client.register_script(_TAKE)
+        self._park = scripts.register(redis_client, "vendor_park")
+        self._take = scripts.register(redis_client, "vendor_take")
 
     # --- steps ----------------------------------------------------------------------
     def park(self, group: str, run_id: str, step_key: str, request: dict[str, Any],
