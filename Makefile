@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench worker flower clean
+.PHONY: demo test test-fast reliability lint bench worker flower clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ test: $(STAMP)
 ## test-fast: pure and Redis-logic tests only
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/pure tests/redis
+
+## reliability: every fault and bad-input test (those that record a row), then
+## docs/RELIABILITY.md rendered from their rows (a failed test shows there as failed)
+reliability: $(STAMP)
+	$(BIN)/python -m pytest -rA -m reliability tests; status=$$?; \
+	  $(BIN)/python -m tests.reliability render && exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestration workers duet tests bench
@@ -47,4 +53,4 @@ flower: $(STAMP)
 	$(BIN)/celery -A workers flower --port=5555 --address=127.0.0.1
 
 clean:
-	rm -rf $(VENV) bench/.venv-ref results.jsonl .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) bench/.venv-ref results.jsonl .pytest_cache .ruff_cache .mypy_cache .reliability

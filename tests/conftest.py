@@ -8,6 +8,16 @@ from collections.abc import Iterator
 
 import pytest
 
+# The rows of docs/RELIABILITY.md: the `reliability` fixture and the hooks that keep each
+# row's outcome and write them at the end of the session (tests/reliability.py).
+from tests.reliability import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_sessionfinish,
+    reliability,
+)
+
 #: Tests keep their data apart from anything else on the server: their own db number.
 TEST_DB = int(os.environ.get("DUET_TEST_REDIS_DB", "13"))
 
