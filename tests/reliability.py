@@ -46,14 +46,13 @@ MARKER = "<!-- the faults-tried tables go here -->"
 BEGIN, END = "<!-- generated: begin -->", "<!-- generated: end -->"
 FIXTURE = "reliability"
 #: The doc's sections, in order; a row names one of them.
-SECTIONS = (
-    "Secrets",
-    "Redis and the clients",
-    "The embedded default",
-    "Packaging",
-    "Untrusted model output",
-    "The engine: runs, steps, model calls, budgets",
-)
+SECRETS = "Secrets"
+CLIENTS = "Redis and the clients"
+EMBEDDED = "The embedded default"
+PACKAGING = "Packaging"
+MODEL_OUTPUT = "Untrusted model output"
+ENGINE = "The engine: runs, steps, model calls, budgets"
+SECTIONS = (SECRETS, CLIENTS, EMBEDDED, PACKAGING, MODEL_OUTPUT, ENGINE)
 
 
 def out_path() -> Path:
@@ -288,9 +287,12 @@ def _merged(rows: list[dict[str, Any]]) -> str:
     lost = list(dict.fromkeys(_lost(r) for r in rows))
     if len(lost) > 1:
         lost = [f"{_label(r, same)}: {_lost(r)}" for r in rows]
-    load = (
-        loads[0] if len(loads) == 1 else "; ".join(f"{_label(r, same)}: {r['load']}" for r in rows)
-    )
+    if len(loads) == 1:
+        load = loads[0]
+    elif same:  # a parametrized test: its cases' loads
+        load = ", ".join(loads)
+    else:
+        load = "; ".join(f"{_label(r, same)}: {r['load']}" for r in rows)
     before = rows[0]["before"]
     lost_text = "<br>".join(_cell(t) for t in lost)
     if before:

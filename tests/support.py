@@ -126,3 +126,10 @@ def stored_calls(redis_url: str, run_ids: list[str]) -> int:
         )
     finally:
         client.close()
+
+
+def swept_runs(logs: list[str]) -> int:
+    """Runs the periodic sweep sent on, from the workers' logs (its WARNING lines)."""
+    import re
+
+    return sum(int(n) for log in logs for n in re.findall(r"sweep: (\d+) runs had stopped", log))

@@ -21,12 +21,14 @@ from orchestration import Agent, Team
 from orchestration.client.handles import RunHandle, producer
 from orchestration.core import events as ev
 from orchestration.state.keys import TASK_GENERATE
+from tests.reliability import ENGINE, Reliability, lost_of
 from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]
 
 #: The broker gives an unacknowledged message to another worker after this (seconds).
 VISIBILITY_S = 5
+WORKERS, THREADS, LEASE_S = 2, 16, 6
 
 
 @dataclass
@@ -42,10 +44,11 @@ def fleet() -> Iterator[Fleet]:
         # The sweep on (15 s): a message a worker's BRPOP took as its connection was killed
         # is gone from the broker, and only the sweep sends that run on (RELIABILITY.md).
         env = {"OPENAI_API_KEY": "sk-test-once", "DUET_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
-               "DUET_STEP_LEASE_S": "6", "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
+               "DUET_STEP_LEASE_S": str(LEASE_S), "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
                "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
-        for name in ("once1", "once2"):
-            stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name=name))
+        for n in range(WORKERS):
+            stack.enter_context(celery_worker(server.url, env=env, concurrency=THREADS,
+                                              name=f"once{n}"))  # fmt: skip
         stack.enter_context(client_pointed_at(server.url))
         yield Fleet(server.url, llm, redis.Redis(port=server.port))
 
@@ -67,19 +70,42 @@ def requests_and_stored(fleet: Fleet, handles: list[RunHandle]) -> tuple[int, in
     return requests, stored_calls(fleet.url, [h.run_id for h in handles])
 
 
-def test_a_call_slower_than_the_visibility_timeout(fleet: Fleet) -> None:
+def lost(statuses: list[str], requests: int, stored: int) -> str:
+    """What a case lost: runs not approved, and model calls beyond one per stored step."""
+    unfinished = len(statuses) - statuses.count("approved")
+    extra = max(requests - stored, 0)
+    parts = [lost_of(unfinished, len(statuses), "runs not approved"),
+             lost_of(extra, requests, "requests beyond one per stored call")]  # fmt: skip
+    found = [p for p in parts if p != "nothing"]
+    summary = "; ".join(found) if found else "nothing"
+    return f"{summary}: {requests} requests for {stored} stored calls, " \
+        f"{statuses.count('approved')} of {len(statuses)} runs approved"  # fmt: skip
+
+
+def test_a_call_slower_than_the_visibility_timeout(fleet: Fleet, reliability: Reliability) -> None:
     fleet.llm.reset()
     fleet.llm.set_faults(latency_ms=8000)  # 8 s calls, 5 s visibility timeout
     handles = [team(fleet.llm).submit(f"slow {n}") for n in range(6)]
     statuses = finish(handles, 120)
     requests, stored = requests_and_stored(fleet, handles)
     print(f"8 s calls, {VISIBILITY_S} s visibility: {requests} requests for {stored} stored calls")
+    reliability.record(
+        section=ENGINE,
+        fault=f"A model call slower than the broker's visibility timeout: 8 s calls, visibility "
+        f"{VISIBILITY_S} s (the broker gives each in-flight message to the other worker "
+        "mid-call; the second delivery finds the live claim, checks back, and hands over once "
+        "the answer is stored)",
+        load=f"{len(handles)} runs (2 calls each) on {WORKERS} worker processes × {THREADS} "
+        f"threads, lease {LEASE_S} s",
+        lost=lost(statuses, requests, stored),
+        before="issue 9 (12 s calls, 10 s timeout): 48 provider calls for 24 steps",
+    )
     assert statuses == ["approved"] * 6
     assert stored == 12
     assert requests == stored
 
 
-def test_a_connection_blip_mid_call(fleet: Fleet) -> None:
+def test_a_connection_blip_mid_call(fleet: Fleet, reliability: Reliability) -> None:
     fleet.llm.reset()
     fleet.llm.set_faults(latency_ms=3000)
     handles = [team(fleet.llm).submit(f"blip {n}") for n in range(8)]
@@ -89,11 +115,21 @@ def test_a_connection_blip_mid_call(fleet: Fleet) -> None:
     statuses = finish(handles, 120)
     requests, stored = requests_and_stored(fleet, handles)
     print(f"CLIENT KILL of {killed} connections mid-call: {requests} requests for {stored}")
+    reliability.record(
+        section=ENGINE,
+        fault="A Redis connection blip mid-call: `CLIENT KILL TYPE normal` (every worker and "
+        "broker connection) during 3 s calls",
+        load=f"{len(handles)} runs on the same fleet; {killed} connections killed",
+        lost=lost(statuses, requests, stored),
+        before="issue 9 (5 s calls): 8 steps called twice",
+    )
     assert statuses == ["approved"] * 8
     assert requests == stored == 16
 
 
-def test_the_same_step_message_twice_with_one_task_id(fleet: Fleet) -> None:
+def test_the_same_step_message_twice_with_one_task_id(
+    fleet: Fleet, reliability: Reliability
+) -> None:
     fleet.llm.reset()
     fleet.llm.set_faults(latency_ms=1500)
     handles = [team(fleet.llm).submit(f"twice {n}") for n in range(4)]
@@ -110,8 +146,16 @@ def test_the_same_step_message_twice_with_one_task_id(fleet: Fleet) -> None:
     statuses = finish(handles, 60)
     requests, stored = requests_and_stored(fleet, handles)
     print(f"a step published twice with one id, 4 runs: {requests} requests for {stored}")
+    starts = [sum(e.type == ev.ACTOR_STARTED for e in h.result(timeout=5).events) for h in handles]
+    reliability.record(
+        section=ENGINE,
+        fault="The same step message published twice more with one task id while the step's "
+        "call is in flight",
+        load=f"{len(handles)} runs, 1.5 s calls, {2 * len(handles)} extra copies",
+        lost=f"{lost(statuses, requests, stored)}; `actor_started` per step: "
+        f"{', '.join(map(str, starts))}",
+        before="issue 9: 3 model calls for one step",
+    )
     assert statuses == ["approved"] * 4
     assert requests == stored == 8
-    for handle in handles:
-        starts = [e for e in handle.result(timeout=5).events if e.type == ev.ACTOR_STARTED]
-        assert len(starts) == 1
+    assert starts == [1] * len(handles)

@@ -12,6 +12,7 @@ from packaging.requirements import Requirement
 
 from orchestration.core.errors import ConfigError
 from orchestration.state import broker
+from tests.reliability import PACKAGING, Reliability, lost_of
 from tests.support import ROOT
 from workers import celery_ext
 
@@ -23,19 +24,34 @@ def _requirements(extra: str | None = None) -> list[Requirement]:
 
 
 ALL = _requirements() + _requirements("test")
+#: The row of docs/RELIABILITY.md the pin and image checks record.
+UNPINNED = (
+    "A dependency without an upper bound, or installed outside its pin; a package the image "
+    "does not copy"
+)
 
 
 @pytest.mark.parametrize("req", ALL, ids=lambda r: r.name)
-def test_every_dependency_has_an_upper_bound(req: Requirement) -> None:
-    assert any(spec.operator in ("<", "<=", "==", "~=") for spec in req.specifier), str(req)
+def test_every_dependency_has_an_upper_bound(reliability: Reliability, req: Requirement) -> None:
+    bounded = any(spec.operator in ("<", "<=", "==", "~=") for spec in req.specifier)
+    reliability.record(section=PACKAGING, fault=UNPINNED,
+                       load=f"{len(ALL)} dependencies in `pyproject.toml`: their upper bounds",
+                       lost="nothing" if bounded else f"`{req}` has no upper bound")  # fmt: skip
+    assert bounded, str(req)
 
 
 @pytest.mark.parametrize("req", ALL, ids=lambda r: r.name)
-def test_the_installed_release_is_inside_the_pin(req: Requirement) -> None:
+def test_the_installed_release_is_inside_the_pin(
+    reliability: Reliability, req: Requirement
+) -> None:
     if req.marker is not None and not req.marker.evaluate():
         pytest.skip(f"{req} does not apply here")
     version = importlib.metadata.version(req.name)
-    assert req.specifier.contains(version, prereleases=True), f"{req.name} {version} vs {req}"
+    inside = req.specifier.contains(version, prereleases=True)
+    reliability.record(section=PACKAGING, fault=UNPINNED,
+                       load=f"{len(ALL)} dependencies: the installed releases",
+                       lost="nothing" if inside else f"{req.name} {version} is outside `{req}`")  # fmt: skip
+    assert inside, f"{req.name} {version} vs {req}"
 
 
 def test_celery_comes_with_its_redis_extra() -> None:
@@ -67,26 +83,41 @@ def test_the_installed_celery_and_kombu_pass_the_start_check() -> None:
         ("5.7.1", ["celery.worker.consumer.consumer.Consumer._flush_events"],
          "celery 5.7.1 is installed and lacks celery.worker.consumer.consumer.Consumer._flush_events"),
     ],
+    ids=["newer", "older", "lacking-a-name"],
 )  # fmt: skip
 def test_an_untested_release_is_refused_with_what_to_install(
-    version: str, missing: list[str], message: str
+    reliability: Reliability, version: str, missing: list[str], message: str
 ) -> None:
-    with pytest.raises(ConfigError) as caught:
+    try:
         broker.check_release("celery", version, celery_ext.CELERY_TESTED, missing)
-    assert str(caught.value).startswith(message)
+        refused = None
+    except ConfigError as exc:
+        refused = str(exc)
+    reliability.record(
+        section=PACKAGING,
+        fault="A Celery or kombu release outside the tested pins, or one missing a private "
+        "name Duet overrides",
+        load=f"the start check of a worker or client, on celery {version}"
+        + (f" lacking `{missing[0].rsplit('.', 1)[-1]}`" if missing else ""),
+        lost=f"nothing: refused at start: `{refused}`" if refused else "started: not refused",
+    )
+    assert refused is not None and refused.startswith(message)
 
 
 def test_a_tested_release_passes() -> None:
     broker.check_release("kombu", "5.7.3", broker.KOMBU_TESTED, [])
 
 
-def test_the_image_copies_every_package_the_wheel_holds() -> None:
+def test_the_image_copies_every_package_the_wheel_holds(reliability: Reliability) -> None:
     # The Dockerfile builds the wheel from what it copied: a package left out (and its
     # console script) would be missing from the image with no error at build time.
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = [p.rstrip("*") for p in config["tool"]["setuptools"]["packages"]["find"]["include"]]
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
-    for package in packages:
-        assert re.search(rf"^COPY {package} \./{package}$", dockerfile, re.M), package
-        assert f"!{package}/" in ignore, package
+    left_out = [p for p in packages
+                if not re.search(rf"^COPY {p} \./{p}$", dockerfile, re.M) or f"!{p}/" not in ignore]  # fmt: skip
+    reliability.record(section=PACKAGING, fault=UNPINNED,
+                       load=f"the {len(packages)} packages of the wheel, `deploy/Dockerfile`",
+                       lost=lost_of(len(left_out), len(packages), "packages not in the image"))  # fmt: skip
+    assert left_out == []

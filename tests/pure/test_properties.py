@@ -15,11 +15,30 @@ from hypothesis import strategies as st
 
 from orchestration.core.critique import CriticOutput, parse_critique, parse_score
 from orchestration.core.templates import KNOWN_PLACEHOLDERS, fill_template
+from tests.reliability import MODEL_OUTPUT, Reliability
 
 #: The issue parse_critique returns only when something inside it raised.
 UNREADABLE = "unreadable critic reply"
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: The `reliability` fixture counts the cases of the whole test: it is meant to outlive
+#: each example.
+PROPERTY = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+#: The rows of docs/RELIABILITY.md these properties count cases for.
+CRITIC_REPLIES = (
+    "Arbitrary critic replies: any text, any bytes, critic-like fragments (fences, braces, "
+    "`Score:`, `NaN`, `1e309`), any JSON value as score / issues / summary inside prose or a "
+    "fence. The property: `parse_critique` never raises and never reaches its last-resort "
+    "handler; the score is finite and in [0, 1]; a JSON score in [0, 1] is read exactly"
+)
+TEMPLATES = (
+    "Arbitrary prompt templates (stray braces, `{0}`, `{prompt!r}`, `{prompt[0]}`, JSON "
+    "examples) and values (including text holding `{prompt}`). The property: `fill_template` "
+    "never raises; values are inserted once, verbatim"
+)
 
 # Text that looks like what critics write: JSON punctuation, score words and numbers,
 # fences, quotes and braces, mixed with arbitrary unicode.
@@ -54,14 +73,20 @@ def _check(out: CriticOutput) -> None:
 @example('{"score": 1e999}')
 @example('{"score": "7/0"}')
 @example("{" * 5000)
-def test_parse_critique_on_any_text_gives_a_score_in_range(text: str) -> None:
-    _check(parse_critique(text))
+def test_parse_critique_on_any_text_gives_a_score_in_range(
+    reliability: Reliability, text: str
+) -> None:
+    with reliability.case(section=MODEL_OUTPUT, fault=CRITIC_REPLIES):
+        _check(parse_critique(text))
 
 
 @PROPERTY
 @given(st.binary())
-def test_parse_critique_on_any_bytes_gives_a_score_in_range(data: bytes) -> None:
-    _check(parse_critique(data))
+def test_parse_critique_on_any_bytes_gives_a_score_in_range(
+    reliability: Reliability, data: bytes
+) -> None:
+    with reliability.case(section=MODEL_OUTPUT, fault=CRITIC_REPLIES):
+        _check(parse_critique(data))
 
 
 @PROPERTY
@@ -74,28 +99,39 @@ def test_parse_critique_on_any_bytes_gives_a_score_in_range(data: bytes) -> None
     fenced=st.booleans(),
 )
 def test_parse_critique_on_any_json_object_in_prose(
-    score: object, issues: object, summary: object, before: str, after: str, fenced: bool
+    reliability: Reliability,
+    score: object,
+    issues: object,
+    summary: object,
+    before: str,
+    after: str,
+    fenced: bool,
 ) -> None:
-    body = json.dumps({"score": score, "issues": issues, "summary": summary})
-    if fenced:
-        body = f"```json\n{body}\n```"
-    _check(parse_critique(f"{before}\n{body}\n{after}"))
+    with reliability.case(section=MODEL_OUTPUT, fault=CRITIC_REPLIES):
+        body = json.dumps({"score": score, "issues": issues, "summary": summary})
+        if fenced:
+            body = f"```json\n{body}\n```"
+        _check(parse_critique(f"{before}\n{body}\n{after}"))
 
 
 @PROPERTY
 @given(st.floats(min_value=0.0, max_value=1.0), st.text(max_size=40))
-def test_a_json_score_in_range_is_read_exactly(score: float, prose: str) -> None:
-    reply = json.dumps({"score": score, "issues": [prose], "summary": "s"})
-    out = parse_critique(reply)
-    assert out.score == score
-    assert out.issues == ([prose.strip()] if prose.strip() else [])
+def test_a_json_score_in_range_is_read_exactly(
+    reliability: Reliability, score: float, prose: str
+) -> None:
+    with reliability.case(section=MODEL_OUTPUT, fault=CRITIC_REPLIES):
+        reply = json.dumps({"score": score, "issues": [prose], "summary": "s"})
+        out = parse_critique(reply)
+        assert out.score == score
+        assert out.issues == ([prose.strip()] if prose.strip() else [])
 
 
 @PROPERTY
 @given(JSON_VALUES)
-def test_parse_score_on_any_value_is_in_range(value: object) -> None:
-    score = parse_score(value)
-    assert 0.0 <= score <= 1.0 and math.isfinite(score)
+def test_parse_score_on_any_value_is_in_range(reliability: Reliability, value: object) -> None:
+    with reliability.case(section=MODEL_OUTPUT, fault=CRITIC_REPLIES):
+        score = parse_score(value)
+        assert 0.0 <= score <= 1.0 and math.isfinite(score)
 
 
 PLACEHOLDER_VALUES = st.fixed_dictionaries(
@@ -139,25 +175,32 @@ TEMPLATE_TEXT = st.one_of(
 @example("{prompt", {"prompt": "x"})
 @example("{prompt[0]}", {"prompt": ""})
 @example("{output}", {"output": "{prompt}", "prompt": "P"})
-def test_fill_template_on_any_template_never_raises(template: str, values: dict) -> None:
-    filled = fill_template(template, **values)
-    assert isinstance(filled, str)
+def test_fill_template_on_any_template_never_raises(
+    reliability: Reliability, template: str, values: dict
+) -> None:
+    with reliability.case(section=MODEL_OUTPUT, fault=TEMPLATES):
+        filled = fill_template(template, **values)
+        assert isinstance(filled, str)
 
 
 @PROPERTY
 @given(st.text().filter(lambda t: "{" not in t and "}" not in t), PLACEHOLDER_VALUES)
-def test_a_template_without_braces_is_returned_unchanged(template: str, values: dict) -> None:
-    assert fill_template(template, **values) == template
+def test_a_template_without_braces_is_returned_unchanged(
+    reliability: Reliability, template: str, values: dict
+) -> None:
+    with reliability.case(section=MODEL_OUTPUT, fault=TEMPLATES):
+        assert fill_template(template, **values) == template
 
 
 @PROPERTY
 @given(st.text(), st.text(), st.text())
 def test_values_are_inserted_verbatim_and_never_filled_again(
-    prompt: str, output: str, literal: str
+    reliability: Reliability, prompt: str, output: str, literal: str
 ) -> None:
-    # A single-brace JSON example makes str.format fail: the fallback fills placeholders
-    # once, so a value holding "{prompt}" (model output is untrusted) stays as written.
-    template = '{"score": 0..1}\n' + literal.replace("{", "(").replace("}", ")")
-    template += "\n{prompt}\n{output}"
-    filled = fill_template(template, prompt=prompt, output=output)
-    assert filled.endswith(f"\n{prompt}\n{output}")
+    with reliability.case(section=MODEL_OUTPUT, fault=TEMPLATES):
+        # A single-brace JSON example makes str.format fail: the fallback fills placeholders
+        # once, so a value holding "{prompt}" (model output is untrusted) stays as written.
+        template = '{"score": 0..1}\n' + literal.replace("{", "(").replace("}", ")")
+        template += "\n{prompt}\n{output}"
+        filled = fill_template(template, prompt=prompt, output=output)
+        assert filled.endswith(f"\n{prompt}\n{output}")

@@ -7,10 +7,15 @@ import logging
 
 import pytest
 
+from tests.reliability import SECRETS, Reliability, lost_of
 from workers import secrets
 from workers.providers.base import Provider
 
 KEY = "plain.looking.value.8c1f"
+FAULT = (
+    "A log line and a chained traceback quoting a key value; the same through Python's "
+    "last-resort handler (what `duet run`'s in-process worker logs through)"
+)
 
 
 def test_the_default_key_variables_are_secret(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,7 +48,9 @@ def test_short_values_are_not_searched_for(monkeypatch: pytest.MonkeyPatch) -> N
     assert secrets.redact("x marks the spot") == "x marks the spot"
 
 
-def test_log_lines_and_chained_tracebacks_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_log_lines_and_chained_tracebacks_are_redacted(
+    monkeypatch: pytest.MonkeyPatch, reliability: Reliability
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -62,16 +69,32 @@ def test_log_lines_and_chained_tracebacks_are_redacted(monkeypatch: pytest.Monke
         logger.exception("call failed with %s", KEY)
     logger.removeHandler(handler)
     text = stream.getvalue()
+    reliability.record(
+        section=SECRETS,
+        fault=FAULT,
+        load="unit: a log line quoting the key, with a chained traceback quoting it",
+        lost=f"{lost_of(text.count(KEY), 2, 'quotes of the key left in the log')}: "
+        f"{text.count('[REDACTED]')} `[REDACTED]` in its place",
+    )
     assert "call failed with [REDACTED]" in text
     assert "vendor echoed [REDACTED]" in text  # the chained exception, redacted
     assert KEY not in text
 
 
-def test_the_last_resort_handler_is_redacted_too(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_resort_handler_is_redacted_too(
+    monkeypatch: pytest.MonkeyPatch, reliability: Reliability
+) -> None:
     # `duet run` (embedded worker) prints warnings through Python's last-resort handler.
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     secrets.redact_process_logs()
     assert logging.lastResort is not None
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "saw %s", (KEY,), None)
     assert all(f.filter(record) for f in logging.lastResort.filters)
-    assert record.getMessage() == "saw [REDACTED]"
+    message = record.getMessage()
+    reliability.record(
+        section=SECRETS,
+        fault=FAULT,
+        load="unit: a record quoting the key through the last-resort handler",
+        lost=f"{lost_of(message.count(KEY), 1, 'quotes of the key left')}: `{message}`",
+    )
+    assert message == "saw [REDACTED]"
