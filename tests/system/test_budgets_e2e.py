@@ -13,6 +13,7 @@ from orchestration.client.handles import store
 from orchestration.core import events as ev
 from orchestration.core.budget import Budget
 from orchestration.state.budgets import BudgetLedger
+from tests.reliability import ENGINE, Reliability
 from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
@@ -182,7 +183,7 @@ def test_vendor_429_pauses_the_whole_fleet(isolated_url: str, fake_llm: Any) -> 
 
 
 def test_dead_workers_reservation_is_charged_after_its_lease(
-    isolated_url: str, fake_llm: Any
+    isolated_url: str, fake_llm: Any, reliability: Reliability
 ) -> None:
     """kill -9 mid-call: the call may have been billed (the stand-in got it), so when the
     dead worker's hold runs out it is charged, in full, not released."""
@@ -210,8 +211,22 @@ def test_dead_workers_reservation_is_charged_after_its_lease(
         state = wait_for(
             lambda: (s := ledger.get(scope)).open_reservations == 0 and s, 20, "the lease to expire"
         )
+        served = fake_llm.stats()["requests"] - before
+        uncharged = max(served - state.spent.calls, 0)
+        reliability.record(
+            section=ENGINE,
+            fault="A worker killed (`SIGKILL`) with one call in flight (its run with a budget of "
+            "its own), no other worker: its hold must be charged when its lease (5 s) runs out",
+            load="1 run, 20 s call",
+            lost=f"{'nothing' if uncharged == 0 else f'{uncharged} served calls uncharged'}: the "
+            f"stand-in served {served} call(s); the budget charged {state.spent.calls} call(s) "
+            f"and {state.spent.tokens:,} tokens (the hold was {held:,}); "
+            f"{state.reserved.tokens} tokens still held",
+            before="a dead worker's hold was released, so a call the vendor billed was charged "
+            "nothing",
+        )
         assert state.reserved.tokens == 0
         assert state.spent.tokens == held
-        assert state.spent.calls == 1 == fake_llm.stats()["requests"] - before
+        assert state.spent.calls == 1 == served
     finally:
         fake_llm.set_faults(latency_ms=0)
