@@ -282,9 +282,12 @@ def run_key_bytes(client: Any, run_ids: list[str]) -> dict[str, float]:
             name = key.decode()
             if name.startswith("duet:conv:"):
                 kind = "conversations"
+            elif name.startswith("duet:settled:"):
+                kind = "settled markers"
             else:
                 kind = name.split(f"{{{run_id}}}")[-1].lstrip(":") or "record"
-            totals[kind] = totals.get(kind, 0) + int(client.memory_usage(key) or 0)
+            # SAMPLES 0: every field and entry counted, not an estimate from five
+            totals[kind] = totals.get(kind, 0) + int(client.memory_usage(key, samples=0) or 0)
     return {k: v / max(1, len(run_ids)) for k, v in sorted(totals.items())}
 
 
