@@ -8,7 +8,11 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from orchestration.state.keys import DEFAULT_FINISHED_TTL_S, DEFAULT_STEP_LEASE_S
+from orchestration.state.keys import (
+    DEFAULT_FINISHED_TTL_S,
+    DEFAULT_PROCESS_TTL_S,
+    DEFAULT_STEP_LEASE_S,
+)
 
 
 class Settings(BaseSettings):
@@ -25,6 +29,10 @@ class Settings(BaseSettings):
     finished_ttl_s: int = Field(default=DEFAULT_FINISHED_TTL_S, ge=60)
     #: Seconds a step's claim (and budget reservation) outlives a worker that died.
     step_lease_s: int = Field(default=DEFAULT_STEP_LEASE_S, ge=5)
+    #: Seconds a worker process counts as alive after its last sign of life (it renews
+    #: it every third of this): a step claimed by a process gone this long is taken over
+    #: at once (by a redelivery, a resume or the sweep), without waiting for the lease.
+    process_ttl_s: int = Field(default=DEFAULT_PROCESS_TTL_S, ge=2)
     #: Seconds between two sweeps for runs that stopped moving (one worker sweeps at a time).
     sweep_interval_s: float = Field(default=30.0, gt=0)
     #: Seconds an unfinished run may go without moving (and without a live call) before the

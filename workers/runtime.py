@@ -19,6 +19,7 @@ from celery.exceptions import Reject, Retry
 
 from orchestration.services.budgeting import Budgets
 from orchestration.services.coordinator import Coordinator, Dispatch
+from orchestration.services.liveness import Liveness
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
@@ -36,6 +37,7 @@ _lock = threading.RLock()
 _store: RunStore | None = None
 _coordinator: Coordinator | None = None
 _steps: StepService | None = None
+_liveness: Liveness | None = None
 
 
 def get_store() -> RunStore:
@@ -75,13 +77,26 @@ def get_steps() -> StepService:
     return _steps if _steps is not None else _build()[1]
 
 
+def get_liveness() -> Liveness:
+    """This process's liveness key (see :mod:`orchestration.services.liveness`)."""
+    global _liveness
+    if _liveness is None:
+        with _lock:
+            if _liveness is None:
+                _liveness = Liveness(get_store().r, get_settings().process_ttl_s)
+    return _liveness
+
+
 def reset() -> None:
     """Forget per-process state (after the Redis URL changed, or in a forked child)."""
-    global _store, _coordinator, _steps
+    global _store, _coordinator, _steps, _liveness
     with _lock:
+        if _liveness is not None:
+            _liveness.stop()
         _store = None
         _coordinator = None
         _steps = None
+        _liveness = None
 
 
 def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) -> None:

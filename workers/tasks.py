@@ -7,7 +7,6 @@ Messages carry ids only; content lives in Redis.
 from __future__ import annotations
 
 import logging
-import uuid
 
 from celery import Task
 
@@ -23,6 +22,7 @@ from workers.runtime import (
     failures_of,
     follow,
     get_coordinator,
+    get_liveness,
     get_steps,
     get_store,
     infra_retry,
@@ -48,11 +48,13 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
     """Body of the generate / critique / refine tasks.
 
     The claim is this delivery's own (a redelivered or duplicated message reuses the task
-    id). A Redis or broker error retries the task with backoff instead of failing it (a
-    failed task's message is acked: the run would be stranded).
+    id) and names this process, whose liveness key tells others whether it still lives.
+    A Redis or broker error retries the task with backoff instead of failing it (a failed
+    task's message is acked: the run would be stranded).
     """
-    claimant = f"{task.request.id or 'local'}:{uuid.uuid4().hex[:12]}"
+    claimant: str | None = None
     try:
+        claimant = get_liveness().claimant()
         outcome = get_steps().run(run_id, step_key, claimant=claimant, previous=claim_of(task),
                                   failures=failures_of(task))  # fmt: skip
         if isinstance(outcome, Park):  # a vendor_batch agent: the call goes in a vendor batch
@@ -60,7 +62,7 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
         else:
             follow(task, outcome)
     except INFRA_ERRORS as exc:
-        raise infra_retry(task, exc, claim=claimant) from None
+        raise infra_retry(task, exc, claim=claimant or claim_of(task) or None) from None
 
 
 def _step(task: Task, run_id: str, step_key: str) -> None:

@@ -159,6 +159,11 @@ class Budgets:
         if scopes:
             self.ledger.release(sid, scopes)
 
+    def charge_dead(self, sid: str, scopes: list[str]) -> None:
+        """Charge the hold of a call whose worker died (its step was taken over)."""
+        if scopes:
+            self.ledger.charge_hold(sid, scopes)
+
     def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float) -> float:
         """Seconds to wait before this call may go (0.0: it is counted and may go now).
 

@@ -10,9 +10,11 @@ A step whose result is already stored is not run again (a redelivered message). 
 delivery claims the step with a claim of its own (not the task id, which a redelivery and
 a duplicate message share): a delivery that finds another's live claim — a call in
 flight — leaves the step to it and asks to check again later (:class:`RetryLater`
-without a claim), so the model is called at most once at a time per step; when the
-claim's holder dies its claim runs out (:mod:`orchestration.services.leases` keeps live
-ones alive) and the next check takes the step over. A transient provider failure asks to be
+without a claim), so the model is called at most once at a time per step. A claim names
+its worker process: when that process is dead (its liveness key is gone, see
+:mod:`orchestration.services.liveness`) the step is taken over at once, and its dead
+call's budget hold is charged; a claim naming no process runs out after its lease
+(:mod:`orchestration.services.leases` keeps live ones alive). A transient provider failure asks to be
 retried with backoff; a permanent failure, or a transient one out of attempts, interrupts
 the agent with reason ``provider_error:<kind>`` and the scrubbed message as the run's
 error. Waiting for a rate limit or for budget room is a retry too, but not a failed
@@ -183,11 +185,20 @@ class StepService:
             if phase == "critique"
             else event_json(ev.ACTOR_STARTED, run_id, round_, phase=ev.ACTOR_PHASE[phase])
         )
-        start = store.begin_step(
-            run_id, key, claimant, self.settings.step_lease_s, started, previous
-        )
+        lease_s = self.settings.step_lease_s
+        start = store.begin_step(run_id, key, claimant, lease_s, started, previous)
+        dead = None
+        # A claim naming a dead process: the step is taken over now, not after its lease.
+        holder = start.holder if start.outcome == "busy" else None
+        if holder is not None and store.take_over(run_id, key, holder, claimant, lease_s):
+            dead = holder
+            start = store.begin_step(run_id, key, claimant, lease_s, started, previous)
         if start.outcome == "busy":  # another delivery's call is in flight: check later
             return RetryLater(self.check_s(), failures, "another delivery has the step")
+        if dead is not None and start.scopes:
+            # The dead call's outcome is unknown: its hold is charged now, not left to
+            # lapse (which would charge it too, a lease later, holding room meanwhile).
+            self.budgets.charge_dead(_hold_id(run_id, key, dead), list(start.scopes))
         if start.outcome in ("gone", "stop"):
             return None
         handover = Handover(run_id, step_index(phase, round_) + 1)

@@ -156,6 +156,7 @@ class BudgetLedger:
         self._settle = scripts.register(redis_client, "budget_settle")
         self._release = scripts.register(redis_client, "budget_release")
         self._renew = scripts.register(redis_client, "budget_renew")
+        self._charge = scripts.register(redis_client, "budget_charge")
         self._status = scripts.register(redis_client, "budget_status")
         self._get = scripts.register(redis_client, "budget_get")
         self._set_limits = scripts.register(redis_client, "budget_set_limits")
@@ -345,6 +346,17 @@ class BudgetLedger:
         _check_step(step_id)
         scopes = _check_scopes(scopes)
         return int(self._release(keys=_scope_keys(scopes), args=[step_id, len(scopes)])) > 0
+
+    def charge_hold(self, step_id: str, scopes: list[str]) -> bool:
+        """Charge a step's hold now, in full, as if its lease ran out (its call's worker
+        is dead: the vendor may have billed it).
+
+        Returns:
+            True when a hold existed in at least one scope.
+        """
+        _check_step(step_id)
+        scopes = _check_scopes(scopes)
+        return int(self._charge(keys=_scope_keys(scopes), args=[step_id, len(scopes)])) > 0
 
     def round_status(self, scopes: list[str], *, include_reserved: bool = False) -> BudgetStatus:
         """The budget check before a round, for all scopes in one round trip.

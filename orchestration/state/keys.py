@@ -46,6 +46,9 @@ DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 #: Seconds a step claim lives unless renewed: a worker renews the claims of its calls in
 #: flight (every third of this), so a worker that dies mid-call frees its step after this.
 DEFAULT_STEP_LEASE_S = 60
+#: Seconds a worker process's liveness key lives unless renewed (every third of this):
+#: a claim whose process has no such key is dead and taken over at once.
+DEFAULT_PROCESS_TTL_S = 10
 
 
 def spec(spec_id: str) -> str:
@@ -76,6 +79,12 @@ def run_events(run_id: str) -> str:
 def step_claim(run_id: str, step_key: str) -> str:
     """String with a lease: which worker is calling the model for this step now."""
     return f"{PREFIX}:run:{{{run_id}}}:claim:{step_key}"
+
+
+def process(process_id: str) -> str:
+    """String with a short TTL: worker process ``process_id`` is alive (it renews the key
+    every few seconds; see orchestration/state/processes.py)."""
+    return f"{PREFIX}:proc:{process_id}"
 
 
 def runs_moved() -> str:

@@ -22,6 +22,7 @@ from orchestration.core.results import FINISHED_STATUSES, RunResult, build_resul
 from orchestration.state import keys, scripts
 from orchestration.state.conversations import turn_prefix
 from orchestration.state.events import event_json
+from orchestration.state.processes import alive, process_of
 from orchestration.state.scripts import ScriptCall, run_scripts
 
 
@@ -54,6 +55,8 @@ class StepStart:
     #: The role's stored conversation turns (raw, oldest first); None when the step keeps
     #: no conversation.
     history: list[Any] | None = None
+    #: ``busy``: the claim found (whose process may be dead, see :meth:`RunStore.take_over`).
+    holder: str | None = None
 
 
 #: Fields of a stored step result kept in its compact outcome (see ``step_outcome``).
@@ -83,7 +86,8 @@ class StaleRun:
     current_step: str | None
     #: The current step's result is stored.
     stored: bool
-    #: The current step is claimed by a live delivery (its claim is being renewed).
+    #: The current step is claimed by a delivery that may be alive (its claim is being
+    #: renewed, and its process is alive).
     claimed: bool
     batch_id: str | None
 
@@ -124,6 +128,7 @@ class RunStore:
         self._complete = scripts.register(client, "step_complete")
         self._reopen = scripts.register(client, "run_reopen")
         self._renew = scripts.register(client, "step_renew")
+        self._take_over = scripts.register(client, "step_takeover")
         self._specs: dict[str, LoopSpec] = {}
 
     # --- specs ------------------------------------------------------------
@@ -346,11 +351,25 @@ class RunStore:
             args=[step_key, claimant, lease_s, started_event, previous],
         )
         if res[0] != "go":
-            return StepStart(res[0])
+            return StepStart(res[0], holder=res[1] if len(res) > 1 else None)
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
         paused = res[5] / 1000 if res[5] > 0 else 0.0
         history = res[7:] if len(res) > 6 else None
         return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history)
+
+    def take_over(
+        self, run_id: str, step_key: str, holder: str, claimant: str, lease_s: int
+    ) -> bool:
+        """Give the step's claim to ``claimant`` if it is still ``holder``'s and names a
+        process that is dead (its liveness key gone; atomically). False: the holder is
+        alive, names no process, or the claim changed meanwhile."""
+        process_id = process_of(holder)
+        if process_id is None:
+            return False
+        return bool(self._take_over(
+            keys=[keys.step_claim(run_id, step_key), keys.process(process_id)],
+            args=[holder, claimant, lease_s],
+        ))  # fmt: skip
 
     def complete_step(
         self,
@@ -410,8 +429,11 @@ class RunStore:
         records = pipe.execute()
         for run_id, (_, _, current, _) in zip(ids, records, strict=True):
             pipe.hexists(keys.run_steps(run_id), current or "")
-            pipe.exists(keys.step_claim(run_id, current or ""))
+            pipe.get(keys.step_claim(run_id, current or ""))
         found = pipe.execute()
+        # A claim whose process is dead is no live call (the step is taken over at once).
+        holders = [h for h in found[1::2] if h]
+        live = dict(zip(holders, alive(self.r, holders), strict=True))
         return [
             StaleRun(
                 run_id,
@@ -419,7 +441,7 @@ class RunStore:
                 int(seq or 0),
                 current or None,
                 bool(found[2 * n]),
-                bool(found[2 * n + 1]),
+                bool(found[2 * n + 1]) and live[found[2 * n + 1]],
                 batch or None,
             )  # fmt: skip
             for n, (run_id, (status, seq, current, batch)) in enumerate(

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -80,11 +81,14 @@ def test_a_worker_killed_mid_call(llm: FakeLLM) -> None:
 
 
 def test_duet_resume_right_after_a_worker_died_mid_call(llm: FakeLLM) -> None:
-    """No sweep (it would wait 10 minutes): ``duet resume`` of the batch, run as soon as
-    the worker is dead, sends the dead steps again; each takes its step over as soon as
-    the dead delivery's claim lapses (one lease), and every run finishes."""
-    env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": "5",
-           "DUET_SWEEP_AFTER_S": "600"}  # fmt: skip
+    """No sweep (it would wait 10 minutes) and a 5-minute lease: ``duet resume`` of the
+    batch, run as soon as the worker is dead, sends the dead steps again; each finds the
+    dead delivery's claim, sees that its process is gone (no liveness key) and takes the
+    step over at once, charging the dead call's hold. Every run finishes in seconds, far
+    inside the lease."""
+    lease_s = 300
+    env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": str(lease_s),
+           "DUET_SWEEP_AFTER_S": "600", "DUET_PROCESS_TTL_S": "3"}  # fmt: skip
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         stack.enter_context(client_pointed_at(server.url))
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
@@ -95,11 +99,13 @@ def test_duet_resume_right_after_a_worker_died_mid_call(llm: FakeLLM) -> None:
             actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
             critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
             max_rounds=1,
+            budget=Budget(max_tokens=1_000_000),
         )
         batch = team.submit_batch([f"task {n}" for n in range(4)])
         wait_for(lambda: llm.stats()["requests"] >= 4, 60, "the calls to be in flight")
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
+        killed = time.monotonic()
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
         resumed = subprocess.run(
             [sys.executable, "-m", "duet.cli", "resume", batch.batch_id],
@@ -108,9 +114,20 @@ def test_duet_resume_right_after_a_worker_died_mid_call(llm: FakeLLM) -> None:
         )  # fmt: skip
         assert resumed.returncode == 0, resumed.stderr
         assert "re-enqueued 4 unfinished run(s)" in resumed.stdout
-        wait_for(lambda: batch.progress()["done"] == 4, 60, "every run to finish")
+        wait_for(lambda: batch.progress()["done"] == 4, lease_s / 5, "every run to finish")
+        took = time.monotonic() - killed
         requests = llm.stats()["requests"]
-        stored = stored_calls(server.url, batch.run_ids())
-        print(f"duet resume after kill -9: 4/4 finished; {requests} requests, {stored} stored")
+        run_ids = batch.run_ids()
+        stored = stored_calls(server.url, run_ids)
+        ledger = BudgetLedger(store().r)
+        spent = [ledger.get(f"run:{r}") for r in run_ids]
+        charged = sum(s.spent.calls for s in spent)
+        print(f"duet resume after kill -9 (lease {lease_s} s): 4/4 finished {took:.1f} s after "
+              f"the kill; {requests} requests, {stored} stored; budgets charged {charged} "
+              f"calls, {sum(s.open_reservations for s in spent)} holds left")  # fmt: skip
         assert batch.progress()["counts"] == {"approved": 4}
-        assert requests == stored + 4
+        assert requests == stored + 4  # the 4 dead calls, and nothing else
+        # The dead calls' holds were charged when their steps were taken over, not left
+        # to their lease.
+        assert charged == requests
+        assert all(s.open_reservations == 0 for s in spent)

@@ -6,7 +6,8 @@
 -- The claim is one delivery's (ARGV[2], new for every delivery): another delivery of the
 -- same step — a duplicate, or a redelivery while the call is in flight — finds it 'busy'.
 -- A delivery that re-scheduled itself hands its claim on to the retry (ARGV[5], the
--- claim it held), so the retry takes it over at once.
+-- claim it held), so the retry takes it over at once. 'busy' names the holder (a claim
+-- whose process is dead is taken over by ``step_takeover``).
 local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
                       'current_step', 'seq', 'dispatched')
@@ -15,7 +16,7 @@ if st[1] ~= 'running' then return {'stop'} end
 if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
 if st[2] == '1' then return {'cancelled'} end
 local holder = redis.call('GET', claim)
-if holder and holder ~= ARGV[2] and holder ~= ARGV[5] then return {'busy'} end
+if holder and holder ~= ARGV[2] and holder ~= ARGV[5] then return {'busy', holder} end
 local input = redis.call('HGET', inputs, ARGV[1])
 if not input then return {'gone'} end
 redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])

@@ -1,0 +1,64 @@
+"""Which worker processes are alive, and the step claims they make.
+
+Every process that calls models keeps a liveness key (:func:`orchestration.state.keys.process`)
+with a short TTL, renewed every few seconds by one thread (see
+:mod:`orchestration.services.liveness`): one ``SET`` per process, never per call. A step
+claim names its process (``<process id>:<delivery>``), so a delivery that finds the step
+claimed can tell a live holder from a dead one: a claim whose process key is gone is
+taken over at once (:meth:`orchestration.state.runs.RunStore.take_over`), instead of after
+the claim's lease.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from orchestration.state import keys
+
+#: How a process id begins. A claim without it (made by an older worker, which kept no
+#: liveness key) is never presumed dead: it is left to its lease.
+MARK = "p."
+
+
+def new_process_id() -> str:
+    """An id for this process, unique across hosts and restarts (host, pid, random)."""
+    host = socket.gethostname().replace(":", "_")[:40]
+    return f"{MARK}{host}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+
+def new_claimant(process_id: str) -> str:
+    """A claim of its own for one delivery of a step, made by ``process_id``."""
+    return f"{process_id}:{uuid.uuid4().hex[:12]}"
+
+
+def process_of(claim: str) -> str | None:
+    """The process a claim names; None for a claim that names none (an older worker's)."""
+    process_id, sep, _ = claim.rpartition(":")
+    return process_id if sep and process_id.startswith(MARK) else None
+
+
+def mark_alive(client: Any, process_id: str, ttl_s: int) -> None:
+    """Note that ``process_id`` is alive for the next ``ttl_s`` seconds."""
+    client.set(keys.process(process_id), "1", ex=max(1, int(ttl_s)))
+
+
+def alive(client: Any, claims: Sequence[str]) -> list[bool]:
+    """For each claim, whether its process may still hold it (one round trip): its
+    liveness key exists, or the claim names no process (left to its lease)."""
+    procs = [process_of(c) for c in claims]
+    named = [p for p in procs if p is not None]
+    found: Iterator[Any] = iter(())
+    if named:
+        pipe = client.pipeline(transaction=False)
+        for p in named:
+            pipe.exists(keys.process(p))
+        found = iter(pipe.execute())
+    return [True if p is None else bool(next(found)) for p in procs]
+
+
+__all__ = ["MARK", "alive", "mark_alive", "new_claimant", "new_process_id",
+           "process_of"]  # fmt: skip

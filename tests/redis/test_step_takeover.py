@@ -1,0 +1,131 @@
+"""A step claimed by a dead worker process is taken over at once, on a real server.
+
+A claim names its process; the process keeps a liveness key with a short TTL. A delivery
+(or a resume, or the sweep) that finds the step claimed takes it over when that key is
+gone — atomically with the check, so a claim that changed meanwhile, or whose process is
+alive, is left — and the dead call's budget hold is charged, not released.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from orchestration.core.budget import Amount, Budget
+from orchestration.services.liveness import Liveness
+from orchestration.services.sweeper import Sweeper
+from orchestration.state import keys
+from orchestration.state.budgets import BudgetLedger
+from orchestration.state.processes import mark_alive, new_claimant, new_process_id, process_of
+from orchestration.state.runs import RunRecord, RunStore
+
+KEY = "r0.generate"
+
+
+@pytest.fixture
+def store(redis_client: Any, redis_url: str) -> Iterator[RunStore]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield RunStore(client, finished_ttl_s=600)
+    client.close()
+
+
+def _running(store: RunStore, run_id: str) -> None:
+    pipe = store.r.pipeline()
+    store.create_runs([RunRecord(run_id, "spec", "p", batch_id="b1")], pipe)
+    pipe.execute()
+    run = store.r.hgetall(keys.run(run_id))
+    assert store.record_step(run, 0, KEY, {"prompt": "p", "pause": "x"}, []) == 1
+
+
+def test_claims_name_their_process() -> None:
+    process_id = new_process_id()
+    claim = new_claimant(process_id)
+    assert process_of(claim) == process_id
+    assert new_claimant(process_id) != claim
+    # A claim made by an older worker (task id and a random part) names no process.
+    assert process_of("0c5b2f0e-4d1a-4c43-9f0b-6a1d2e3f4a5b:1a2b3c4d5e6f") is None
+    assert process_of("local") is None
+
+
+def test_a_dead_process_claim_is_taken_over_at_once(store: RunStore) -> None:
+    _running(store, "r1")
+    dead, live = new_process_id(), new_process_id()
+    mark_alive(store.r, live, 30)
+    held = new_claimant(dead)
+    assert store.begin_step("r1", KEY, held, 300, "{}").outcome == "go"
+
+    mine = new_claimant(live)
+    found = store.begin_step("r1", KEY, mine, 300, "{}")
+    assert (found.outcome, found.holder) == ("busy", held)
+    # A stale view of the claim takes nothing.
+    assert not store.take_over("r1", KEY, new_claimant(dead), mine, 300)
+    assert store.take_over("r1", KEY, held, mine, 300)
+    assert store.r.get(keys.step_claim("r1", KEY)) == mine
+    assert store.begin_step("r1", KEY, mine, 300, "{}").outcome == "go"
+    # Now a live process holds it: nobody takes it over.
+    other = new_claimant(new_process_id())
+    found = store.begin_step("r1", KEY, other, 300, "{}")
+    assert (found.outcome, found.holder) == ("busy", mine)
+    assert not store.take_over("r1", KEY, mine, other, 300)
+    assert store.r.get(keys.step_claim("r1", KEY)) == mine
+
+
+def test_a_claim_naming_no_process_waits_for_its_lease(store: RunStore) -> None:
+    _running(store, "r2")
+    old = "0c5b2f0e-4d1a-4c43-9f0b-6a1d2e3f4a5b:1a2b3c4d5e6f"
+    assert store.begin_step("r2", KEY, old, 300, "{}").outcome == "go"
+    mine = new_claimant(new_process_id())
+    assert store.begin_step("r2", KEY, mine, 300, "{}").outcome == "busy"
+    assert not store.take_over("r2", KEY, old, mine, 300)
+
+
+def test_the_liveness_key_lives_while_its_process_renews_it(store: RunStore) -> None:
+    liveness = Liveness(store.r, ttl_s=2)
+    process_id = liveness.process_id
+    try:
+        assert process_of(liveness.claimant()) == process_id
+        deadline = time.monotonic() + 3.5  # past the TTL: renewed meanwhile
+        while time.monotonic() < deadline:
+            assert store.r.exists(keys.process(process_id))
+            time.sleep(0.2)
+    finally:
+        liveness.stop()
+    deadline = time.monotonic() + 5
+    while store.r.exists(keys.process(process_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not store.r.exists(keys.process(process_id))
+
+
+def test_the_sweep_sends_on_a_step_whose_claim_names_a_dead_process(store: RunStore) -> None:
+    _running(store, "dead-holder")
+    _running(store, "live-holder")
+    live = new_process_id()
+    mark_alive(store.r, live, 30)
+    assert (
+        store.begin_step("dead-holder", KEY, new_claimant(new_process_id()), 300, "{}").outcome
+        == "go"
+    )
+    assert store.begin_step("live-holder", KEY, new_claimant(live), 300, "{}").outcome == "go"
+
+    sends = Sweeper(store, after_s=100).sweep(now=time.time() + 101)
+
+    assert [s.run_id for s in sends] == ["dead-holder"]
+
+
+def test_a_dead_calls_hold_is_charged(store: RunStore) -> None:
+    ledger = BudgetLedger(store.r)
+    ledger.set_limits("run:x", Budget(max_tokens=10_000))
+    held = Amount(input_tokens=100, output_tokens=400, calls=1)
+    assert ledger.reserve("x|r0.generate:dead", ["run:x"], held, 300) is None
+
+    assert ledger.charge_hold("x|r0.generate:dead", ["run:x"])
+
+    state = ledger.get("run:x")
+    assert (state.spent.tokens, state.spent.calls) == (500, 1)
+    assert state.reserved.tokens == 0 and state.open_reservations == 0
+    assert not ledger.charge_hold("x|r0.generate:dead", ["run:x"])  # once
+    store.r.delete(*keys.budget_keys("run:x"))
