@@ -1,13 +1,14 @@
-"""``duet worker``, ``duet metrics`` and ``duet fake-llm``: the processes a fleet runs
-beside the batches (a worker pool, the fleet's metrics, the local stand-in for the
-vendors' APIs)."""
+"""``duet worker``, ``duet sweep``, ``duet metrics`` and ``duet fake-llm``: the processes a
+fleet runs beside the batches (a worker pool, the sweeper, the fleet's metrics, the local
+stand-in for the vendors' APIs)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,9 +19,16 @@ from duet.cli_support import (
     current_log_format,
     err,
     fails_cleanly,
+    note,
+    out,
+    plain,
 )
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
+
+if TYPE_CHECKING:
+    from orchestration.services.coordinator import Dispatch
+    from orchestration.services.sweeper import Transition
 
 
 @app.command(
@@ -88,6 +96,64 @@ def worker(
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(argv[0], argv)  # this process becomes the worker: signals go straight to it
+
+
+@app.command(
+    epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet sweep --every 30 --after 600"
+)
+@fails_cleanly
+def sweep(
+    every: Annotated[
+        float | None,
+        typer.Option(
+            "--every",
+            min=0.1,
+            help="Keep sweeping, every this many seconds, until SIGTERM or Ctrl-C (taking "
+            "turns with the workers' sweeps). Default: sweep once and exit.",
+            show_default=False,
+        ),
+    ] = None,
+    after: Annotated[
+        float | None,
+        typer.Option(
+            "--after",
+            min=0.1,
+            help="Send on unfinished runs that have not moved for this many seconds (and "
+            "have no live call). Default: DUET_SWEEP_AFTER_S.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Send on the runs that stopped moving: the coordinator's transition, or the step
+    again (what every worker's periodic sweep does; sending twice is harmless)."""
+    from workers import sweep as sweeper
+
+    connect()
+    after_s = get_settings().sweep_after_s if after is None else after
+    if every is None:
+        sends = sweeper.sweep_once(None, after_s=after_s) or []
+        _print_sends(sends)
+        out.print(plain(f"swept: {len(sends)} run(s) sent on (stale after {after_s:g} s)"))
+        return
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    note(f"sweeping every {every:g} s, runs stale after {after_s:g} s (SIGTERM or Ctrl-C stops)")
+    sweeper.sweep_every(sweeper.holder_id(), stop, interval_s=every, after_s=after_s,
+                        sent=_print_sends)  # fmt: skip
+    note("sweeper stopped")
+
+
+def _print_sends(sends: list[Dispatch | Transition]) -> None:
+    """One line per run sent on (ids escaped: they are user data)."""
+    from orchestration.services.sweeper import Transition
+
+    for send in sends:
+        what = f"transition {send.seq}" if isinstance(send, Transition) else f"step {send.step_key}"
+        batch = f" (batch {send.batch_id})" if send.batch_id else ""
+        out.print(plain(f"sent on run {send.run_id}{batch}: {what}"), soft_wrap=True)
+    if sends:
+        sys.stdout.flush()
 
 
 @app.command(epilog="Example: DUET_REDIS_URL=redis://localhost:6379/0 duet metrics --port 9809")

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     #: Seconds an unfinished run may go without moving (and without a live call) before the
     #: sweep sends it on again. Longer than a step waits in a busy queue.
     sweep_after_s: float = Field(default=600.0, gt=0)
+    #: Whether every worker takes turns at the sweep (off when ``duet sweep --every`` runs
+    #: as a process of its own; both may run: they take turns).
+    sweep_in_worker: bool = True
     #: Seconds before a Redis broker gives an unacknowledged message (its worker died) to
     #: another worker. Longer than any step can run, including a retry's countdown.
     visibility_timeout_s: int = Field(default=3600, ge=5)

@@ -46,6 +46,7 @@ ALL_COMMANDS = {
     "budget show": ["budget", "show"],
     "budget set": ["budget", "set", "global:x", "--max-usd", "5"],
     "metrics": ["metrics", "--port", str(free_port())],
+    "sweep": ["sweep"],
 }
 SOME_COMMANDS = ["run", "submit", "watch", "budget show"]
 

@@ -249,6 +249,7 @@ CLUSTER_COMMANDS = [
     ["cancel", "b1"],
     ["resume", "b1"],
     ["worker"],
+    ["sweep"],
 ]
 
 
