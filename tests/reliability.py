@@ -162,8 +162,9 @@ def _message(report: pytest.TestReport) -> str:
     else:
         crash = getattr(report.longrepr, "reprcrash", None)
         text = str(getattr(crash, "message", report.longreprtext))
-    text = " ".join(text.split())
-    return text if len(text) <= 300 else text[:297] + "..."
+    # The reason, not a dump it quotes (a log, a list of counts).
+    text = re.split(r": [\[{(]['\"]?", " ".join(text.split()), maxsplit=1)[0]
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 @pytest.hookimpl(wrapper=True)

@@ -21,11 +21,13 @@ import pytest
 from duet.fake_llm import FakeLLM
 from orchestration import Agent, Team
 from tests.faults.conftest import DurableRedis
-from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
+from tests.reliability import ENGINE, Reliability, lost_of
+from tests.support import celery_worker, client_pointed_at, stored_calls, swept_runs, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(400)]
 
 RUNS = 60
+WORKERS, THREADS = 2, 16
 #: How long Redis stays down (the fault itself, not a wait for a condition).
 DOWN_S = 3.0
 #: How long the batch may take to finish once Redis is back.
@@ -38,7 +40,9 @@ def llm() -> Iterator[FakeLLM]:
         yield server
 
 
-def test_redis_killed_and_restarted_mid_batch(durable_redis: DurableRedis, llm: FakeLLM) -> None:
+def test_redis_killed_and_restarted_mid_batch(
+    durable_redis: DurableRedis, llm: FakeLLM, reliability: Reliability
+) -> None:
     env = {
         "OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "sk-test-restart",
         "DUET_STEP_LEASE_S": "6", "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15",
@@ -46,8 +50,8 @@ def test_redis_killed_and_restarted_mid_batch(durable_redis: DurableRedis, llm: 
         "DUET_REDIS_SOCKET_TIMEOUT_S": "6", "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
     }  # fmt: skip
     with contextlib.ExitStack() as stack:
-        workers = [stack.enter_context(celery_worker(durable_redis.url, env=env, concurrency=16,
-                                                     name=n)) for n in ("aof1", "aof2")]  # fmt: skip
+        workers = [stack.enter_context(celery_worker(durable_redis.url, env=env, concurrency=THREADS,
+                                                     name=f"aof{n}")) for n in range(WORKERS)]  # fmt: skip
         stack.enter_context(client_pointed_at(durable_redis.url))
         team = Team.actor_critic(
             actor=Agent("Fix.", model="openai:sim"),
@@ -69,11 +73,30 @@ def test_redis_killed_and_restarted_mid_batch(durable_redis: DurableRedis, llm: 
         print(f"killed {DOWN_S}s: {progress['done']}/{RUNS} runs finished {progress['counts']}; "
               f"{requests} model requests for {stored} stored calls; "
               f"workers alive {[w.poll() is None for w in workers]}")  # fmt: skip
+        logs = [Path(w.log_path).read_text(errors="replace") for w in workers]
+        exited = [w.poll() is not None for w in workers].count(True)
+        stranded = RUNS - progress["done"]
+        outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
+        twice = max(requests - stored, 0)
+        lost = [lost_of(stranded, RUNS, "runs stranded"),
+                lost_of(twice, requests, "requests beyond one per stored call")]  # fmt: skip
+        reliability.record(
+            section=ENGINE,
+            fault=f"Redis killed (`SIGKILL`) mid-batch and started again {DOWN_S:g} s later from "
+            "its append-only file (`appendfsync always`)",
+            load=f"{RUNS} runs (4 calls each) on {WORKERS} worker processes × {THREADS} threads, "
+            "the real `openai` SDK against the stand-in (300 ms calls); lease 6 s, sweep after 15 s",
+            lost=f"{'; '.join(x for x in lost if x != 'nothing') or 'nothing'}: {progress['done']} "
+            f"of {RUNS} runs finished ({outcomes}) without a resume, the sweep sending on "
+            f"{swept_runs(logs)} run(s); the stand-in served {requests} requests for {stored} "
+            f"stored calls; {exited} of {WORKERS} worker processes exited",
+            before="issue 9 (150 runs): 16 runs stuck in `running` for ~15 min with their "
+            "budget holds kept",
+        )
         assert progress["done"] == RUNS, progress
         assert set(progress["counts"]) <= {"approved", "max_rounds_reached"}, progress["counts"]
         assert requests <= stored, (requests, stored)
-        dead = [Path(w.log_path).read_text(errors="replace")[-3000:] for w in workers
-                if w.poll() is not None]  # fmt: skip
+        dead = [log[-3000:] for w, log in zip(workers, logs, strict=True) if w.poll() is not None]
         # Nothing was lost above. A worker process can still exit after the restart (about
         # one run in six): kombu rebuilds a closed channel's Redis pool from a connection
         # that is gone ("'NoneType' object has no attribute 'hostname'"). Known and open

@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from duet.embedded import EmbeddedRedis, free_port
+from tests.reliability import CLIENTS, Reliability
 from tests.support import ROOT
 
 pytestmark = pytest.mark.system
@@ -63,12 +64,37 @@ def duet(args: list[str], url: str, tmp_path: Path) -> tuple[int, str, str, floa
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
 
 
-def check_one_line(url: str, shown: str, args: list[str], tmp_path: Path) -> str:
-    code, out, err, took = duet(args, url, tmp_path)
+def check_one_line(
+    url: str, shown: str, command: str, tmp_path: Path, row: tuple[Reliability, str, str]
+) -> str:
+    """Run ``duet command`` against ``url``; record the row (reliability, fault, before
+    the fix) with what went wrong, if anything; then check."""
+    code, out, err, took = duet(ALL_COMMANDS[command], url, tmp_path)
     lines = err.strip().splitlines()
+    prefix = f"error: cannot use Redis at DUET_REDIS_URL={shown}: "
+    wrong = [what for what, bad in [
+        (f"exit {code}", code != 2),
+        (f"{len(lines)} lines on stderr", len(lines) != 1),
+        ("the line does not name the variable and the URL", not err.startswith(prefix)),
+        ("the password printed", PASSWORD in out + err),
+        ("output on stdout", out != ""),
+        (f"{took:.1f} s, over the {TIMEOUT_S + STARTUP_S:g} s bound", took >= TIMEOUT_S + STARTUP_S),
+    ] if bad]  # fmt: skip
+    reliability, fault, before = row
+    reliability.record(
+        section=CLIENTS,
+        fault=fault,
+        load=f"`duet {command}`",
+        lost="; ".join(wrong)
+        if wrong
+        else "nothing: one line `error: cannot use Redis at "
+        f"DUET_REDIS_URL=…: …`, exit 2, within the {TIMEOUT_S:g} s connect timeout "
+        "(+ interpreter start); the password never printed",
+        before=before,
+    )
     assert code == 2, (code, err[-2000:])
     assert len(lines) == 1, err[-2000:]
-    assert lines[0].startswith(f"error: cannot use Redis at DUET_REDIS_URL={shown}: "), lines
+    assert lines[0].startswith(prefix), lines
     assert PASSWORD not in out + err
     assert out == ""
     assert took < TIMEOUT_S + STARTUP_S, took
@@ -76,10 +102,12 @@ def check_one_line(url: str, shown: str, args: list[str], tmp_path: Path) -> str
 
 
 @pytest.mark.parametrize("command", list(ALL_COMMANDS))
-def test_a_dead_port(command: str, tmp_path: Path) -> None:
+def test_a_dead_port(command: str, tmp_path: Path, reliability: Reliability) -> None:
     port = free_port()
     url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
-    line = check_one_line(url, f"redis://:***@127.0.0.1:{port}/0", ALL_COMMANDS[command], tmp_path)
+    row = (reliability, "`DUET_REDIS_URL` on a port nothing listens on (URL with a password)",
+           "170–400-line tracebacks, exit 1")  # fmt: skip
+    line = check_one_line(url, f"redis://:***@127.0.0.1:{port}/0", command, tmp_path, row)
     assert "refused" in line.lower()
 
 
@@ -98,8 +126,12 @@ def frozen_redis() -> Iterator[str]:
 
 
 @pytest.mark.parametrize("command", SOME_COMMANDS)
-def test_a_frozen_server(command: str, frozen_redis: str, tmp_path: Path) -> None:
-    line = check_one_line(frozen_redis, frozen_redis, ALL_COMMANDS[command], tmp_path)
+def test_a_frozen_server(
+    command: str, frozen_redis: str, tmp_path: Path, reliability: Reliability
+) -> None:
+    row = (reliability, "A frozen Redis (`SIGSTOP`: connections accepted, never answered)",
+           "`duet submit` hung for minutes")  # fmt: skip
+    line = check_one_line(frozen_redis, frozen_redis, command, tmp_path, row)
     assert line.endswith("did not answer in time")
 
 
@@ -116,16 +148,22 @@ def locked_redis() -> Iterator[EmbeddedRedis]:
 @pytest.mark.parametrize("command", SOME_COMMANDS)
 @pytest.mark.parametrize("password", [None, PASSWORD])
 def test_a_server_refusing_the_credentials(
-    command: str, password: str | None, locked_redis: EmbeddedRedis, tmp_path: Path
+    command: str,
+    password: str | None,
+    locked_redis: EmbeddedRedis,
+    tmp_path: Path,
+    reliability: Reliability,
 ) -> None:
     auth = f":{password}@" if password else ""
     url = f"redis://{auth}127.0.0.1:{locked_redis.port}/0"
     shown = url.replace(PASSWORD, "***")
-    line = check_one_line(url, shown, ALL_COMMANDS[command], tmp_path)
+    row = (reliability, "A Redis that wants a password: URL without one, and with a wrong one",
+           None)  # fmt: skip
+    line = check_one_line(url, shown, command, tmp_path, row)
     assert "auth" in line.lower() or "password" in line.lower(), line
 
 
-def test_redis_freezing_mid_command(tmp_path: Path) -> None:
+def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) -> None:
     """`duet watch` polling a batch when Redis freezes: the socket timeout ends it, one
     error line (after what the progress display had shown), exit 2."""
     from orchestration import Agent, Team
@@ -162,6 +200,22 @@ def test_redis_freezing_mid_command(tmp_path: Path) -> None:
                 proc.wait()
     text = err.read_text()
     lines = [line for line in text.splitlines() if line.strip()]
+    expected = f"error: cannot use Redis at DUET_REDIS_URL={server.url}: did not answer in time"
+    wrong = [what for what, bad in [
+        (f"exit {code}", code != 2), ("a traceback", "Traceback" in text),
+        (f"last line {lines[-1:]}", lines[-1:] != [expected]),
+        (f"{took:.1f} s, over the bound", took >= socket_timeout * 4 + STARTUP_S),
+    ] if bad]  # fmt: skip
+    reliability.record(
+        section=CLIENTS,
+        fault=f"Redis frozen while `duet watch` polls a batch (socket timeout {socket_timeout} s)",
+        load="one `duet watch`",
+        lost="; ".join(wrong)
+        if wrong
+        else f"nothing: after its progress lines, one line "
+        f"`error: cannot use Redis at DUET_REDIS_URL=…: did not answer in time`, exit 2 "
+        f"{took:.0f} s after the freeze, no traceback",
+    )
     assert code == 2, text[-2000:]
     assert "Traceback" not in text
     assert (
@@ -188,7 +242,9 @@ def _rabbit_up() -> bool:
                   marks=pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 5672"))],
     ids=["dead-port", "wrong-password"],
 )  # fmt: skip
-def test_an_unusable_amqp_broker(broker: str, why: str, tmp_path: Path) -> None:
+def test_an_unusable_amqp_broker(
+    broker: str, why: str, tmp_path: Path, reliability: Reliability
+) -> None:
     """A separate broker (RabbitMQ) that is down or refuses the credentials: one line
     naming DUET_BROKER_URL, exit 2, and nothing written to Redis."""
     with EmbeddedRedis() as server:
@@ -200,10 +256,30 @@ def test_an_unusable_amqp_broker(broker: str, why: str, tmp_path: Path) -> None:
         )  # fmt: skip
         written = redis.Redis(port=server.port).dbsize()
     lines = proc.stderr.strip().splitlines()
+    shown = broker.replace(PASSWORD, "***")
+    prefix = f"error: cannot use the broker at DUET_BROKER_URL={shown}: "
+    wrong = [what for what, bad in [
+        (f"exit {proc.returncode}", proc.returncode != 2),
+        (f"{len(lines)} lines on stderr", len(lines) != 1),
+        ("the line does not name the variable and the URL", not proc.stderr.startswith(prefix)),
+        ("the password printed", PASSWORD in proc.stdout + proc.stderr),
+        (f"{written} keys written to Redis", written != 0),
+    ] if bad]  # fmt: skip
+    reliability.record(
+        section=CLIENTS,
+        fault="A separate AMQP broker (`DUET_BROKER_URL`, RabbitMQ) on a dead port, or refusing "
+        "the password",
+        load="`duet submit` against "
+        + ("a dead port" if why == "refused" else "RabbitMQ, with a wrong password"),
+        lost="; ".join(wrong)
+        if wrong
+        else "nothing: one line `error: cannot use the broker at "
+        "DUET_BROKER_URL=amqp://guest:***@…: …`, exit 2, and nothing written to Redis (the "
+        "broker is checked before any run is recorded)",
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(lines) == 1, proc.stderr[-2000:]
-    shown = broker.replace(PASSWORD, "***")
-    assert lines[0].startswith(f"error: cannot use the broker at DUET_BROKER_URL={shown}: ")
+    assert lines[0].startswith(prefix)
     assert why in lines[0]
     assert PASSWORD not in proc.stdout + proc.stderr
     assert written == 0  # no run record was left waiting for a message never sent

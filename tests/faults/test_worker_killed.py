@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,7 @@ from orchestration.client.handles import store
 from orchestration.core.budget import Budget
 from orchestration.state.budgets import BudgetLedger
 from tests.reliability import ENGINE, Reliability, lost_of
-from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
+from tests.support import celery_worker, client_pointed_at, stored_calls, swept_runs, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -41,7 +42,7 @@ def llm() -> Iterator[FakeLLM]:
         yield server
 
 
-def test_a_worker_killed_mid_call(llm: FakeLLM) -> None:
+def test_a_worker_killed_mid_call(llm: FakeLLM, reliability: Reliability) -> None:
     env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": "5",
            "DUET_SWEEP_INTERVAL_S": "1", "DUET_SWEEP_AFTER_S": "8"}  # fmt: skip
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
@@ -62,7 +63,7 @@ def test_a_worker_killed_mid_call(llm: FakeLLM) -> None:
         wait_for(lambda: llm.stats()["requests"] >= RUNS, 60, "the calls to be in flight")
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
-        stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name="heir"))
+        heir = stack.enter_context(celery_worker(server.url, env=env, concurrency=16, name="heir"))
         statuses = [h.result(timeout=120).status for h in handles]
         served = llm.stats()
         ledger = BudgetLedger(store().r)
@@ -70,10 +71,35 @@ def test_a_worker_killed_mid_call(llm: FakeLLM) -> None:
         calls, tokens = sum(s.calls for s in spent), sum(s.tokens for s in spent)
         stored = stored_calls(server.url, [h.run_id for h in handles])
         usage = served["usage"]
+        logs = [Path(w.log_path).read_text(errors="replace") for w in (survivor, heir)]
         print(f"kill -9 with {RUNS} calls in flight: {RUNS}/{RUNS} runs finished; "
               f"{served['requests']} requests served, {stored} stored calls; "
               f"budgets charged {calls} calls, {tokens} tokens "
               f"(the stand-in sent {usage['input_tokens'] + usage['output_tokens']})")  # fmt: skip
+        approved = statuses.count("approved")
+        billed = usage["input_tokens"] + usage["output_tokens"]
+        unexplained = served["requests"] - stored - RUNS
+        wrong = [lost_of(RUNS - approved, RUNS, "runs not approved"),
+                 lost_of(max(served["requests"] - calls, 0), served["requests"],
+                         "served calls uncharged"),
+                 lost_of(max(billed - tokens, 0), billed, "billed tokens uncharged"),
+                 lost_of(max(unexplained, 0), served["requests"],
+                         "requests beyond the stored and the dead calls")]  # fmt: skip
+        reliability.record(
+            section=ENGINE,
+            fault=f"A worker killed (`SIGKILL`) with a call in flight on each of {RUNS} runs (each "
+            "run with a budget of its own); the broker's visibility timeout an hour, so only the "
+            "sweep moves them",
+            load=f"{RUNS} runs, 2 s calls; lease 5 s, sweep every 1 s after 8 s",
+            lost=f"{'; '.join(w for w in wrong if w != 'nothing') or 'nothing'}: {approved} of "
+            f"{RUNS} approved, with no resume (the sweep sent on {swept_runs(logs)} run(s)); the "
+            f"stand-in served {served['requests']} requests ({stored} stored + the {RUNS} dead "
+            f"calls, whose answers were lost) and the budgets charged {calls} calls and "
+            f"{tokens:,} tokens against the {billed:,} tokens the stand-in billed (dead holds are "
+            "charged their worst case)",
+            before="a dead worker's hold was released, so a call the vendor billed was charged "
+            "nothing",
+        )
         assert survivor.poll() is None
         assert statuses == ["approved"] * RUNS
         assert served["requests"] == stored + RUNS  # the dead calls, and nothing else

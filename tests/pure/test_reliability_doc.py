@@ -41,3 +41,10 @@ def test_the_hand_written_part_is_the_source() -> None:
     assert doc == reliability.render(SOURCE.read_text(), reliability.generated_part(doc)), (
         f"edit {SOURCE.name}, then `python -m tests.reliability refresh`"
     )
+
+
+def test_every_fault_test_records_a_row() -> None:
+    recording = set(reliability.recording_tests())
+    fault_tests = {t for t in defined_tests() if t.startswith("tests/faults/")
+                   and t.split("::")[1].startswith("test_")}  # fmt: skip
+    assert sorted(fault_tests - recording) == [], "ask for the `reliability` fixture and record"
