@@ -279,8 +279,10 @@ class Coordinator:
             error=error,
             usage=run_usage(steps),
             events=events,
-            # A cancelled run may be resumed: it keeps its step inputs and conversations.
+            # A cancelled run may be resumed: it keeps its step inputs, conversations and
+            # step outcomes.
             forget=() if action.status == "cancelled" else _read_by_nobody(spec, run),
+            outcomes=() if action.status == "cancelled" else tuple(steps),
         )
         if made == 1:
             for observer in self.observers:

@@ -88,8 +88,10 @@ def process(process_id: str) -> str:
 
 
 def runs_moved() -> str:
-    """Sorted set: ids of runs not finished, scored by when they last moved (created, a
-    transition, resumed, or sent on by the sweep); the sweep reads the ones that stopped."""
+    """Sorted set: ids of runs not finished, scored by when they were last seen to move
+    (created, resumed, sent on by the sweep); a transition notes its time in the record
+    (``moved_at``) instead, and the sweep moves a run it finds moved since up to that time
+    before it reads the ones that stopped (see ``RunStore.stale_runs``)."""
     return f"{PREFIX}:runs:moved"
 
 

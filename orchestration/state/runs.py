@@ -21,7 +21,7 @@ from orchestration.core.memory import CHARS_PER_TOKEN
 from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
 from orchestration.state import keys, scripts
 from orchestration.state.conversations import turn_prefix
-from orchestration.state.events import event_json
+from orchestration.state.events import event_json, stored_event
 from orchestration.state.processes import alive, process_of
 from orchestration.state.scripts import ScriptCall, run_scripts
 
@@ -243,10 +243,13 @@ class RunStore:
         usage: Mapping[str, Any],
         events: Sequence[str | Once],
         forget: Sequence[str] = (),
+        outcomes: Iterable[str] = (),
     ) -> int:
         """Make transition ``seq`` finish the run; 1 if made, <= 0 if not. ``events`` as
         for :meth:`record_step`; the keys in ``forget`` (what nothing reads once the run is
-        over) are deleted with it instead of kept for the finished-run TTL."""
+        over) are deleted with it instead of kept for the finished-run TTL, and so are the
+        compact outcomes of the steps named in ``outcomes`` (the record's ``o:<step key>``
+        fields, read only while the run moves; a run that may be resumed keeps them)."""
         return self._run_transition(
             run,
             seq,
@@ -262,6 +265,7 @@ class RunStore:
             ],
             events,
             forget,
+            [OUTCOME_PREFIX + key for key in outcomes],
         )
 
     def _run_transition(
@@ -271,6 +275,7 @@ class RunStore:
         args: list[str],
         events: Sequence[str | Once],
         forget: Sequence[str] = (),
+        drop: Sequence[str] = (),
     ) -> int:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
@@ -305,7 +310,10 @@ class RunStore:
         flags = json.dumps([[n, e.field] for n, e in once])
         texts = [e.event if isinstance(e, Once) else e for e in events]
         return int(
-            self._transition(keys=script_keys, args=[seq, *args, flags, len(forget), *texts])
+            self._transition(
+                keys=script_keys,
+                args=[seq, *args, flags, len(forget), json.dumps(list(drop)), *texts],
+            )
         )
 
     def fail_run(self, run_id: str, error: str) -> bool:
@@ -417,7 +425,12 @@ class RunStore:
     # --- the sweeper's side -------------------------------------------------
     def stale_runs(self, moved_before: float, limit: int) -> list[StaleRun]:
         """Up to ``limit`` unfinished runs that have not moved since ``moved_before``
-        (``time.time()``), with what the sweeper needs to decide about each."""
+        (``time.time()``), with what the sweeper needs to decide about each.
+
+        A transition notes when the run moved in its record (``moved_at``), not in the
+        index: a run the index holds as older but whose record says it moved since is
+        given its real time in the index here (so the next look skips it) and left out.
+        """
         ids: list[str] = self.r.zrangebyscore(
             keys.runs_moved(), "-inf", moved_before, start=0, num=limit
         )
@@ -425,12 +438,21 @@ class RunStore:
             return []
         pipe = self.r.pipeline(transaction=False)
         for run_id in ids:
-            pipe.hmget(keys.run(run_id), "status", "seq", "current_step", "batch_id")
+            pipe.hmget(keys.run(run_id), "status", "seq", "current_step", "batch_id", "moved_at")
         records = pipe.execute()
-        for run_id, (_, _, current, _) in zip(ids, records, strict=True):
+        moved = {
+            run_id: float(rec[4])
+            for run_id, rec in zip(ids, records, strict=True)
+            if rec[4] is not None and float(rec[4]) > moved_before
+        }
+        if moved:
+            # XX: a run finished meanwhile (and so dropped from the index) stays out.
+            pipe.zadd(keys.runs_moved(), moved, xx=True)
+        stale = [(r, rec) for r, rec in zip(ids, records, strict=True) if r not in moved]
+        for run_id, (_, _, current, _, _) in stale:
             pipe.hexists(keys.run_steps(run_id), current or "")
             pipe.get(keys.step_claim(run_id, current or ""))
-        found = pipe.execute()
+        found = pipe.execute()[1 if moved else 0 :]
         # A claim whose process is dead is no live call (the step is taken over at once).
         holders = [h for h in found[1::2] if h]
         live = dict(zip(holders, alive(self.r, holders), strict=True))
@@ -444,9 +466,7 @@ class RunStore:
                 bool(found[2 * n + 1]) and live[found[2 * n + 1]],
                 batch or None,
             )  # fmt: skip
-            for n, (run_id, (status, seq, current, batch)) in enumerate(
-                zip(ids, records, strict=True)
-            )
+            for n, (run_id, (status, seq, current, batch, _)) in enumerate(stale)
         ]
 
     def touch(self, run_id: str, at: float | None = None) -> None:
@@ -509,7 +529,7 @@ class RunStore:
 
     def events(self, run_id: str, after: str = "-") -> list[tuple[str, Event]]:
         raw = self.r.xrange(keys.run_events(run_id), min=after)
-        return [(eid, Event.model_validate_json(f["e"])) for eid, f in raw]
+        return [(eid, stored_event(f["e"], run_id)) for eid, f in raw]
 
     def follow_events(
         self, run_id: str, *, timeout_s: float | None = None, block_ms: int = 5000
@@ -529,7 +549,7 @@ class RunStore:
             for _, entries in got or ():
                 for eid, fields in entries:
                     last = eid
-                    event = Event.model_validate_json(fields["e"])
+                    event = stored_event(fields["e"], run_id)
                     yield event
                     # A resumed run has an earlier run.finished: only the last one ends it.
                     if event.type == ev.RUN_FINISHED and self.status(run_id) in FINISHED_STATUSES:
@@ -548,5 +568,5 @@ class RunStore:
         return build_result(
             run,
             {k: json.loads(v) for k, v in steps.items()},
-            [Event.model_validate_json(f["e"]) for _, f in events],
+            [stored_event(f["e"], run_id) for _, f in events],
         )

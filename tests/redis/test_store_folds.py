@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from orchestration.state import keys
+from orchestration.state.events import event_json
 from orchestration.state.runs import RunStore, step_outcome
 from orchestration.state.scripts import ScriptCall, run_scripts
 
@@ -114,3 +115,69 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
         assert view.steps["r0.generate"]["text"] == "draft"
     finally:
         client.delete(*keys.run_keys("fold4"), keys.step_claim("fold4", "r0.generate"))
+
+
+def _finish(store: RunStore, run_id: str, status: str, outcomes: tuple[str, ...]) -> None:
+    run = store.r.hgetall(keys.run(run_id))
+    made = store.record_finish(
+        run, int(run["seq"]), status, reason=None, error=None, usage={"calls": 1},
+        events=[event_json("run.finished", run_id, status=status)], outcomes=outcomes,
+    )  # fmt: skip
+    assert made == 1
+
+
+def test_a_finish_compacts_what_only_a_moving_run_reads(client: Any) -> None:
+    """A finished run drops its steps' outcomes from the record and keeps its events in a
+    stream sized to them (a fresh stream's node is allocated for 4 kB); a cancelled run,
+    which may be resumed, keeps its outcomes. Events are stored without the run's id and
+    read back with it."""
+    store = RunStore(client, finished_ttl_s=60)
+    result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
+    try:
+        for run_id in ("fold5", "fold6"):
+            _running(store, run_id, {"phase": "generate", "round": 0, "prompt": "p"})
+            store.add_event(run_id, event_json("run.started", run_id))
+            done = event_json("actor_critic.actor_completed", run_id, 0, phase="draft")
+            assert store.complete_step(run_id, "r0.generate", result, done, "me")
+        raw = client.xrange(keys.run_events("fold5"))[0][1]["e"]
+        assert "fold5" not in raw and json.loads(raw) == {"type": "run.started",
+                                                          "ts": json.loads(raw)["ts"]}  # fmt: skip
+        before = client.memory_usage(keys.run_events("fold5"), samples=0)
+
+        _finish(store, "fold5", "approved", ("r0.generate",))
+        _finish(store, "fold6", "cancelled", ())
+
+        assert client.hget(keys.run("fold5"), "o:r0.generate") is None
+        assert client.hget(keys.run("fold6"), "o:r0.generate") == step_outcome(result)
+        after = client.memory_usage(keys.run_events("fold5"), samples=0)
+        assert after < before / 2, (before, after)
+        assert 0 < client.ttl(keys.run_events("fold5")) <= 60
+        events = store.events("fold5")
+        types = ["run.started", "actor_critic.actor_completed", "run.finished"]
+        assert [e.type for _, e in events] == types
+        assert {e.run_id for _, e in events} == {"fold5"}
+        assert events[0][1].round is None and events[0][1].data == {}
+        assert events[1][1].round == 0 and events[1][1].data == {"phase": "draft"}
+        assert events[2][1].data == {"status": "approved"}
+        got = store.result("fold5")
+        assert got.status == "approved" and got.output == "draft"
+        assert [e.type for e in got.events] == types
+    finally:
+        client.delete(*keys.run_keys("fold5"), *keys.run_keys("fold6"))
+
+
+def test_storing_a_step_frees_its_claim_whoever_holds_it(client: Any) -> None:
+    """Once a step is stored every claim on it is moot (a delivery finds it done first):
+    the store deletes the claim even when another delivery holds it."""
+    store = RunStore(client, finished_ttl_s=60)
+    pause = keys.rate_pause("sim", "fold7")
+    _running(store, "fold7", {"phase": "generate", "round": 0, "prompt": "p", "pause": pause})
+    result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
+    claim = keys.step_claim("fold7", "r0.generate")
+    try:
+        assert store.begin_step("fold7", "r0.generate", "other", 60, "{}").outcome == "go"
+        assert store.complete_step("fold7", "r0.generate", result, "{}", "me")
+        assert client.exists(claim) == 0
+        assert store.begin_step("fold7", "r0.generate", "third", 60, "{}").outcome == "done"
+    finally:
+        client.delete(*keys.run_keys("fold7"), claim)

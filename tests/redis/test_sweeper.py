@@ -64,3 +64,20 @@ def test_what_the_sweep_sends(store: RunStore) -> None:
     # Each run sent on is noted as moved: the next sweep within AFTER_S sends nothing.
     assert Sweeper(store, after_s=AFTER_S).sweep(now=later) == []
     assert store.r.zscore(keys.runs_moved(), "done") is None
+
+
+def test_a_run_that_moved_since_its_index_time_is_not_sent(store: RunStore) -> None:
+    """A transition notes its time in the record, not in the index: a run the index holds
+    as old but whose record moved since is re-scored from the record and left alone."""
+    _create(store, "moving", "stuck")
+    _step(store, "moving")
+    old = time.time() - AFTER_S - 50
+    store.touch("moving", old)
+    store.touch("stuck", old)
+    now = old + AFTER_S + 10  # the step was recorded after now - AFTER_S
+
+    sends = Sweeper(store, after_s=AFTER_S).sweep(now=now)
+
+    assert [s.run_id for s in sends] == ["stuck"]
+    moved_at = float(store.r.hget(keys.run("moving"), "moved_at"))
+    assert store.r.zscore(keys.runs_moved(), "moving") == pytest.approx(moved_at)

@@ -4,37 +4,49 @@ local open = KEYS[6]  -- runs in flight
 local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep reads it)
 -- KEYS[8..12] (a finish in a batch): the batch's other keys, given the finished TTL with
 -- its last run ('' for none). KEYS[13..]: the run's keys, and its budget scope's.
-local status = redis.call('HGET', run, 'status')
+-- One read and one write of the run record: the record's `moved_at` says when the run
+-- last moved; the sweep's index is re-scored from it only when the sweep looks (see
+-- RunStore.stale_runs), not here on every transition.
+local st = redis.call('HMGET', run, 'status', 'seq', 'started_at')
+local status = st[1]
 if not status then return -1 end
 local FINISHED = {{FINISHED_STATUSES}}
 if FINISHED[status] then return -2 end
-local seq = tonumber(redis.call('HGET', run, 'seq') or '0')
+local seq = tonumber(st[2] or '0')
 if seq ~= tonumber(ARGV[1]) then return 0 end
 local now = ARGV[3]
-redis.call('HSET', run, 'seq', seq + 1)
-if redis.call('HEXISTS', run, 'started_at') == 0 then
-  redis.call('HSET', run, 'started_at', now)
+local set = {'seq', seq + 1, 'moved_at', now}
+if not st[3] then
+  set[#set + 1] = 'started_at'
+  set[#set + 1] = now
+end
+local function add(...)
+  for _, v in ipairs({...}) do set[#set + 1] = v end
 end
 if ARGV[2] == 'step' then
   redis.call('HSET', inputs, ARGV[4], ARGV[5])
-  redis.call('HSET', run, 'status', 'running', 'current_step', ARGV[4])
-  redis.call('ZADD', moved, now, redis.call('HGET', run, 'run_id'))
+  add('status', 'running', 'current_step', ARGV[4])
+  redis.call('HSET', run, unpack(set))
 else
   local final = ARGV[4]
-  redis.call('HSET', run, 'status', final, 'reason', ARGV[5], 'error', ARGV[6],
-             'finished_at', now, 'usage', ARGV[7])
+  add('status', final, 'reason', ARGV[5], 'error', ARGV[6], 'finished_at', now, 'usage', ARGV[7])
+  redis.call('HSET', run, unpack(set))
   redis.call('ZREM', open, ARGV[9])
   redis.call('ZREM', moved, ARGV[9])
-  if batch ~= '' and redis.call('EXISTS', batch) == 1 then
-    redis.call('HINCRBY', batch, 'done', 1)
+  local total = batch ~= '' and redis.call('HGET', batch, 'total')
+  if total then
+    local done = redis.call('HINCRBY', batch, 'done', 1)
     redis.call('HINCRBY', batch, 'status:' .. final, 1)
+    -- A zero is not added: one command less, and Lua would write -0 for some.
     local u = cjson.decode(ARGV[7])
-    redis.call('HINCRBYFLOAT', batch, 'usd', u['usd'] or 0)
-    redis.call('HINCRBY', batch, 'tokens', (u['input_tokens'] or 0) + (u['output_tokens'] or 0))
-    redis.call('HINCRBY', batch, 'calls', u['calls'] or 0)
+    local usd = tonumber(u['usd']) or 0
+    local tokens = (tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)
+    local calls = tonumber(u['calls']) or 0
+    if usd ~= 0 then redis.call('HINCRBYFLOAT', batch, 'usd', usd) end
+    if tokens ~= 0 then redis.call('HINCRBY', batch, 'tokens', tokens) end
+    if calls ~= 0 then redis.call('HINCRBY', batch, 'calls', calls) end
     redis.call('XADD', batch_done, '*', 'run', ARGV[9], 'status', final)
-    local b = redis.call('HMGET', batch, 'done', 'total')
-    if tonumber(b[1]) >= (tonumber(b[2]) or math.huge) then
+    if done >= tonumber(total) then
       redis.call('EXPIRE', batch, ARGV[8])
       redis.call('EXPIRE', batch_done, ARGV[8])
       for i = 8, 12 do
@@ -49,16 +61,25 @@ end
 -- ARGV[11]: how many KEYS before the flags' hashes a finish deletes (what nothing reads
 -- once the run is over: step inputs, the run's own conversations); the run's keys before
 -- them get the finished-run TTL.
+-- ARGV[12]: JSON list of the record's fields a finish drops (the steps' outcomes, which
+-- only the coordinator reads, while the run moves). ARGV[13..]: the events.
 local once, flags = {}, cjson.decode(ARGV[10])
 for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end
-for i = 12, #ARGV do
-  local flag = once[i - 11]
+for i = 13, #ARGV do
+  local flag = once[i - 12]
   if not flag or redis.call('HSETNX', flag[1], flag[2], '1') == 1 then
     redis.call('XADD', events, '*', 'e', ARGV[i])
   end
 end
 if ARGV[2] ~= 'step' then
   local ttl, forget = tonumber(ARGV[8]), tonumber(ARGV[11])
+  local drop = cjson.decode(ARGV[12])
+  if #drop > 0 then redis.call('HDEL', run, unpack(drop)) end
+  -- A stream's first node is allocated for 4 kB (stream-node-max-bytes) whatever it
+  -- holds; the finished run's events stay as they are: a stream loaded from its own dump
+  -- holds just what its entries need.
+  local dump = redis.call('DUMP', events)
+  if dump then redis.call('RESTORE', events, 0, dump, 'REPLACE') end
   local last = #KEYS - #flags
   for i = 13, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
   for i = last - forget + 1, last do redis.call('DEL', KEYS[i]) end

@@ -12,8 +12,8 @@ if stored == 1 then
   redis.call('XADD', events, '*', 'e', ARGV[3])
   if redis.call('EXISTS', run) == 1 then redis.call('HSET', run, 'o:' .. ARGV[1], ARGV[5]) end
   if conv ~= '' then
-    redis.call('RPUSH', conv, ARGV[6])
-    redis.call('LTRIM', conv, -tonumber(ARGV[7]), -1)
+    local kept = tonumber(ARGV[7])
+    if redis.call('RPUSH', conv, ARGV[6]) > kept then redis.call('LTRIM', conv, -kept, -1) end
     redis.call('EXPIRE', conv, ARGV[8])
     local max_chars = tonumber(ARGV[9])
     if max_chars then
@@ -32,5 +32,7 @@ if stored == 1 then
     end
   end
 end
-if redis.call('GET', claim) == ARGV[4] then redis.call('DEL', claim) end
+-- The step is stored (now or before): every claim on it is moot, whoever holds it (a
+-- delivery that begins it finds it done before it looks at claims).
+redis.call('DEL', claim)
 return stored
