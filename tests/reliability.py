@@ -158,7 +158,7 @@ def _message(report: pytest.TestReport) -> str:
     if hasattr(report, "wasxfail"):
         text = str(report.wasxfail)
     elif report.skipped and isinstance(report.longrepr, tuple):
-        text = str(report.longrepr[2])
+        text = str(report.longrepr[2]).removeprefix("Skipped: ")
     else:
         crash = getattr(report.longrepr, "reprcrash", None)
         text = str(getattr(crash, "message", report.longreprtext))
@@ -290,10 +290,11 @@ def _merged(rows: list[dict[str, Any]]) -> str:
         lost = [f"{_label(r, same)}: {_lost(r)}" for r in rows]
     if len(loads) == 1:
         load = loads[0]
-    elif same:  # a parametrized test: its cases' loads
-        load = ", ".join(loads)
-    else:
-        load = "; ".join(f"{_label(r, same)}: {r['load']}" for r in rows)
+    else:  # each test's loads (a parametrized test's cases, joined)
+        per_test = {f: list(dict.fromkeys(r["load"] for r in rows if function_of(r["test"]) == f))
+                    for f in functions}  # fmt: skip
+        load = "; ".join((f"{f.split('::')[1]}: " if not same else "") + ", ".join(them)
+                         for f, them in per_test.items())  # fmt: skip
     before = rows[0]["before"]
     lost_text = "<br>".join(_cell(t) for t in lost)
     if before:

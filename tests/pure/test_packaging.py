@@ -96,8 +96,8 @@ def test_an_untested_release_is_refused_with_what_to_install(
     reliability.record(
         section=PACKAGING,
         fault="A Celery or kombu release outside the tested pins, or one missing a private "
-        "name Duet overrides",
-        load=f"the start check of a worker or client, on celery {version}"
+        "name Duet overrides, at the start of a worker or client",
+        load=f"celery {version}"
         + (f" lacking `{missing[0].rsplit('.', 1)[-1]}`" if missing else ""),
         lost=f"nothing: refused at start: `{refused}`" if refused else "started: not refused",
     )
