@@ -4,6 +4,11 @@ that records a row has one in it, and its hand-written part is docs/reliability-
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from tests import reliability
 from tests.reliability import DOC, ROOT, SOURCE
@@ -43,3 +48,79 @@ def test_every_fault_test_records_a_row() -> None:
     fault_tests = {t for t in defined_tests() if t.startswith("tests/faults/")
                    and t.split("::")[1].startswith("test_")}  # fmt: skip
     assert sorted(fault_tests - recording) == [], "ask for the `reliability` fixture and record"
+
+
+def _row(test: str, lost: str, outcome: str = "passed", message: str = "") -> dict[str, object]:
+    return {"section": reliability.ENGINE, "fault": "a fault", "load": "2 runs", "lost": lost,
+            "test": test, "before": None, "outcome": outcome, "message": message}  # fmt: skip
+
+
+def test_a_failed_or_missing_test_shows_as_such() -> None:
+    data = {
+        "date": "d", "nproc": 2, "machine": "m", "commit": "c", "command": "pytest", "duration_s": 1,
+        "rows": [_row("tests/faults/test_x.py::test_a[1]", "nothing"),
+                 _row("tests/faults/test_x.py::test_a[2]", "1 of 2 runs stranded", "failed",
+                      "assert 1 == 2")],
+        "outcomes": {"tests/faults/test_x.py::test_a[1]": {"outcome": "passed", "message": ""},
+                     "tests/faults/test_x.py::test_a[2]": {"outcome": "failed", "message": "x"},
+                     "tests/faults/test_x.py::test_b": {"outcome": "error at setup",
+                                                        "message": "no Redis"}},
+    }  # fmt: skip
+    text = reliability.tables(
+        data, ["tests/faults/test_x.py::test_a", "tests/faults/test_z.py::test_c"]
+    )
+    (line,) = [t for t in text.splitlines() if t.startswith("| a fault |")]
+    assert "[1]: nothing" in line
+    assert "[2]: **FAILED** (assert 1 == 2); its counts: 1 of 2 runs stranded" in line
+    missing = text.split("### Not measured in this run")[1]
+    assert "`tests/faults/test_x.py::test_b` | error at setup: no Redis" in missing
+    assert "`tests/faults/test_z.py::test_c` | did not run in this session" in missing
+
+
+SAMPLE = """
+import pytest
+from tests.reliability import ENGINE, lost_of
+
+def test_passes(reliability):
+    reliability.record(section=ENGINE, fault="f", load="1 run", lost=lost_of(0, 1, "runs"))
+
+def test_fails_after_recording(reliability):
+    stranded = 1
+    reliability.record(section=ENGINE, fault="f", load="1 run", lost=lost_of(stranded, 1, "runs"))
+    assert stranded == 0
+
+def test_fails_before_recording(reliability):
+    assert False, "no figures"
+
+def test_xfails(reliability):
+    reliability.record(section=ENGINE, fault="g", load="1 run", lost="nothing")
+    pytest.xfail("known")
+
+def test_counts_cases(reliability):
+    for n in range(5):
+        with reliability.case(section=ENGINE, fault="h"):
+            pass
+"""
+
+
+def test_the_plugin_keeps_each_rows_outcome(tmp_path: Path) -> None:
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    (tmp_path / "conftest.py").write_text(
+        "from tests.reliability import (pytest_collection_modifyitems, pytest_configure,\n"
+        "    pytest_runtest_makereport, pytest_sessionfinish, reliability)\n"
+    )
+    out = tmp_path / "rows.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DUET_RELIABILITY_OUT": str(out)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                    "reliability", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                   timeout=120)  # fmt: skip
+    data = json.loads(out.read_text())
+    rows = {r["test"].split("::")[1]: (r["outcome"], r["lost"], r["load"]) for r in data["rows"]}
+    assert rows == {
+        "test_passes": ("passed", "nothing", "1 run"),
+        "test_fails_after_recording": ("failed", "1 of 1 runs", "1 run"),
+        "test_xfails": ("xfail", "nothing", "1 run"),
+        "test_counts_cases": ("passed", "nothing", "5 generated cases"),
+    }
+    seen = data["outcomes"]["test_sample.py::test_fails_before_recording"]
+    assert seen["outcome"] == "failed" and "no figures" in seen["message"]
