@@ -75,6 +75,9 @@ def worker(
         raise ConfigError(
             "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
         )
+    from workers.app import check_visibility_timeout
+
+    check_visibility_timeout()  # a clear one-line refusal here, before Celery starts
     chosen = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(chosen) - set(keys.ALL_QUEUES))
     if not chosen or unknown:

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     #: Seconds before a Redis broker gives an unacknowledged message (its worker died) to
     #: another worker. Longer than any step can run, including a retry's countdown.
     visibility_timeout_s: int = Field(default=3600, ge=5)
+    #: Refuse, at submit and at worker start, a model call timeout (an agent's
+    #: ``timeout_s``) not shorter than the visibility timeout. Off only to try such calls
+    #: on purpose: the step claim still keeps each to one call.
+    check_timeouts: bool = True
     #: Seconds to wait for a connection to Redis or the broker (and, for a command-line
     #: client, for Redis's first answer) before giving up.
     redis_connect_timeout_s: float = Field(default=5.0, gt=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 
 from celery import Celery
 from celery.signals import (
@@ -19,9 +20,11 @@ from celery.signals import (
 )
 from kombu import Queue
 
+from orchestration.core.agents import DEFAULT_TIMEOUT_S, check_call_timeout
+from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 from orchestration.state import keys
-from orchestration.state.broker import broker_config
+from orchestration.state.broker import broker_config, visibility_timeout_of
 from workers import celery_ext
 
 # An untested Celery or kombu fails here, at start, rather than mid-batch.
@@ -118,6 +121,29 @@ def _setup_task_logs(logger: logging.Logger, **_: object) -> None:
         from workers import logs
 
         logs.use_json(logger)
+
+
+def check_visibility_timeout() -> None:
+    """Refuse a worker whose broker would hand a step to another worker before a model
+    call of the default timeout (``Agent(timeout_s=...)``, 120 s) ends.
+
+    Raises:
+        ConfigError: naming both timeouts and the variables to change.
+    """
+    visibility = visibility_timeout_of(get_settings())
+    if visibility is not None:
+        check_call_timeout("this worker will not start: the agents' default "
+                           "(Agent(timeout_s=...))", DEFAULT_TIMEOUT_S, visibility)  # fmt: skip
+
+
+@worker_init.connect(weak=False)
+def _check_timeouts(**_: object) -> None:
+    # Celery logs and ignores what a signal handler raises: exit (code 2) instead.
+    try:
+        check_visibility_timeout()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 @worker_init.connect(weak=False)

@@ -30,6 +30,7 @@ from orchestration.core.memory import (
 from orchestration.core.results import RunResult
 from orchestration.core.validation import checked
 from orchestration.settings import get_settings
+from orchestration.state.broker import visibility_timeout_of
 from orchestration.state.runs import RunRecord
 
 if TYPE_CHECKING:
@@ -80,6 +81,10 @@ class Team:
         #: Named fleet-wide budgets (``global:<name>``) every run of this team is charged to.
         self.global_budgets = tuple(scope("global", name) for name in global_budgets)
         self._check_priced(budget)
+        # A call the broker's visibility timeout does not outlast: refused now, clearly.
+        visibility = visibility_timeout_of(get_settings())
+        if visibility is not None:
+            self.spec.check_timeouts(visibility)
 
     def _check_priced(self, budget: Budget | None) -> None:
         """A USD limit on a model with no known price would never trip: refuse it now."""

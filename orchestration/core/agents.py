@@ -165,6 +165,25 @@ class AgentSettings(BaseModel):
         return value
 
 
+def check_call_timeout(name: str, timeout_s: float, visibility_timeout_s: float) -> None:
+    """Refuse a model call timeout the broker's visibility timeout does not outlast.
+
+    A call may take up to its ``timeout_s`` (the SDKs make no retries of their own: each
+    retry is a new delivery), and the step's message stays unacknowledged meanwhile; past
+    the visibility timeout the broker hands it to another worker.
+
+    Raises:
+        ConfigError: naming ``name``, both timeouts and the variables to change.
+    """
+    if timeout_s >= visibility_timeout_s:
+        raise ConfigError(
+            f"{name}: timeout_s {timeout_s:g} s is not shorter than the broker's visibility "
+            f"timeout ({visibility_timeout_s:g} s, DUET_VISIBILITY_TIMEOUT_S): the broker "
+            "would hand the step to another worker mid-call. Lower the agent's timeout_s, or "
+            "raise DUET_VISIBILITY_TIMEOUT_S (on every worker and client) above it"
+        )
+
+
 class AgentSpec(AgentSettings):
     """The serialisable part of an :class:`Agent`, as stored in Redis and read by workers:
     its settings and the provider they name.

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestration.core.agents import Agent, AgentSpec, team_for
+from orchestration.core.agents import Agent, AgentSpec, check_call_timeout, team_for
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
@@ -65,6 +65,12 @@ class LoopSpec(LoopSettings):
     agent of the nested form (its model and instructions). Part of the team's identity."""
     worker_ids: dict[str, str] = Field(default_factory=lambda: {r: r for r in ROLES})
     """The worker id of each role (``role_to_worker_id``); each keeps its conversation."""
+
+    def check_timeouts(self, visibility_timeout_s: float) -> None:
+        """Refuse an agent whose call the broker's visibility timeout does not outlast
+        (:func:`~orchestration.core.agents.check_call_timeout`)."""
+        for role, agent in (("actor", self.actor), ("critic", self.critic)):
+            check_call_timeout(f"{role} ({agent.model})", agent.timeout_s, visibility_timeout_s)
 
     @property
     def spec_id(self) -> str:

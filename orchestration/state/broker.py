@@ -195,6 +195,16 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
     }
 
 
+def visibility_timeout_of(settings: Settings) -> int | None:
+    """Seconds the broker leaves a message unacknowledged before handing it to another
+    worker: ``DUET_VISIBILITY_TIMEOUT_S`` on a Redis broker (the embedded one included);
+    None for a broker without one (AMQP), or when ``DUET_CHECK_TIMEOUTS`` is off."""
+    if not settings.check_timeouts:
+        return None
+    url = settings.broker_url or settings.redis_url or "redis://"
+    return settings.visibility_timeout_s if url.startswith(("redis://", "rediss://")) else None
+
+
 def transport_for(broker_url: str | None) -> str | None:
     """Our transport for ``redis://`` / ``rediss://`` brokers; None keeps kombu's choice.
 

@@ -43,7 +43,10 @@ def fleet() -> Iterator[Fleet]:
     with EmbeddedRedis() as server, FakeLLM() as llm, contextlib.ExitStack() as stack:
         # The sweep on (15 s): a message a worker's BRPOP took as its connection was killed
         # is gone from the broker, and only the sweep sends that run on (RELIABILITY.md).
+        # A visibility timeout shorter than the calls, on purpose (the start check, which
+        # refuses it, is off): the claims must still keep each step to one call.
         env = {"OPENAI_API_KEY": "sk-test-once", "DUET_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+               "DUET_CHECK_TIMEOUTS": "false",
                "DUET_STEP_LEASE_S": str(LEASE_S), "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
                "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
         for n in range(WORKERS):

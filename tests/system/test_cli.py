@@ -230,6 +230,46 @@ def test_bad_config_as_subprocess(tmp_path: Path) -> None:
     assert not (tmp_path / "inputs.results.jsonl").exists(), "nothing ran, nothing written"
 
 
+SLOW_CALLS = FAST_CONFIG.replace('model = "sim"', 'model = "sim"\ntimeout_s = 600.0', 1)
+
+
+def test_a_model_timeout_past_the_visibility_timeout_is_refused(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """At start, one line naming the agent, both timeouts and the variable; exit 2, and
+    nothing run. The same for a worker whose visibility timeout is below the agents'
+    default timeout (``duet worker``, and ``celery -A workers worker`` itself)."""
+    config = tmp_path / "review.toml"
+    config.write_text(SLOW_CALLS)
+    env = _env(DUET_VISIBILITY_TIMEOUT_S="300")
+    for command in ("run", "submit"):
+        env = {**env, "DUET_REDIS_URL": redis_url} if command == "submit" else env
+        done = _duet(command, config, "--input", EXAMPLE_INPUTS, env=env, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            "error: actor (sim): timeout_s 600 s is not shorter than the broker's visibility "
+            "timeout (300 s, DUET_VISIBILITY_TIMEOUT_S): the broker would hand the step to "
+            "another worker mid-call. Lower the agent's timeout_s, or raise "
+            "DUET_VISIBILITY_TIMEOUT_S (on every worker and client) above it"
+        ], command
+    assert not (tmp_path / "inputs.results.jsonl").exists(), "nothing ran, nothing written"
+
+    env = _env(DUET_REDIS_URL="redis://127.0.0.1:1/0", DUET_VISIBILITY_TIMEOUT_S="60")
+    refused = "this worker will not start: the agents' default (Agent(timeout_s=...)): " \
+        "timeout_s 120 s is not shorter than the broker's visibility timeout (60 s, " \
+        "DUET_VISIBILITY_TIMEOUT_S)"  # fmt: skip
+    done = _duet("worker", env=env, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: {refused}")
+    celery = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
+         "-c", "1", "--without-heartbeat", "--without-mingle", "--without-gossip"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert celery.returncode == 2
+    assert f"error: {refused}" in celery.stderr
+
+
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(

@@ -345,8 +345,10 @@ def test_a_killed_workers_step_is_redelivered_and_the_run_finishes(
     no longer renewed), finishes the run, and no stored step is run again."""
     url = f"{redis_url.rpartition('/')[0]}/{int(os.environ.get('DUET_KILL_REDIS_DB', '12'))}"
     redis.Redis.from_url(url).flushdb()
+    # A short visibility timeout on purpose (so the message comes back soon): the start
+    # check that refuses it is off.
     env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_VISIBILITY_TIMEOUT_S": "5",
-           "DUET_STEP_LEASE_S": "5"}  # fmt: skip
+           "DUET_CHECK_TIMEOUTS": "false", "DUET_STEP_LEASE_S": "5"}  # fmt: skip
     fake_llm.set_faults(latency_ms=0, delays_ms=[3000])  # the first call hangs 3 s
     try:
         with client_pointed_at(url):

@@ -72,6 +72,7 @@ def worker_env(servers: dict[str, FakeLLM]) -> dict[str, str]:
         "DUET_VENDOR_BATCH_GATHER_S": "0.5",
         "DUET_VENDOR_BATCH_POLL_MAX_S": "0.5",
         "DUET_VISIBILITY_TIMEOUT_S": "6",
+        "DUET_CHECK_TIMEOUTS": "false",  # a short visibility timeout on purpose
         "DUET_MAX_ATTEMPTS": "3",
     }
 
