@@ -34,7 +34,16 @@ LONG_AGO = 10_000.0
 def _strand(client: redis.Redis, queue: str, run_id: str) -> None:
     """Lose the run's message (its queue emptied) and note it has not moved for hours."""
     client.delete(queue)
-    store().touch(run_id, time.time() - LONG_AGO)
+    _long_ago(client, run_id)
+
+
+def _long_ago(client: redis.Redis, run_id: str) -> None:
+    """The run last moved hours ago (in the index, and in its record once a transition
+    noted it there)."""
+    at = time.time() - LONG_AGO
+    store().touch(run_id, at)
+    if client.hexists(keys.run(run_id), "moved_at"):
+        client.hset(keys.run(run_id), "moved_at", repr(at))
 
 
 def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
@@ -75,7 +84,7 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
             client.lrem(keys.QUEUE_COORDINATOR, 0, *[
                 m for m in client.lrange(keys.QUEUE_COORDINATOR, 0, -1) if later.run_id in m
             ])  # fmt: skip
-            store().touch(later.run_id, time.time() - LONG_AGO)
+            _long_ago(client, later.run_id)
             wait_for(lambda: client.llen(keys.QUEUE_COORDINATOR) == 2, 30,
                      "the looping sweep to send the run on")  # fmt: skip
             looping.send_signal(signal.SIGTERM)
