@@ -27,7 +27,9 @@ Admin API (JSON):
     unless ``times`` (the next N) or ``every`` (every Nth) narrows it;
     ``retry_after`` / ``retry_after_ms`` (str) headers sent with it; ``message`` (str);
     ``echo_key`` (bool) end the error message with the request's credential, the way a
-    careless upstream or proxy does (to test that no key leaks);
+    careless upstream or proxy does (to test that no key leaks); ``echo_key_in_reply``
+    (bool) end a successful answer's text with it, the way a model repeats a key it was
+    shown;
     ``drop`` (int) close the connection without a response on the next N requests;
     ``drop_every`` (int) ...or on every Nth; ``delays_ms`` (list of numbers) extra delay
     for the next requests, one each, in order; ``path`` / ``model`` (str) only requests
@@ -79,6 +81,7 @@ _FAULT_FIELDS = {
     "retry_after_ms": str,
     "message": str,
     "echo_key": bool,
+    "echo_key_in_reply": bool,
     "drop": int,
     "drop_every": int,
     "delays_ms": list,
@@ -175,6 +178,7 @@ class _Decision:
     headers: dict[str, str] = field(default_factory=dict)
     message: str | None = None
     echo_key: bool = False
+    echo_key_in_reply: bool = False
 
 
 class _State:
@@ -285,8 +289,9 @@ class _State:
                 if plan.get("retry_after_ms") is not None:
                     headers["retry-after-ms"] = plan["retry_after_ms"]
             return _Decision(
-                delay / 1000, drop, status, headers, plan.get("message"), bool(plan.get("echo_key"))
-            )
+                delay / 1000, drop, status, headers, plan.get("message"),
+                bool(plan.get("echo_key")), bool(plan.get("echo_key_in_reply")),
+            )  # fmt: skip
 
     def record_response(
         self,
@@ -528,6 +533,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(anthropic, 400, f"invalid request: {exc}", {})
             return
         payload, usage = reply
+        if fate.echo_key_in_reply:
+            _append_text(payload, anthropic, f"\nThe key I was given: {self._credential()}")
         state.record_response(200, *usage)
         request_id = uuid.uuid4().hex
         header = "request-id" if anthropic else "x-request-id"
@@ -542,8 +549,7 @@ class _Handler(BaseHTTPRequestHandler):
         *,
         echo_key: bool = False,
     ) -> None:
-        key = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
-        key = key.removeprefix("Bearer ")
+        key = self._credential()
         if not message:
             message = f"simulated HTTP {status}"
             if status == 401:
@@ -561,6 +567,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
             payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
         self._send(status, payload, headers)
+
+    def _credential(self) -> str:
+        """The caller's API key, as it sent it."""
+        key = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+        return key.removeprefix("Bearer ")
 
     def _api_key(self) -> str:
         """The caller's credential, to keep one prompt cache per key (as vendors do per
@@ -657,6 +668,18 @@ def _answer(
                 "input": json.loads(done.text)}  # fmt: skip
         payload.update(content=[call], stop_reason="tool_use")
     return payload, usage
+
+
+def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
+    """Add ``extra`` to the text of an answer (its first text block, or its message)."""
+    if anthropic:
+        for block in payload.get("content", []):
+            if block.get("type") == "text":
+                block["text"] += extra
+                return
+    else:
+        message = payload["choices"][0]["message"]
+        message["content"] = (message.get("content") or "") + extra
 
 
 def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from workers import metrics, tracing
 from workers.app import SEND_OPTIONS, app
 from workers.logs import BATCH_HEADER
 from workers.providers import provider_for
-from workers.secrets import redact
+from workers.secrets import redact, scrub_output
 
 log = logging.getLogger(__name__)
 _lock = threading.RLock()
@@ -64,7 +64,7 @@ def _build() -> tuple[Coordinator, StepService]:
             )
             _steps = StepService(
                 store, budgets, provider_for, get_settings(), redact,
-                observers=tuple(m.StepObserver() for m in watchers),
+                observers=tuple(m.StepObserver() for m in watchers), scrub_output=scrub_output,
             )  # fmt: skip
         return _coordinator, _steps
 

@@ -5,7 +5,8 @@ The secrets are the values of the API-key variables: ``OPENAI_API_KEY``,
 when its adapter is made, before its first call). :func:`redact` removes each value,
 whatever it looks like, plus anything shaped like a key or an auth header
 (:func:`scrub`). Everything a task lets out — run errors, events, Celery's task events
-(exception and traceback) and the worker's log — passes through it.
+(exception and traceback) and the worker's log — passes through it. Model output passes
+through :func:`scrub_output` (key values only) before anything of it is stored.
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ def key_values() -> list[str]:
         names = list(_variables)
     values = {os.environ.get(name) or "" for name in names}
     return [v for v in values if len(v) >= MIN_SECRET_CHARS]
+
+
+def scrub_output(text: str) -> str:
+    """Model output without any key value: each configured key's value, whatever it looks
+    like, becomes ``[REDACTED]``. Nothing else is touched (unlike :func:`redact`, no
+    key-shaped pattern: a review may quote ``Bearer`` or ``api_key=`` in the code it
+    discusses). On every answer, so cheap: a substring search per key value."""
+    for secret in sorted(key_values(), key=len, reverse=True):  # a key inside another: last
+        if secret in text:
+            text = text.replace(secret, "[REDACTED]")
+    return text
 
 
 def redact(text: str) -> str:

@@ -20,6 +20,9 @@ the agent with reason ``provider_error:<kind>`` and the scrubbed message as the 
 error. Waiting for a rate limit or for budget room is a retry too, but not a failed
 attempt; a budget with no room left interrupts the agent with ``budget:<kind>:<unit>``.
 
+A model's answer is cleaned of every configured key value (``scrub_output``) before
+anything of it is stored: a model may repeat a key it was shown.
+
 Per call: one script to take the step (it also reads the model's fleet-wide pause and,
 for persistent subagents, the conversation history, and notes that the step arrived),
 the rate-limit grant (models with fleet rate limits only), the reservation (budgeted runs
@@ -159,6 +162,7 @@ class StepService:
         scrub: Scrub,
         observers: tuple[StepObserver, ...] = (),
         leases: Leases | None = None,
+        scrub_output: Scrub | None = None,
     ) -> None:
         self.store = store
         self.leases = leases or Leases(store, budgets.ledger, settings.step_lease_s)
@@ -166,6 +170,8 @@ class StepService:
         self.providers = providers
         self.settings = settings
         self.scrub = scrub
+        #: Makes model output safe to store (no key values); ``workers.secrets.scrub_output``.
+        self.scrub_output = scrub_output
         self.observers = observers
         self._seats: dict[tuple[str, str], Seat] = {}
 
@@ -357,6 +363,7 @@ class StepService:
             for observer in self.observers:
                 observer.call_failed(seat.agent, phase, outcome.kind, retried=False)
         else:
+            outcome = self.cleaned(outcome)
             result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
                                   finished_at=time.time(), model=seat.agent.model,
                                   vendor_batch=vendor_batch)  # fmt: skip
@@ -378,6 +385,14 @@ class StepService:
             conversation_max_tokens=seat.max_tokens, before=settle,
         )  # fmt: skip
         return Handover(run_id, step_index(phase, round_) + 1)
+
+    def cleaned(self, completion: Completion) -> Completion:
+        """``completion`` with no key value in it (:func:`clean_completion`): a model may
+        repeat a key it was shown, and everything stored of an answer (result, events,
+        conversation turn) comes from here."""
+        return completion if self.scrub_output is None else clean_completion(
+            completion, self.scrub_output
+        )  # fmt: skip
 
     def seat(self, spec_id: str, role: str) -> Seat:
         """The cached :class:`Seat` of ``role`` in spec ``spec_id`` (specs never change)."""
@@ -459,7 +474,9 @@ class StepService:
                 return self._retry(wait, failures)
             return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
         try:
-            completion = provider.complete(agent, messages, structured=seat.structured)
+            completion = self.cleaned(
+                provider.complete(agent, messages, structured=seat.structured)
+            )
         except ProviderError as exc:
             budgets.release(sid, scopes)
             message = self.scrub(str(exc))
@@ -496,6 +513,32 @@ class StepService:
         used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                       usd=result["usd"], calls=1)  # fmt: skip
         return result, completion, budgets.settle_calls(sid, scopes, used)
+
+
+def clean_completion(completion: Completion, scrub: Scrub) -> Completion:
+    """``completion`` with ``scrub`` applied to its text and to every string of its
+    structured critique; the same object when nothing changed."""
+    text = scrub(completion.text)
+    structured = completion.structured
+    if structured is not None:
+        structured = _scrubbed(structured, scrub)
+    if text is completion.text and structured is completion.structured:
+        return completion
+    return replace(completion, text=text, structured=structured)
+
+
+def _scrubbed(value: Any, scrub: Scrub) -> Any:
+    """``value`` (JSON-like) with ``scrub`` applied to every string in it; the same
+    object when nothing changed."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        items = [_scrubbed(v, scrub) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, dict):
+        found = {k: _scrubbed(v, scrub) for k, v in value.items()}
+        return value if all(found[k] is v for k, v in value.items()) else found
+    return value
 
 
 def _hold_id(run_id: str, key: str, claimant: str) -> str:
@@ -583,5 +626,5 @@ def _failure(
 
 
 __all__ = [
-    "Handover", "ModelClient", "Park", "RetryLater", "Seat", "StepObserver", "StepOutcome", "StepService",
+    "clean_completion", "Handover", "ModelClient", "Park", "RetryLater", "Seat", "StepObserver", "StepOutcome", "StepService",
 ]  # fmt: skip

@@ -166,3 +166,54 @@ def test_an_echoed_key_reaches_no_redis_command_log_result_or_flower(
     assert "[REDACTED]" in captured  # the step's error, events, Celery's task events
     assert "retry" in log.lower()
     assert leaks == []
+
+
+def test_a_model_repeating_its_key_stores_no_key(
+    private_redis: EmbeddedRedis, reliability: Reliability
+) -> None:
+    """Model output is scrubbed of every configured key value before anything of it is
+    stored: the stand-in ends every answer (actor and critic) with the request's key."""
+    url = private_redis.url
+    monitor = Monitor(private_redis.port)
+    env = {"OPENAI_API_KEY": OPENAI_KEY, CRITIC_KEY_ENV: CRITIC_KEY}
+    with (
+        FakeLLM() as llm,
+        celery_worker(url, env=env, loglevel="INFO", name="output") as worker,
+        client_pointed_at(url),
+    ):
+        team = Team.actor_critic(
+            actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
+            critic=Agent(
+                "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
+                base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
+            ),
+            max_rounds=3,
+        )  # fmt: skip
+        llm.set_faults(echo_key_in_reply=True)
+        runs = [team.run_sync(f"Write a parser for format {n}.", timeout=60) for n in range(2)]
+        served = llm.stats()["requests"]
+        log = Path(worker.log_path).read_text(errors="replace")
+    captured = monitor.stop().decode("utf-8", errors="replace")
+    results = json.dumps([result_record(r) for r in runs])
+    results += "".join(r.model_dump_json() for r in runs)
+    places = {"MONITOR capture": captured, "worker log": log, "results": results}
+    leaks = [f"{key} (as {form}) in the {name}" for name, text in places.items()
+             for key in (OPENAI_KEY, CRITIC_KEY) for form in forms(key) if form in text]  # fmt: skip
+    redacted = sum(r.output.count("The key I was given: [REDACTED]") for r in runs)
+    reliability.record(
+        section=SECRETS,
+        fault="A model repeats the API key it was called with in every answer (actor through "
+        "the OpenAI SDK, critic through the Anthropic SDK with a spec's `api_key_env`; keys "
+        "not shaped like keys)",
+        load=f"{len(runs)} runs, {served} answers each ending with its key; persistent "
+        f"conversations; {len(captured):,} bytes of `MONITOR` capture",
+        lost=f"{len(leaks)} leaks: {'; '.join(leaks)}"
+        if leaks
+        else f"nothing: neither key in the {', the '.join(places)} (stored results, events, "
+        "conversation turns); the final outputs read `The key I was given: [REDACTED]`",
+        before="model output was stored as the model wrote it: the key in the results, "
+        "events and conversations",
+    )
+    assert [r.status for r in runs] == ["approved"] * 2
+    assert redacted == 2
+    assert not leaks, leaks

@@ -98,3 +98,31 @@ def test_the_last_resort_handler_is_redacted_too(
         lost=f"{lost_of(message.count(KEY), 1, 'quotes of the key left')}: `{message}`",
     )
     assert message == "saw [REDACTED]"
+
+
+def test_model_output_loses_key_values_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY + ".longer")  # one key holds the other
+    review = 'Set headers = {"Authorization": "Bearer <token>"}; api_key=os.environ[...]'
+    # Key-shaped text in a review is the model's to write: only key values go.
+    assert secrets.scrub_output(review) == review
+    text = f"I was given {KEY} and {KEY}.longer."
+    assert secrets.scrub_output(text) == "I was given [REDACTED] and [REDACTED]."
+    assert secrets.scrub_output(review) is review  # nothing found: nothing copied
+
+
+def test_a_completion_is_cleaned_in_its_text_and_structured_critique(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestration.core.completion import Completion
+    from orchestration.services.step import clean_completion
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    structured = {"score": 0.5, "issues": [f"key {KEY} in line 3", "ok"], "summary": "s"}
+    done = Completion(f"reply {KEY}", 10, 5, "end", structured=structured)
+    cleaned = clean_completion(done, secrets.scrub_output)
+    assert cleaned.text == "reply [REDACTED]"
+    assert cleaned.structured == {**structured, "issues": ["key [REDACTED] in line 3", "ok"]}
+    assert (cleaned.input_tokens, cleaned.output_tokens) == (10, 5)
+    clean = Completion("reply", 10, 5, "end", structured={"score": 1.0, "issues": []})
+    assert clean_completion(clean, secrets.scrub_output) is clean
