@@ -16,6 +16,7 @@ from typing import Any
 import kombu.exceptions
 from celery import current_task
 from celery.exceptions import Reject, Retry
+from celery.signals import worker_ready
 
 from orchestration.services.budgeting import Budgets
 from orchestration.services.coordinator import Coordinator, Dispatch
@@ -230,3 +231,13 @@ def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> No
         headers = {FAILURES_HEADER: outcome.failures, CLAIM_HEADER: outcome.claim,
                    INFRA_HEADER: None}  # fmt: skip
         raise retry(task, outcome.delay_s, StepRetry(outcome.reason or "waiting"), headers)
+
+
+@worker_ready.connect(weak=False)
+def _say_alive(**_: object) -> None:
+    """Every worker process renews its liveness key from its start (coordinator-only ones
+    too: the fleet's unbroken signs of life are what let a dead process's claims go)."""
+    try:
+        get_liveness().start()
+    except INFRA_ERRORS as exc:  # Redis away: the first step says it
+        log.warning("liveness key not written at start: %s: %s", type(exc).__name__, exc)

@@ -46,6 +46,10 @@ class Liveness:
                     ).start()
         return self._id
 
+    def start(self) -> str:
+        """Write this process's liveness key now and keep renewing it; its id."""
+        return self.process_id
+
     def claimant(self) -> str:
         """A new claim for one delivery of a step, naming this process."""
         return new_claimant(self.process_id)

@@ -196,7 +196,9 @@ class StepService:
         dead = None
         # A claim naming a dead process: the step is taken over now, not after its lease.
         holder = start.holder if start.outcome == "busy" else None
-        if holder is not None and store.take_over(run_id, key, holder, claimant, lease_s):
+        if holder is not None and store.take_over(
+            run_id, key, holder, claimant, lease_s, self.settings.process_ttl_s
+        ):
             dead = holder
             start = store.begin_step(run_id, key, claimant, lease_s, started, previous)
         if start.outcome == "busy":  # another delivery's call is in flight: check later

@@ -87,6 +87,14 @@ def process(process_id: str) -> str:
     return f"{PREFIX}:proc:{process_id}"
 
 
+def processes_since() -> str:
+    """String with a short TTL: since when (epoch ms) worker processes have been renewing
+    their liveness keys without a break. Gone after a Redis outage (every liveness key
+    lapses at once then): no claim is presumed dead until the fleet has had a whole TTL
+    to say it is alive again."""
+    return f"{PREFIX}:procs:since"
+
+
 def runs_moved() -> str:
     """Sorted set: ids of runs not finished, scored by when they were last seen to move
     (created, resumed, sent on by the sweep); a transition notes its time in the record

@@ -6,7 +6,9 @@ with a short TTL, renewed every few seconds by one thread (see
 claim names its process (``<process id>:<delivery>``), so a delivery that finds the step
 claimed can tell a live holder from a dead one: a claim whose process key is gone is
 taken over at once (:meth:`orchestration.state.runs.RunStore.take_over`), instead of after
-the claim's lease.
+the claim's lease. Not right after a Redis outage, though: every liveness key lapses in
+one then, so a claim is presumed dead only once the fleet has been renewing its keys
+without a break for a whole TTL again (:func:`orchestration.state.keys.processes_since`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from orchestration.state import keys
+from orchestration.state import keys, scripts
 
 #: How a process id begins. A claim without it (made by an older worker, which kept no
 #: liveness key) is never presumed dead: it is left to its lease.
@@ -42,8 +44,12 @@ def process_of(claim: str) -> str | None:
 
 
 def mark_alive(client: Any, process_id: str, ttl_s: int) -> None:
-    """Note that ``process_id`` is alive for the next ``ttl_s`` seconds."""
-    client.set(keys.process(process_id), "1", ex=max(1, int(ttl_s)))
+    """Note that ``process_id`` is alive for the next ``ttl_s`` seconds (and that the
+    fleet's signs of life go on: :func:`orchestration.state.keys.processes_since`)."""
+    scripts.register(client, "process_beat")(
+        keys=[keys.process(process_id), keys.processes_since()],
+        args=[max(1, int(ttl_s * 1000))],
+    )
 
 
 def alive(client: Any, claims: Sequence[str]) -> list[bool]:

@@ -366,17 +366,20 @@ class RunStore:
         return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history)
 
     def take_over(
-        self, run_id: str, step_key: str, holder: str, claimant: str, lease_s: int
-    ) -> bool:
+        self, run_id: str, step_key: str, holder: str, claimant: str, lease_s: int,
+        process_ttl_s: float,
+    ) -> bool:  # fmt: skip
         """Give the step's claim to ``claimant`` if it is still ``holder``'s and names a
-        process that is dead (its liveness key gone; atomically). False: the holder is
-        alive, names no process, or the claim changed meanwhile."""
+        process that is dead: its liveness key gone while the fleet's have been renewed
+        without a break for ``process_ttl_s`` (atomically). False: the holder is alive,
+        names no process, Redis was away lately, or the claim changed meanwhile."""
         process_id = process_of(holder)
         if process_id is None:
             return False
         return bool(self._take_over(
-            keys=[keys.step_claim(run_id, step_key), keys.process(process_id)],
-            args=[holder, claimant, lease_s],
+            keys=[keys.step_claim(run_id, step_key), keys.process(process_id),
+                  keys.processes_since()],
+            args=[holder, claimant, lease_s, max(1, int(process_ttl_s * 1000))],
         ))  # fmt: skip
 
     def complete_step(

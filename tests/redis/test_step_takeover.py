@@ -3,7 +3,9 @@
 A claim names its process; the process keeps a liveness key with a short TTL. A delivery
 (or a resume, or the sweep) that finds the step claimed takes it over when that key is
 gone — atomically with the check, so a claim that changed meanwhile, or whose process is
-alive, is left — and the dead call's budget hold is charged, not released.
+alive, is left; and not right after a Redis outage (every key lapsed at once: the fleet
+must have been saying it is alive for a whole TTL first) — and the dead call's budget hold
+is charged, not released.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from orchestration.state.processes import mark_alive, new_claimant, new_process_
 from orchestration.state.runs import RunRecord, RunStore
 
 KEY = "r0.generate"
+TTL_S = 10
+
+
+def _fleet_alive_for(client: Any, seconds: float) -> None:
+    """The fleet's processes have been renewing their keys for ``seconds`` now."""
+    client.set(keys.processes_since(), int((time.time() - seconds) * 1000), ex=60)
 
 
 @pytest.fixture
@@ -53,6 +61,7 @@ def test_claims_name_their_process() -> None:
 
 def test_a_dead_process_claim_is_taken_over_at_once(store: RunStore) -> None:
     _running(store, "r1")
+    _fleet_alive_for(store.r, TTL_S + 1)
     dead, live = new_process_id(), new_process_id()
     mark_alive(store.r, live, 30)
     held = new_claimant(dead)
@@ -62,15 +71,15 @@ def test_a_dead_process_claim_is_taken_over_at_once(store: RunStore) -> None:
     found = store.begin_step("r1", KEY, mine, 300, "{}")
     assert (found.outcome, found.holder) == ("busy", held)
     # A stale view of the claim takes nothing.
-    assert not store.take_over("r1", KEY, new_claimant(dead), mine, 300)
-    assert store.take_over("r1", KEY, held, mine, 300)
+    assert not store.take_over("r1", KEY, new_claimant(dead), mine, 300, TTL_S)
+    assert store.take_over("r1", KEY, held, mine, 300, TTL_S)
     assert store.r.get(keys.step_claim("r1", KEY)) == mine
     assert store.begin_step("r1", KEY, mine, 300, "{}").outcome == "go"
     # Now a live process holds it: nobody takes it over.
     other = new_claimant(new_process_id())
     found = store.begin_step("r1", KEY, other, 300, "{}")
     assert (found.outcome, found.holder) == ("busy", mine)
-    assert not store.take_over("r1", KEY, mine, other, 300)
+    assert not store.take_over("r1", KEY, mine, other, 300, TTL_S)
     assert store.r.get(keys.step_claim("r1", KEY)) == mine
 
 
@@ -80,7 +89,33 @@ def test_a_claim_naming_no_process_waits_for_its_lease(store: RunStore) -> None:
     assert store.begin_step("r2", KEY, old, 300, "{}").outcome == "go"
     mine = new_claimant(new_process_id())
     assert store.begin_step("r2", KEY, mine, 300, "{}").outcome == "busy"
-    assert not store.take_over("r2", KEY, old, mine, 300)
+    assert not store.take_over("r2", KEY, old, mine, 300, TTL_S)
+
+
+def test_no_claim_is_presumed_dead_right_after_a_redis_outage(store: RunStore) -> None:
+    _running(store, "r3")
+    held = new_claimant(new_process_id())  # its key lapsed, as every key in an outage
+    assert store.begin_step("r3", KEY, held, 300, "{}").outcome == "go"
+    mine = new_claimant(new_process_id())
+    store.r.delete(keys.processes_since())  # no sign of life from anyone since
+    assert not store.take_over("r3", KEY, held, mine, 300, TTL_S)
+    _fleet_alive_for(store.r, TTL_S - 2)  # back, but not for a whole TTL yet
+    assert not store.take_over("r3", KEY, held, mine, 300, TTL_S)
+    _fleet_alive_for(store.r, TTL_S)
+    assert store.take_over("r3", KEY, held, mine, 300, TTL_S)
+
+
+def test_signs_of_life_keep_the_fleets_run_going(store: RunStore) -> None:
+    store.r.delete(keys.processes_since())
+    first, second = new_process_id(), new_process_id()
+    mark_alive(store.r, first, TTL_S)
+    since = store.r.get(keys.processes_since())
+    assert abs(int(since) / 1000 - time.time()) < 5
+    mark_alive(store.r, second, TTL_S)
+    assert store.r.get(keys.processes_since()) == since  # the run goes on
+    # Its TTL is half a process's: in an outage it lapses before any process key can.
+    assert 0 < store.r.pttl(keys.processes_since()) <= TTL_S * 1000 // 2
+    assert store.r.pttl(keys.process(second)) > TTL_S * 1000 // 2
 
 
 def test_the_liveness_key_lives_while_its_process_renews_it(store: RunStore) -> None:
