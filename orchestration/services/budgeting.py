@@ -28,7 +28,13 @@ from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_byte
 from orchestration.core.pricing import cost_usd, rates_for
 from orchestration.core.structured import CRITIQUE_SCHEMA
 from orchestration.prices import price_for
-from orchestration.state.budgets import DEFAULT_SETTLED_TTL_S, BudgetLedger, warning_flag
+from orchestration.state.budgets import (
+    DEFAULT_SETTLED_TTL_S,
+    BudgetLedger,
+    Spend,
+    spend_of,
+    warning_flag,
+)
 from orchestration.state.events import event_json
 from orchestration.state.ratelimits import RateLimiter, load_rate_limits
 from orchestration.state.runs import Once
@@ -154,6 +160,11 @@ class Budgets:
         if not scopes:
             return []
         return [self.ledger.settle_call(sid, scopes, amount, marker_ttl_s=self.settled_ttl_s)]
+
+    def spend(self, scopes: list[str], amount: Amount) -> Spend | None:
+        """A call's usage for scopes that have no limit (it held nothing), to count with
+        the step's store; None when the run has no budget scopes."""
+        return spend_of(scopes, amount) if scopes else None
 
     def release(self, sid: str, scopes: list[str]) -> None:
         if scopes:

@@ -85,11 +85,15 @@ def _steps_before(seq: int) -> tuple[str, ...]:
 
 
 def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, Any]:
-    """What the step's begin script reads for it: the pause key of its model and, with
-    persistent subagents, its conversation (key and turns kept): the team's, the role's
-    worker's, and the user's or the run's as the spec's memory says."""
+    """What the step's begin script reads for it: the pause key of its model, the budget
+    hashes of the run's scopes (for their limits) and, with persistent subagents, its
+    conversation (key and turns kept): the team's, the role's worker's, and the user's or
+    the run's as the spec's memory says."""
     agent = spec.actor if role == "actor" else spec.critic
     reads: dict[str, Any] = {"pause": keys.rate_pause(agent.provider, agent.model_name)}
+    scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
+    if scopes:  # whether any has a limit (a call in scopes without one holds nothing)
+        reads["budgets"] = [keys.budget(s) for s in scopes]
     turns = spec.conversation_turns if spec.persistent_subagents else 0
     if turns > 0:
         scope = conversation_scope(

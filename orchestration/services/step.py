@@ -23,11 +23,13 @@ attempt; a budget with no room left interrupts the agent with ``budget:<kind>:<u
 A model's answer is cleaned of every configured key value (``scrub_output``) before
 anything of it is stored: a model may repeat a key it was shown.
 
-Per call: one script to take the step (it also reads the model's fleet-wide pause and,
-for persistent subagents, the conversation history, and notes that the step arrived),
-the rate-limit grant (models with fleet rate limits only), the reservation (budgeted runs
-only), the model call, one round trip storing the result with the settlement (budgeted
-runs) and the conversation turn (persistent only). Specs, prices and adapters are
+Per call: one script to take the step (it also reads the model's fleet-wide pause,
+whether any of the run's budget scopes has a limit and, for persistent subagents, the
+conversation history, and notes that the step arrived), the rate-limit grant (models with
+fleet rate limits only), the reservation (runs with a limit in some scope only), the model
+call, one round trip storing the result with the settlement (limited runs; a run whose
+scopes have no limit has its usage counted by the store script itself) and the
+conversation turn (persistent only). Specs, prices and adapters are
 resolved once per process.
 """
 
@@ -227,23 +229,32 @@ class StepService:
                         list(start.scopes), claimant, store.batch_of(run_id))  # fmt: skip
         # From here to the stored answer the claim (and the budget hold, once made) is
         # renewed: a slow SDK start or a slow call keeps the step; a dead worker's lapses.
-        hold = Call(run_id, key, claimant, _hold_id(run_id, key, claimant), start.scopes)
+        # Scopes without any limit hold nothing: the call's usage is only counted.
+        held = start.scopes if start.limited else ()
+        hold = Call(run_id, key, claimant, _hold_id(run_id, key, claimant), held)
         with self.leases.held(hold):
             return self._answer(run_id, key, claimant, seat, messages, prompt, conv,
-                                start.scopes, start.paused_s, failures, handover)  # fmt: skip
+                                start.scopes, start.limited, start.paused_s, failures,
+                                handover)  # fmt: skip
 
     def _answer(
         self, run_id: str, key: str, claimant: str, seat: Seat, messages: list[Message],
-        prompt: str, conv: str, scopes: tuple[str, ...], paused_s: float, failures: int,
-        handover: Handover,
+        prompt: str, conv: str, scopes: tuple[str, ...], limited: bool, paused_s: float,
+        failures: int, handover: Handover,
     ) -> Handover | RetryLater:  # fmt: skip
-        """Call the model and store its answer (or learn to retry)."""
+        """Call the model and store its answer (or learn to retry). ``limited``: some of
+        ``scopes`` has a limit (the call holds its worst case in all of them first);
+        without one the call holds nothing and its usage is counted with its store."""
         store = self.store
         phase, round_ = parse_step_key(key)
-        call = self._call(run_id, key, claimant, seat, messages, list(scopes), paused_s, failures)
+        held = list(scopes) if limited else []
+        call = self._call(run_id, key, claimant, seat, messages, held, paused_s, failures)
         if isinstance(call, RetryLater):
             return replace(call, claim=claimant)
         result, completion, settle = call
+        spend = None
+        if not limited and completion is not None:
+            spend = self.budgets.spend(list(scopes), _used(completion, result))
         conversation = None
         # A reply cut at max_tokens is not a turn the model should build on later.
         whole = completion is not None and completion.stop_reason != "max_tokens"
@@ -256,6 +267,7 @@ class StepService:
         self._keep_trying(lambda: store.complete_step(
             run_id, key, result, _completed_event(run_id, phase, round_, result), claimant,
             conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
+            spend=spend,
         ), f"run {run_id} step {key}: storing the answer")  # fmt: skip
         return handover
 
@@ -512,9 +524,13 @@ class StepService:
                               finished_at=time.time(), model=agent.model)  # fmt: skip
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
-        used = Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-                      usd=result["usd"], calls=1)  # fmt: skip
-        return result, completion, budgets.settle_calls(sid, scopes, used)
+        return result, completion, budgets.settle_calls(sid, scopes, _used(completion, result))
+
+
+def _used(completion: Completion, result: dict[str, Any]) -> Amount:
+    """What one answered call used, as budgets count it."""
+    return Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
+                  usd=result["usd"], calls=1)  # fmt: skip
 
 
 def clean_completion(completion: Completion, scrub: Scrub) -> Completion:

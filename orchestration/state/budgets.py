@@ -106,6 +106,23 @@ def _scope_keys(scopes: list[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """A call's usage to add to the spent counters of scopes that have no limit: such a
+    call holds nothing, so there is no hold to drop and no settled marker; the step's
+    store adds it, once (see ``RunStore.complete_step``)."""
+
+    #: The scopes' budget hashes.
+    keys: tuple[str, ...]
+    #: The usage as the budget scripts take it (``input,output,usd_micros,calls``).
+    amount: str
+
+
+def spend_of(scopes: list[str], actual: Amount) -> Spend:
+    """What :class:`Spend` adds ``actual`` to the spent counters of ``scopes``."""
+    return Spend(tuple(keys.budget(s) for s in _check_scopes(scopes)), _wire(actual))
+
+
 @dataclass(frozen=True)
 class ScopeState:
     """A snapshot of one budget scope.

@@ -20,6 +20,7 @@ from orchestration.core.events import Event
 from orchestration.core.memory import CHARS_PER_TOKEN
 from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
 from orchestration.state import keys, scripts
+from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
 from orchestration.state.events import event_json, stored_event
 from orchestration.state.processes import alive, process_of
@@ -55,6 +56,9 @@ class StepStart:
     #: The role's stored conversation turns (raw, oldest first); None when the step keeps
     #: no conversation.
     history: list[Any] | None = None
+    #: Whether any of ``scopes`` has a limit: the call then holds its worst case first;
+    #: without one its usage is only counted, with its store (see ``complete_step``).
+    limited: bool = True
     #: ``busy``: the claim found (whose process may be dead, see :meth:`RunStore.take_over`).
     holder: str | None = None
 
@@ -362,8 +366,9 @@ class RunStore:
             return StepStart(res[0], holder=res[1] if len(res) > 1 else None)
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
         paused = res[5] / 1000 if res[5] > 0 else 0.0
-        history = res[7:] if len(res) > 6 else None
-        return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history)
+        history = res[8:] if len(res) > 7 else None
+        return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history,
+                         limited=bool(res[6]))  # fmt: skip
 
     def take_over(
         self, run_id: str, step_key: str, holder: str, claimant: str, lease_s: int,
@@ -393,6 +398,7 @@ class RunStore:
         conversation: tuple[str, str, int] | None = None,
         conversation_max_tokens: int | None = None,
         before: Iterable[ScriptCall] = (),
+        spend: Spend | None = None,
     ) -> bool:
         """Store the step's result unless one is stored already; True if this one was.
 
@@ -400,7 +406,9 @@ class RunStore:
         conversation when, and only when, this result is the one stored. Past about
         ``conversation_max_tokens`` the oldest turns of other runs are dropped down to
         half of it (see the script). ``before`` are other scripts to run first in the
-        same round trip (e.g. the budget settlement).
+        same round trip (e.g. the budget settlement). ``spend`` (budget scopes without
+        limits) is added to those scopes' spent counters in the same script, once per
+        delivery: a store sent again after a lost reply does not add it twice.
         """
         conv_key, turn, turns = conversation or ("", "", 0)
         max_chars = (
@@ -409,9 +417,11 @@ class RunStore:
         call = ScriptCall(
             self._complete,
             [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
-             keys.run_events(run_id), keys.run(run_id), conv_key],
+             keys.run_events(run_id), keys.run(run_id), conv_key,
+             *(spend.keys if spend else ())],
             [step_key, json.dumps(result), completed_event, claimant, step_outcome(result),
-             turn, turns, self.finished_ttl_s, max_chars, turn_prefix(run_id)],
+             turn, turns, self.finished_ttl_s, max_chars, turn_prefix(run_id),
+             spend.amount if spend else ""],
         )  # fmt: skip
         return bool(run_scripts(self.r, [*before, call])[-1])
 

@@ -12,6 +12,7 @@ from orchestration import Agent, Team
 from orchestration.client.handles import store
 from orchestration.core import events as ev
 from orchestration.core.budget import Budget
+from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger
 from tests.reliability import ENGINE, Reliability
 from tests.support import celery_worker, client_pointed_at, wait_for
@@ -66,6 +67,41 @@ def test_a_call_bigger_than_the_budget_runs_with_max_tokens_lowered(
     assert result.status == "approved", result.error
     assert result.usage.total.calls == 2
     assert result.usage.total.total_tokens <= 1500
+
+
+def test_a_user_without_a_limit_holds_nothing_and_is_charged_exactly(
+    worker: Any, client_on: str
+) -> None:
+    """A user scope with no limit: calls make no hold (nothing reserved, no lease, no
+    settled marker) and the scope's spent counters get exactly what the runs used; once
+    the user is given a limit, the next run's calls hold their worst case again."""
+    user = f"free-{uuid.uuid4().hex[:8]}"
+    scope = f"user:{user}"
+    r = store().r
+    ledger = BudgetLedger(r)
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim", max_tokens=300),
+        critic=Agent("Review.", model="sim?scores=0.1", max_tokens=300),
+        max_rounds=2,
+    )
+    results = [team.run_sync(f"print({i})", user_id=user, timeout=60) for i in range(2)]
+    assert {x.status for x in results} == {"max_rounds_reached"}
+    state = ledger.get(scope)
+    used = [x.usage.total for x in results]
+    assert state.spent.calls == sum(u.calls for u in used) == 10
+    assert state.spent.input_tokens == sum(u.input_tokens for u in used)
+    assert state.spent.output_tokens == sum(u.output_tokens for u in used)
+    assert state.reserved.calls == 0 and state.open_reservations == 0
+    assert r.exists(keys.budget_reservations(scope), keys.budget_holds(scope)) == 0
+    markers = [k for run in results for k in r.scan_iter(keys.budget_settled(f"{run.run_id}*"))]
+    assert markers == []
+
+    # A limit on: the next run's calls hold first (the limit stops it at its first round).
+    ledger.set_limits(scope, Budget(max_calls=state.spent.calls + 1))
+    blocked = team.run_sync("print(2)", user_id=user, timeout=60)
+    assert blocked.status == "interrupted", blocked.status
+    assert blocked.interruption_reason == "budget:user:calls"
+    assert ledger.get(scope).spent.calls == state.spent.calls + blocked.usage.total.calls
 
 
 def test_run_budget_stops_at_the_start_of_a_round(worker: Any, client_on: str) -> None:

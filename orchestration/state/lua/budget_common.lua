@@ -61,6 +61,16 @@ local function value(v, unit)
   return v[4]
 end
 
+-- Whether budget hash `bkey` has any limit on.
+local function limited(bkey)
+  local r = redis.call('HMGET', bkey, 'limit:input_tokens', 'limit:output_tokens',
+                       'limit:tokens', 'limit:usd', 'limit:calls')
+  for k = 1, 5 do
+    if r[k] then return true end
+  end
+  return false
+end
+
 local function load(bkey)
   local r = redis.call('HMGET', bkey,
     'limit:input_tokens', 'limit:output_tokens', 'limit:tokens', 'limit:usd', 'limit:calls',

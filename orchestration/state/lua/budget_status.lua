@@ -4,13 +4,18 @@
 -- emitted: scope index, unit, fraction}. It sets no flag: the transition that emits the
 -- warning does, in its own script (see ``warning_flag``), so a lost race emits nothing
 -- and loses nothing.
+-- A scope without any limit has nothing to check: neither the clock nor its holds are read.
 local n, with_reserved = tonumber(ARGV[1]), ARGV[2] == '1'
-local now = now_ms()
+local now = nil
 local out = {0, ''}
 for i = 0, n - 1 do
   local bkey = KEYS[3 * i + 1]
-  purge(bkey, KEYS[3 * i + 2], KEYS[3 * i + 3], now)
-  local limits, spent, reserved, warn_at = load(bkey)
+  local limits, spent, reserved, warn_at = {}, nil, nil, nil
+  if limited(bkey) then
+    now = now or now_ms()
+    purge(bkey, KEYS[3 * i + 2], KEYS[3 * i + 3], now)
+    limits, spent, reserved, warn_at = load(bkey)
+  end
   for _, unit in ipairs(UNITS) do
     local limit = limits[unit]
     if limit then

@@ -1,3 +1,4 @@
+--! include budget_common
 -- A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
 -- Taking it also notes that the step reached a worker (``dispatched``, read by a
 -- redelivered coordinator) and reads the fleet-wide pause of the step's model and, when the
@@ -28,11 +29,26 @@ if not holder and not (current and st[8] == st[7]) then
 end
 if current then redis.call('HSET', run, 'dispatched', st[7]) end
 local meta = cjson.decode(input)
-local out = {'go', input, st[3], st[4] or '', st[5] or '', redis.call('PTTL', meta['pause'])}
+-- Whether any of the run's budget scopes has a limit (1) or none has (0: the call needs
+-- no hold; its usage is only counted, when it is stored). The input names the scopes'
+-- budget hashes (``budgets``); an input without them, with scopes, counts as limited.
+local scoped = st[5] and st[5] ~= ''
+local any_limit = scoped and 1 or 0
+if scoped and type(meta['budgets']) == 'table' then
+  any_limit = 0
+  for _, bkey in ipairs(meta['budgets']) do
+    if limited(bkey) then
+      any_limit = 1
+      break
+    end
+  end
+end
+local out = {'go', input, st[3], st[4] or '', st[5] or '', redis.call('PTTL', meta['pause']),
+             any_limit}
 local turns = tonumber(meta['turns']) or 0
 if type(meta['conv']) == 'string' and turns > 0 then
-  out[7] = 'h'
+  out[8] = 'h'
   local turn = redis.call('LRANGE', meta['conv'], -turns, -1)
-  for i = 1, #turn do out[7 + i] = turn[i] end
+  for i = 1, #turn do out[8 + i] = turn[i] end
 end
 return out

@@ -1,3 +1,4 @@
+--! include budget_common
 -- Store a step's result once; a second store of the same step is refused. The first
 -- store also notes the step's compact outcome on the run (``o:<step key>``, read by the
 -- coordinator instead of every step's text) and appends the turn to the role's
@@ -30,6 +31,17 @@ if stored == 1 then
         if drop > 0 then redis.call('LTRIM', conv, drop, -1) end
       end
     end
+  end
+end
+-- ARGV[11] (or ''): the call's usage ("input,output,usd_micros,calls"), added to the
+-- spent counters of the budget hashes KEYS[6..] (scopes without limits: the call held
+-- nothing). Counted once per delivery: when this result is the one stored, or when
+-- another delivery's is (that call was made and billed too) — not when this delivery's
+-- own store is sent again after a lost reply.
+if ARGV[11] and ARGV[11] ~= '' then
+  if stored == 1 or redis.call('HGET', steps, ARGV[1]) ~= ARGV[2] then
+    local parts = split(ARGV[11])
+    for i = 6, #KEYS do add(KEYS[i], 'spent:', parts, '') end
   end
 end
 -- The step is stored (now or before): every claim on it is moot, whoever holds it (a
