@@ -11,12 +11,15 @@ URL keeps its ``redis://`` scheme, and :class:`Connection` names it ``redis`` ag
 it writes the URL back out (``as_uri``): Flower picks its broker client (Broker page,
 ``/api/queues/length``) by that scheme.
 
-A worker also outlasts a Redis at ``maxmemory``: the delivered message kombu cannot note
-as unacknowledged is held until Redis takes writes again (``QoS.append``), instead of
-ending the worker.
+A delivered message is noted as unacknowledged with one command and acked with one
+(kombu: two each), see :class:`QoS`. A worker also outlasts a Redis at ``maxmemory``: the
+delivered message it cannot note is held until Redis takes writes again (``QoS.append``),
+instead of ending the worker.
 
 These override methods kombu does not document (``Channel._create_client``,
-``QoS.pipe_or_acquire``, ``QoS.append``), tested with the kombu release pinned in ``pyproject.toml``;
+``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
+``restore_visible``, and use ``Channel._do_restore_message`` and ``Mutex``), tested with
+the kombu release pinned in ``pyproject.toml``;
 :func:`check_versions` refuses an untested kombu when the transport is chosen. This is
 the one place Duet customises kombu (the client uses the transport too, so it cannot live
 with the worker's Celery customisations in ``workers/celery_ext.py``).
@@ -28,11 +31,15 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
 
 import kombu
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
 
 from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
@@ -44,6 +51,10 @@ TRANSPORT = "orchestration.state.broker:Transport"
 OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
 #: Seconds between two warnings while it lasts.
 OOM_WARN_EVERY_S = 30.0
+#: Appended to kombu's unacked index key (``unacked_index``) to name the sorted set of
+#: unacknowledged messages (see :class:`QoS`); a key of its own, so a kombu-style reader
+#: never takes its members for delivery tags.
+UNACKED_SUFFIX = ":messages"
 
 log = logging.getLogger(__name__)
 
@@ -67,50 +78,73 @@ def check_release(package: str, version: str, tested: str, missing: list[str]) -
     )
 
 
+def _qualified(owner: Any) -> str:
+    if isinstance(owner, ModuleType):
+        return owner.__name__
+    return f"{owner.__module__}.{owner.__name__}"
+
+
 def check_versions() -> None:
     """Refuse a kombu release the transport below was not tested with (ConfigError)."""
-    needed = [
+    needed: list[tuple[Any, str]] = [
         (kombu_redis.Channel, "_create_client"),
         (kombu_redis.Channel, "pool"),
         (kombu_redis.Channel, "conn_or_acquire"),
         (kombu_redis.Channel, "unacked_restore_throttle"),
         (kombu_redis.QoS, "pipe_or_acquire"),
         (kombu_redis.QoS, "append"),
+        (kombu_redis.QoS, "restore_by_tag"),
+        (kombu_redis.QoS, "restore_visible"),
+        (kombu_redis.Channel, "_do_restore_message"),
+        (kombu_redis, "Mutex"),
+        (kombu_redis, "MutexHeld"),
         (kombu.Connection, "resolve_aliases"),
     ]
-    missing = [
-        f"{cls.__module__}.{cls.__name__}.{name}" for cls, name in needed if not hasattr(cls, name)
-    ]
+    missing = [f"{_qualified(owner)}.{name}" for owner, name in needed if not hasattr(owner, name)]
     check_release("kombu", kombu.__version__, KOMBU_TESTED, missing)
 
 
 class QoS(kombu_redis.QoS):
-    """kombu's ack emulation, with plain (non-MULTI) pipelines for its bookkeeping.
+    """kombu's ack emulation, with each unacknowledged message one member of one sorted set.
 
-    Every delivered message is noted (ZADD to the unacked index, HSET of the message) and
-    every ack removes it (ZREM, HDEL). kombu sends each pair as a MULTI/EXEC transaction,
-    four commands where two do: the pair is sent in one round trip either way, Redis runs
-    it back to back, and the only other reader, the restore of messages unacked past the
-    visibility timeout, watches the unacked hash and skips a tag without a message.
-    Restores keep their own transaction (they pass their pipeline in).
+    kombu notes a delivered message with two writes (ZADD of its tag to the unacked index,
+    HSET of the message under its tag) and removes it with two (ZREM, HDEL): four commands
+    a task. Here the message itself is the member of one sorted set (``unacked_index`` +
+    :data:`UNACKED_SUFFIX`; JSON of the message, its exchange and routing key: unique per
+    delivery, as the message carries its delivery tag), scored by when it was delivered:
+    one ZADD when delivered, one ZREM when acked.
+    The restore of messages unacknowledged past the visibility timeout reads the members
+    older than it and puts each back on its queue in a transaction (WATCH, ZREM, push), as
+    kombu's does. Messages noted the kombu way (by a worker of an earlier Duet during a
+    rolling upgrade) are still restored and acked the kombu way.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        #: delivery tag -> the member noting it (until acked, rejected or restored)
+        self._members: dict[str, str] = {}
+
+    @property
+    def unacked_messages_key(self) -> str:
+        return f"{self.channel.unacked_index_key}{UNACKED_SUFFIX}"
 
     def append(self, message: Any, delivery_tag: str) -> None:
         """Note a delivered message as unacknowledged, waiting out a Redis that is full.
 
-        The consumer has already popped the message from its queue; kombu writes it to
-        the unacked index here, in the worker's event loop, where an error is fatal (the
-        worker exits, "Unrecoverable error", and the message is lost). Redis refuses
-        those writes while at ``maxmemory`` (OOM): wait, with backoff, until it takes
-        them again. Nothing else can be consumed meanwhile anyway.
+        The consumer has already popped the message from its queue; it is noted here, in
+        the worker's event loop, where an error is fatal (the worker exits, "Unrecoverable
+        error", and the message is lost). Redis refuses the write while at ``maxmemory``
+        (OOM): wait, with backoff, until it takes it again. Nothing else can be consumed
+        meanwhile anyway.
         """
+        delivery = message.delivery_info
+        member = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])  # type: ignore[no-untyped-call]
         delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
         while True:
             try:
-                super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
-                if waited:
-                    log.warning("Redis accepts writes again after %.1fs at maxmemory", waited)
-                return
+                with self.channel.conn_or_acquire() as client:
+                    client.zadd(self.unacked_messages_key, {member: time.time()})
+                break
             except redis.exceptions.OutOfMemoryError:
                 if waited - warned >= OOM_WARN_EVERY_S or not waited:
                     warned = waited
@@ -121,14 +155,86 @@ class QoS(kombu_redis.QoS):
                 time.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, OOM_MAX_WAIT_S)
+        if waited:
+            log.warning("Redis accepts writes again after %.1fs at maxmemory", waited)
+        self._members[delivery_tag] = member
+        virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def ack(self, delivery_tag: str) -> None:
+        member = self._members.pop(delivery_tag, None)
+        if member is None:  # noted the kombu way
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+            return
+        with self.channel.conn_or_acquire() as client:
+            client.zrem(self.unacked_messages_key, member)
+        virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if delivery_tag not in self._members:
+            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+            return
+        if requeue:
+            self.restore_by_tag(delivery_tag, leftmost=True)
+        else:
+            member = self._members.pop(delivery_tag)
+            with self.channel.conn_or_acquire() as client:
+                client.zrem(self.unacked_messages_key, member)
+        virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def restore_by_tag(self, tag: str, client: Any = None, leftmost: bool = False) -> None:
+        member = self._members.pop(tag, None)
+        if member is None:
+            super().restore_by_tag(tag, client, leftmost)  # type: ignore[no-untyped-call]
+            return
+        with self.channel.conn_or_acquire(client) as conn:
+            self._restore_member(conn, member, leftmost)
+
+    def restore_visible(self, start: int = 0, num: int | None = 10, interval: int = 10) -> None:
+        """Put back on their queues the messages unacknowledged for longer than the
+        visibility timeout (their worker died): kombu's scan, then this one's."""
+        count = self._vrestore_count  # kombu's throttle: scan every ``interval`` calls
+        super().restore_visible(start, num, interval)  # type: ignore[no-untyped-call]
+        if count % (interval or 1):
+            return
+        with self.channel.conn_or_acquire() as client:
+            ceil = time.time() - self.visibility_timeout
+            try:
+                with kombu_redis.Mutex(client, f"{self.unacked_mutex_key}{UNACKED_SUFFIX}",
+                           self.unacked_mutex_expire):  # fmt: skip
+                    old = client.zrange(
+                        self.unacked_messages_key, ceil, 0, desc=True, byscore=True,
+                        offset=num and start, num=num,
+                    )  # fmt: skip
+                    for member in old or []:
+                        self._restore_member(client, member, leftmost=False)
+            except kombu_redis.MutexHeld:
+                pass
 
     @contextmanager
     def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
+        """kombu's bookkeeping of messages noted its way, in plain (non-MULTI) pipelines:
+        the only other reader, the restore, watches the unacked hash and skips a tag
+        without a message. Restores keep their own transaction (they pass their pipeline)."""
         if pipe:
             yield pipe
         else:
             with self.channel.conn_or_acquire(client) as conn:
                 yield conn.pipeline(transaction=False)
+
+    def _restore_member(self, client: Any, member: Any, leftmost: bool) -> None:
+        """Put one noted message back on its queue, unless it is gone (acked or restored
+        by another), in one transaction."""
+        key = self.unacked_messages_key
+
+        def restore(pipe: Any) -> None:
+            there = pipe.zscore(key, member) is not None
+            pipe.multi()
+            if there:
+                pipe.zrem(key, member)
+                raw, exchange, routing_key = loads(bytes_to_str(member))  # type: ignore[no-untyped-call]
+                self.channel._do_restore_message(raw, exchange, routing_key, pipe, leftmost)
+
+        client.transaction(restore, key)
 
 
 class Channel(kombu_redis.Channel):

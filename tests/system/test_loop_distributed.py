@@ -13,6 +13,7 @@ import redis
 from orchestration import Agent, RunResult, Team
 from orchestration.client.handles import RunHandle, producer, store
 from orchestration.core import events as ev
+from orchestration.state.broker import UNACKED_SUFFIX
 from orchestration.state.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
 from tests.support import celery_worker, client_pointed_at, wait_for
 
@@ -108,7 +109,8 @@ def test_submit_batch_counts_outcomes(worker: Any, client_on: str) -> None:
 
 
 def _queues_drained(client: Any) -> bool:
-    return all(client.llen(q) == 0 for q in ALL_QUEUES) and not client.hlen("unacked")
+    unacked = client.hlen("unacked") + client.zcard(f"unacked_index{UNACKED_SUFFIX}")
+    return all(client.llen(q) == 0 for q in ALL_QUEUES) and not unacked
 
 
 def test_step_delivered_twice_calls_the_model_once(
