@@ -205,7 +205,7 @@ class StepService:
             start = store.begin_step(run_id, key, claimant, lease_s, started, previous)
         if start.outcome == "busy":  # another delivery's call is in flight: check later
             return RetryLater(self.check_s(), failures, "another delivery has the step")
-        if dead is not None and start.scopes:
+        if dead is not None and start.limited:
             # The dead call's outcome is unknown: its hold is charged now, not left to
             # lapse (which would charge it too, a lease later, holding room meanwhile).
             self.budgets.charge_dead(_hold_id(run_id, key, dead), list(start.scopes))
