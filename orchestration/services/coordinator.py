@@ -109,13 +109,12 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
 
 
 def _read_by_nobody(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...]:
-    """What nothing reads once the run is over, so its finish deletes it: the steps'
-    inputs (prompts a step task reads when it starts; the record keeps the run's prompt
-    and the steps their results) and the conversations only this run can read (scope
-    ``run:<id>``). A user's conversations are kept."""
-    inputs = (keys.run_inputs(run["run_id"]),)
+    """What nothing reads once the run is over, so its finish deletes it: the
+    conversations only this run can read (scope ``run:<id>``). A user's conversations are
+    kept. (The steps' inputs, prompts a step task reads when it starts, are fields of the
+    record the finish drops with the steps' outcomes.)"""
     if not (spec.persistent_subagents and spec.conversation_turns > 0):
-        return inputs
+        return ()
     scope = conversation_scope(
         spec.memory,
         run_id=run["run_id"],
@@ -123,8 +122,8 @@ def _read_by_nobody(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...]:
         batch_id=run.get("batch_id") or None,
     )
     if not scope.startswith("run:"):
-        return inputs
-    return inputs + tuple(
+        return ()
+    return tuple(
         dict.fromkeys(keys.conversation(spec.team_id, w, scope) for w in spec.worker_ids.values())
     )
 
@@ -283,8 +282,8 @@ class Coordinator:
             error=error,
             usage=run_usage(steps),
             events=events,
-            # A cancelled run may be resumed: it keeps its step inputs, conversations and
-            # step outcomes.
+            # A cancelled run may be resumed: it keeps its conversations and its steps'
+            # inputs and outcomes.
             forget=() if action.status == "cancelled" else _read_by_nobody(spec, run),
             outcomes=() if action.status == "cancelled" else tuple(steps),
         )

@@ -67,7 +67,9 @@ def run_steps(run_id: str) -> str:
 
 
 def run_inputs(run_id: str) -> str:
-    """Hash: step key -> JSON of the step's rendered input (role, prompt)."""
+    """Hash: step key -> JSON of the step's rendered input (role, prompt), as runs recorded
+    before inputs moved into the record (``in:<step key>`` fields) keep them; read by the
+    begin script when the record has none, given the finished TTL with the run."""
     return f"{PREFIX}:run:{{{run_id}}}:inputs"
 
 

@@ -17,6 +17,7 @@ from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.errors import RunTimeout
 from orchestration.core.events import Event
+from orchestration.core.loop import parse_step_key
 from orchestration.core.memory import CHARS_PER_TOKEN
 from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
 from orchestration.state import keys, scripts
@@ -70,6 +71,9 @@ OUTCOME_FIELDS = (
 )  # fmt: skip
 #: Prefix of the run-hash fields holding the compact outcome of each stored step.
 OUTCOME_PREFIX = "o:"
+#: Prefix of the run-hash fields holding each step's input (JSON: role, prompt, what its
+#: begin script reads), written by the transition that makes the step.
+INPUT_PREFIX = "in:"
 
 
 def step_outcome(result: Mapping[str, Any]) -> str:
@@ -117,6 +121,16 @@ class Once:
     event: str
     key: str
     field: str
+
+
+def _renews_conversation(step_key: str) -> bool:
+    """Whether storing ``step_key`` renews its conversation's TTL: a run's first turns
+    (round 0 and 1) do, later ones leave it (one command less a call); a new list always
+    gets it."""
+    try:
+        return parse_step_key(step_key)[1] <= 1
+    except ValueError:  # not a loop step's key: renew
+        return True
 
 
 class RunStore:
@@ -204,8 +218,10 @@ class RunStore:
         got = pipe.execute()
         run: dict[str, str] = got[0]
         steps: dict[str, dict[str, Any]] = {}
-        for field in [f for f in run if f.startswith(OUTCOME_PREFIX)]:
-            steps[field[len(OUTCOME_PREFIX) :]] = json.loads(run.pop(field))
+        for field in [f for f in run if f.startswith((OUTCOME_PREFIX, INPUT_PREFIX))]:
+            value = run.pop(field)
+            if field.startswith(OUTCOME_PREFIX):
+                steps[field[len(OUTCOME_PREFIX) :]] = json.loads(value)
         if run and len(steps) != int(run.get("seq", 0)):
             _, every = self.load_run(run_id)
             return RunView(run, every)
@@ -252,8 +268,9 @@ class RunStore:
         """Make transition ``seq`` finish the run; 1 if made, <= 0 if not. ``events`` as
         for :meth:`record_step`; the keys in ``forget`` (what nothing reads once the run is
         over) are deleted with it instead of kept for the finished-run TTL, and so are the
-        compact outcomes of the steps named in ``outcomes`` (the record's ``o:<step key>``
-        fields, read only while the run moves; a run that may be resumed keeps them)."""
+        compact outcomes and the inputs of the steps named in ``outcomes`` (the record's
+        ``o:<step key>`` and ``in:<step key>`` fields, read only while the run moves; a run
+        that may be resumed keeps them)."""
         return self._run_transition(
             run,
             seq,
@@ -269,7 +286,7 @@ class RunStore:
             ],
             events,
             forget,
-            [OUTCOME_PREFIX + key for key in outcomes],
+            [f"{prefix}{key}" for key in outcomes for prefix in (OUTCOME_PREFIX, INPUT_PREFIX)],
         )
 
     def _run_transition(
@@ -420,8 +437,8 @@ class RunStore:
              keys.run_events(run_id), keys.run(run_id), conv_key,
              *(spend.keys if spend else ())],
             [step_key, json.dumps(result), completed_event, claimant, step_outcome(result),
-             turn, turns, self.finished_ttl_s, max_chars, turn_prefix(run_id),
-             spend.amount if spend else ""],
+             turn, turns, "1" if _renews_conversation(step_key) else "", max_chars,
+             turn_prefix(run_id), spend.amount if spend else "", self.finished_ttl_s],
         )  # fmt: skip
         return bool(run_scripts(self.r, [*before, call])[-1])
 

@@ -178,6 +178,56 @@ def test_storing_a_step_frees_its_claim_whoever_holds_it(client: Any) -> None:
         assert store.begin_step("fold7", "r0.generate", "other", 60, "{}").outcome == "go"
         assert store.complete_step("fold7", "r0.generate", result, "{}", "me")
         assert client.exists(claim) == 0
+        client.set(claim, "late", ex=60)  # a claim made meanwhile is moot too
         assert store.begin_step("fold7", "r0.generate", "third", 60, "{}").outcome == "done"
     finally:
         client.delete(*keys.run_keys("fold7"), claim)
+
+
+def test_a_step_input_lives_in_the_record_until_the_finish(client: Any) -> None:
+    """The transition writes the step's input as a field of the record (no inputs hash),
+    the begin script reads it with the record, and the finish drops it."""
+    store = RunStore(client, finished_ttl_s=60)
+    pause = keys.rate_pause("sim", "fold8")
+    client.hset(keys.run("fold8"), mapping={"run_id": "fold8", "spec_id": "s",
+                                            "status": "queued", "seq": 0})  # fmt: skip
+    step_input = {"phase": "generate", "round": 0, "prompt": "p", "pause": pause}
+    try:
+        run = client.hgetall(keys.run("fold8"))
+        assert store.record_step(run, 0, "r0.generate", step_input, []) == 1
+        assert json.loads(client.hget(keys.run("fold8"), "in:r0.generate")) == step_input
+        assert client.exists(keys.run_inputs("fold8")) == 0
+        start = store.begin_step("fold8", "r0.generate", "me", 60, "{}")
+        assert start.outcome == "go" and start.input == step_input
+        result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
+        assert store.complete_step("fold8", "r0.generate", result, "{}", "me")
+        assert "in:r0.generate" not in store.load_for_transition("fold8", ()).run
+        _finish(store, "fold8", "approved", ("r0.generate",))
+        left = client.hkeys(keys.run("fold8"))
+        assert not [f for f in left if f.startswith(("in:", "o:"))], left
+    finally:
+        client.delete(*keys.run_keys("fold8"), keys.step_claim("fold8", "r0.generate"))
+
+
+def test_a_conversation_ttl_is_renewed_by_a_runs_first_turns_only(client: Any) -> None:
+    store = RunStore(client, finished_ttl_s=60)
+    conv = f"{keys.PREFIX}:conv:actor:user:fold9"
+    _running(store, "fold9", {"phase": "generate", "round": 0, "prompt": "p"})
+    result = {"key": "k", "text": "t", "interrupted": None, "calls": 1}
+    try:
+        client.rpush(conv, "earlier")
+        client.expire(conv, 1000)
+        later = {**result, "key": "r2.refine"}
+        assert store.complete_step("fold9", "r2.refine", later, "{}", "me",
+                                   conversation=(conv, "t2", 10))  # fmt: skip
+        assert client.ttl(conv) > 60  # left as it was
+        first = {**result, "key": "r1.critique"}
+        assert store.complete_step("fold9", "r1.critique", first, "{}", "me",
+                                   conversation=(conv, "t1", 10))  # fmt: skip
+        assert 0 < client.ttl(conv) <= 60
+        client.delete(conv)
+        assert store.complete_step("fold9", "r3.refine", {**result, "key": "r3.refine"}, "{}",
+                                   "me", conversation=(conv, "t3", 10))  # fmt: skip
+        assert 0 < client.ttl(conv) <= 60  # a new list always gets it
+    finally:
+        client.delete(conv, *keys.run_keys("fold9"))

@@ -1,5 +1,7 @@
 -- Make transition `seq` (a step or the finish) exactly once; emit its events with it.
-local run, inputs, events, batch, batch_done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- KEYS[2] (the inputs hash of runs recorded before inputs moved into the record) is not
+-- written: a step's input is a field of the record.
+local run, events, batch, batch_done = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local open = KEYS[6]  -- runs in flight
 local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep reads it)
 -- KEYS[8..12] (a finish in a batch): the batch's other keys, given the finished TTL with
@@ -24,8 +26,9 @@ local function add(...)
   for _, v in ipairs({...}) do set[#set + 1] = v end
 end
 if ARGV[2] == 'step' then
-  redis.call('HSET', inputs, ARGV[4], ARGV[5])
-  add('status', 'running', 'current_step', ARGV[4])
+  -- The step's input goes in the record (``in:<step>``): its begin script reads it with
+  -- the record, and the finish drops it (ARGV[12]).
+  add('status', 'running', 'current_step', ARGV[4], 'in:' .. ARGV[4], ARGV[5])
   redis.call('HSET', run, unpack(set))
 else
   local final = ARGV[4]
@@ -61,8 +64,9 @@ end
 -- ARGV[11]: how many KEYS before the flags' hashes a finish deletes (what nothing reads
 -- once the run is over: step inputs, the run's own conversations); the run's keys before
 -- them get the finished-run TTL.
--- ARGV[12]: JSON list of the record's fields a finish drops (the steps' outcomes, which
--- only the coordinator reads, while the run moves). ARGV[13..]: the events.
+-- ARGV[12]: JSON list of the record's fields a finish drops (the steps' outcomes and
+-- inputs, which only the coordinator and the steps read while the run moves).
+-- ARGV[13..]: the events.
 local once, flags = {}, cjson.decode(ARGV[10])
 for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end
 for i = 13, #ARGV do

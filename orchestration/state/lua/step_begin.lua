@@ -10,17 +10,27 @@
 -- claim it held), so the retry takes it over at once. 'busy' names the holder (a claim
 -- whose process is dead is taken over by ``step_takeover``).
 local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- One read of the record: the step's outcome field says it is stored (``o:<step>``, set
+-- with the result) and its input field holds its input (``in:<step>``, set by the
+-- transition; a run recorded before inputs moved there has it in the inputs hash).
 local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
-                      'current_step', 'seq', 'dispatched')
+                      'current_step', 'seq', 'dispatched', 'o:' .. ARGV[1], 'in:' .. ARGV[1])
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
-if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
+if st[9] then return {'done'} end
 if st[2] == '1' then return {'cancelled'} end
-local holder = redis.call('GET', claim)
-if holder and holder ~= ARGV[2] and holder ~= ARGV[5] then return {'busy', holder} end
-local input = redis.call('HGET', inputs, ARGV[1])
-if not input then return {'gone'} end
-redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
+local input = st[10] or redis.call('HGET', inputs, ARGV[1])
+if not input then
+  if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
+  return {'gone'}
+end
+-- Claim it if free (one command); a claim already there is this delivery's own (a retry,
+-- or the one that re-scheduled it: taken over) or another's ('busy').
+local holder = redis.call('SET', claim, ARGV[2], 'NX', 'GET', 'EX', ARGV[3])
+if holder then
+  if holder ~= ARGV[2] and holder ~= ARGV[5] then return {'busy', holder} end
+  redis.call('SET', claim, ARGV[2], 'EX', ARGV[3])
+end
 -- The step's started event once: when it first reaches a worker (not on a retry, nor on
 -- a takeover from a delivery that died).
 local current = st[6] == ARGV[1]

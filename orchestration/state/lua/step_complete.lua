@@ -2,8 +2,9 @@
 -- Store a step's result once; a second store of the same step is refused. The first
 -- store also notes the step's compact outcome on the run (``o:<step key>``, read by the
 -- coordinator instead of every step's text) and appends the turn to the role's
--- conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] TTL,
--- ARGV[9] characters kept ('' for no bound), ARGV[10] how this run's turns begin).
+-- conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] '' unless
+-- the conversation's TTL, ARGV[12], is renewed, ARGV[9] characters kept ('' for no
+-- bound), ARGV[10] how this run's turns begin).
 -- Past the character bound the oldest turns are dropped down to *half* of it, so the kept
 -- prefix stays the same for the next calls (the vendors' prompt caches match prefixes);
 -- the run's own turns are never dropped.
@@ -14,8 +15,10 @@ if stored == 1 then
   if redis.call('EXISTS', run) == 1 then redis.call('HSET', run, 'o:' .. ARGV[1], ARGV[5]) end
   if conv ~= '' then
     local kept = tonumber(ARGV[7])
-    if redis.call('RPUSH', conv, ARGV[6]) > kept then redis.call('LTRIM', conv, -kept, -1) end
-    redis.call('EXPIRE', conv, ARGV[8])
+    local n = redis.call('RPUSH', conv, ARGV[6])
+    if n > kept then redis.call('LTRIM', conv, -kept, -1) end
+    -- The TTL is set when the list is new and renewed by a run's first turns ('' else).
+    if n == 1 or ARGV[8] ~= '' then redis.call('EXPIRE', conv, ARGV[12]) end
     local max_chars = tonumber(ARGV[9])
     if max_chars then
       local turns = redis.call('LRANGE', conv, 0, -1)
