@@ -39,6 +39,7 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("celery: task events flush", "celery.events.dispatcher", "EventDispatcher.flush"),
     ("celery: ack", "kombu.message", "Message.ack"),
     ("celery: send_task", "celery.app.base", "Celery.send_task"),
+    ("duet: publish.push (a send on Redis)", "workers.publish", "push"),
     ("duet: step service", "orchestration.services.step", "StepService.run"),
     ("duet: coordinator advance", "orchestration.services.coordinator", "Coordinator.advance"),
     ("duet: dispatch (send step)", "workers.runtime", "dispatch"),

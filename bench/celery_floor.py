@@ -18,8 +18,8 @@ difference is Duet's own logic and Redis state. Variants:
   pipelines for the unacked bookkeeping) and Duet's worker consumer (task events
   published at most every 50 ms); ``kombu``: kombu's stock transport and consumer.
 
-Sends from inside task ``a`` use Duet's send options (:data:`workers.app.SEND_OPTIONS`
-equivalents) when the transport is ``duet``, like the real tasks do.
+Sends from inside task ``a`` are pushed by :mod:`workers.publish` when the transport is
+``duet``, like the real tasks' sends.
 """
 
 from __future__ import annotations
@@ -59,7 +59,11 @@ def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurren
     )
     if transport == "duet":  # Duet's consumer: task events published at most every 50 ms
         app.conf.worker_consumer = "workers.celery_ext:Consumer"
-    send_options: dict[str, Any] = {"declare": []} if transport == "duet" else {}
+    direct = transport == "duet"  # sends pushed by workers.publish, as the tasks do
+    if direct:
+        from workers import publish
+
+        publish.use_broker(redis_url)
     done = threading.Event()
     count = [0]
     target = [pairs]
@@ -67,9 +71,8 @@ def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurren
 
     @app.task(name="floor.a", shared=False)
     def a(i: int) -> None:
-        if send_options:
-            app.send_task("floor.b", args=(i,), argsrepr=repr((i,)), kwargsrepr="{}",
-                          **send_options)  # fmt: skip
+        if direct:
+            publish.push(app, "floor.b", (i,), queue="celery")
         else:
             app.send_task("floor.b", args=(i,))
 

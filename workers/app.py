@@ -25,7 +25,7 @@ from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.broker import broker_config, visibility_timeout_of
-from workers import celery_ext
+from workers import celery_ext, publish
 
 # An untested Celery or kombu fails here, at start, rather than mid-batch.
 celery_ext.check_versions()
@@ -69,18 +69,28 @@ def _config(broker_url: str | None) -> dict[str, object]:
 #: exchange), so declaring the queue first is a no-op that costs ~40 us per send; other
 #: brokers (RabbitMQ) keep the declaration, which creates a queue no worker made yet.
 SEND_OPTIONS: dict[str, object] = {}
+_direct_push = False
+
+
+def direct_push() -> bool:
+    """Whether the tasks push their messages themselves (:mod:`workers.publish`: one
+    LPUSH, no ``send_task``): on Duet's Redis transport only (set by :func:`configure`)."""
+    return _direct_push
 
 
 def configure(redis_url: str | None = None, broker_url: str | None = None) -> Celery:
     """(Re)point the app at a broker: DUET_BROKER_URL, else the run-state Redis."""
+    global _direct_push
     settings = get_settings()
     config = _config(broker_url or settings.broker_url or redis_url or settings.redis_url)
     app.conf.update(config)
     SEND_OPTIONS.clear()
-    if config["broker_transport"] is not None:  # our Redis transport
+    _direct_push = config["broker_transport"] is not None
+    if _direct_push:  # our Redis transport
         SEND_OPTIONS["declare"] = []
     # Pools opened for the previous broker would keep sending there (as after a fork).
     celery_ext.forget_pools(app)
+    publish.use_broker(str(config["broker_url"]) if _direct_push else None)
     return app
 
 

@@ -1,0 +1,110 @@
+"""The tasks' own messages (``workers.publish``) are what ``app.send_task`` would send.
+
+On a real Redis: one message sent each way, read back from the queue's list and compared
+field by field; the ids each has to make afresh (task id, delivery tag) are compared by
+shape and by how they relate (the root of a message sent outside a task is itself).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestration.state import keys
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def sending(redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The worker app on the test Redis (as broker and run state); yields a function that
+    sends one message through Celery's ``send_task`` or the direct push and reads it back."""
+    import sys
+
+    import workers.tasks  # noqa: F401 - the tasks registered, as in a worker
+    from orchestration.settings import get_settings
+    from orchestration.state import connection
+    from workers import runtime
+    from workers.app import configure
+
+    app_module = sys.modules["workers.app"]  # `workers.app` the attribute is the Celery app
+    monkeypatch.setenv("DUET_REDIS_URL", redis_url)
+    monkeypatch.delenv("DUET_BROKER_URL", raising=False)
+    get_settings.cache_clear()
+    connection.use_redis(redis_url)
+    configure(redis_url=redis_url)
+    assert app_module.direct_push(), "the Redis transport pushes directly"
+
+    def send(direct: bool, name: str, args: tuple[str, Any], batch: str | None) -> dict[str, Any]:
+        monkeypatch.setattr(app_module, "_direct_push", direct)
+        runtime.send(name, args, batch)
+        raw = redis_client.lpop(keys.TASK_QUEUES[name])
+        assert raw is not None and redis_client.llen(keys.TASK_QUEUES[name]) == 0
+        return dict(json.loads(raw))
+
+    yield send
+    connection.reset()
+    get_settings.cache_clear()
+    configure()
+
+
+def _fresh_ids(message: dict[str, Any]) -> dict[str, str]:
+    """Pull out the ids a send makes afresh, checking each is a UUID."""
+    ids = {
+        "id": message["headers"].pop("id"),
+        "correlation_id": message["properties"].pop("correlation_id"),
+        "delivery_tag": message["properties"].pop("delivery_tag"),
+    }
+    for value in ids.values():
+        uuid.UUID(value)
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "batch"),
+    [
+        (keys.TASK_COORDINATE, ("run-1", 3), "batch-9"),
+        (keys.TASK_GENERATE, ("run-1", "r0.generate"), None),
+        (keys.TASK_CRITIQUE, ("run-2", "r1.critique"), "b"),
+        (keys.TASK_REFINE, ("run-2", "r1.refine"), None),
+    ],
+)
+def test_the_same_message_as_send_task(sending: Any, name: str, args: tuple[str, Any],
+                                       batch: str | None) -> None:  # fmt: skip
+    celery, direct = sending(False, name, args, batch), sending(True, name, args, batch)
+    ids_celery, ids_direct = _fresh_ids(celery), _fresh_ids(direct)
+    for ids, message in ((ids_celery, celery), (ids_direct, direct)):
+        assert ids["correlation_id"] == ids["id"]
+        assert message["headers"].pop("root_id") == ids["id"]  # sent outside any task
+    assert ids_direct["id"] != ids_celery["id"]
+    assert direct == celery
+    assert base64.b64decode(direct["body"]) == base64.b64decode(celery["body"])
+    assert direct["properties"]["delivery_info"]["routing_key"] == keys.TASK_QUEUES[name]
+    assert (direct["headers"].get("duet_batch")) == batch
+
+
+def test_sent_from_a_task_it_names_its_parent_and_root(sending: Any) -> None:
+    """A message sent while a worker runs a task has that task as parent and its root as
+    root, as Celery's ``send_task`` gives it (Flower's task tree)."""
+    from celery._state import _task_stack
+
+    from workers.tasks import coordinate
+
+    coordinate.push_request(id="parent-task", root_id="root-task", called_directly=False)
+    _task_stack.push(coordinate)
+    try:
+        messages = [sending(d, keys.TASK_CRITIQUE, ("run-3", "r1.critique"), None)
+                    for d in (False, True)]  # fmt: skip
+    finally:
+        _task_stack.pop()
+        coordinate.pop_request()
+    for message in messages:
+        _fresh_ids(message)
+        assert message["headers"]["parent_id"] == "parent-task"
+        assert message["headers"]["root_id"] == "root-task"
+    assert messages[0] == messages[1]
