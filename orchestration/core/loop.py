@@ -34,6 +34,17 @@ def parse_step_key(key: str) -> tuple[Phase, int]:
     return phase, int(head[1:])  # type: ignore[return-value]
 
 
+def earlier_of_role(key: str) -> tuple[str, ...]:
+    """The keys of the steps of ``key``'s role before it in its run, oldest first: the
+    actor's draft and revisions before a revision, the critiques before a critique."""
+    phase, round_ = parse_step_key(key)
+    if phase == "critique":
+        return tuple(step_key("critique", r) for r in range(1, round_))
+    if phase == "generate":
+        return ()
+    return (step_key("generate", 0), *(step_key("refine", r) for r in range(1, round_)))
+
+
 def step_index(phase: Phase, round_: int) -> int:
     """Position of a step in its run: generate 0, critique 2n-1, refine 2n."""
     if phase == "generate":

@@ -87,8 +87,10 @@ def _steps_before(seq: int) -> tuple[str, ...]:
 def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, Any]:
     """What the step's begin script reads for it: the pause key of its model, the budget
     hashes of the run's scopes (for their limits) and, with persistent subagents, its
-    conversation (key and turns kept): the team's, the role's worker's, and the user's or
-    the run's as the spec's memory says."""
+    conversation and the turns kept: the team's, the role's worker's and the user's as the
+    spec's memory says (a list, ``conv``) — or, when the conversation is the run's own
+    (scope ``run:<id>``), the run's earlier steps of the role themselves (``own``): their
+    inputs and results already hold every turn, so no list copies them."""
     agent = spec.actor if role == "actor" else spec.critic
     reads: dict[str, Any] = {"pause": keys.rate_pause(agent.provider, agent.model_name)}
     scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
@@ -102,30 +104,12 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
             user_id=run.get("user_id") or None,
             batch_id=run.get("batch_id") or None,
         )
-        reads.update(
-            conv=keys.conversation(spec.team_id, spec.worker_ids[role], scope), turns=turns
-        )
+        if scope.startswith("run:"):
+            reads.update(own=1, turns=turns)
+        else:
+            conv = keys.conversation(spec.team_id, spec.worker_ids[role], scope)
+            reads.update(conv=conv, turns=turns)
     return reads
-
-
-def _read_by_nobody(spec: LoopSpec, run: Mapping[str, str]) -> tuple[str, ...]:
-    """What nothing reads once the run is over, so its finish deletes it: the
-    conversations only this run can read (scope ``run:<id>``). A user's conversations are
-    kept. (The steps' inputs, prompts a step task reads when it starts, are fields of the
-    record the finish drops with the steps' outcomes.)"""
-    if not (spec.persistent_subagents and spec.conversation_turns > 0):
-        return ()
-    scope = conversation_scope(
-        spec.memory,
-        run_id=run["run_id"],
-        user_id=run.get("user_id") or None,
-        batch_id=run.get("batch_id") or None,
-    )
-    if not scope.startswith("run:"):
-        return ()
-    return tuple(
-        dict.fromkeys(keys.conversation(spec.team_id, w, scope) for w in spec.worker_ids.values())
-    )
 
 
 class Coordinator:
@@ -182,7 +166,7 @@ class Coordinator:
                 )
         action = decide(state)
         if isinstance(action, Finish):
-            self._finish(run, steps, outs, seq, action, events, spec)
+            self._finish(run, steps, outs, seq, action, events)
             return None
         current = self._current_output(run_id, steps, outs)
         if action.phase == "generate":
@@ -251,7 +235,6 @@ class Coordinator:
         seq: int,
         action: Finish,
         events: list[str | Once],
-        spec: LoopSpec,
     ) -> None:
         run_id = run["run_id"]
         last_round = outs[-1].round if outs else 0
@@ -282,9 +265,7 @@ class Coordinator:
             error=error,
             usage=run_usage(steps),
             events=events,
-            # A cancelled run may be resumed: it keeps its conversations and its steps'
-            # inputs and outcomes.
-            forget=() if action.status == "cancelled" else _read_by_nobody(spec, run),
+            # A cancelled run may be resumed: it keeps its steps' inputs and outcomes.
             outcomes=() if action.status == "cancelled" else tuple(steps),
         )
         if made == 1:

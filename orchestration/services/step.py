@@ -49,7 +49,13 @@ from orchestration.core.budget import Amount, Refusal
 from orchestration.core.completion import Completion, Message
 from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
-from orchestration.core.loop import ROLE_OF, interruption, parse_step_key, step_index
+from orchestration.core.loop import (
+    ROLE_OF,
+    earlier_of_role,
+    interruption,
+    parse_step_key,
+    step_index,
+)
 from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
@@ -58,7 +64,7 @@ from orchestration.services.budgeting import Budgets, clamped, step_id
 from orchestration.services.leases import Call, Leases
 from orchestration.settings import Settings
 from orchestration.state.connection import INFRA_ERRORS
-from orchestration.state.conversations import keeps, messages_from, turn_json
+from orchestration.state.conversations import keeps, messages_from, own_turns, turn_json
 from orchestration.state.events import event_json
 from orchestration.state.runs import RunStore
 from orchestration.state.scripts import ScriptCall
@@ -194,7 +200,8 @@ class StepService:
             else event_json(ev.ACTOR_STARTED, run_id, round_, phase=ev.ACTOR_PHASE[phase])
         )
         lease_s = self.settings.step_lease_s
-        start = store.begin_step(run_id, key, claimant, lease_s, started, previous)
+        earlier = earlier_of_role(key)
+        start = store.begin_step(run_id, key, claimant, lease_s, started, previous, earlier)
         dead = None
         # A claim naming a dead process: the step is taken over now, not after its lease.
         holder = start.holder if start.outcome == "busy" else None
@@ -202,7 +209,7 @@ class StepService:
             run_id, key, holder, claimant, lease_s, self.settings.process_ttl_s
         ):
             dead = holder
-            start = store.begin_step(run_id, key, claimant, lease_s, started, previous)
+            start = store.begin_step(run_id, key, claimant, lease_s, started, previous, earlier)
         if start.outcome == "busy":  # another delivery's call is in flight: check later
             return RetryLater(self.check_s(), failures, "another delivery has the step")
         if dead is not None and start.limited:
@@ -224,6 +231,10 @@ class StepService:
             # The history the begin script read, bounded by tokens: earlier runs' oldest
             # turns go first, this run's own stay.
             messages[:0] = messages_from(start.history, max_tokens=seat.max_tokens, run_id=run_id)
+        elif seat.turns and start.own is not None:
+            # The run's own conversation: its earlier steps of the role, read with the step.
+            turns = own_turns(run_id, start.own, seat.turns)
+            messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
         if seat.agent.execution == "vendor_batch":
             return Park(run_id, key, seat, start.spec_id, messages, prompt, conv,
                         list(start.scopes), claimant, store.batch_of(run_id))  # fmt: skip

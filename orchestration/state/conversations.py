@@ -7,8 +7,12 @@ Its key (:func:`keys.conversation`) names the team, the role's worker and the sc
 one run (``run:<id>``; a run without a user, and each batch input unless the team asks
 for per-user memory). Two teams of one user, or two inputs of a batch, share nothing.
 
-A conversation is a Redis list with one element per *turn*: the prompt a step sent and
-the reply it got, stored together so the history always alternates user / assistant.
+A user's conversation is a Redis list with one element per *turn*: the prompt a step
+sent and the reply it got, stored together so the history always alternates user /
+assistant. A run's own conversation (scope ``run:<id>``) is no list: its turns are the
+run's earlier steps of the role, whose inputs and results the run keeps anyway; the begin
+script reads them with the step (:func:`own_turns`), under the same rules (whole, not
+empty, the last turns kept, bounded by tokens).
 A turn is appended by the script that stores the step's result, only when that result
 is the one stored.
 Lists are bounded by turns (``LTRIM``, oldest dropped first) and by tokens (the step's
@@ -61,10 +65,28 @@ def turn_prefix(run_id: str) -> str:
     return '{"s":' + json.dumps(turn_step(run_id, ""))[:-1]
 
 
+def own_turns(run_id: str, earlier: list[tuple[str, str, str]], turns: int) -> list[Turn]:
+    """A conversation that is the run's own (scope ``run:<id>``), from the run's earlier
+    steps of the role ``(step key, input JSON, stored result JSON)``: each stored step
+    whose answer is a turn a list would have kept (whole, not empty) is one, its input's
+    prompt and its reply; the last ``turns`` of them."""
+    found = []
+    for key, raw_input, raw_result in earlier:
+        if not raw_input or not raw_result:
+            continue
+        result = json.loads(raw_result)
+        text = result.get("text")
+        if text is None or result.get("stop_reason") == "max_tokens" or not keeps(turns, text):
+            continue
+        found.append(Turn(turn_step(run_id, key), json.loads(raw_input)["prompt"], text))
+    return found[-turns:] if turns >= 1 else []
+
+
 def messages_from(
-    raw: list[Any], *, max_tokens: int | None = None, run_id: str = ""
+    raw: list[Any] | list[Turn], *, max_tokens: int | None = None, run_id: str = ""
 ) -> list[Message]:
-    """Stored turns (oldest first) as alternating user / assistant messages.
+    """Stored turns (oldest first; raw as a list stores them, or :class:`Turn`) as
+    alternating user / assistant messages.
 
     A turn stored twice is read once. With ``max_tokens`` the history is bounded as
     :func:`memory.bounded` says: earlier runs' oldest turns dropped first, run
@@ -72,6 +94,9 @@ def messages_from(
     """
     turns = []
     for n, item in enumerate(raw):
+        if isinstance(item, Turn):
+            turns.append(item)
+            continue
         turn = json.loads(item)
         turns.append(Turn(turn.get("s") or f"?{n}", turn["u"], turn["a"]))
     limit = sys.maxsize if max_tokens is None else max_tokens
@@ -88,6 +113,7 @@ __all__ = [
     "history",
     "keeps",
     "messages_from",
+    "own_turns",
     "turn_json",
     "turn_prefix",
 ]

@@ -57,6 +57,9 @@ class StepStart:
     #: The role's stored conversation turns (raw, oldest first); None when the step keeps
     #: no conversation.
     history: list[Any] | None = None
+    #: The run's own conversation (scope ``run:<id>``): the earlier steps of the role, as
+    #: ``(step key, input JSON, stored result JSON)`` ('' where none); None otherwise.
+    own: list[tuple[str, str, str]] | None = None
     #: Whether any of ``scopes`` has a limit: the call then holds its worst case first;
     #: without one its usage is only counted, with its store (see ``complete_step``).
     limited: bool = True
@@ -365,10 +368,12 @@ class RunStore:
         lease_s: int,
         started_event: str,
         previous: str = "",
+        earlier: Sequence[str] = (),
     ) -> StepStart:
         """Take the step for delivery ``claimant`` (new for each delivery) for ``lease_s``
         seconds; ``previous`` is the claim the delivery that re-scheduled this one held
-        (taken over at once). Another live claim makes the outcome ``busy``."""
+        (taken over at once). Another live claim makes the outcome ``busy``. ``earlier``:
+        the run's earlier steps of the role (read when the conversation is the run's own)."""
         res = self._begin(
             keys=[
                 keys.run(run_id),
@@ -377,15 +382,19 @@ class RunStore:
                 keys.step_claim(run_id, step_key),
                 keys.run_events(run_id),
             ],
-            args=[step_key, claimant, lease_s, started_event, previous],
+            args=[step_key, claimant, lease_s, started_event, previous, *earlier],
         )
         if res[0] != "go":
             return StepStart(res[0], holder=res[1] if len(res) > 1 else None)
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
         paused = res[5] / 1000 if res[5] > 0 else 0.0
-        history = res[8:] if len(res) > 7 else None
+        history = own = None
+        if len(res) > 7 and res[7] == "h":
+            history = res[8:]
+        elif len(res) > 7:
+            own = [(res[i], res[i + 1], res[i + 2]) for i in range(8, len(res), 3)]
         return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history,
-                         limited=bool(res[6]))  # fmt: skip
+                         own=own, limited=bool(res[6]))  # fmt: skip
 
     def take_over(
         self, run_id: str, step_key: str, holder: str, claimant: str, lease_s: int,

@@ -12,6 +12,7 @@ from orchestration.core.loop import (
     Refine,
     StepOutcome,
     decide,
+    earlier_of_role,
     interruption,
     parse_step_key,
     starts_round,
@@ -184,3 +185,17 @@ def test_parse_step_key_rejects(bad: str) -> None:
 )
 def test_interruption(phase: str, stop_reason: str | None, complete: bool, expected: str | None):
     assert interruption(phase, stop_reason, complete) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "earlier"),
+    [
+        ("r0.generate", ()),
+        ("r1.critique", ()),
+        ("r1.refine", ("r0.generate",)),
+        ("r3.refine", ("r0.generate", "r1.refine", "r2.refine")),
+        ("r3.critique", ("r1.critique", "r2.critique")),
+    ],
+)
+def test_earlier_steps_of_the_role(key: str, earlier: tuple[str, ...]) -> None:
+    assert earlier_of_role(key) == earlier

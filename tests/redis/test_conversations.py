@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestration.state import keys
-from orchestration.state.conversations import history, keeps, messages_from, turn_json
+from orchestration.state.conversations import history, keeps, messages_from, own_turns, turn_json
 from orchestration.state.runs import RunStore
 
 
@@ -197,3 +197,27 @@ def test_storing_past_the_token_bound_drops_the_oldest_to_half_of_it(redis_clien
         f"big/r{n}.refine" for n in (2, 3, 4)
     ]
     assert not any(s.startswith("old") for s in runs_kept())
+
+
+def test_a_runs_own_turns_are_its_whole_stored_answers() -> None:
+    """own_turns: stored steps whose answer is whole and not empty, the last ``turns``."""
+
+    def step(key: str, text: str | None, stop: str = "end") -> tuple[str, str, str]:
+        result = json.dumps({"key": key, "text": text, "stop_reason": stop})
+        return key, json.dumps({"prompt": f"p-{key}"}), result
+
+    earlier = [
+        step("r0.generate", "draft"),
+        step("r1.refine", "cut", stop="max_tokens"),
+        step("r2.refine", "  "),
+        step("r3.refine", None),
+        ("r4.refine", json.dumps({"prompt": "p"}), ""),
+        step("r5.refine", "last"),
+    ]
+    turns = own_turns("run1", earlier, 5)
+    assert [(t.step, t.prompt, t.reply) for t in turns] == [
+        ("run1/r0.generate", "p-r0.generate", "draft"),
+        ("run1/r5.refine", "p-r5.refine", "last"),
+    ]
+    assert [t.reply for t in own_turns("run1", earlier, 1)] == ["last"]
+    assert own_turns("run1", earlier, 0) == []

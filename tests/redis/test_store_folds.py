@@ -231,3 +231,36 @@ def test_a_conversation_ttl_is_renewed_by_a_runs_first_turns_only(client: Any) -
         assert 0 < client.ttl(conv) <= 60  # a new list always gets it
     finally:
         client.delete(conv, *keys.run_keys("fold9"))
+
+
+def test_a_runs_own_conversation_is_read_from_its_earlier_steps(client: Any) -> None:
+    """A step whose conversation is the run's own gets, from its begin script, the run's
+    earlier steps of its role (input and stored result): the last ``turns`` of them."""
+    store = RunStore(client, finished_ttl_s=60)
+    pause = keys.rate_pause("sim", "fold10")
+    client.hset(keys.run("fold10"), mapping={"run_id": "fold10", "spec_id": "s",
+                                             "status": "queued", "seq": 0})  # fmt: skip
+    try:
+        for seq, key in enumerate(("r0.generate", "r1.critique", "r1.refine")):
+            run = client.hgetall(keys.run("fold10"))
+            meta = {"prompt": f"p-{key}", "pause": pause, "own": 1, "turns": 1}
+            assert store.record_step(run, seq, key, meta, []) == 1
+            result = {"key": key, "text": f"t-{key}", "interrupted": None, "calls": 1}
+            assert store.complete_step("fold10", key, result, "{}", "me")
+        run = client.hgetall(keys.run("fold10"))
+        meta = {"prompt": "p", "pause": pause, "own": 1, "turns": 1}
+        assert store.record_step(run, 3, "r2.critique", meta, []) == 1
+        start = store.begin_step("fold10", "r2.refine", "me", 60, "{}",
+                                 earlier=("r0.generate", "r1.refine"))  # fmt: skip
+        assert start.outcome == "gone"  # not the current step's input: nothing recorded
+        start = store.begin_step("fold10", "r2.critique", "me", 60, "{}", earlier=("r1.critique",))
+        assert start.outcome == "go" and start.history is None
+        assert start.own is not None and [k for k, _, _ in start.own] == ["r1.critique"]
+        _, raw_input, raw_result = start.own[0]
+        assert json.loads(raw_input)["prompt"] == "p-r1.critique"
+        assert json.loads(raw_result)["text"] == "t-r1.critique"
+        assert client.keys(f"{keys.PREFIX}:conv:*fold10*") == []
+    finally:
+        client.delete(*keys.run_keys("fold10"))
+        for key in ("r0.generate", "r1.critique", "r1.refine", "r2.critique"):
+            client.delete(keys.step_claim("fold10", key))

@@ -13,8 +13,12 @@ local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KE
 -- One read of the record: the step's outcome field says it is stored (``o:<step>``, set
 -- with the result) and its input field holds its input (``in:<step>``, set by the
 -- transition; a run recorded before inputs moved there has it in the inputs hash).
-local st = redis.call('HMGET', run, 'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes',
-                      'current_step', 'seq', 'dispatched', 'o:' .. ARGV[1], 'in:' .. ARGV[1])
+-- ARGV[6..]: the run's earlier steps of this role, oldest first: their inputs are read
+-- with the record too, for a conversation that is the run's own (``own`` below).
+local fields = {'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes', 'current_step',
+                'seq', 'dispatched', 'o:' .. ARGV[1], 'in:' .. ARGV[1]}
+for i = 6, #ARGV do fields[#fields + 1] = 'in:' .. ARGV[i] end
+local st = redis.call('HMGET', run, unpack(fields))
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
 if st[9] then return {'done'} end
@@ -60,5 +64,18 @@ if type(meta['conv']) == 'string' and turns > 0 then
   out[8] = 'h'
   local turn = redis.call('LRANGE', meta['conv'], -turns, -1)
   for i = 1, #turn do out[8 + i] = turn[i] end
+elseif meta['own'] and turns > 0 then
+  -- The run's own conversation: its last `turns` earlier steps of the role, each as its
+  -- input and its stored result ('' where there is none).
+  out[8] = 'o'
+  local first = math.max(6, #ARGV - turns + 1)
+  if first <= #ARGV then
+    local got = redis.call('HMGET', steps, unpack(ARGV, first, #ARGV))
+    for i = first, #ARGV do
+      out[#out + 1] = ARGV[i]
+      out[#out + 1] = st[10 + i - 5] or ''
+      out[#out + 1] = got[i - first + 1] or ''
+    end
+  end
 end
 return out
