@@ -23,7 +23,14 @@ MESSAGES = f"unacked_index{UNACKED_SUFFIX}"
 @pytest.fixture
 def url(redis_client: Any, redis_url: str) -> Iterator[str]:
     yield redis_url
-    redis.Redis.from_url(redis_url).delete(MESSAGES, "unacked", "unacked_index")
+    with redis.Redis.from_url(redis_url) as client:
+        client.delete(MESSAGES, "unacked", "unacked_index")
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[Any]:
+    with redis.Redis.from_url(url) as plain:
+        yield plain
 
 
 def _connection(url: str, visibility_s: int = 3600) -> kombu.Connection:
@@ -43,8 +50,7 @@ def _take(conn: kombu.Connection, queue: kombu.Queue) -> kombu.Message:
     return message
 
 
-def test_one_write_to_note_a_delivery_and_one_to_ack_it(url: str) -> None:
-    client = redis.Redis.from_url(url)
+def test_one_write_to_note_a_delivery_and_one_to_ack_it(url: str, client: Any) -> None:
     queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
     with _connection(url) as conn:
         _publish(conn, queue, "hello")
@@ -58,8 +64,9 @@ def test_one_write_to_note_a_delivery_and_one_to_ack_it(url: str) -> None:
         assert client.zcard(MESSAGES) == 0 and client.hlen("unacked") == 0
 
 
-def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(url: str) -> None:
-    client = redis.Redis.from_url(url)
+def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(
+    url: str, client: Any
+) -> None:
     queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
     with _connection(url) as conn:
         _publish(conn, queue, "lost")
@@ -82,8 +89,7 @@ def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(url: str
         again.ack()
 
 
-def test_a_message_noted_the_kombu_way_is_still_restored(url: str) -> None:
-    client = redis.Redis.from_url(url)
+def test_a_message_noted_the_kombu_way_is_still_restored(url: str, client: Any) -> None:
     queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
     with _connection(url) as conn:
         _publish(conn, queue, "old")
