@@ -187,7 +187,8 @@ class Coordinator:
         key = step_key(action.phase, action.round)
         step_input = {"phase": action.phase, "round": action.round, "prompt": prompt}
         step_input.update(_reads_for(spec, ROLE_OF[action.phase], run))
-        if self.store.record_step(run, seq, key, step_input, events) != 1:
+        noted = {k: steps[k] for k in view.unnoted}  # the record notes their outcomes now
+        if self.store.record_step(run, seq, key, step_input, events, noted) != 1:
             return None  # another coordinator made this transition first
         if seq == 0:
             for observer in self.observers:

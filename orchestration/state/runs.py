@@ -113,6 +113,9 @@ class RunView:
 
     run: dict[str, str]
     steps: dict[str, dict[str, Any]]
+    #: Steps read whole whose outcome the record does not hold yet (the next transition
+    #: writes it: ``record_step(outcomes=...)``).
+    unnoted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +213,10 @@ class RunStore:
         """The run record, every stored step's outcome, and the whole results of the
         steps named in ``full``: one round trip, whatever the size of the texts.
 
-        Outcomes come from the run's ``o:<step key>`` fields. A run whose outcomes do not
-        number its transitions (cancelled mid-step, or a redelivered message) is read
-        whole instead.
+        Outcomes come from the run's ``o:<step key>`` fields, which each transition writes
+        for the step before it (see :meth:`record_step`), and from the whole results read.
+        A run whose steps so found do not number its transitions (cancelled mid-step, or a
+        redelivered message) is read whole instead.
         """
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(keys.run(run_id))
@@ -225,14 +229,15 @@ class RunStore:
             value = run.pop(field)
             if field.startswith(OUTCOME_PREFIX):
                 steps[field[len(OUTCOME_PREFIX) :]] = json.loads(value)
-        if run and len(steps) != int(run.get("seq", 0)):
-            _, every = self.load_run(run_id)
-            return RunView(run, every)
+        noted = set(steps)
         if full:
             for key, raw in zip(full, got[1], strict=True):
                 if raw is not None:
                     steps[key] = json.loads(raw)
-        return RunView(run, steps)
+        if run and len(steps) != int(run.get("seq", 0)):
+            _, every = self.load_run(run_id)
+            return RunView(run, every, tuple(k for k in every if k not in noted))
+        return RunView(run, steps, tuple(k for k in full if k in steps and k not in noted))
 
     def step_result(self, run_id: str, step_key: str) -> dict[str, Any] | None:
         """One stored step result, or None."""
@@ -246,14 +251,18 @@ class RunStore:
         step_key: str,
         step_input: Mapping[str, Any],
         events: Sequence[str | Once],
+        outcomes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> int:
         """Make transition ``seq`` create ``step_key``; 1 if made, <= 0 if not (see script).
 
         ``events`` are emitted with it, in order; a :class:`Once` only if this transition
-        is the one that sets its flag.
+        is the one that sets its flag. ``outcomes``: stored step results whose compact
+        outcome the record gets with it (``o:<step key>``, what later transitions read
+        instead of the step's text).
         """
         args = ["step", repr(time.time()), step_key, json.dumps(step_input)]
-        return self._run_transition(run, seq, args, events)
+        fields = {OUTCOME_PREFIX + k: step_outcome(v) for k, v in (outcomes or {}).items()}
+        return self._run_transition(run, seq, args, events, record=fields)
 
     def record_finish(
         self,
@@ -300,6 +309,7 @@ class RunStore:
         events: Sequence[str | Once],
         forget: Sequence[str] = (),
         drop: Sequence[str] = (),
+        record: Mapping[str, str] | None = None,
     ) -> int:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
@@ -336,7 +346,14 @@ class RunStore:
         return int(
             self._transition(
                 keys=script_keys,
-                args=[seq, *args, flags, len(forget), json.dumps(list(drop)), *texts],
+                args=[
+                    seq,
+                    *args,
+                    flags,
+                    len(forget),
+                    json.dumps(dict(record) if record else list(drop)),
+                    *texts,
+                ],  # fmt: skip
             )
         )
 
@@ -445,7 +462,7 @@ class RunStore:
             [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
              keys.run_events(run_id), keys.run(run_id), conv_key,
              *(spend.keys if spend else ())],
-            [step_key, json.dumps(result), completed_event, claimant, step_outcome(result),
+            [step_key, json.dumps(result), completed_event, claimant, "",
              turn, turns, "1" if _renews_conversation(step_key) else "", max_chars,
              turn_prefix(run_id), spend.amount if spend else "", self.finished_ttl_s],
         )  # fmt: skip

@@ -99,17 +99,26 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
     result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
     try:
         store.complete_step("fold4", "r0.generate", result, "{}", "me")
-        assert client.hget(keys.run("fold4"), "o:r0.generate") == step_outcome(result)
-        view = store.load_for_transition("fold4", ())
-        assert view.steps == {"r0.generate": {"interrupted": None, "calls": 1}}
-        assert not any(f.startswith("o:") for f in view.run)
+        # The store leaves the record alone; the transition reads the step whole and
+        # notes its outcome in the record with the next step.
+        assert client.hget(keys.run("fold4"), "o:r0.generate") is None
         view = store.load_for_transition("fold4", ("r0.generate",))
         assert view.steps["r0.generate"]["text"] == "draft"
-        # Transition 1 made and its step's outcome not on the run (a cancelled run's, or
-        # one whose message was redelivered): every step is read whole.
-        client.hset(keys.run("fold4"), "seq", 2)
+        assert view.unnoted == ("r0.generate",)
+        run = client.hgetall(keys.run("fold4"))
+        noted = {k: view.steps[k] for k in view.unnoted}
+        assert store.record_step(run, 1, "r1.critique", {"prompt": "c"}, [], noted) == 1
+        assert client.hget(keys.run("fold4"), "o:r0.generate") == step_outcome(result)
         client.hset(keys.run_steps("fold4"), "r1.critique", json.dumps({"key": "r1.critique",
                           "text": "ok", "score": 0.5}))  # fmt: skip
+        view = store.load_for_transition("fold4", ("r1.critique", "r0.generate"))
+        assert view.unnoted == ("r1.critique",)
+        assert view.steps["r0.generate"]["text"] == "draft"
+        view = store.load_for_transition("fold4", ("r1.critique",))
+        assert view.steps["r0.generate"] == {"interrupted": None, "calls": 1}
+        assert not any(f.startswith(("o:", "in:")) for f in view.run)
+        # Transition 2 made and a step's outcome neither in the record nor read whole (a
+        # cancelled run's, or a redelivered message): every step is read whole.
         view = store.load_for_transition("fold4", ())
         assert view.steps["r1.critique"]["score"] == 0.5
         assert view.steps["r0.generate"]["text"] == "draft"
@@ -144,6 +153,8 @@ def test_a_finish_compacts_what_only_a_moving_run_reads(client: Any) -> None:
                                                           "ts": json.loads(raw)["ts"]}  # fmt: skip
         before = client.memory_usage(keys.run_events("fold5"), samples=0)
 
+        for run_id in ("fold5", "fold6"):  # as the transition after the step notes it
+            client.hset(keys.run(run_id), "o:r0.generate", step_outcome(result))
         _finish(store, "fold5", "approved", ("r0.generate",))
         _finish(store, "fold6", "cancelled", ())
 

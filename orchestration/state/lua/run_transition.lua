@@ -27,8 +27,10 @@ local function add(...)
 end
 if ARGV[2] == 'step' then
   -- The step's input goes in the record (``in:<step>``): its begin script reads it with
-  -- the record, and the finish drops it (ARGV[12]).
+  -- the record, and the finish drops it (ARGV[12]). ARGV[12] of a step: JSON object of
+  -- more record fields to set (the outcome of the step before, ``o:<step>``).
   add('status', 'running', 'current_step', ARGV[4], 'in:' .. ARGV[4], ARGV[5])
+  for field, value in pairs(cjson.decode(ARGV[12])) do add(field, value) end
   redis.call('HSET', run, unpack(set))
 else
   local final = ARGV[4]
@@ -64,8 +66,8 @@ end
 -- ARGV[11]: how many KEYS before the flags' hashes a finish deletes (what nothing reads
 -- once the run is over: step inputs, the run's own conversations); the run's keys before
 -- them get the finished-run TTL.
--- ARGV[12]: JSON list of the record's fields a finish drops (the steps' outcomes and
--- inputs, which only the coordinator and the steps read while the run moves).
+-- ARGV[12] of a finish: JSON list of the record's fields it drops (the steps' outcomes
+-- and inputs, which only the coordinator and the steps read while the run moves).
 -- ARGV[13..]: the events.
 local once, flags = {}, cjson.decode(ARGV[10])
 for n, flag in ipairs(flags) do once[flag[1]] = {KEYS[#KEYS - #flags + n], flag[2]} end

@@ -10,9 +10,10 @@
 -- claim it held), so the retry takes it over at once. 'busy' names the holder (a claim
 -- whose process is dead is taken over by ``step_takeover``).
 local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- One read of the record: the step's outcome field says it is stored (``o:<step>``, set
--- with the result) and its input field holds its input (``in:<step>``, set by the
--- transition; a run recorded before inputs moved there has it in the inputs hash).
+-- One read of the record: its input field holds the step's input (``in:<step>``, set by
+-- the transition; a run recorded before inputs moved there has it in the inputs hash);
+-- the step is stored when the steps hash holds it (the record's ``o:<step>``, written by
+-- the transition after it, says so too).
 -- ARGV[6..]: the run's earlier steps of this role, oldest first: their inputs are read
 -- with the record too, for a conversation that is the run's own (``own`` below).
 local fields = {'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes', 'current_step',
@@ -21,13 +22,10 @@ for i = 6, #ARGV do fields[#fields + 1] = 'in:' .. ARGV[i] end
 local st = redis.call('HMGET', run, unpack(fields))
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
-if st[9] then return {'done'} end
+if st[9] or redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
 if st[2] == '1' then return {'cancelled'} end
 local input = st[10] or redis.call('HGET', inputs, ARGV[1])
-if not input then
-  if redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
-  return {'gone'}
-end
+if not input then return {'gone'} end
 -- Claim it if free (one command); a claim already there is this delivery's own (a retry,
 -- or the one that re-scheduled it: taken over) or another's ('busy').
 local holder = redis.call('SET', claim, ARGV[2], 'NX', 'GET', 'EX', ARGV[3])

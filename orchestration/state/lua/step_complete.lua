@@ -1,18 +1,17 @@
 --! include budget_common
 -- Store a step's result once; a second store of the same step is refused. The first
--- store also notes the step's compact outcome on the run (``o:<step key>``, read by the
--- coordinator instead of every step's text) and appends the turn to the role's
+-- store also appends the turn to the role's
 -- conversation (KEYS[5], '' for none: ARGV[6] turn, ARGV[7] turns kept, ARGV[8] '' unless
 -- the conversation's TTL, ARGV[12], is renewed, ARGV[9] characters kept ('' for no
 -- bound), ARGV[10] how this run's turns begin).
 -- Past the character bound the oldest turns are dropped down to *half* of it, so the kept
 -- prefix stays the same for the next calls (the vendors' prompt caches match prefixes);
--- the run's own turns are never dropped.
+-- the run's own turns are never dropped. KEYS[4] and ARGV[4..5] are not read (the run's
+-- record is left alone: the next transition notes the step's outcome in it).
 local steps, claim, events, run, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
 if stored == 1 then
   redis.call('XADD', events, '*', 'e', ARGV[3])
-  if redis.call('EXISTS', run) == 1 then redis.call('HSET', run, 'o:' .. ARGV[1], ARGV[5]) end
   if conv ~= '' then
     local kept = tonumber(ARGV[7])
     local n = redis.call('RPUSH', conv, ARGV[6])
