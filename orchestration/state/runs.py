@@ -79,6 +79,16 @@ OUTCOME_PREFIX = "o:"
 INPUT_PREFIX = "in:"
 
 
+#: Fields of a step result left out of the stored JSON when 0 (every reader defaults them
+#: to 0): most calls use no prompt cache.
+ZERO_BY_DEFAULT = ("cached_input_tokens", "cache_write_tokens")
+
+
+def stored_result(result: Mapping[str, Any]) -> str:
+    """A step result as the steps hash stores it (see :data:`ZERO_BY_DEFAULT`)."""
+    return json.dumps({k: v for k, v in result.items() if not (k in ZERO_BY_DEFAULT and v == 0)})
+
+
 def step_outcome(result: Mapping[str, Any]) -> str:
     """The compact outcome of a step result: what the coordinator needs of every step
     (how it ended, the score, the usage), without its text."""
@@ -462,7 +472,7 @@ class RunStore:
             [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
              keys.run_events(run_id), keys.run(run_id), conv_key,
              *(spend.keys if spend else ())],
-            [step_key, json.dumps(result), completed_event, claimant, "",
+            [step_key, stored_result(result), completed_event, claimant, "",
              turn, turns, "1" if _renews_conversation(step_key) else "", max_chars,
              turn_prefix(run_id), spend.amount if spend else "", self.finished_ttl_s],
         )  # fmt: skip

@@ -275,3 +275,21 @@ def test_a_runs_own_conversation_is_read_from_its_earlier_steps(client: Any) -> 
         client.delete(*keys.run_keys("fold10"))
         for key in ("r0.generate", "r1.critique", "r1.refine", "r2.critique"):
             client.delete(keys.step_claim("fold10", key))
+
+
+def test_a_stored_result_leaves_out_zero_cache_counts(client: Any) -> None:
+    """Prompt-cache counts of 0 are not stored (readers default them to 0); others are."""
+    store = RunStore(client, finished_ttl_s=60)
+    _running(store, "fold11", {"phase": "generate", "round": 0, "prompt": "p"})
+    result = {"key": "r0.generate", "text": "t", "interrupted": None, "calls": 1,
+              "input_tokens": 5, "cached_input_tokens": 0, "cache_write_tokens": 3}  # fmt: skip
+    try:
+        done = event_json("actor_critic.actor_completed", "fold11", 0, phase="draft")
+        assert store.complete_step("fold11", "r0.generate", result, done, "me")
+        stored = json.loads(client.hget(keys.run_steps("fold11"), "r0.generate"))
+        assert "cached_input_tokens" not in stored and stored["cache_write_tokens"] == 3
+        assert stored["input_tokens"] == 5
+        step = store.result("fold11").usage.total
+        assert (step.cached_input_tokens, step.cache_write_tokens) == (0, 3)
+    finally:
+        client.delete(*keys.run_keys("fold11"), keys.step_claim("fold11", "r0.generate"))
