@@ -277,6 +277,46 @@ def test_bad_request_is_permanent(llm: FakeLLM, provider: str) -> None:
     assert "field required" in str(err)
 
 
+#: Faults and the error each is: (kind, transient, retry_after, status_code).
+FAULTS = [
+    ({"status": 429, "retry_after": "7"}, ("rate_limited", True, 7.0, 429)),
+    ({"status": 529, "retry_after_ms": "1500"}, ("overloaded", True, 1.5, 529)),
+    ({"status": 500}, ("server_error", True, None, 500)),
+    ({"status": 401}, ("auth", False, None, 401)),
+    ({"status": 400, "message": "messages: field required"}, ("bad_request", False, None, 400)),
+    ({"drop": 1}, ("connection", True, None, None)),
+    ({"delays_ms": [2000]}, ("timeout", True, None, None)),
+]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(("fault", "expected"), FAULTS, ids=[str(f) for f, _ in FAULTS])
+def test_a_later_call_fails_as_the_first(
+    llm: FakeLLM, provider: str, fault: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    """The first call goes through the SDK's ``client.post``; later ones go out on the SDK
+    client's HTTP pool with the URL and headers the first went with. A failure of a later
+    call is the same error, with the vendor's message and without the key."""
+    a = agent(provider, timeout_s=0.5)
+    errors = []
+    for _ in range(2):  # the first call (through the SDK), then a later one
+        llm.set_faults(**fault)
+        with pytest.raises(ProviderError) as info:
+            call(a)
+        errors.append(info.value)
+        llm.clear_faults()
+        assert call(a).stop_reason == "end"
+    assert provider_for(a.spec)._endpoint is not None  # the later calls went direct
+    for err in errors:
+        assert (err.kind, err.transient, err.retry_after, err.status_code) == expected
+        for secret in (OPENAI_KEY, ANTHROPIC_KEY, "Zq81xK2m", "anthropic-secret"):
+            assert secret not in str(err) and secret not in repr(err.args)
+    if fault.get("status") == 401:
+        assert all("Incorrect API key provided" in str(err) for err in errors)
+    if fault.get("status") == 400:
+        assert all("field required" in str(err) for err in errors)
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_truncation_is_max_tokens(llm: FakeLLM, provider: str) -> None:
     done = call(agent(provider, max_tokens=5))

@@ -64,12 +64,18 @@ class AnthropicProvider(SDKProvider):
     default_key_env = "ANTHROPIC_API_KEY"
     path = "/v1/messages"
 
-    def _new_client(self, key: str) -> Any:
+    def _new_http(self, event_hooks: dict[str, list[Any]]) -> Any:
         import anthropic  # heavy: only when a worker first calls Anthropic
+
+        return anthropic.DefaultHttpxClient(event_hooks=event_hooks)
+
+    def _new_client(self, key: str, http: Any) -> Any:
+        import anthropic
 
         # An explicit api_key stops the SDK from looking for profiles or federation
         # settings; base_url None lets it read ANTHROPIC_BASE_URL.
-        return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0)
+        return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0,
+                                   http_client=http)  # fmt: skip
 
     def request(
         self, agent: AgentSpec, messages: list[Message], structured: bool = False

@@ -59,11 +59,16 @@ class OpenAIProvider(SDKProvider):
     default_key_env = "OPENAI_API_KEY"
     path = "/chat/completions"
 
-    def _new_client(self, key: str) -> Any:
+    def _new_http(self, event_hooks: dict[str, list[Any]]) -> Any:
         import openai  # heavy: only when a worker first calls OpenAI
 
+        return openai.DefaultHttpxClient(event_hooks=event_hooks)
+
+    def _new_client(self, key: str, http: Any) -> Any:
+        import openai
+
         # base_url None lets the SDK read OPENAI_BASE_URL, else api.openai.com.
-        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0)
+        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, http_client=http)
 
     def _missing_key(self) -> str:
         # A self-hosted OpenAI-compatible server (explicit base_url) often wants no key.
