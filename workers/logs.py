@@ -1,6 +1,7 @@
 """How Duet's processes log: plain text or one JSON object per line (``--log-format json``,
 ``DUET_LOG_FORMAT=json``), each carrying the ids of what it is about, and Celery's
-per-task INFO lines off unless asked for (``DUET_LOG_TASKS=1``).
+per-task INFO lines (and the HTTP client's per-request ones) off unless asked for
+(``DUET_LOG_TASKS=1``).
 
 Ids on a JSON line: ``task_id``, ``run_id`` and ``step_key`` (or ``seq`` for the
 coordinator) from the task the line was logged in, ``batch_id`` from the message's
@@ -9,7 +10,8 @@ only when a line is written, so a task that logs nothing pays nothing.
 
 Celery logs "Task ... received" and "Task ... succeeded" at INFO for every task: measured
 at 0.6-1.1 ms of CPU per model call (two tasks, two lines each). Those two loggers are set
-to WARNING before the worker builds its task strategies (which check the level once).
+to WARNING before the worker builds its task strategies (which check the level once). So
+is the vendor SDKs' HTTP client, which logs each request at INFO (one line per model call).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from orchestration.logjson import JsonFormatter as BaseJsonFormatter
 
 #: Message header carrying a run's batch id (set by the coordinator, forwarded by steps).
 BATCH_HEADER = "duet_batch"
-#: Celery's loggers of the per-task "received" / "succeeded" INFO lines.
-TASK_LINE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
+#: Loggers of per-task and per-call INFO lines: Celery's "received" / "succeeded", and
+#: the SDKs' HTTP client's "HTTP Request: POST ... 200 OK" (one per model call).
+TASK_LINE_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "httpx2", "httpx")
 
 
 def task_ids() -> dict[str, Any]:
