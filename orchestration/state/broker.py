@@ -14,12 +14,14 @@ it writes the URL back out (``as_uri``): Flower picks its broker client (Broker 
 A delivered message is noted as unacknowledged with one command and acked with one
 (kombu: two each), see :class:`QoS`. A worker also outlasts a Redis at ``maxmemory``: the
 delivered message it cannot note is held until Redis takes writes again (``QoS.append``),
-instead of ending the worker.
+instead of ending the worker; and a Redis restart: a channel of a broker connection that
+is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
+instead of an ``AttributeError`` that ends the worker (``Channel._get_pool``).
 
 These override methods kombu does not document (``Channel._create_client``,
-``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
-``restore_visible``, and use ``Channel._do_restore_message`` and ``Mutex``), tested with
-the kombu release pinned in ``pyproject.toml``;
+``Channel._get_pool``, ``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``,
+``restore_by_tag``, ``restore_visible``, and use ``Channel._do_restore_message`` and
+``Mutex``), tested with the kombu release pinned in ``pyproject.toml``;
 :func:`check_versions` refuses an untested kombu when the transport is chosen. This is
 the one place Duet customises kombu (the client uses the transport too, so it cannot live
 with the worker's Celery customisations in ``workers/celery_ext.py``).
@@ -88,6 +90,7 @@ def check_versions() -> None:
     """Refuse a kombu release the transport below was not tested with (ConfigError)."""
     needed: list[tuple[Any, str]] = [
         (kombu_redis.Channel, "_create_client"),
+        (kombu_redis.Channel, "_get_pool"),
         (kombu_redis.Channel, "pool"),
         (kombu_redis.Channel, "conn_or_acquire"),
         (kombu_redis.Channel, "unacked_restore_throttle"),
@@ -253,6 +256,29 @@ class Channel(kombu_redis.Channel):
                 asynchronous=False
             )
         return client
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        """kombu's pool for this channel, or a connection error once the channel's broker
+        connection is gone.
+
+        kombu rebuilds a channel's pool from its transport's connection details whenever
+        the channel needs one, also while closing (to put unacknowledged messages back) and
+        to ack. Celery's consumer, on a lost connection, first *collects* it, which drops
+        the transport's connection details (``Transport.client``), then closes it, which
+        closes the default channel again: if the channel's first close failed (its BRPOP
+        read met the dead socket) and another channel's close failed too (a fanout queue
+        it deletes on close), the channel is still open then, and kombu's rebuild fails
+        with ``'NoneType' object has no attribute 'hostname'``, which no one catches: the
+        worker exits. The same happens to a task finishing later that acks on that channel.
+        A connection error is what those callers expect: the close is ignored, the consumer
+        reconnects, the ack is logged as failed (the message comes back after the
+        visibility timeout, and steps are idempotent).
+        """
+        if self.connection.client is None:
+            raise redis.exceptions.ConnectionError(
+                "this broker channel's connection is closed (the consumer reconnects)"
+            )
+        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
 
 
 class Transport(kombu_redis.Transport):

@@ -12,11 +12,14 @@ unacknowledged) are sent again by the sweep.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from duet.fake_llm import FakeLLM
 from orchestration import Agent, Team
@@ -79,7 +82,8 @@ def test_redis_killed_and_restarted_mid_batch(
         outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
         twice = max(requests - stored, 0)
         lost = [lost_of(stranded, RUNS, "runs stranded"),
-                lost_of(twice, requests, "requests beyond one per stored call")]  # fmt: skip
+                lost_of(twice, requests, "requests beyond one per stored call"),
+                lost_of(exited, WORKERS, "worker processes exited")]  # fmt: skip
         reliability.record(
             section=ENGINE,
             fault=f"Redis killed (`SIGKILL`) mid-batch and started again {DOWN_S:g} s later from "
@@ -91,16 +95,86 @@ def test_redis_killed_and_restarted_mid_batch(
             f"{swept_runs(logs)} run(s); the stand-in served {requests} requests for {stored} "
             f"stored calls; {exited} of {WORKERS} worker processes exited",
             before="issue 9 (150 runs): 16 runs stuck in `running` for ~15 min with their "
-            "budget holds kept",
+            "budget holds kept; later, a worker process exited in about one run in six "
+            "(kombu closing a channel of the lost connection)",
         )
+        dead = [log[-6000:] for w, log in zip(workers, logs, strict=True) if w.poll() is not None]
+        for log in dead:  # shown with the failure below
+            print(f"--- log of a worker that exited ---\n{log}")
+        # A worker waits for Redis and reconnects; one that exited fails the test (before
+        # the fix: about one run in six, kombu's "'NoneType' object has no attribute
+        # 'hostname'" closing a channel of the lost connection, orchestration/state/broker.py).
+        assert not dead, f"{len(dead)} of {WORKERS} worker processes exited after the restart"
         assert progress["done"] == RUNS, progress
         assert set(progress["counts"]) <= {"approved", "max_rounds_reached"}, progress["counts"]
         assert requests <= stored, (requests, stored)
-        dead = [log[-3000:] for w, log in zip(workers, logs, strict=True) if w.poll() is not None]
-        # Nothing was lost above. A worker process can still exit after the restart (about
-        # one run in six): kombu rebuilds a closed channel's Redis pool from a connection
-        # that is gone ("'NoneType' object has no attribute 'hostname'"). Known and open
-        # (docs/RELIABILITY.md); recorded as an expected failure with the log, not hidden.
-        if any("no attribute 'hostname'" in log for log in dead):
-            pytest.xfail(f"a worker exited after the restart (kombu closed-channel pool): {dead}")
-        assert not dead, dead
+
+
+def test_a_lost_broker_connection_closes_without_ending_the_worker(
+    durable_redis: DurableRedis, reliability: Reliability
+) -> None:
+    """What a worker's consumer does when Redis dies under it, with the real kombu on a real
+    server: its connection holds a delivered, unacknowledged message on the default channel,
+    that channel waits in BRPOP, and a second channel consumes a fanout queue deleted on
+    close (Celery's pidbox). Redis is killed; Celery's consumer then *collects* the
+    connection and closes it (``Consumer.on_connection_error_after_connected``), and a task
+    that was running acks its message late, on the lost channel.
+
+    Before the fix the close raised ``AttributeError: 'NoneType' object has no attribute
+    'hostname'`` (kombu rebuilding the channel's pool from the collected connection), which
+    Celery does not catch: the worker exited (the rare exit of the restart test above).
+    """
+    from kombu import Consumer, Exchange, Producer, Queue
+    from kombu.common import ignore_errors
+
+    from orchestration.state import broker, connection
+
+    conn = broker.Connection(durable_redis.url, transport=broker.TRANSPORT,
+                             transport_options=connection.socket_options())  # fmt: skip
+    channel = conn.default_channel
+    tasks = Queue("restart-tasks", routing_key="restart-tasks")
+    Producer(channel).publish({"step": 1}, routing_key="restart-tasks", declare=[tasks])
+    delivered: list[Any] = []
+    Consumer(channel, [tasks], callbacks=[lambda _body, m: delivered.append(m)]).consume()
+    conn.drain_events(timeout=5)
+    box = conn.channel()
+    Consumer(box, [Queue("restart-box", Exchange("restart-box", type="fanout"),
+                         auto_delete=True)]).consume()  # fmt: skip
+    with contextlib.suppress(TimeoutError):  # nothing more to read: a BRPOP is left waiting
+        conn.drain_events(timeout=0.2)
+    assert len(delivered) == 1
+
+    durable_redis.kill()
+    errors: list[str] = []
+    try:
+        conn.collect(socket_timeout=1)  # (Celery ignores any error of this one)
+    except Exception as exc:  # noqa: BLE001 - as Celery does
+        errors.append(f"collect: {exc!r}")
+    for what, call in [("close", lambda: ignore_errors(conn, conn.close)),
+                       ("late ack", lambda: delivered[0].ack_log_error(
+                           logging.getLogger(__name__), conn.connection_errors))]:  # fmt: skip
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - what would have ended the worker
+            errors.append(f"{what}: {exc!r}")
+
+    durable_redis.start()  # from its append-only file: the message is still there
+    client = redis.Redis.from_url(durable_redis.url)
+    # Back in its queue, or noted as unacknowledged (Duet's way, or kombu's): redelivered.
+    kept = (client.llen("restart-tasks") + client.zcard(f"unacked_index{broker.UNACKED_SUFFIX}")
+            + client.hlen("unacked"))  # fmt: skip
+    client.close()
+    reliability.record(
+        section=ENGINE,
+        fault="Redis killed (`SIGKILL`) under a worker's broker connection: Celery's consumer "
+        "collects and closes the lost connection (its default channel waiting in BRPOP, a "
+        "second channel with a fanout queue deleted on close), then a running task acks late",
+        load="1 delivered, unacknowledged message; the real kombu Redis transport (Duet's)",
+        lost=f"{lost_of(len(errors), 3, 'steps raised what ends a worker')}: "
+        f"{'; '.join(errors) or 'no error escaped'}; the message kept {kept} time(s) for "
+        "redelivery",
+        before="the close raised `AttributeError: 'NoneType' object has no attribute "
+        "'hostname'` and the worker exited",
+    )
+    assert errors == []
+    assert kept == 1
