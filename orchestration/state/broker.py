@@ -320,8 +320,8 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.visibility_timeout_s,
             "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
             "unacked_restore_throttle": 1,
-            # A dead or frozen Redis is an error in seconds, then a reconnect; not a hang.
-            **connection.socket_options(),
+            # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
+            **connection.socket_options(broker_url, settings),
         },
         "broker_connection_timeout": settings.redis_connect_timeout_s,
     }

@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError, DuetError
-from orchestration.settings import get_settings
+from orchestration.settings import Settings, get_settings
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None
@@ -80,9 +80,24 @@ def reset() -> None:
         _url = None
 
 
-def socket_options() -> dict[str, float]:
-    """kombu Redis transport options giving broker connections the same timeouts."""
-    settings = get_settings()
+#: Broker URL schemes kombu serves with py-amqp (RabbitMQ).
+AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+
+
+def socket_options(
+    broker_url: str | None = None, settings: Settings | None = None
+) -> dict[str, float]:
+    """kombu transport options giving a broker connection the Redis clients' timeouts, in
+    its transport's terms: redis-py's for Redis; for AMQP, py-amqp's ``read_timeout`` and
+    ``write_timeout`` (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``), so a broker that stops answering
+    after the handshake is an error, not a hang. (py-amqp bounds the connect and the
+    handshake by the connect timeout, which kombu passes itself.)"""
+    settings = settings or get_settings()
+    if broker_url and broker_url.split("://", 1)[0] in AMQP_SCHEMES:
+        return {
+            "read_timeout": settings.redis_socket_timeout_s,
+            "write_timeout": settings.redis_socket_timeout_s,
+        }
     return {
         "socket_timeout": settings.redis_socket_timeout_s,
         "socket_connect_timeout": settings.redis_connect_timeout_s,
@@ -160,7 +175,9 @@ def check_broker_reachable(url: str, variable: str) -> None:
     import kombu
 
     timeout = get_settings().redis_connect_timeout_s
-    conn = kombu.Connection(url, connect_timeout=timeout)  # type: ignore[no-untyped-call]
+    conn = kombu.Connection(  # type: ignore[no-untyped-call]
+        url, connect_timeout=timeout, transport_options=socket_options(url)
+    )
     try:
         conn.ensure_connection(max_retries=0)  # type: ignore[no-untyped-call]
     except Exception as exc:  # noqa: BLE001 - kombu raises each transport's own errors

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,8 @@ import pytest
 import redis
 
 from duet.embedded import EmbeddedRedis, free_port
+from orchestration.settings import Settings
+from orchestration.state.broker import broker_config
 from tests.reliability import CLIENTS, Reliability
 from tests.support import ROOT
 
@@ -226,13 +230,17 @@ def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) ->
 
 
 def _rabbit_up() -> bool:
-    import socket
-
     try:
         with socket.create_connection(("127.0.0.1", 5672), timeout=0.3):
             return True
     except OSError:
         return False
+
+
+AMQP_FAULT = (
+    "A separate AMQP broker (`DUET_BROKER_URL`, RabbitMQ) on a dead port, refusing "
+    "the password, or frozen (connections accepted, never answered)"
+)
 
 
 @pytest.mark.parametrize(
@@ -247,35 +255,57 @@ def test_an_unusable_amqp_broker(
 ) -> None:
     """A separate broker (RabbitMQ) that is down or refuses the credentials: one line
     naming DUET_BROKER_URL, exit 2, and nothing written to Redis."""
+    load = "a dead port" if why == "refused" else "RabbitMQ, with a wrong password"
+    check_broker_line(broker, why, reliability, load)
+
+
+def test_a_frozen_amqp_broker(reliability: Reliability) -> None:
+    """A listener that accepts connections and never answers (a frozen broker, as the
+    kernel shows it): the AMQP handshake is bounded by the connect timeout."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # never accepts: the kernel does
+        port = listener.getsockname()[1]
+        broker = f"amqp://guest:{PASSWORD}@127.0.0.1:{port}//"
+        check_broker_line(broker, "timed out", reliability, "a listener that never answers")
+
+
+def check_broker_line(broker: str, why: str, reliability: Reliability, load: str) -> None:
+    """``duet submit`` with ``broker`` as DUET_BROKER_URL: record the row, then check for
+    one line naming the variable (password hidden) and ``why``, exit 2, within the connect
+    timeout, and nothing written to Redis."""
     with EmbeddedRedis() as server:
         env = {**os.environ, "DUET_REDIS_URL": server.url, "DUET_BROKER_URL": broker,
                "DUET_REDIS_CONNECT_TIMEOUT_S": str(TIMEOUT_S)}  # fmt: skip
+        started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "duet.cli", "submit", str(CONFIG), "-i", str(INPUTS)],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        written = redis.Redis(port=server.port).dbsize()
+        took = time.monotonic() - started
+        client = redis.Redis(port=server.port)
+        written = client.dbsize()
+        client.close()
     lines = proc.stderr.strip().splitlines()
     shown = broker.replace(PASSWORD, "***")
     prefix = f"error: cannot use the broker at DUET_BROKER_URL={shown}: "
+    bound = TIMEOUT_S + STARTUP_S
     wrong = [what for what, bad in [
         (f"exit {proc.returncode}", proc.returncode != 2),
         (f"{len(lines)} lines on stderr", len(lines) != 1),
         ("the line does not name the variable and the URL", not proc.stderr.startswith(prefix)),
         ("the password printed", PASSWORD in proc.stdout + proc.stderr),
         (f"{written} keys written to Redis", written != 0),
+        (f"{took:.1f} s, over the {bound:g} s bound", took >= bound),
     ] if bad]  # fmt: skip
     reliability.record(
         section=CLIENTS,
-        fault="A separate AMQP broker (`DUET_BROKER_URL`, RabbitMQ) on a dead port, or refusing "
-        "the password",
-        load="`duet submit` against "
-        + ("a dead port" if why == "refused" else "RabbitMQ, with a wrong password"),
+        fault=AMQP_FAULT,
+        load=f"`duet submit` against {load}",
         lost="; ".join(wrong)
         if wrong
         else "nothing: one line `error: cannot use the broker at "
-        "DUET_BROKER_URL=amqp://guest:***@…: …`, exit 2, and nothing written to Redis (the "
-        "broker is checked before any run is recorded)",
+        f"DUET_BROKER_URL=amqp://guest:***@…: …`, exit 2, within the {TIMEOUT_S:g} s connect "
+        "timeout (+ interpreter start), and nothing written to Redis (the broker is checked "
+        "before any run is recorded)",
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(lines) == 1, proc.stderr[-2000:]
@@ -283,3 +313,99 @@ def test_an_unusable_amqp_broker(
     assert why in lines[0]
     assert PASSWORD not in proc.stdout + proc.stderr
     assert written == 0  # no run record was left waiting for a message never sent
+    assert took < bound, took
+
+
+class FreezingProxy:
+    """A TCP proxy to a port on 127.0.0.1 that can stop passing bytes, both ways, while
+    keeping every connection open: to its clients, a server that froze mid-conversation."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.frozen = threading.Event()
+        self._closed = threading.Event()
+        self._socks: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, name="proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                return
+            server.settimeout(None)
+            self._socks += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+                if not data or self.frozen.is_set():
+                    self._closed.wait()  # frozen: hold what came, answer nothing
+                    return
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for sock in self._socks:
+            sock.close()
+
+
+@pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 5672")
+def test_an_amqp_broker_freezing_after_the_handshake(reliability: Reliability) -> None:
+    """RabbitMQ (through a proxy) stops answering once a connection is open: the next
+    request on it (opening a channel, as a producer does first) fails within the socket
+    timeout, with the transport options every Duet process gets (``broker_config``)."""
+    import kombu
+
+    socket_timeout = 6.0
+    settings = Settings(redis_socket_timeout_s=socket_timeout, redis_connect_timeout_s=TIMEOUT_S)
+    proxy = FreezingProxy(5672)
+    config = broker_config(f"amqp://guest:guest@127.0.0.1:{proxy.port}//", settings)
+    conn = kombu.Connection(  # type: ignore[no-untyped-call]
+        config["broker_url"],
+        connect_timeout=config["broker_connection_timeout"],
+        transport_options=config["broker_transport_options"],
+    )
+    outcome: list[str] = []
+    try:
+        conn.connect()  # type: ignore[no-untyped-call]
+        proxy.frozen.set()
+
+        def open_channel() -> None:
+            try:
+                conn.channel()  # type: ignore[no-untyped-call]
+                outcome.append("opened")
+            except Exception as exc:  # noqa: BLE001 - any error ends the wait: what we want
+                outcome.append(type(exc).__name__)
+
+        started = time.monotonic()
+        opener = threading.Thread(target=open_channel, daemon=True)
+        opener.start()
+        opener.join(socket_timeout * 3)
+        took = time.monotonic() - started
+    finally:
+        proxy.close()  # also ends a wait that never timed out
+        conn.collect()  # type: ignore[no-untyped-call]  # its socket, without a goodbye
+    failed_in_time = bool(outcome) and outcome[0] != "opened"
+    reliability.record(
+        section=CLIENTS,
+        fault="An AMQP broker (RabbitMQ, through a proxy) that stops answering after the "
+        "connection is open",
+        load=f"opening a channel on a Duet broker connection (socket timeout {socket_timeout:g} s)",
+        lost=f"nothing: the request failed with `{outcome[0]}` after {took:.1f} s"
+        if failed_in_time
+        else f"1 of 1 requests still waiting after {took:.0f} s ({outcome or 'no answer'})",
+        before="no socket timeout on AMQP connections (only the connect timeout and the "
+        "heartbeat): the request was still waiting at the test's bound (18 s); nothing ends it",
+    )
+    assert failed_in_time, outcome
+    assert took < socket_timeout * 2, took

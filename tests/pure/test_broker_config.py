@@ -1,0 +1,33 @@
+"""The broker settings every worker and client shares: each transport gets the socket
+timeouts in its own terms (a frozen broker is an error, not a hang)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestration.settings import Settings
+from orchestration.state.broker import TRANSPORT, broker_config
+
+SETTINGS = Settings(redis_socket_timeout_s=7, redis_connect_timeout_s=2)
+
+
+@pytest.mark.parametrize(
+    "url", ["amqp://guest:pw@rabbit:5672//", "amqps://rabbit//", "pyamqp://rabbit//"]
+)
+def test_an_amqp_broker_gets_read_and_write_timeouts(url: str) -> None:
+    config = broker_config(url, SETTINGS)
+    options = config["broker_transport_options"]
+    # py-amqp's names: it sets them on the socket (SO_RCVTIMEO / SO_SNDTIMEO).
+    assert (options["read_timeout"], options["write_timeout"]) == (7, 7)
+    assert not {"socket_timeout", "socket_connect_timeout"} & set(options)  # redis-py's
+    assert config["broker_connection_timeout"] == 2  # connect and handshake
+    assert config["broker_transport"] is None  # kombu's own AMQP transport
+
+
+@pytest.mark.parametrize("url", ["redis://cache:6379/0", "rediss://cache:6380/0"])
+def test_a_redis_broker_gets_redis_py_timeouts(url: str) -> None:
+    config = broker_config(url, SETTINGS)
+    options = config["broker_transport_options"]
+    assert (options["socket_timeout"], options["socket_connect_timeout"]) == (7, 2)
+    assert not {"read_timeout", "write_timeout"} & set(options)
+    assert config["broker_transport"] == TRANSPORT
