@@ -175,8 +175,17 @@ def _duet_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
             [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs),
              "-o", str(out)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink,
+            preexec_fn=_default_signals,
         )  # fmt: skip
     return proc, out, err
+
+
+def _default_signals() -> None:
+    """In the child: the signals at their defaults, as a terminal gives them. A test
+    runner started under ``nohup`` ignores SIGHUP, children inherit that, and ``duet run``
+    (rightly) keeps an ignored SIGHUP ignored."""
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _whole(line: str) -> bool:
