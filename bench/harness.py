@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -155,3 +157,70 @@ def wait_batch(batch: Any, timeout_s: float, poll_s: float = 0.05) -> None:
 
 def today() -> str:
     return time.strftime("%Y-%m-%d")
+
+
+#: One command ``MONITOR`` saw: the client type (``lua`` inside a script), command, first key.
+Seen = tuple[str, str, str]
+
+
+@contextlib.contextmanager
+def monitored(client: Any) -> Iterator[list[Seen]]:
+    """Every command the server runs while the block runs (``MONITOR`` on ``client``)."""
+    seen: list[Seen] = []
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def watch() -> None:
+        with client.monitor() as m:  # entered: the server has answered MONITOR
+            ready.set()
+            while not stop.is_set():
+                c = m.next_command()
+                parts = c["command"].split(" ", 2)
+                key = parts[1].strip('"') if len(parts) > 1 else ""
+                seen.append((c["client_type"], parts[0].lower(), key))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    if not ready.wait(10):
+        raise RuntimeError("MONITOR did not start within 10 s")
+    try:
+        yield seen
+    finally:
+        stop.set()
+        client.ping()  # wakes the monitor to stop
+        watcher.join(10)
+
+
+def key_shape(key: str) -> str:
+    """A key with its ids replaced, so keys of one kind count together."""
+    key = re.sub(r"\{[^}]*\}", "{id}", key)
+    key = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}", "<uuid>", key)
+    key = re.sub(r"[0-9a-f]{12,}", "<id>", key)
+    return re.sub(r":r\d\.(generate|critique|refine)", ":<step>", key)[:48]
+
+
+#: Commands the measuring itself sends, left out of a tally.
+_OWN = {"monitor", "info"}
+
+
+def tally(seen: list[Seen], calls: int) -> dict[str, Any]:
+    """Commands per model call: sent by clients (a script call is one) and run inside Lua
+    scripts, in all and by command and key kind, most first."""
+    top: dict[str, int] = {}
+    inner: dict[str, int] = {}
+    for kind, cmd, key in seen:
+        if cmd in _OWN or (cmd == "ping" and kind != "lua"):
+            continue
+        bucket = inner if kind == "lua" else top
+        label = f"{cmd} {key_shape(key)}".strip()
+        bucket[label] = bucket.get(label, 0) + 1
+
+    def ordered(d: dict[str, int]) -> dict[str, float]:
+        return {k: round(v / calls, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])}
+
+    return {
+        "sent_per_call": sum(top.values()) / calls,
+        "in_scripts_per_call": sum(inner.values()) / calls,
+        "sent": ordered(top),
+        "in_scripts": ordered(inner),
+    }

@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import threading
 import time
 from typing import Any
 
-from .harness import RedisCounters, fake_llm_process, fake_llm_reset, fake_llm_stats, wait_batch
+from .harness import (
+    RedisCounters,
+    fake_llm_process,
+    fake_llm_reset,
+    fake_llm_stats,
+    monitored,
+    tally,
+    wait_batch,
+)
 from .overhead import prompt_for
 from .suite import client_on, loop_team, redis_server, run_key_bytes, workers
 
@@ -39,13 +45,6 @@ WORKLOADS = {
 }
 
 
-def _shape(key: str) -> str:
-    key = re.sub(r"\{[^}]*\}", "{id}", key)
-    key = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}", "<uuid>", key)
-    key = re.sub(r"[0-9a-f]{12,}", "<id>", key)
-    return re.sub(r":r\d\.(generate|critique|refine)", ":<step>", key)[:48]
-
-
 def measure(server: Any, base_url: str, name: str, runs: int) -> dict[str, Any]:
     actor, critic, rounds, per_run, users = WORKLOADS[name]
     http = actor.startswith("openai:")
@@ -56,28 +55,12 @@ def measure(server: Any, base_url: str, name: str, runs: int) -> dict[str, Any]:
     client = server.client
     wait_batch(team.submit_batch(items[:2]), 120)  # warm-up: scripts, specs, pools
     fake_llm_reset(base_url)
-    stop = threading.Event()
-    seen: list[tuple[str, str, str]] = []
-
-    def watch() -> None:
-        with client.monitor() as m:
-            while not stop.is_set():
-                c = m.next_command()
-                parts = c["command"].split(" ", 2)
-                key = parts[1].strip('"') if len(parts) > 1 else ""
-                seen.append((c["client_type"], parts[0].lower(), key))
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    time.sleep(0.3)
-    mem0 = int(client.info("memory")["used_memory"])
-    before = RedisCounters.read(client)
-    batch = team.submit_batch(items)
-    wait_batch(batch, 300)
-    after = RedisCounters.read(client)
-    stop.set()
-    client.ping()  # wakes the monitor to stop
-    watcher.join(10)
+    with monitored(client) as seen:
+        mem0 = int(client.info("memory")["used_memory"])
+        before = RedisCounters.read(client)
+        batch = team.submit_batch(items)
+        wait_batch(batch, 300)
+        after = RedisCounters.read(client)
     # Let the workers' last acks and events land before reading memory.
     time.sleep(1.0)
     mem1 = int(client.info("memory")["used_memory"])
@@ -88,28 +71,13 @@ def measure(server: Any, base_url: str, name: str, runs: int) -> dict[str, Any]:
         raise SystemExit(f"{name}: {calls} calls in the results, {answered} answered")
     run_ids = batch.run_ids()
     ttl = int(client.ttl(f"duet:run:{{{run_ids[0]}}}"))
-    top: dict[str, int] = {}
-    inner: dict[str, int] = {}
-    for kind, cmd, key in seen:
-        if cmd in ("monitor", "info") or (cmd == "ping" and kind != "lua"):
-            continue
-        bucket = inner if kind == "lua" else top
-        label = f"{cmd} {_shape(key)}".strip()
-        bucket[label] = bucket.get(label, 0) + 1
-
-    def ordered(d: dict[str, int]) -> dict[str, float]:
-        return {k: round(v / calls, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])}
-
     info_commands = after.commands - before.commands - 4  # the INFO reads themselves
     return {
         "workload": name,
         "runs": runs,
         "calls": calls,
         "commands_per_call": info_commands / calls,
-        "sent_per_call": sum(top.values()) / calls,
-        "in_scripts_per_call": sum(inner.values()) / calls,
-        "sent": ordered(top),
-        "in_scripts": ordered(inner),
+        **tally(seen, calls),
         "memory_per_run_bytes": (mem1 - mem0) / runs,
         "run_keys_bytes": run_key_bytes(client, run_ids[:20]),
         "run_ttl_s": ttl,

@@ -41,7 +41,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .harness import RedisCounters, fake_llm_process, fake_llm_reset, fake_llm_stats, wait_batch
+from .harness import (
+    RedisCounters,
+    fake_llm_process,
+    fake_llm_reset,
+    fake_llm_stats,
+    monitored,
+    tally,
+    wait_batch,
+)
 from .overhead import ACTOR_INSTRUCTIONS, CRITIC_INSTRUCTIONS, prompt_for
 from .sim_throughput import in_flight
 
@@ -295,51 +303,14 @@ def monitor_counts(base_url: str, runs: int = 20) -> dict[str, Any]:
     """Commands per call seen by ``MONITOR`` on a small 1 x 50 batch (outside the timed
     ones: MONITOR slows the server): sent by clients (each a round trip or a part of a
     pipeline; a script call is one) and run inside Lua scripts, by command and key kind."""
-    import re
-
     with redis_server() as server, workers(server.url, 1, 50), client_on(server.url):
         team = loop_team("openai:sim", "openai:sim:critic?scores=0.1", base_url, ROUNDS)
         wait_batch(team.submit_batch([prompt_for(-n - 1) for n in range(2)]), 120)
         fake_llm_reset(base_url)
-        stop = threading.Event()
-        seen: list[tuple[str, str, str]] = []
-
-        def watch() -> None:
-            with server.client.monitor() as m:  # type: ignore[attr-defined]
-                while not stop.is_set():
-                    c = m.next_command()
-                    parts = c["command"].split(" ", 2)
-                    key = parts[1].strip('"') if len(parts) > 1 else ""
-                    seen.append((c["client_type"], parts[0].lower(), key))
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        time.sleep(0.3)
-        wait_batch(team.submit_batch([prompt_for(n) for n in range(runs)]), 300)
-        calls = int(fake_llm_stats(base_url)["usage"]["responses"])
-        stop.set()
-        server.client.ping()  # type: ignore[attr-defined]  # wakes the monitor to stop
-        watcher.join(10)
-    top: dict[str, int] = {}
-    inner: dict[str, int] = {}
-    for kind, cmd, key in seen:
-        if cmd == "monitor" or (cmd == "ping" and kind != "lua"):
-            continue
-        key = re.sub(r"\{[^}]*\}", "{id}", key)
-        key = re.sub(r"[0-9a-f]{12,}", "<id>", key)[:48]
-        bucket = inner if kind == "lua" else top
-        bucket[f"{cmd} {key}".strip()] = bucket.get(f"{cmd} {key}".strip(), 0) + 1
-
-    def ordered(d: dict[str, int]) -> dict[str, float]:
-        return {k: round(v / calls, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])}
-
-    return {
-        "calls": calls,
-        "sent_per_call": sum(top.values()) / calls,
-        "in_scripts_per_call": sum(inner.values()) / calls,
-        "sent": ordered(top),
-        "in_scripts": ordered(inner),
-    }
+        with monitored(server.client) as seen:  # type: ignore[attr-defined]
+            wait_batch(team.submit_batch([prompt_for(n) for n in range(runs)]), 300)
+            calls = int(fake_llm_stats(base_url)["usage"]["responses"])
+    return {"calls": calls, **tally(seen, calls)}
 
 
 def reference(cmd: list[str], base_url: str) -> dict[str, Any]:
