@@ -106,14 +106,7 @@ def test_an_echoed_key_reaches_no_redis_command_log_result_or_flower(
         client_pointed_at(url),
         flower_on(url) as flower_port,
     ):
-        team = Team.actor_critic(
-            actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
-            critic=Agent(
-                "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
-                base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
-            ),
-            max_rounds=3,
-        )  # fmt: skip
+        team = _team(llm)
         # Every second request fails with the key echoed; its retry succeeds. One run:
         # generate ok, critique 500 + ok, refine 500 + ok, critique 500 + ok (approved).
         llm.set_faults(status=500, every=2, echo_key=True)
@@ -181,14 +174,7 @@ def test_a_model_repeating_its_key_stores_no_key(
         celery_worker(url, env=env, loglevel="INFO", name="output") as worker,
         client_pointed_at(url),
     ):
-        team = Team.actor_critic(
-            actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
-            critic=Agent(
-                "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
-                base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
-            ),
-            max_rounds=3,
-        )  # fmt: skip
+        team = _team(llm)
         llm.set_faults(echo_key_in_reply=True)
         runs = [team.run_sync(f"Write a parser for format {n}.", timeout=60) for n in range(2)]
         served = llm.stats()["requests"]
@@ -217,3 +203,16 @@ def test_a_model_repeating_its_key_stores_no_key(
     assert [r.status for r in runs] == ["approved"] * 2
     assert redacted == 2
     assert not leaks, leaks
+
+
+def _team(llm: FakeLLM) -> Team:
+    """The actor through the OpenAI SDK (``OPENAI_API_KEY``), the critic through the
+    Anthropic SDK with a key of a spec's own variable; approved in round 2."""
+    return Team.actor_critic(
+        actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
+        critic=Agent(
+            "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
+            base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
+        ),
+        max_rounds=3,
+    )  # fmt: skip
