@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 from celery.worker import WorkController
+from kombu.asynchronous import set_event_loop
 
 from orchestration.state import keys
 from workers import runtime
@@ -48,6 +49,11 @@ class InProcessWorker:
         # Celery hands them its unconfigured default app (and task.retry goes nowhere).
         app.set_current()
         app.set_default()
+        # Celery's worker takes kombu's process-wide event loop when one is set: that of an
+        # earlier in-process worker whose thread has not ended (its stop timed out). Two
+        # consumers on one hub read each other's sockets (a socket timeout, then "I/O
+        # operation on closed file" ends both). This worker gets a hub of its own.
+        set_event_loop(None)
         self._controller = _Controller(
             app=app,
             pool_cls="threads",
@@ -66,6 +72,11 @@ class InProcessWorker:
         if not self._controller.ready.wait(timeout_s):
             raise RuntimeError(f"in-process worker did not start within {timeout_s}s")
         return self
+
+    @property
+    def hub(self) -> object | None:
+        """The event loop this worker's consumer runs on (None when it is not running)."""
+        return None if self._controller is None else self._controller.hub
 
     def stop(self, timeout_s: float = 10.0) -> None:
         from workers.providers import close_providers
