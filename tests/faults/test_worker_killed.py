@@ -46,17 +46,7 @@ def test_a_worker_killed_mid_call(llm: FakeLLM, reliability: Reliability) -> Non
     env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": "5",
            "DUET_SWEEP_INTERVAL_S": "1", "DUET_SWEEP_AFTER_S": "8"}  # fmt: skip
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
-        stack.enter_context(client_pointed_at(server.url))
-        survivor = stack.enter_context(celery_worker(server.url, env=env, concurrency=16,
-                                                     name="survivor", queues="coordinator"))  # fmt: skip
-        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=16,
-                                                   name="doomed"))  # fmt: skip
-        team = Team.actor_critic(
-            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
-            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
-            max_rounds=1,
-            budget=Budget(max_tokens=1_000_000),
-        )
+        survivor, doomed, team = _fleet(stack, server.url, llm, env, concurrency=16)
         handles = [team.submit(f"task {n}") for n in range(RUNS)]
         # Every first call is in flight on the doomed worker (the survivor takes only
         # coordinator work until then): kill it.
@@ -119,17 +109,7 @@ def test_duet_resume_right_after_a_worker_died_mid_call(
     env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": str(lease_s),
            "DUET_SWEEP_AFTER_S": "600", "DUET_PROCESS_TTL_S": "3"}  # fmt: skip
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
-        stack.enter_context(client_pointed_at(server.url))
-        stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
-                                          name="survivor", queues="coordinator"))  # fmt: skip
-        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
-                                                   name="doomed"))  # fmt: skip
-        team = Team.actor_critic(
-            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
-            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
-            max_rounds=1,
-            budget=Budget(max_tokens=1_000_000),
-        )
+        _, doomed, team = _fleet(stack, server.url, llm, env, concurrency=8)
         batch = team.submit_batch([f"task {n}" for n in range(4)])
         wait_for(lambda: llm.stats()["requests"] >= 4, 60, "the calls to be in flight")
         doomed.send_signal(signal.SIGKILL)
@@ -179,3 +159,22 @@ def test_duet_resume_right_after_a_worker_died_mid_call(
         # to their lease.
         assert charged == requests
         assert left == 0
+
+
+def _fleet(
+    stack: contextlib.ExitStack, url: str, llm: FakeLLM, env: dict[str, str], concurrency: int
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], Team]:
+    """A client on ``url``, a worker taking only coordinator work (the survivor), one taking
+    everything (the doomed), and a one-round team whose runs each have a budget."""
+    stack.enter_context(client_pointed_at(url))
+    survivor = stack.enter_context(celery_worker(url, env=env, concurrency=concurrency,
+                                                 name="survivor", queues="coordinator"))  # fmt: skip
+    doomed = stack.enter_context(celery_worker(url, env=env, concurrency=concurrency,
+                                               name="doomed"))  # fmt: skip
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+        critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+        max_rounds=1,
+        budget=Budget(max_tokens=1_000_000),
+    )
+    return survivor, doomed, team
