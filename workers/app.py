@@ -147,10 +147,15 @@ def check_visibility_timeout() -> None:
 
 
 @worker_init.connect(weak=False)
-def _check_timeouts(**_: object) -> None:
+def _check_at_start(**_: object) -> None:
+    # The timeouts, and the HTTP client release the vendor adapters post on (httpx2 is
+    # imported here, not by every process importing this module: ~0.14 s).
     # Celery logs and ignores what a signal handler raises: exit (code 2) instead.
+    from workers.providers import endpoint
+
     try:
         check_visibility_timeout()
+        endpoint.check_versions()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

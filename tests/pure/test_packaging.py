@@ -15,6 +15,7 @@ from orchestration.state import broker
 from tests.reliability import PACKAGING, Reliability, lost_of
 from tests.support import ROOT
 from workers import celery_ext
+from workers.providers import endpoint
 
 
 def _requirements(extra: str | None = None) -> list[Requirement]:
@@ -72,6 +73,18 @@ def test_the_checked_ranges_are_the_pinned_ones() -> None:
 
 def test_the_installed_celery_and_kombu_pass_the_start_check() -> None:
     celery_ext.check_versions()  # raises ConfigError otherwise
+
+
+def test_the_installed_httpx2_passes_the_start_check() -> None:
+    endpoint.check_versions()  # raises ConfigError otherwise
+
+
+def test_an_httpx2_lacking_a_private_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx2
+
+    monkeypatch.delattr(httpx2.Client, "_transport_for_url")
+    with pytest.raises(ConfigError, match="lacks httpx2.Client._transport_for_url"):
+        endpoint.check_versions()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,177 @@
+"""Calls after the first, posted straight on the SDK client's connection pool
+(``workers.providers.endpoint``): what the SDK's HTTP client gave them, they keep.
+
+A recording HTTP proxy between the adapters and the stand-in server shows what went out:
+it is set in the environment, as the SDKs' clients read it, and can compress a reply or
+answer with a redirect.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import pytest
+
+from duet.fake_llm import FakeLLM
+from orchestration.core.errors import ProviderError
+from tests.system import test_providers_http as base
+from tests.system.test_providers_http import ANTHROPIC_KEY, OPENAI_KEY, PROVIDERS, agent, call
+from workers.providers import provider_for
+
+llm = base.llm  # the stand-in server, the SDKs pointed at it (a fixture)
+KEYS = {"openai": OPENAI_KEY, "anthropic": ANTHROPIC_KEY}
+
+
+class Proxy(ThreadingHTTPServer):
+    """A forward HTTP proxy noting each request (its target and headers)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        self.gzip = False  # compress the replies
+        self.redirects = 0  # answer this many requests with a 307 to the same URL
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Proxy
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        if self.server.redirects:
+            self.server.redirects -= 1
+            self.send_response(307)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        target = urlsplit(self.path)
+        upstream = http.client.HTTPConnection(target.netloc, timeout=10)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "proxy-connection"}
+        upstream.request("POST", target.path, body=body, headers=headers)
+        reply = upstream.getresponse()
+        data = reply.read()
+        upstream.close()
+        self.send_response(reply.status)
+        for key, value in reply.getheaders():
+            if key.lower() not in ("content-length", "connection", "date", "server"):
+                self.send_header(key, value)
+        if self.server.gzip:
+            data = gzip.compress(data)
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def proxy(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxy]:
+    server = Proxy()
+    for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    monkeypatch.setenv("http_proxy", server.url)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _lean(provider: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Make the first call (through the SDK); the requests the SDK's client sends from
+    then on (none if later calls go straight to its pool)."""
+    assert call(agent(provider)).stop_reason == "end"
+    adapter = provider_for(agent(provider).spec)
+    assert adapter._endpoint is not None and adapter._endpoint.pool is not None
+    sent: list[Any] = []
+    send = httpx2.Client.send
+
+    def counting(self: httpx2.Client, request: httpx2.Request, **kwargs: Any) -> Any:
+        sent.append(request)
+        return send(self, request, **kwargs)
+
+    monkeypatch.setattr(httpx2.Client, "send", counting)
+    return sent
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_later_calls_go_through_the_env_proxy_with_the_same_headers(
+    proxy: Proxy, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = _lean(provider, monkeypatch)
+    for _ in range(2):
+        assert call(agent(provider)).stop_reason == "end"
+    assert sent == []  # not through the client
+    assert len(proxy.seen) == 3  # the SDK's call and both later ones went via the proxy
+    (first_url, first), *later = proxy.seen
+    auth = first.get("x-api-key") or first["authorization"]
+    assert KEYS[provider] in auth
+    for url, headers in later:
+        assert url == first_url
+        assert auth in (headers.get("x-api-key"), headers.get("authorization"))
+        assert {k: v for k, v in headers.items() if k != "content-length"} == {
+            k: v for k, v in first.items()
+            if k not in ("content-length", "x-stainless-retry-count",
+                         "x-stainless-read-timeout", "idempotency-key")
+        }  # fmt: skip
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_compressed_reply_is_decoded(
+    proxy: Proxy, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = _lean(provider, monkeypatch)
+    proxy.gzip = True
+    assert call(agent(provider)).text.startswith("[revision 0] Answer to:")
+    assert sent == []
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_redirect_is_followed_through_the_client(
+    proxy: Proxy, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = _lean(provider, monkeypatch)
+    proxy.redirects = 2  # the call, and the client's sending it again
+    assert call(agent(provider)).stop_reason == "end"
+    assert len(sent) == 1  # sent again through the client, which followed the redirect
+    assert len(proxy.seen) == 4  # the first call, the two redirected, the one followed
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_timeout_is_each_calls_own(
+    llm: FakeLLM, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _lean(provider, monkeypatch)
+    llm.set_faults(delays_ms=[700, 700])
+    assert call(agent(provider, timeout_s=5)).stop_reason == "end"
+    with pytest.raises(ProviderError) as info:
+        call(agent(provider, timeout_s=0.3))
+    assert (info.value.kind, info.value.transient) == ("timeout", True)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_refused_connection_is_a_connection_error(
+    llm: FakeLLM, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _lean(provider, monkeypatch)
+    llm.stop()
+    with pytest.raises(ProviderError) as info:
+        call(agent(provider))
+    assert (info.value.kind, info.value.transient) == ("connection", True)
