@@ -11,17 +11,20 @@ URL keeps its ``redis://`` scheme, and :class:`Connection` names it ``redis`` ag
 it writes the URL back out (``as_uri``): Flower picks its broker client (Broker page,
 ``/api/queues/length``) by that scheme.
 
-A delivered message is noted as unacknowledged with one command and acked with one
-(kombu: two each), see :class:`QoS`. A worker also outlasts a Redis at ``maxmemory``: the
+A delivered message is noted as unacknowledged and acked in batches (kombu: two
+commands each, per message), see :class:`QoS`; a worker with room for several messages
+takes up to :data:`POP_MAX` of them with one ``BLMPOP`` (kombu: one ``BRPOP`` each), see
+:meth:`Channel._brpop_start`. A worker also outlasts a Redis at ``maxmemory``: the
 delivered message it cannot note is held until Redis takes writes again (``QoS.append``),
 instead of ending the worker; and a Redis restart: a channel of a broker connection that
 is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
 instead of an ``AttributeError`` that ends the worker (``Channel._get_pool``).
 
 These override methods kombu does not document (``Channel._create_client``,
-``Channel._get_pool``, ``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``,
-``restore_by_tag``, ``restore_visible``, and use ``Channel._do_restore_message`` and
-``Mutex``), tested with the kombu release pinned in ``pyproject.toml``;
+``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``,
+``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
+``restore_visible``, and use ``Channel._do_restore_message``, ``Channel._queue_cycle``,
+``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Mutex``), tested with the kombu release pinned in ``pyproject.toml``;
 :func:`check_versions` refuses an untested kombu when the transport is chosen. This is
 the one place Duet customises kombu (the client uses the transport too, so it cannot live
 with the worker's Celery customisations in ``workers/celery_ext.py``).
@@ -30,6 +33,7 @@ with the worker's Celery customisations in ``workers/celery_ext.py``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,6 +61,11 @@ OOM_WARN_EVERY_S = 30.0
 #: unacknowledged messages (see :class:`QoS`); a key of its own, so a kombu-style reader
 #: never takes its members for delivery tags.
 UNACKED_SUFFIX = ":messages"
+#: Most messages one pop takes (``BLMPOP ... COUNT``), bounded by the consumer's credit.
+POP_MAX = 16
+#: Acks are removed from the unacked set in one command once this many are pending, or
+#: when the channel next pops or closes (see :meth:`QoS.ack`).
+ACK_BATCH = 32
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +108,23 @@ def check_versions() -> None:
         (kombu_redis.QoS, "restore_by_tag"),
         (kombu_redis.QoS, "restore_visible"),
         (kombu_redis.Channel, "_do_restore_message"),
+        (kombu_redis.Channel, "_brpop_start"),
+        (kombu_redis.Channel, "_brpop_read"),
+        (kombu_redis.Channel, "_flush_brpop_reauth"),
+        (kombu_redis.Channel, "_in_poll"),
         (kombu_redis, "Mutex"),
         (kombu_redis, "MutexHeld"),
         (kombu.Connection, "resolve_aliases"),
     ]
     missing = [f"{_qualified(owner)}.{name}" for owner, name in needed if not hasattr(owner, name)]
     check_release("kombu", kombu.__version__, KOMBU_TESTED, missing)
+
+
+def _member(payload: dict[str, Any]) -> str:
+    """The unacked set's member for a delivered message (its payload, exchange and routing
+    key, which a restore needs): unique per delivery, as the payload has its tag."""
+    delivery = payload["properties"]["delivery_info"]
+    return str(dumps([payload, delivery["exchange"], delivery["routing_key"]]))  # type: ignore[no-untyped-call]
 
 
 class QoS(kombu_redis.QoS):
@@ -115,7 +135,12 @@ class QoS(kombu_redis.QoS):
     a task. Here the message itself is the member of one sorted set (``unacked_index`` +
     :data:`UNACKED_SUFFIX`; JSON of the message, its exchange and routing key: unique per
     delivery, as the message carries its delivery tag), scored by when it was delivered:
-    one ZADD when delivered, one ZREM when acked.
+    one ZADD for the messages of one pop (:meth:`note`, before any of them is handed to
+    the consumer), one ZREM for up to :data:`ACK_BATCH` acks. An ack frees the consumer's
+    credit at once; its ZREM waits for the next pop, the channel's close or a full batch
+    (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
+    come back after the visibility timeout, as a message of a task that was running
+    would, and Duet's tasks find their step done or their transition made.
     The restore of messages unacknowledged past the visibility timeout reads the members
     older than it and puts each back on its queue in a transaction (WATCH, ZREM, push), as
     kombu's does. Messages noted the kombu way (by a worker of an earlier Duet during a
@@ -126,6 +151,11 @@ class QoS(kombu_redis.QoS):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         #: delivery tag -> the member noting it (until acked, rejected or restored)
         self._members: dict[str, str] = {}
+        #: delivery tag -> its member, noted by :meth:`note` and not yet appended
+        self._noted: dict[str, str] = {}
+        #: members of acked messages still to remove from the set (:meth:`flush_acks`)
+        self._acked: list[str] = []
+        self._acked_lock = threading.Lock()
 
     @property
     def unacked_messages_key(self) -> str:
@@ -140,13 +170,38 @@ class QoS(kombu_redis.QoS):
         (OOM): wait, with backoff, until it takes it again. Nothing else can be consumed
         meanwhile anyway.
         """
-        delivery = message.delivery_info
-        member = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])  # type: ignore[no-untyped-call]
+        member = self._noted.pop(delivery_tag, None)
+        if member is None:
+            member = _member(message._raw)
+            self._write_waiting_out_oom(delivery_tag, {member: time.time()})
+        self._members[delivery_tag] = member
+        virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def note(self, payloads: list[dict[str, Any]]) -> None:
+        """Note messages just popped as unacknowledged, in one write, before any is
+        delivered (:meth:`append` then finds them noted)."""
+        now = time.time()
+        noted = {p["properties"]["delivery_tag"]: _member(p) for p in payloads}
+        try:
+            self._write_waiting_out_oom(next(iter(noted)), dict.fromkeys(noted.values(), now))
+        except self.channel.connection_errors:
+            # Popped but not noted: run them anyway (a worker that dies now loses them,
+            # as kombu's transport would lose the one message it popped).
+            log.warning("delivering %d message(s) not noted as unacknowledged: Redis "
+                        "went away after the pop", len(noted), exc_info=True)  # fmt: skip
+        self._noted.update(noted)
+
+    def forget_noted(self, payloads: list[dict[str, Any]]) -> None:
+        """Drop what :meth:`note` kept of messages that will not be delivered."""
+        for payload in payloads:
+            self._noted.pop(payload["properties"]["delivery_tag"], None)
+
+    def _write_waiting_out_oom(self, delivery_tag: str, members: dict[str, float]) -> None:
         delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
         while True:
             try:
                 with self.channel.conn_or_acquire() as client:
-                    client.zadd(self.unacked_messages_key, {member: time.time()})
+                    client.zadd(self.unacked_messages_key, members)
                 break
             except redis.exceptions.OutOfMemoryError:
                 if waited - warned >= OOM_WARN_EVERY_S or not waited:
@@ -160,17 +215,34 @@ class QoS(kombu_redis.QoS):
                 delay = min(delay * 2, OOM_MAX_WAIT_S)
         if waited:
             log.warning("Redis accepts writes again after %.1fs at maxmemory", waited)
-        self._members[delivery_tag] = member
-        virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 
     def ack(self, delivery_tag: str) -> None:
+        """Free the message's credit now; remove it from the set with the next batch."""
         member = self._members.pop(delivery_tag, None)
         if member is None:  # noted the kombu way
             super().ack(delivery_tag)  # type: ignore[no-untyped-call]
             return
-        with self.channel.conn_or_acquire() as client:
-            client.zrem(self.unacked_messages_key, member)
+        with self._acked_lock:
+            self._acked.append(member)
+            full = len(self._acked) >= ACK_BATCH
         virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
+        if full:
+            self.flush_acks()
+
+    def flush_acks(self) -> None:
+        """Remove the acked messages still in the unacked set, in one command. On an
+        error they are kept for the next flush (the caller sees the error)."""
+        with self._acked_lock:
+            acked, self._acked = self._acked, []
+        if not acked:
+            return
+        try:
+            with self.channel.conn_or_acquire() as client:
+                client.zrem(self.unacked_messages_key, *acked)
+        except BaseException:
+            with self._acked_lock:
+                self._acked[:0] = acked
+            raise
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if delivery_tag not in self._members:
@@ -241,10 +313,89 @@ class QoS(kombu_redis.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """A kombu Redis channel that reuses its synchronous client."""
+    """A kombu Redis channel that reuses its synchronous client and takes up to
+    :data:`POP_MAX` messages a pop."""
 
     QoS = QoS
     _duet_client: Any = None
+    #: Queues consumed without acks (their messages are not noted as unacknowledged).
+    _no_ack_queues: frozenset[str] = frozenset()
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._no_ack_queues = self._no_ack_queues | {queue}
+        else:
+            self._no_ack_queues = self._no_ack_queues - {queue}
+        return super().basic_consume(queue, no_ack, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        """kombu's pop of the next message, as ``BLMPOP`` of up to the consumer's credit
+        (at most :data:`POP_MAX`): under load one command brings several messages, each
+        still from the first non-empty queue in kombu's fair, priority-ordered cycle. The
+        acks gathered since the last pop are flushed first (:meth:`QoS.flush_acks`)."""
+        if self._qos is not None:
+            try:
+                self._qos.flush_acks()
+            except self.connection_errors:  # kept for the next flush; the pop will tell
+                log.debug("acks not flushed before a pop", exc_info=True)
+        if self.global_keyprefix:  # kombu prefixes the keys of the commands it knows
+            super()._brpop_start(timeout)  # type: ignore[no-untyped-call]
+            return
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+        credit = self.qos.can_consume_max_estimate()
+        count = max(1, min(POP_MAX, POP_MAX if credit is None else credit))
+        wait = self.brpop_timeout if timeout is None else timeout
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = time.monotonic()
+        self.client.connection.send_command(
+            "BLMPOP", wait or 0, len(keys), *keys, "RIGHT", "COUNT", count
+        )
+
+    def _brpop_read(self, **options: Any) -> bool:
+        """Read the pop's reply: note its messages as unacknowledged in one write, then
+        deliver each (kombu's read, for several messages)."""
+        if self.global_keyprefix:
+            return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BLMPOP", **options)
+            except self.connection_errors:
+                # Disconnect, so the next turn of the loop reconnects (as kombu does).
+                self.client.connection.disconnect()
+                raise
+            if not reply:
+                raise kombu_redis.Empty()
+            dest, items = reply
+            queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(queue)
+            payloads = [loads(bytes_to_str(item)) for item in items]  # type: ignore[no-untyped-call]
+            if queue not in self._no_ack_queues:
+                self.qos.note(payloads)
+            for n, payload in enumerate(payloads):
+                try:
+                    self.connection._deliver(payload, queue)
+                except BaseException:
+                    # The rest stay noted in Redis (restored after the visibility timeout).
+                    self.qos.forget_noted(payloads[n + 1 :])
+                    raise
+            return True
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()
+
+    def close(self) -> None:
+        """Flush the acks still gathered, then close as kombu does (which puts back the
+        messages delivered and not acked)."""
+        if self._qos is not None and not self.closed:
+            try:
+                self._qos.flush_acks()
+            except self.connection_errors:  # they come back after the visibility timeout
+                log.warning("could not remove acked messages from the unacked set on close",
+                            exc_info=True)  # fmt: skip
+        super().close()  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:

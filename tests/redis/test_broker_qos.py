@@ -1,7 +1,9 @@
-"""The broker's ack bookkeeping on a real server (``orchestration.state.broker.QoS``): a
-delivered message is one member of one sorted set until acked; one whose consumer went
-away without acking is put back on its queue once the visibility timeout has passed; a
-message noted the kombu way (an earlier worker's) is still restored."""
+"""The broker's pop and ack bookkeeping on a real server (``orchestration.state.broker``):
+one pop brings up to the consumer's credit; a delivered message is one member of one
+sorted set until acked, the messages of one pop noted with one write and acks removed in
+batches (at the next pop, on close, or when a batch is full); one whose consumer went away
+without acking is put back on its queue once the visibility timeout has passed; a message
+noted the kombu way (an earlier worker's) is still restored."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 import redis
 from kombu.utils.json import dumps
 
-from orchestration.state.broker import TRANSPORT, UNACKED_SUFFIX
+from orchestration.state.broker import ACK_BATCH, POP_MAX, TRANSPORT, UNACKED_SUFFIX
 
 MESSAGES = f"unacked_index{UNACKED_SUFFIX}"
 
@@ -50,18 +52,125 @@ def _take(conn: kombu.Connection, queue: kombu.Queue) -> kombu.Message:
     return message
 
 
-def test_one_write_to_note_a_delivery_and_one_to_ack_it(url: str, client: Any) -> None:
+def _commands(client: Any) -> int:
+    """Commands the server has run (before this INFO)."""
+    return int(client.info("stats")["total_commands_processed"])
+
+
+def _since(client: Any, before: int) -> int:
+    """Commands run since :func:`_commands` returned ``before``, but that INFO."""
+    return _commands(client) - before - 1
+
+
+def test_one_write_to_note_a_delivery_and_one_to_ack_a_batch(url: str, client: Any) -> None:
     queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
     with _connection(url) as conn:
-        _publish(conn, queue, "hello")
-        before = int(client.info("stats")["total_commands_processed"])
-        message = _take(conn, queue)
-        noted = int(client.info("stats")["total_commands_processed"])
-        message.ack()
-        acked = int(client.info("stats")["total_commands_processed"])
-        # INFO itself is one command: the pop and the note; the ack.
-        assert (noted - before - 1, acked - noted - 1) == (2, 1)
+        for n in range(3):
+            _publish(conn, queue, f"hello {n}")
+        messages = []
+        for _ in range(3):
+            before = _commands(client)
+            messages.append(_take(conn, queue))
+            assert _since(client, before) == 2  # the pop and the note
+        assert client.zcard(MESSAGES) == 3
+        before = _commands(client)
+        for message in messages:
+            message.ack()
+        # An ack frees the consumer's credit at once; the set is written with the batch.
+        assert _since(client, before) == 0 and conn.default_channel.qos.can_consume()
+        assert client.zcard(MESSAGES) == 3
+        before = _commands(client)
+        conn.default_channel.qos.flush_acks()
+        assert _since(client, before) == 1
         assert client.zcard(MESSAGES) == 0 and client.hlen("unacked") == 0
+
+
+def test_a_full_batch_of_acks_is_written_at_once(url: str, client: Any) -> None:
+    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    with _connection(url) as conn:
+        for n in range(ACK_BATCH):
+            _publish(conn, queue, f"m{n}")
+        messages = [_take(conn, queue) for _ in range(ACK_BATCH)]
+        for message in messages[:-1]:
+            message.ack()
+        assert client.zcard(MESSAGES) == ACK_BATCH
+        messages[-1].ack()
+        assert client.zcard(MESSAGES) == 0
+
+
+def test_acks_still_gathered_are_written_when_the_channel_closes(url: str, client: Any) -> None:
+    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    with _connection(url) as conn:
+        _publish(conn, queue, "bye")
+        _take(conn, queue).ack()
+        assert client.zcard(MESSAGES) == 1
+    assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 0
+
+
+def _consume(conn: kombu.Connection, queue: kombu.Queue, prefetch: int, no_ack: bool = False,
+             ) -> tuple[Any, list[kombu.Message]]:  # fmt: skip
+    got: list[kombu.Message] = []
+    consumer = conn.Consumer([queue], callbacks=[lambda _body, m: got.append(m)],
+                             no_ack=no_ack, accept=["json"])  # fmt: skip
+    consumer.qos(prefetch_count=prefetch)
+    consumer.consume()
+    return consumer, got
+
+
+def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
+    url: str, client: Any
+) -> None:
+    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    with _connection(url) as conn:
+        for n in range(10):
+            _publish(conn, queue, f"m{n}")
+        consumer, got = _consume(conn, queue, prefetch=4)
+        with consumer:
+            before = _commands(client)
+            conn.drain_events(timeout=5)
+            # One BLMPOP of 4 (the credit), one ZADD noting the 4, nothing else.
+            assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
+            assert _since(client, before) == 2
+            assert client.zcard(MESSAGES) == 4 and client.llen(queue.name) == 6
+            for m in got:
+                m.ack()
+            conn.drain_events(timeout=5)  # the next pop flushes the 4 acks first
+            assert [m.payload for m in got[4:]] == ["m4", "m5", "m6", "m7"]
+            assert client.zcard(MESSAGES) == 4
+            for m in got[4:]:
+                m.ack()
+        conn.default_channel.close()
+        assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
+
+
+def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(
+    url: str, client: Any
+) -> None:
+    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    with _connection(url) as conn:
+        for n in range(POP_MAX + 3):
+            _publish(conn, queue, f"m{n}")
+        consumer, got = _consume(conn, queue, prefetch=0, no_ack=True)
+        with consumer:
+            conn.drain_events(timeout=5)
+            assert len(got) == POP_MAX and client.zcard(MESSAGES) == 0
+            conn.drain_events(timeout=5)
+            assert len(got) == POP_MAX + 3 and client.llen(queue.name) == 0
+
+
+def test_messages_delivered_and_never_acked_go_back_on_close(url: str, client: Any) -> None:
+    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    with _connection(url) as conn:
+        for n in range(3):
+            _publish(conn, queue, f"m{n}")
+        consumer, got = _consume(conn, queue, prefetch=3)
+        with consumer:
+            conn.drain_events(timeout=5)
+            assert len(got) == 3
+            got[0].ack()
+        conn.default_channel.close()
+    # The acked one is gone; the two delivered and not acked are back on the queue.
+    assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
 
 
 def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(
