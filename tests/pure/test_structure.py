@@ -468,7 +468,9 @@ def _private_definitions(modules: dict[str, Module]) -> dict[str, set[str]]:
                 record(node.name, module.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 record(node.id, module.name)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and _is_self(node.value)):  # fmt: skip
+                # (a store on another object, ``app._pool = None``, defines nothing here)
                 record(node.attr, module.name)
     return defined
 
