@@ -344,12 +344,13 @@ class Channel(kombu_redis.Channel):
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+        keys = [self._q_for_pri(queue, pri)  # type: ignore[no-untyped-call]
+                for pri in self.priority_steps for queue in queues]  # fmt: skip
         credit = self.qos.can_consume_max_estimate()
         count = max(1, min(POP_MAX, POP_MAX if credit is None else credit))
         wait = self.brpop_timeout if timeout is None else timeout
         self._in_poll = self.client.connection
-        self._brpop_sent_at = time.monotonic()
+        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
         self.client.connection.send_command(
             "BLMPOP", wait or 0, len(keys), *keys, "RIGHT", "COUNT", count
         )
@@ -369,7 +370,7 @@ class Channel(kombu_redis.Channel):
             if not reply:
                 raise kombu_redis.Empty()
             dest, items = reply
-            queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]
+            queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
             self._queue_cycle.rotate(queue)
             payloads = [loads(bytes_to_str(item)) for item in items]  # type: ignore[no-untyped-call]
             if queue not in self._no_ack_queues:
@@ -383,8 +384,8 @@ class Channel(kombu_redis.Channel):
                     raise
             return True
         finally:
-            self._in_poll = None
-            self._flush_brpop_reauth()
+            self._in_poll = None  # type: ignore[assignment]
+            self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """Flush the acks still gathered, then close as kombu does (which puts back the

@@ -143,9 +143,7 @@ def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
         assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
 
 
-def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(
-    url: str, client: Any
-) -> None:
+def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, client: Any) -> None:
     queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
     with _connection(url) as conn:
         for n in range(POP_MAX + 3):
