@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     redis_socket_timeout_s: float = Field(default=15.0, gt=5)
     #: Threads per worker process: calls in flight at once (they wait on the model).
     worker_concurrency: int = Field(default=200, ge=1)
+    #: Seconds a worker process trusts what it last learned of a model's fleet-wide pause
+    #: (a vendor's 429 with Retry-After) before reading it again: within that a model
+    #: call skips the read (one Redis command). A pause another process sets is obeyed
+    #: here within this at most (a call in between may get a 429 itself, which pauses it
+    #: as before); a pause this process sets is known at once. 0: read on every call.
+    pause_recheck_s: float = Field(default=1.0, ge=0)
     #: Attempts for a transient provider failure before the agent is interrupted.
     max_attempts: int = Field(default=6, ge=1)
     #: Base of the exponential retry backoff, seconds.

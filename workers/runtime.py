@@ -55,7 +55,11 @@ def _build() -> tuple[Coordinator, StepService]:
     with _lock:
         if _coordinator is None or _steps is None:
             store = get_store()
-            budgets = Budgets(store.r, settled_ttl_s=store.finished_ttl_s)
+            budgets = Budgets(
+                store.r,
+                settled_ttl_s=store.finished_ttl_s,
+                pause_recheck_s=get_settings().pause_recheck_s,
+            )
             # What the services tell of runs and calls: metrics and traces, when on.
             watchers = [m for m in (metrics, tracing) if m.ENABLED]
             _coordinator = Coordinator(

@@ -1,7 +1,9 @@
 """Budget and rate-limit checks around model calls, on the fleet-wide Redis ledger.
 
 The coordinator asks :meth:`Budgets.round_check` at the start of each round. A step asks
-:meth:`Budgets.rate_wait` (fleet-wide rate limits and pauses), :meth:`Budgets.reserve`
+:meth:`Budgets.rate_wait` (fleet-wide rate limits and pauses; the pauses this process
+learned lately, :meth:`Budgets.known_pauses`, its begin script need not read again),
+:meth:`Budgets.reserve`
 (hold the call's worst case in every scope of the run at once, or learn there is no
 room; :func:`clamped` says how far the call's ``max_tokens`` may drop to fit what is
 left) and, after the call, :meth:`Budgets.settle_calls` (charge the real usage once per
@@ -28,6 +30,8 @@ from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_byte
 from orchestration.core.pricing import cost_usd, rates_for
 from orchestration.core.structured import CRITIQUE_SCHEMA
 from orchestration.prices import price_for
+from orchestration.services.pauses import PauseMemory
+from orchestration.state import keys
 from orchestration.state.budgets import (
     DEFAULT_SETTLED_TTL_S,
     BudgetLedger,
@@ -103,14 +107,25 @@ def clamped(agent: AgentSpec, refusal: Refusal, worst: Amount) -> Fit:
 
 
 class Budgets:
-    """The ledger and the rate limiter of one process."""
+    """The ledger and the rate limiter of one process.
 
-    def __init__(self, redis_client: Any, *, settled_ttl_s: int = DEFAULT_SETTLED_TTL_S) -> None:
+    ``pause_recheck_s``: how long a model's fleet-wide pause, once learned, is trusted
+    without reading it again (see :mod:`orchestration.services.pauses`; 0: read every call).
+    """
+
+    def __init__(
+        self,
+        redis_client: Any,
+        *,
+        settled_ttl_s: int = DEFAULT_SETTLED_TTL_S,
+        pause_recheck_s: float = 0.0,
+    ) -> None:
         self.redis = redis_client
         #: How long a call's settled marker is kept (the finished-run TTL, in a worker).
         self.settled_ttl_s = settled_ttl_s
         self.ledger = BudgetLedger(redis_client)
         self.limiter = RateLimiter(redis_client)
+        self.pauses = PauseMemory(pause_recheck_s, time.monotonic)
         self.ratios = TokenRatios(redis_client)
         self._rates: dict[str, tuple[int | None, int | None, float]] = {}
         self._rates_at = -math.inf
@@ -175,13 +190,23 @@ class Budgets:
         if scopes:
             self.ledger.charge_hold(sid, scopes)
 
-    def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float) -> float:
+    def known_pauses(self) -> tuple[str, ...]:
+        """The pause keys learned lately: a step's begin script need not read them."""
+        return self.pauses.fresh()
+
+    def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float | None) -> float:
         """Seconds to wait before this call may go (0.0: it is counted and may go now).
 
-        ``paused_s`` is the model's fleet-wide pause as the step's begin script read it; a
-        model with rate limits has it checked again by the acquire script, atomically
-        with the grant.
+        ``paused_s`` is the model's fleet-wide pause as the step's begin script read it
+        (learned here), or None when it skipped the read (its key was among
+        :meth:`known_pauses`): the pause as learned then. A model with rate limits has it
+        checked again by the acquire script, atomically with the grant.
         """
+        key = keys.rate_pause(agent.provider, agent.model_name)
+        if paused_s is None:
+            paused_s = self.pauses.paused_s(key)
+        else:
+            self.pauses.learned(key, paused_s)
         limits = self._rate_table().get(f"{agent.provider}:{agent.model_name}")
         if limits is None:
             return paused_s
@@ -192,8 +217,10 @@ class Budgets:
         )  # fmt: skip
 
     def pause(self, agent: AgentSpec, seconds: float) -> None:
-        """A vendor said 429 + Retry-After: pause this model for the whole fleet."""
-        self.limiter.pause(agent.provider, agent.model_name, seconds)
+        """A vendor said 429 + Retry-After: pause this model for the whole fleet (this
+        process knows the pause in force at once)."""
+        in_force = self.limiter.pause(agent.provider, agent.model_name, seconds)
+        self.pauses.learned(keys.rate_pause(agent.provider, agent.model_name), in_force)
 
     def _rate_table(self) -> dict[str, tuple[int | None, int | None, float]]:
         now = time.monotonic()

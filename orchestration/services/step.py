@@ -23,14 +23,14 @@ attempt; a budget with no room left interrupts the agent with ``budget:<kind>:<u
 A model's answer is cleaned of every configured key value (``scrub_output``) before
 anything of it is stored: a model may repeat a key it was shown.
 
-Per call: one script to take the step (it also reads the model's fleet-wide pause,
-whether any of the run's budget scopes has a limit and, for persistent subagents, the
-conversation history, and notes that the step arrived), the rate-limit grant (models with
-fleet rate limits only), the reservation (runs with a limit in some scope only), the model
-call, one round trip storing the result with the settlement (limited runs; a run whose
-scopes have no limit has its usage counted by the store script itself) and the
-conversation turn (persistent only). Specs, prices and adapters are
-resolved once per process.
+Per call: one script to take the step (it also reads the model's fleet-wide pause unless
+this process learned it within ``DUET_PAUSE_RECHECK_S``, whether any of the run's budget
+scopes has a limit and, for persistent subagents, the conversation history, and notes
+that the step arrived), the rate-limit grant (models with fleet rate limits only), the
+reservation (runs with a limit in some scope only), the model call, one round trip
+storing the result with the settlement (limited runs; a run whose scopes have no limit
+has its usage counted by the store script itself) and the conversation turn (persistent
+only). Specs, prices and adapters are resolved once per process.
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ class StepService:
         )
         lease_s = self.settings.step_lease_s
         earlier = earlier_of_role(key)
-        start = store.begin_step(run_id, key, claimant, lease_s, started, previous, earlier)
+        known = self.budgets.known_pauses()
+        start = store.begin_step(run_id, key, claimant, lease_s, started, previous, earlier, known)
         dead = None
         # A claim naming a dead process: the step is taken over now, not after its lease.
         holder = start.holder if start.outcome == "busy" else None
@@ -209,7 +210,9 @@ class StepService:
             run_id, key, holder, claimant, lease_s, self.settings.process_ttl_s
         ):
             dead = holder
-            start = store.begin_step(run_id, key, claimant, lease_s, started, previous, earlier)
+            start = store.begin_step(
+                run_id, key, claimant, lease_s, started, previous, earlier, known
+            )
         if start.outcome == "busy":  # another delivery's call is in flight: check later
             return RetryLater(self.check_s(), failures, "another delivery has the step")
         if dead is not None and start.limited:
@@ -250,8 +253,8 @@ class StepService:
 
     def _answer(
         self, run_id: str, key: str, claimant: str, seat: Seat, messages: list[Message],
-        prompt: str, conv: str, scopes: tuple[str, ...], limited: bool, paused_s: float,
-        failures: int, handover: Handover,
+        prompt: str, conv: str, scopes: tuple[str, ...], limited: bool,
+        paused_s: float | None, failures: int, handover: Handover,
     ) -> Handover | RetryLater:  # fmt: skip
         """Call the model and store its answer (or learn to retry). ``limited``: some of
         ``scopes`` has a limit (the call holds its worst case in all of them first);
@@ -460,7 +463,7 @@ class StepService:
         seat: Seat,
         messages: list[Message],
         scopes: list[str],
-        paused_s: float,
+        paused_s: float | None,
         failures: int,
     ) -> tuple[dict[str, Any], Completion | None, list[Any]] | RetryLater:
         """Call the model within the fleet's rate limits and the run's budgets.

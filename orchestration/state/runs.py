@@ -52,8 +52,9 @@ class StepStart:
     user_id: str | None = None
     #: Budget scopes the step's call is charged to.
     scopes: tuple[str, ...] = ()
-    #: Seconds left of the fleet-wide pause of the step's model (0.0: none).
-    paused_s: float = 0.0
+    #: Seconds left of the fleet-wide pause of the step's model (0.0: none); None when
+    #: it was not read (its key was among ``begin_step``'s ``known_pauses``).
+    paused_s: float | None = 0.0
     #: The role's stored conversation turns (raw, oldest first); None when the step keeps
     #: no conversation.
     history: list[Any] | None = None
@@ -396,11 +397,14 @@ class RunStore:
         started_event: str,
         previous: str = "",
         earlier: Sequence[str] = (),
+        known_pauses: Sequence[str] = (),
     ) -> StepStart:
         """Take the step for delivery ``claimant`` (new for each delivery) for ``lease_s``
         seconds; ``previous`` is the claim the delivery that re-scheduled this one held
         (taken over at once). Another live claim makes the outcome ``busy``. ``earlier``:
-        the run's earlier steps of the role (read when the conversation is the run's own)."""
+        the run's earlier steps of the role (read when the conversation is the run's own).
+        ``known_pauses``: pause keys the caller knows lately; when the step's is one of
+        them it is not read (``paused_s`` None)."""
         res = self._begin(
             keys=[
                 keys.run(run_id),
@@ -409,12 +413,13 @@ class RunStore:
                 keys.step_claim(run_id, step_key),
                 keys.run_events(run_id),
             ],
-            args=[step_key, claimant, lease_s, started_event, previous, *earlier],
-        )
+            args=[step_key, claimant, lease_s, started_event, previous,
+                  len(known_pauses), *known_pauses, *earlier],
+        )  # fmt: skip
         if res[0] != "go":
             return StepStart(res[0], holder=res[1] if len(res) > 1 else None)
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
-        paused = res[5] / 1000 if res[5] > 0 else 0.0
+        paused = None if res[5] is None else max(res[5], 0) / 1000
         history = own = None
         if len(res) > 7 and res[7] == "h":
             history = res[8:]

@@ -529,6 +529,26 @@ def test_pause_holds_the_whole_fleet_and_keeps_the_longer_pause(limiter, r):
     assert limiter.paused_for("p", "short") == 0.0
 
 
+def test_a_process_knows_its_own_pause_at_once_and_anothers_after_the_recheck(r):
+    """What a step's begin script may skip reading (:meth:`Budgets.known_pauses`), and the
+    pause the step then goes by (``rate_wait(..., None)``)."""
+    from orchestration.core.agents import Agent
+    from orchestration.services.budgeting import Budgets
+
+    agent = Agent("x", model="sim:pause-test").spec
+    key = keys.rate_pause(agent.provider, agent.model_name)
+    mine, other = Budgets(r, pause_recheck_s=0.3), Budgets(r, pause_recheck_s=0.3)
+    assert mine.known_pauses() == ()
+    assert mine.rate_wait(agent, 1, 0.0) == 0.0 and other.rate_wait(agent, 1, 0.0) == 0.0
+    assert mine.known_pauses() == (key,) == other.known_pauses()
+    mine.pause(agent, 2.0)  # a 429: this process knows it without a read
+    assert 1.9 < mine.rate_wait(agent, 1, None) <= 2.0
+    assert other.rate_wait(agent, 1, None) == 0.0, "the other goes by what it read lately"
+    wait_for(lambda: key not in other.known_pauses(), timeout=2.0)
+    paused = other.rate_wait(agent, 1, mine.limiter.paused_for(agent.provider, agent.model_name))
+    assert 0 < paused <= 2.0, "once stale it reads the pause again and obeys it"
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

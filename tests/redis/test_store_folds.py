@@ -93,6 +93,40 @@ def test_begin_without_a_conversation_or_a_pause(client: Any) -> None:
         client.delete(*keys.run_keys("fold3"), keys.step_claim("fold3", "r0.generate"), pause)
 
 
+def _pttl_calls(client: Any) -> int:
+    return int(client.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0))
+
+
+def test_begin_skips_the_pause_read_of_a_known_key_only(client: Any) -> None:
+    """A pause key among ``known_pauses`` is not read (no PTTL; ``paused_s`` None, even
+    with a pause there); any other is."""
+    store = RunStore(client, finished_ttl_s=60)
+    pause = keys.rate_pause("sim", "fold12")
+    _running(store, "fold12", {"phase": "generate", "round": 0, "prompt": "p", "pause": pause})
+    claim = keys.step_claim("fold12", "r0.generate")
+    try:
+        client.set(pause, "1", px=5000)
+        before = _pttl_calls(client)
+        start = store.begin_step(
+            "fold12",
+            "r0.generate",
+            "me",
+            60,
+            "{}",
+            known_pauses=(keys.rate_pause("sim", "other"), pause),
+        )
+        assert start.outcome == "go" and start.paused_s is None
+        assert _pttl_calls(client) == before, "the known pause key was read"
+        client.delete(claim)
+        start = store.begin_step(
+            "fold12", "r0.generate", "me", 60, "{}", known_pauses=(keys.rate_pause("sim", "other"),)
+        )
+        assert start.paused_s is not None and 4.0 < start.paused_s <= 5.0
+        assert _pttl_calls(client) == before + 1
+    finally:
+        client.delete(*keys.run_keys("fold12"), claim, pause)
+
+
 def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -> None:
     store = RunStore(client, finished_ttl_s=60)
     _running(store, "fold4", {"phase": "generate", "round": 0, "prompt": "p"})
@@ -271,6 +305,17 @@ def test_a_runs_own_conversation_is_read_from_its_earlier_steps(client: Any) -> 
         assert json.loads(raw_input)["prompt"] == "p-r1.critique"
         assert json.loads(raw_result)["text"] == "t-r1.critique"
         assert client.keys(f"{keys.PREFIX}:conv:*fold10*") == []
+        # Pause keys the step may skip come before the earlier steps: the same turns.
+        again = store.begin_step(
+            "fold10",
+            "r2.critique",
+            "me",
+            60,
+            "{}",
+            earlier=("r1.critique",),
+            known_pauses=("x", pause),
+        )
+        assert again.own == start.own and again.paused_s is None
     finally:
         client.delete(*keys.run_keys("fold10"))
         for key in ("r0.generate", "r1.critique", "r1.refine", "r2.critique"):

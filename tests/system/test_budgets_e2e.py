@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from typing import Any
 
@@ -196,7 +197,10 @@ def test_vendor_429_pauses_the_whole_fleet(isolated_url: str, fake_llm: Any) -> 
         critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
         max_rounds=1,
     )
-    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_RETRY_BASE_S": "0.1"}
+    # Every call reads the pause: the other worker must obey it at once, not within
+    # DUET_PAUSE_RECHECK_S (see the next test for that).
+    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_RETRY_BASE_S": "0.1",
+           "DUET_PAUSE_RECHECK_S": "0"}  # fmt: skip
     fake_llm.set_faults(status=429, retry_after="2", times=1, model="sim")
     try:
         with (
@@ -216,6 +220,35 @@ def test_vendor_429_pauses_the_whole_fleet(isolated_url: str, fake_llm: Any) -> 
         assert min(later) >= t429 + 2 - 0.05, "a worker called the paused model"
     finally:
         fake_llm.set_faults()
+
+
+def test_another_process_pause_is_obeyed_once_the_recheck_interval_passed(
+    isolated_url: str, fake_llm: Any
+) -> None:
+    """A worker that lately read "no pause" for a model trusts that for
+    DUET_PAUSE_RECHECK_S; a pause set meanwhile by another process (here the test's) is
+    obeyed once that has passed: no call reaches the vendor before the pause ends."""
+    from orchestration.state.ratelimits import RateLimiter
+
+    recheck_s, pause_s = 0.5, 2.0
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
+        max_rounds=1,
+    )
+    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_PAUSE_RECHECK_S": str(recheck_s)}
+    with celery_worker(isolated_url, env=env, name="recheck"):
+        # The worker reads the model's pause (none) and remembers it.
+        assert team.submit("a first snippet").result(timeout=60).status == "approved"
+        paused_at = time.time()
+        RateLimiter(store().r).pause("openai", "sim", pause_s)
+        time.sleep(recheck_s + 0.1)  # what it remembers is stale now
+        result = team.submit("a second snippet").result(timeout=60)
+    assert result.status == "approved"
+    later = [a["t"] for a in fake_llm.stats()["arrivals"]
+             if a["model"] == "sim" and a["t"] > paused_at]  # fmt: skip
+    assert len(later) == 1
+    assert later[0] >= paused_at + pause_s - 0.05, "the worker called the paused model"
 
 
 def test_dead_workers_reservation_is_charged_after_its_lease(

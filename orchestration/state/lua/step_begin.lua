@@ -1,9 +1,10 @@
 --! include budget_common
 -- A worker takes a step: read its input, or learn it is done / cancelled / someone's else.
 -- Taking it also notes that the step reached a worker (``dispatched``, read by a
--- redelivered coordinator) and reads the fleet-wide pause of the step's model and, when the
--- input names one (see ``RunStore.record_step``), the role's conversation history, so
--- a step needs no other read before its call.
+-- redelivered coordinator) and reads the fleet-wide pause of the step's model (unless the
+-- worker knows it lately: ARGV[6..]) and, when the input names one (see
+-- ``RunStore.record_step``), the role's conversation history, so a step needs no other
+-- read before its call.
 -- The claim is one delivery's (ARGV[2], new for every delivery): another delivery of the
 -- same step — a duplicate, or a redelivery while the call is in flight — finds it 'busy'.
 -- A delivery that re-scheduled itself hands its claim on to the retry (ARGV[5], the
@@ -14,11 +15,16 @@ local run, inputs, steps, claim, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KE
 -- the transition; a run recorded before inputs moved there has it in the inputs hash);
 -- the step is stored when the steps hash holds it (the record's ``o:<step>``, written by
 -- the transition after it, says so too).
--- ARGV[6..]: the run's earlier steps of this role, oldest first: their inputs are read
+-- ARGV[6] = n, ARGV[7..6+n]: pause keys whose read may be skipped (the worker learned
+-- them lately, see ``orchestration.services.pauses``): the reply's pause is then false (nil:
+-- not read) instead of the key's PTTL.
+-- ARGV[7+n..]: the run's earlier steps of this role, oldest first: their inputs are read
 -- with the record too, for a conversation that is the run's own (``own`` below).
+local skip, first_earlier = {}, 7 + tonumber(ARGV[6])
+for i = 7, first_earlier - 1 do skip[ARGV[i]] = true end
 local fields = {'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes', 'current_step',
                 'seq', 'dispatched', 'o:' .. ARGV[1], 'in:' .. ARGV[1]}
-for i = 6, #ARGV do fields[#fields + 1] = 'in:' .. ARGV[i] end
+for i = first_earlier, #ARGV do fields[#fields + 1] = 'in:' .. ARGV[i] end
 local st = redis.call('HMGET', run, unpack(fields))
 if not st[1] then return {'gone'} end
 if st[1] ~= 'running' then return {'stop'} end
@@ -55,8 +61,9 @@ if scoped and type(meta['budgets']) == 'table' then
     end
   end
 end
-local out = {'go', input, st[3], st[4] or '', st[5] or '', redis.call('PTTL', meta['pause']),
-             any_limit}
+local paused = false
+if not skip[meta['pause']] then paused = redis.call('PTTL', meta['pause']) end
+local out = {'go', input, st[3], st[4] or '', st[5] or '', paused, any_limit}
 local turns = tonumber(meta['turns']) or 0
 if type(meta['conv']) == 'string' and turns > 0 then
   out[8] = 'h'
@@ -66,12 +73,12 @@ elseif meta['own'] and turns > 0 then
   -- The run's own conversation: its last `turns` earlier steps of the role, each as its
   -- input and its stored result ('' where there is none).
   out[8] = 'o'
-  local first = math.max(6, #ARGV - turns + 1)
+  local first = math.max(first_earlier, #ARGV - turns + 1)
   if first <= #ARGV then
     local got = redis.call('HMGET', steps, unpack(ARGV, first, #ARGV))
     for i = first, #ARGV do
       out[#out + 1] = ARGV[i]
-      out[#out + 1] = st[10 + i - 5] or ''
+      out[#out + 1] = st[11 + i - first_earlier] or ''
       out[#out + 1] = got[i - first + 1] or ''
     end
   end
