@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,9 +58,13 @@ def celery_worker(
     from celery import Celery
 
     probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
+    hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
+        # This worker's own answer (another worker of the test may answer first).
         wait_for(
-            lambda: proc.poll() is not None or probe.control.ping(timeout=0.5),
+            lambda: (
+                proc.poll() is not None or probe.control.ping(destination=[hostname], timeout=0.5)
+            ),
             60,
             "the worker to answer a ping",
         )

@@ -266,7 +266,19 @@ class QoS(kombu_redis.QoS):
 
     def restore_visible(self, start: int = 0, num: int | None = 10, interval: int = 10) -> None:
         """Put back on their queues the messages unacknowledged for longer than the
-        visibility timeout (their worker died): kombu's scan, then this one's."""
+        visibility timeout (their worker died): kombu's scan, then this one's.
+
+        A Redis at ``maxmemory`` refuses the scan's lock (and the pushes): the scan is
+        skipped and runs again on the next cycle. (kombu lets the error out, and at a
+        worker's start or reconnect, when it scans first, that ends the worker.)
+        """
+        try:
+            self._restore_visible(start, num, interval)
+        except redis.exceptions.OutOfMemoryError:
+            log.warning("Redis is at maxmemory (OOM): messages past the visibility timeout "
+                        "are put back on their queues on a later scan")  # fmt: skip
+
+    def _restore_visible(self, start: int, num: int | None, interval: int) -> None:
         count = self._vrestore_count  # kombu's throttle: scan every ``interval`` calls
         super().restore_visible(start, num, interval)  # type: ignore[no-untyped-call]
         if count % (interval or 1):
