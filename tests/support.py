@@ -11,6 +11,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +28,13 @@ def wait_for(condition, timeout: float, what: str, interval: float = 0.05):  # t
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def _answers(probe: Any, hostname: str) -> bool:
+    try:
+        return bool(probe.control.ping(destination=[hostname], timeout=0.5))
+    except redis.exceptions.RedisError:
+        return False
 
 
 @contextlib.contextmanager
@@ -60,14 +70,12 @@ def celery_worker(
     probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
-        # This worker's own answer (another worker of the test may answer first).
+        # This worker's own answer (another worker of the test may answer first); a Redis
+        # that refuses the ping's reply queue (a fault test) is "not yet".
         wait_for(
-            lambda: (
-                proc.poll() is not None or probe.control.ping(destination=[hostname], timeout=0.5)
-            ),
-            60,
+            lambda: proc.poll() is not None or _answers(probe, hostname), 60,
             "the worker to answer a ping",
-        )
+        )  # fmt: skip
         if proc.poll() is not None:
             raise AssertionError(f"worker exited: {(ROOT / log.name).read_text()[-2000:]}")
         yield proc

@@ -213,3 +213,23 @@ def test_a_message_noted_the_kombu_way_is_still_restored(url: str, client: Any) 
         conn.default_channel.qos.restore_visible(num=None, interval=1)
         assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
         assert _take(conn, queue).payload == "old"
+
+
+def test_a_scan_refused_for_lack_of_memory_is_skipped() -> None:
+    """A worker scans for messages past the visibility timeout when it connects; a Redis
+    at ``maxmemory`` refuses the scan's lock (SET NX), which ended the worker at its start."""
+    from duet.embedded import EmbeddedRedis
+
+    with (
+        EmbeddedRedis() as server,
+        redis.Redis(port=server.port) as admin,
+        _connection(server.url) as conn,
+    ):
+        qos = conn.default_channel.qos
+        admin.config_set("maxmemory", "1")
+        try:
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                admin.set("probe", "x")  # the fault is on
+            qos.restore_visible(num=None, interval=1)  # skipped, not raised
+        finally:
+            admin.config_set("maxmemory", "0")
