@@ -84,7 +84,8 @@ def sdk_reference(base_url: str, calls: int, warmup: int) -> dict[str, float]:
     return {"calls": calls, "cpu_ms_per_call": cpu * 1000 / calls, "calls_per_s": calls / wall}
 
 
-def make_team(base_url: str, rounds: int, persistent: bool) -> Any:
+def make_team(base_url: str, rounds: int, persistent: bool, memory: str | None = None) -> Any:
+    """The loop the benchmarks run (``memory``: as ``Team.actor_critic``'s)."""
     from orchestration import Agent, Team
 
     return Team.actor_critic(
@@ -93,6 +94,7 @@ def make_team(base_url: str, rounds: int, persistent: bool) -> Any:
         max_rounds=rounds,
         approval_threshold=0.9,
         persistent_subagents=persistent,
+        memory=memory,
     )
 
 

@@ -19,6 +19,8 @@ Duet's configurations so that a busy neighbour hits them alike):
 5. A 10,000-input batch (``--big``): submit, drain with 1 and with 2 worker processes,
    read the results; time and Redis memory, against a quarter-size batch for linearity.
 6. Budget utilisation (``bench.budget_utilisation``) when that module exists.
+7. Persistent conversations (``bench.history``): CPU and input tokens per call as one
+   user's conversation grows, wave after wave.
 
 Nothing here asserts a timing; the figures go to the file and the terminal.
 """
@@ -455,6 +457,15 @@ def budget_utilisation() -> str | None:
     return out.stdout if out.returncode == 0 else f"(failed: {out.stderr[-500:]})"
 
 
+def history() -> list[dict[str, Any]] | None:
+    out = subprocess.run([sys.executable, "-m", "bench.history", "--json"], capture_output=True,
+                         text=True, timeout=900, cwd=ROOT)  # fmt: skip
+    if out.returncode != 0:
+        return None
+    rows: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return rows
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -602,6 +613,24 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
             f"of {b['n'] // 4:,} (1 worker; 1.00x = linear). Runs finish in a burst at the end "
             "(every draft is queued before any critique), so a drain is timed whole.",
         ]  # fmt: skip
+    hist = r.get("history")
+    lines += ["", "## Persistent conversations: CPU per call as one user's history grows", ""]
+    if hist:
+        lines += [
+            "Waves of 20 runs (3 calls each), all one user's (`memory=\"per_user\"`), one "
+            "wave after another, stand-in at 0 ms, in-process worker x 8 (`bench.history`). "
+            "A call carries at most the team's `conversation_turns` / "
+            "`conversation_max_tokens` of history (defaults 20 / 4,000).",
+            "",
+            "| wave | turns stored before it | CPU ms per call | input tokens per call |",
+            "|---|---|---|---|",
+        ] + [
+            f"| {h['wave']} | {h['turns_before']} | {h['cpu_ms_per_call']:.2f} | "
+            f"{h['input_tokens_per_call']:.0f} |"
+            for h in hist
+        ]  # fmt: skip
+    else:
+        lines.append("`bench.history` failed in this run; nothing measured.")
     lines += ["", "## Budget utilisation", ""]
     lines.append(f"```\n{r['budget'].strip()}\n```" if r["budget"] else
                  "`bench.budget_utilisation` is not in this tree yet; nothing measured.")  # fmt: skip
@@ -659,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         r["big"] = {"n": args.big, "rows": rows, "linear": per_input[1] / per_input[0]}
     print("6. budget utilisation", flush=True)
     r["budget"] = budget_utilisation()
+    print("7. persistent conversations", flush=True)
+    r["history"] = history()
     r["load_end"] = load_average()
     r["total_s"] = time.perf_counter() - started
     if args.json:
