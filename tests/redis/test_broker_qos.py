@@ -41,6 +41,15 @@ def _connection(url: str, visibility_s: int = 3600) -> kombu.Connection:
     )
 
 
+def _queue() -> kombu.Queue:
+    return kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+
+
+def _publish_many(conn: kombu.Connection, queue: kombu.Queue, n: int, prefix: str = "m") -> None:
+    for k in range(n):
+        _publish(conn, queue, f"{prefix}{k}")
+
+
 def _publish(conn: kombu.Connection, queue: kombu.Queue, body: str) -> None:
     with conn.Producer() as producer:
         producer.publish(body, routing_key=queue.name, declare=[queue], serializer="json")
@@ -63,10 +72,9 @@ def _since(client: Any, before: int) -> int:
 
 
 def test_one_write_to_note_a_delivery_and_one_to_ack_a_batch(url: str, client: Any) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
-        for n in range(3):
-            _publish(conn, queue, f"hello {n}")
+        _publish_many(conn, queue, 3, prefix="hello ")
         messages = []
         for _ in range(3):
             before = _commands(client)
@@ -86,10 +94,9 @@ def test_one_write_to_note_a_delivery_and_one_to_ack_a_batch(url: str, client: A
 
 
 def test_a_full_batch_of_acks_is_written_at_once(url: str, client: Any) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
-        for n in range(ACK_BATCH):
-            _publish(conn, queue, f"m{n}")
+        _publish_many(conn, queue, ACK_BATCH)
         messages = [_take(conn, queue) for _ in range(ACK_BATCH)]
         for message in messages[:-1]:
             message.ack()
@@ -99,7 +106,7 @@ def test_a_full_batch_of_acks_is_written_at_once(url: str, client: Any) -> None:
 
 
 def test_acks_still_gathered_are_written_when_the_channel_closes(url: str, client: Any) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
         _publish(conn, queue, "bye")
         _take(conn, queue).ack()
@@ -120,10 +127,9 @@ def _consume(conn: kombu.Connection, queue: kombu.Queue, prefetch: int, no_ack: 
 def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
     url: str, client: Any
 ) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
-        for n in range(10):
-            _publish(conn, queue, f"m{n}")
+        _publish_many(conn, queue, 10)
         consumer, got = _consume(conn, queue, prefetch=4)
         with consumer:
             before = _commands(client)
@@ -144,10 +150,9 @@ def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
 
 
 def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, client: Any) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
-        for n in range(POP_MAX + 3):
-            _publish(conn, queue, f"m{n}")
+        _publish_many(conn, queue, POP_MAX + 3)
         consumer, got = _consume(conn, queue, prefetch=0, no_ack=True)
         with consumer:
             conn.drain_events(timeout=5)
@@ -157,10 +162,9 @@ def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, cli
 
 
 def test_messages_delivered_and_never_acked_go_back_on_close(url: str, client: Any) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
-        for n in range(3):
-            _publish(conn, queue, f"m{n}")
+        _publish_many(conn, queue, 3)
         consumer, got = _consume(conn, queue, prefetch=3)
         with consumer:
             conn.drain_events(timeout=5)
@@ -174,7 +178,7 @@ def test_messages_delivered_and_never_acked_go_back_on_close(url: str, client: A
 def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(
     url: str, client: Any
 ) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
         _publish(conn, queue, "lost")
         message = _take(conn, queue)
@@ -197,7 +201,7 @@ def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(
 
 
 def test_a_message_noted_the_kombu_way_is_still_restored(url: str, client: Any) -> None:
-    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    queue = _queue()
     with _connection(url) as conn:
         _publish(conn, queue, "old")
         raw = client.rpop(queue.name)
