@@ -29,10 +29,11 @@ from orchestration.state.broker import check_release
 #: The httpx2 releases the private names below are tested with (the SDKs pull httpx2 in).
 HTTPX2_TESTED = ">=2.16,<2.17"
 #: Headers the first call carried that belong to it alone (lengths, the SDK's retry
-#: count and read timeout, its idempotency key): not sent again.
+#: count and its timeouts, which a later call's own may differ from, its idempotency key):
+#: not sent again.
 PER_REQUEST_HEADERS = frozenset({b"content-length", b"transfer-encoding",
                                  b"x-stainless-retry-count", b"x-stainless-read-timeout",
-                                 b"idempotency-key"})  # fmt: skip
+                                 b"x-stainless-timeout", b"idempotency-key"})  # fmt: skip
 
 
 def check_versions() -> None:
