@@ -24,10 +24,11 @@ These override methods kombu does not document (``Channel._create_client``,
 ``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``,
 ``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
 ``restore_visible``, and use ``Channel._do_restore_message``, ``Channel._queue_cycle``,
-``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Mutex``), tested with the kombu release pinned in ``pyproject.toml``;
-:func:`check_versions` refuses an untested kombu when the transport is chosen. This is
-the one place Duet customises kombu (the client uses the transport too, so it cannot live
-with the worker's Celery customisations in ``workers/celery_ext.py``).
+``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Mutex``), tested with the kombu
+release pinned in ``pyproject.toml``; :func:`check_versions` refuses an untested kombu
+when the transport is chosen. This is the one place Duet customises kombu (the client uses
+the transport too, so it cannot live with the worker's Celery customisations in
+``workers/celery_ext.py``).
 """
 
 from __future__ import annotations

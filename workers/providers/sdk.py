@@ -191,22 +191,24 @@ class SDKProvider(Provider):
             reply = self.client().post(
                 path, body=body, cast_to=dict[str, Any], options={"timeout": timeout_s}
             )
-            if not isinstance(reply, dict):
-                raise self._bad_reply("the reply is not a JSON object")
-            return reply
-        response = endpoint.post(body, timeout_s)
+        else:
+            reply = self._read_reply(endpoint.post(body, timeout_s))
+        if not isinstance(reply, dict):
+            raise self._bad_reply("the reply is not a JSON object")
+        return reply
+
+    def _read_reply(self, response: Reply) -> Any:
+        """The JSON of a reply posted on the endpoint; an error status raised as the SDK's
+        status errors are classified."""
         status = int(response.status_code)
         if status >= 400:
             raise error_for_status(status, response.headers, _error_message(response),
                                    provider=self.name,
                                    secrets=[self._key, *secrets.key_values()])  # fmt: skip
         try:
-            reply = response.json()
+            return response.json()
         except ValueError as exc:
             raise self._bad_reply(exc) from exc
-        if not isinstance(reply, dict):
-            raise self._bad_reply("the reply is not a JSON object")
-        return reply
 
     def _bad_reply(self, what: str | Exception) -> ProviderError:
         """A reply Duet cannot read: permanent, as asking again gets the same."""
