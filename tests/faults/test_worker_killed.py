@@ -178,3 +178,59 @@ def _fleet(
         budget=Budget(max_tokens=1_000_000),
     )
     return survivor, doomed, team
+
+
+def test_a_worker_killed_before_its_acks_were_written(
+    llm: FakeLLM, reliability: Reliability
+) -> None:
+    """Acks are written in batches (at the next pop, on close, or 32 at a time): a worker
+    killed right after its runs finished leaves the messages of tasks it ran noted as
+    unacknowledged. After the visibility timeout another worker gets them back; each finds
+    its step done or its run over and calls no model."""
+    from orchestration.state.broker import UNACKED_SUFFIX
+
+    runs = 8
+    env = {"OPENAI_API_KEY": "sk-test-acks", "DUET_VISIBILITY_TIMEOUT_S": "5",
+           "DUET_CHECK_TIMEOUTS": "false"}  # fmt: skip
+    unacked = f"unacked_index{UNACKED_SUFFIX}"
+    llm.set_faults(latency_ms=50)
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        stack.enter_context(client_pointed_at(server.url))
+        admin = store().r
+        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
+                                                   name="doomed"))  # fmt: skip
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+            max_rounds=1,
+        )
+        batch = team.submit_batch([f"task {n}" for n in range(runs)])
+        wait_for(lambda: batch.progress()["done"] == runs, 60, "every run to finish",
+                 interval=0.01)  # fmt: skip
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        left_noted = int(admin.zcard(unacked))
+        requests = llm.stats()["requests"]
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
+        wait_for(lambda: admin.zcard(unacked) == 0
+                 and all(admin.llen(q) == 0 for q in ("actor", "critic", "coordinator")),
+                 60, "the noted messages to come back and be taken")  # fmt: skip
+        after = llm.stats()["requests"]
+        stored = stored_calls(server.url, batch.run_ids())
+        counts = batch.progress()["counts"]
+        print(f"kill -9 before the acks were written: {left_noted} messages left noted; "
+              f"{requests} -> {after} requests, {stored} stored calls; {counts}")  # fmt: skip
+        reliability.record(
+            section=ENGINE,
+            fault="A worker killed (`SIGKILL`) as soon as its runs finished, before the batch "
+            "of acks it gathered was written: the messages of tasks it ran are still noted as "
+            "unacknowledged and come back after the visibility timeout (5 s)",
+            load=f"{runs} one-round runs on 1 worker × 8 threads, then 1 worker to take the "
+            "messages back",
+            lost=f"{lost_of(after - requests, max(requests, 1), 'second model calls')}: "
+            f"{left_noted} messages came back and were taken; {after} requests = {stored} "
+            f"stored calls; {counts.get('approved', 0)} of {runs} runs approved",
+        )
+        assert left_noted > 0, "the kill came after the acks were written (no fault met)"
+        assert after == requests == stored
+        assert counts == {"approved": runs}
