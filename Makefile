@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast reliability lint bench worker flower clean
+.PHONY: demo test test-fast reliability lint bench bench-aio worker flower clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ bench: $(STAMP)
 	  touch $(REF_VENV)/.installed)
 	DUET_BENCH_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(BIN)/python -m bench.suite
 
+## bench-aio: celery-aio-pool against the threads pool (bench/aio_pool.py); the package goes
+## in its own venv, bench/.venv-aio (it is not a Duet dependency)
+AIO_VENV ?= bench/.venv-aio
+bench-aio: $(STAMP)
+	test -f $(AIO_VENV)/.installed || ($(PYTHON) -m venv $(AIO_VENV) && \
+	  $(AIO_VENV)/bin/python -m pip install --quiet 'celery[redis]>=5.7,<5.8' \
+	    'celery-aio-pool==0.1.0rc8' && touch $(AIO_VENV)/.installed)
+	$(BIN)/python -m bench.aio_pool --aio-python $(AIO_VENV)/bin/python
+
 ## worker: one worker process on DUET_REDIS_URL (all queues)
 worker: $(STAMP)
 	$(BIN)/duet worker
@@ -53,4 +62,4 @@ flower: $(STAMP)
 	$(BIN)/celery -A workers flower --port=5555 --address=127.0.0.1
 
 clean:
-	rm -rf $(VENV) bench/.venv-ref results.jsonl .pytest_cache .ruff_cache .mypy_cache .reliability
+	rm -rf $(VENV) bench/.venv-ref bench/.venv-aio results.jsonl .pytest_cache .ruff_cache .mypy_cache .reliability
