@@ -170,11 +170,15 @@ def monitored(client: Any) -> Iterator[list[Seen]]:
     stop = threading.Event()
     ready = threading.Event()
 
+    marker = f"duet-monitor-end-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+
     def watch() -> None:
         with client.monitor() as m:  # entered: the server has answered MONITOR
             ready.set()
-            while not stop.is_set():
+            while True:
                 c = m.next_command()
+                if stop.is_set() and marker in c["command"]:
+                    return  # every command before the block ended has been read
                 parts = c["command"].split(" ", 2)
                 key = parts[1].strip('"') if len(parts) > 1 else ""
                 seen.append((c["client_type"], parts[0].lower(), key))
@@ -187,7 +191,7 @@ def monitored(client: Any) -> Iterator[list[Seen]]:
         yield seen
     finally:
         stop.set()
-        client.ping()  # wakes the monitor to stop
+        client.echo(marker)  # the monitor reads up to this, then stops
         watcher.join(10)
 
 
