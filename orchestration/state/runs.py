@@ -80,20 +80,53 @@ OUTCOME_PREFIX = "o:"
 INPUT_PREFIX = "in:"
 
 
-#: Fields of a step result left out of the stored JSON when 0 (every reader defaults them
-#: to 0): most calls use no prompt cache.
-ZERO_BY_DEFAULT = ("cached_input_tokens", "cache_write_tokens")
+#: Fields of a step result left out of the stored JSON when they hold these values, which
+#: :func:`loaded_result` puts back: most calls use no prompt cache, answer in free text and
+#: end whole. The step's ``key`` is left out too: it is the steps hash field's own name.
+STORED_DEFAULTS: dict[str, Any] = {
+    "cached_input_tokens": 0, "cache_write_tokens": 0, "structured": False, "interrupted": None,
+}  # fmt: skip
+
+
+def _default(field: str, value: Any) -> bool:
+    if field not in STORED_DEFAULTS:
+        return field == "key"
+    default = STORED_DEFAULTS[field]
+    return (
+        value is default if default is None else type(value) is type(default) and value == default
+    )
 
 
 def stored_result(result: Mapping[str, Any]) -> str:
-    """A step result as the steps hash stores it (see :data:`ZERO_BY_DEFAULT`)."""
-    return json.dumps({k: v for k, v in result.items() if not (k in ZERO_BY_DEFAULT and v == 0)})
+    """A step result as the steps hash stores it: compact JSON, without the fields
+    :func:`loaded_result` puts back."""
+    return json.dumps(
+        {k: v for k, v in result.items() if not _default(k, v)}, separators=(",", ":")
+    )
+
+
+def loaded_result(key: str, raw: str) -> dict[str, Any]:
+    """The step result stored as ``raw`` in field ``key`` of a steps hash, whole again."""
+    return {"key": key, **STORED_DEFAULTS, **json.loads(raw)}
+
+
+#: The outcome fields :func:`step_outcome` leaves out when they hold their default.
+_OUTCOME_DEFAULTS = {f: STORED_DEFAULTS[f] for f in OUTCOME_FIELDS if f in STORED_DEFAULTS}
+
+
+def loaded_outcome(raw: str) -> dict[str, Any]:
+    """A step's outcome as :func:`step_outcome` stored it, with the fields it left out."""
+    return {**_OUTCOME_DEFAULTS, **json.loads(raw)}
 
 
 def step_outcome(result: Mapping[str, Any]) -> str:
     """The compact outcome of a step result: what the coordinator needs of every step
-    (how it ended, the score, the usage), without its text."""
-    return json.dumps({f: result[f] for f in OUTCOME_FIELDS if f in result}, separators=(",", ":"))
+    (how it ended, the score, the usage), without its text, nor the fields that hold
+    their :data:`STORED_DEFAULTS` (the coordinator reads each with that default)."""
+    return json.dumps(
+        {f: result[f] for f in OUTCOME_FIELDS if f in result and not _default(f, result[f])},
+        separators=(",", ":"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +251,7 @@ class RunStore:
         pipe.hgetall(keys.run(run_id))
         pipe.hgetall(keys.run_steps(run_id))
         run, steps = pipe.execute()
-        return run, {k: json.loads(v) for k, v in steps.items()}
+        return run, {k: loaded_result(k, v) for k, v in steps.items()}
 
     def load_for_transition(self, run_id: str, full: tuple[str, ...]) -> RunView:
         """The run record, every stored step's outcome, and the whole results of the
@@ -239,12 +272,12 @@ class RunStore:
         for field in [f for f in run if f.startswith((OUTCOME_PREFIX, INPUT_PREFIX))]:
             value = run.pop(field)
             if field.startswith(OUTCOME_PREFIX):
-                steps[field[len(OUTCOME_PREFIX) :]] = json.loads(value)
+                steps[field[len(OUTCOME_PREFIX) :]] = loaded_outcome(value)
         noted = set(steps)
         if full:
             for key, raw in zip(full, got[1], strict=True):
                 if raw is not None:
-                    steps[key] = json.loads(raw)
+                    steps[key] = loaded_result(key, raw)
         if run and len(steps) != int(run.get("seq", 0)):
             _, every = self.load_run(run_id)
             return RunView(run, every, tuple(k for k in every if k not in noted))
@@ -253,7 +286,7 @@ class RunStore:
     def step_result(self, run_id: str, step_key: str) -> dict[str, Any] | None:
         """One stored step result, or None."""
         raw = self.r.hget(keys.run_steps(run_id), step_key)
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else loaded_result(step_key, raw)
 
     def record_step(
         self,
@@ -600,7 +633,7 @@ class RunStore:
 
     def events(self, run_id: str, after: str = "-") -> list[tuple[str, Event]]:
         raw = self.r.xrange(keys.run_events(run_id), min=after)
-        return [(eid, stored_event(f["e"], run_id)) for eid, f in raw]
+        return [(eid, stored_event(f["e"], run_id, eid)) for eid, f in raw]
 
     def follow_events(
         self, run_id: str, *, timeout_s: float | None = None, block_ms: int = 5000
@@ -620,7 +653,7 @@ class RunStore:
             for _, entries in got or ():
                 for eid, fields in entries:
                     last = eid
-                    event = stored_event(fields["e"], run_id)
+                    event = stored_event(fields["e"], run_id, eid)
                     yield event
                     # A resumed run has an earlier run.finished: only the last one ends it.
                     if event.type == ev.RUN_FINISHED and self.status(run_id) in FINISHED_STATUSES:
@@ -638,6 +671,6 @@ class RunStore:
             raise LookupError(f"run {run_id} not found (expired or never submitted)")
         return build_result(
             run,
-            {k: json.loads(v) for k, v in steps.items()},
-            [stored_event(f["e"], run_id) for _, f in events],
+            {k: loaded_result(k, v) for k, v in steps.items()},
+            [stored_event(f["e"], run_id, eid) for eid, f in events],
         )

@@ -15,7 +15,7 @@ import redis
 
 from orchestration.state import keys
 from orchestration.state.events import event_json
-from orchestration.state.runs import RunStore, step_outcome
+from orchestration.state.runs import RunStore, step_outcome, stored_result
 from orchestration.state.scripts import ScriptCall, run_scripts
 
 
@@ -149,7 +149,9 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
         assert view.unnoted == ("r1.critique",)
         assert view.steps["r0.generate"]["text"] == "draft"
         view = store.load_for_transition("fold4", ("r1.critique",))
-        assert view.steps["r0.generate"] == {"interrupted": None, "calls": 1}
+        assert view.steps["r0.generate"] == {
+            "interrupted": None, "cached_input_tokens": 0, "cache_write_tokens": 0, "calls": 1,
+        }  # fmt: skip
         assert not any(f.startswith(("o:", "in:")) for f in view.run)
         # Transition 2 made and a step's outcome neither in the record nor read whole (a
         # cancelled run's, or a redelivered message): every step is read whole.
@@ -173,7 +175,7 @@ def test_a_finish_compacts_what_only_a_moving_run_reads(client: Any) -> None:
     """A finished run drops its steps' outcomes from the record and keeps its events in a
     stream sized to them (a fresh stream's node is allocated for 4 kB); a cancelled run,
     which may be resumed, keeps its outcomes. Events are stored without the run's id and
-    read back with it."""
+    time and read back with them."""
     store = RunStore(client, finished_ttl_s=60)
     result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
     try:
@@ -182,9 +184,12 @@ def test_a_finish_compacts_what_only_a_moving_run_reads(client: Any) -> None:
             store.add_event(run_id, event_json("run.started", run_id))
             done = event_json("actor_critic.actor_completed", run_id, 0, phase="draft")
             assert store.complete_step(run_id, "r0.generate", result, done, "me")
-        raw = client.xrange(keys.run_events("fold5"))[0][1]["e"]
-        assert "fold5" not in raw and json.loads(raw) == {"type": "run.started",
-                                                          "ts": json.loads(raw)["ts"]}  # fmt: skip
+        entry_id, fields = client.xrange(keys.run_events("fold5"))[0]
+        raw = fields["e"]
+        # Neither the run's id (the stream's) nor a time (the entry id's) is stored.
+        assert "fold5" not in raw and json.loads(raw) == {"type": "run.started"}
+        first = store.events("fold5")[0][1]
+        assert first.run_id == "fold5" and first.ts == int(entry_id.split("-")[0]) / 1000
         before = client.memory_usage(keys.run_events("fold5"), samples=0)
 
         for run_id in ("fold5", "fold6"):  # as the transition after the step notes it
@@ -338,3 +343,30 @@ def test_a_stored_result_leaves_out_zero_cache_counts(client: Any) -> None:
         assert (step.cached_input_tokens, step.cache_write_tokens) == (0, 3)
     finally:
         client.delete(*keys.run_keys("fold11"), keys.step_claim("fold11", "r0.generate"))
+
+
+def test_a_stored_step_leaves_out_what_every_reader_puts_back(client: Any) -> None:
+    """The steps hash keeps a finished run's answers for days: its JSON is compact and
+    leaves out the step's key (the field's name) and fields at their usual value."""
+    store = RunStore(client, finished_ttl_s=60)
+    _running(store, "fold-stored", {"phase": "generate", "round": 0, "prompt": "p"})
+    result = {
+        "key": "r0.generate", "text": "draft", "input_tokens": 3, "output_tokens": 2,
+        "cached_input_tokens": 0, "cache_write_tokens": 0, "structured": False,
+        "interrupted": None, "calls": 1,
+    }  # fmt: skip
+    unusual = {**result, "key": "r1.refine", "cached_input_tokens": 5, "structured": True,
+               "interrupted": "max_tokens"}  # fmt: skip
+    try:
+        store.complete_step("fold-stored", "r0.generate", result, "{}", "me")
+        raw = client.hget(keys.run_steps("fold-stored"), "r0.generate")
+        assert json.loads(raw) == {"text": "draft", "input_tokens": 3, "output_tokens": 2,
+                                   "calls": 1}  # fmt: skip
+        assert " " not in raw
+        assert store.step_result("fold-stored", "r0.generate") == result
+        client.hset(keys.run_steps("fold-stored"), "r1.refine", stored_result(unusual))
+        assert json.loads(client.hget(keys.run_steps("fold-stored"), "r1.refine"))["structured"]
+        _, steps = store.load_run("fold-stored")
+        assert steps == {"r0.generate": result, "r1.refine": unusual}
+    finally:
+        client.delete(*keys.run_keys("fold-stored"))
