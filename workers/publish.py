@@ -102,11 +102,17 @@ def use_broker(url: str | None) -> None:
         _broker, _own = url, None
 
 
+def shares_state_redis() -> bool:
+    """Whether the broker is the run-state Redis (the same URL): a state script can then
+    push a message itself (see ``orchestration.state.runs.Outgoing``)."""
+    return _broker is not None and _broker == _state_url()
+
+
 def client() -> Any:
     """The Redis client for the broker: the run-state client when the broker is the same
     Redis (its URL), else one of this module's own, with the same timeouts."""
     global _own
-    if _broker is not None and _broker == _state_url():
+    if shares_state_redis():
         return connection.get_redis()
     own = _own
     if own is not None:
@@ -136,4 +142,4 @@ def origin() -> str:
     return known[1]
 
 
-__all__ = ["client", "message", "origin", "push", "use_broker"]
+__all__ = ["client", "message", "origin", "push", "shares_state_redis", "use_broker"]

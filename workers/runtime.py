@@ -26,7 +26,7 @@ from orchestration.settings import get_settings
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
-from orchestration.state.runs import RunStore
+from orchestration.state.runs import Outgoing, RunStore
 from workers import metrics, publish, tracing
 from workers.app import SEND_OPTIONS, app, direct_push
 from workers.logs import BATCH_HEADER
@@ -66,10 +66,12 @@ def _build() -> tuple[Coordinator, StepService]:
                 store,
                 budget_check=budgets.round_check,
                 observers=tuple(m.RunObserver() for m in watchers),
+                dispatch_message=dispatch_message,
             )
             _steps = StepService(
                 store, budgets, provider_for, get_settings(), redact,
                 observers=tuple(m.StepObserver() for m in watchers), scrub_output=scrub_output,
+                handover_message=handover_message,
             )  # fmt: skip
         return _coordinator, _steps
 
@@ -104,16 +106,9 @@ def reset() -> None:
         _liveness = None
 
 
-def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) -> None:
-    """Send task ``name`` with ``args`` (ids only).
-
-    On Duet's Redis transport the message is pushed by :mod:`workers.publish` (the same
-    message, without ``send_task``'s ~0.3 ms of CPU). Otherwise the arguments' repr for
-    Flower is written here (ids are short: it is what Celery's ``saferepr`` would make,
-    without its ~20 us), and :data:`app.SEND_OPTIONS` applies. The run's batch id rides in
-    a header (for the logs of the task that gets it): given, or forwarded from the task
-    sending this one.
-    """
+def _headers(batch_id: str | None) -> dict[str, Any]:
+    """A message's own headers: the run's batch id (for the logs of the task that gets
+    it: given, or forwarded from the task sending this one) and the trace context."""
     if batch_id is None:
         task = current_task
         batch_id = getattr(task.request, BATCH_HEADER, None) if task else None
@@ -122,6 +117,40 @@ def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) ->
         parent = tracing.traceparent()
         if parent:
             headers[tracing.TRACE_HEADER] = parent
+    return headers
+
+
+def outgoing(name: str, args: tuple[str, str | int], batch_id: str | None = None
+             ) -> Outgoing | None:  # fmt: skip
+    """Task ``name``'s message with ``args``, for a state script to push with the change
+    that calls for it — when the broker is the run-state Redis; else None (:func:`send`
+    sends it after the change)."""
+    if not (direct_push() and publish.shares_state_redis()):
+        return None
+    queue, text = publish.message(app, name, args, _headers(batch_id))
+    return Outgoing(queue, text)
+
+
+def handover_message(run_id: str, seq: int) -> Outgoing | None:
+    """The message handing ``run_id`` to its coordinator for transition ``seq``, pushed
+    with the step's store (``StepService``)."""
+    return outgoing(TASK_COORDINATE, (run_id, seq))
+
+
+def dispatch_message(step: Dispatch) -> Outgoing | None:
+    """The message of a step the coordinator decided on, pushed with the transition."""
+    return outgoing(step.task, (step.run_id, step.step_key), step.batch_id)
+
+
+def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) -> None:
+    """Send task ``name`` with ``args`` (ids only).
+
+    On Duet's Redis transport the message is pushed by :mod:`workers.publish` (the same
+    message, without ``send_task``'s ~0.3 ms of CPU). Otherwise the arguments' repr for
+    Flower is written here (ids are short: it is what Celery's ``saferepr`` would make,
+    without its ~20 us), and :data:`app.SEND_OPTIONS` applies. Headers: :func:`_headers`.
+    """
+    headers = _headers(batch_id)
     if direct_push():
         publish.push(app, name, args, headers)
     elif headers:
@@ -143,12 +172,13 @@ def coordinator_send(run_id: str, seq: int) -> None:
 
 
 def dispatch(step: Dispatch) -> None:
-    """Enqueue a step the coordinator decided on.
+    """Enqueue a step the coordinator decided on (unless its transition pushed it).
 
     Nothing is written after the send: the step's begin script notes that it arrived
     (``dispatched``), which is what a redelivered coordinator message checks.
     """
-    send(step.task, (step.run_id, step.step_key), step.batch_id)
+    if not step.sent:
+        send(step.task, (step.run_id, step.step_key), step.batch_id)
 
 
 #: Message header counting a step's failed provider attempts. Waiting for a rate limit
@@ -234,7 +264,8 @@ def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> No
     """Do what the step service answered: hand the run to its coordinator, or re-schedule
     the step (``task.retry`` keeps the task id, so the retry holds the same step claim)."""
     if isinstance(outcome, Handover):
-        coordinator_send(outcome.run_id, outcome.seq)
+        if not outcome.sent:  # else it went with the step's store
+            coordinator_send(outcome.run_id, outcome.seq)
     elif isinstance(outcome, RetryLater):
         headers = {FAILURES_HEADER: outcome.failures, CLAIM_HEADER: outcome.claim,
                    INFRA_HEADER: None}  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from orchestration.core import events as ev
@@ -30,7 +30,7 @@ from orchestration.core.templates import render_critique_prompt, render_refine_p
 from orchestration.state import keys
 from orchestration.state.events import event_json
 from orchestration.state.keys import TASK_BY_PHASE
-from orchestration.state.runs import Once, RunStore
+from orchestration.state.runs import Once, Outgoing, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,13 @@ class Dispatch:
     seq: int
     #: The run's batch, if any (carried in the message's headers for logs).
     batch_id: str | None = None
+    #: The message went with the transition (nothing is left to send).
+    sent: bool = False
+
+
+#: A step to enqueue -> its message, to push with the transition that makes the step;
+#: None: the worker sends it after (``workers.runtime``).
+DispatchMessage = Callable[[Dispatch], Outgoing | None]
 
 
 def outcomes(steps: Mapping[str, Mapping[str, Any]]) -> tuple[StepOutcome, ...]:
@@ -120,8 +127,10 @@ class Coordinator:
         store: RunStore,
         budget_check: BudgetCheck | None = None,
         observers: tuple[RunObserver, ...] = (),
+        dispatch_message: DispatchMessage | None = None,
     ) -> None:
         self.store = store
+        self.dispatch_message = dispatch_message
         self.budget_check = budget_check
         self.observers = observers
 
@@ -188,12 +197,14 @@ class Coordinator:
         step_input = {"phase": action.phase, "round": action.round, "prompt": prompt}
         step_input.update(_reads_for(spec, ROLE_OF[action.phase], run))
         noted = {k: steps[k] for k in view.unnoted}  # the record notes their outcomes now
-        if self.store.record_step(run, seq, key, step_input, events, noted) != 1:
+        dispatch = Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1, run.get("batch_id"))
+        send = self.dispatch_message(dispatch) if self.dispatch_message else None
+        if self.store.record_step(run, seq, key, step_input, events, noted, send) != 1:
             return None  # another coordinator made this transition first
         if seq == 0:
             for observer in self.observers:
                 observer.run_started(run)
-        return Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1, run.get("batch_id"))
+        return replace(dispatch, sent=True) if send is not None else dispatch
 
     def _full(self, run_id: str, steps: dict[str, dict[str, Any]], key: str) -> Mapping[str, Any]:
         """The whole stored result of ``key`` (read now if only its outcome was loaded)."""
@@ -276,4 +287,4 @@ class Coordinator:
                 observer.run_finished(run, action.status, action.reason)
 
 
-__all__ = ["Coordinator", "Dispatch", "RunObserver", "outcomes"]
+__all__ = ["Coordinator", "Dispatch", "DispatchMessage", "RunObserver", "outcomes"]

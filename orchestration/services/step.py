@@ -66,7 +66,7 @@ from orchestration.settings import Settings
 from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.conversations import keeps, messages_from, own_turns, turn_json
 from orchestration.state.events import event_json
-from orchestration.state.runs import RunStore
+from orchestration.state.runs import Outgoing, RunStore
 from orchestration.state.scripts import ScriptCall
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,9 @@ class StepObserver(Protocol):
 ProviderLookup = Callable[[AgentSpec], ModelClient]
 #: Makes an exception's text safe to store (no API keys); ``workers.secrets.redact``.
 Scrub = Callable[[str], str]
+#: (run id, transition) -> the message handing the run to its coordinator, to push with
+#: the step's store; None: the worker sends it after (``workers.runtime``).
+HandoverMessage = Callable[[str, int], Outgoing | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,8 @@ class Handover:
 
     run_id: str
     seq: int
+    #: The coordinator's message went with the store (nothing is left to send).
+    sent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +176,10 @@ class StepService:
         observers: tuple[StepObserver, ...] = (),
         leases: Leases | None = None,
         scrub_output: Scrub | None = None,
+        handover_message: HandoverMessage | None = None,
     ) -> None:
         self.store = store
+        self.handover_message = handover_message
         self.leases = leases or Leases(store, budgets.ledger, settings.step_lease_s)
         self.budgets = budgets
         self.providers = providers
@@ -278,12 +285,13 @@ class StepService:
         # The settlement, the result and the conversation turn: one round trip. A paid
         # answer is not dropped for a Redis blip: the store is tried again here, holding
         # the claim (a retry of the task would have to call the model again).
+        send = self.handover_message(run_id, handover.seq) if self.handover_message else None
         self._keep_trying(lambda: store.complete_step(
             run_id, key, result, _completed_event(run_id, phase, round_, result), claimant,
             conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
-            spend=spend,
+            spend=spend, send=send,
         ), f"run {run_id} step {key}: storing the answer")  # fmt: skip
-        return handover
+        return replace(handover, sent=True) if send is not None else handover
 
     def _keep_trying(self, write: Callable[[], object], what: str) -> None:
         """Run ``write`` until Redis takes it: backoff 0.2 s doubling to 5 s, for up to
@@ -658,5 +666,5 @@ def _failure(
 
 
 __all__ = [
-    "clean_completion", "Handover", "ModelClient", "Park", "RetryLater", "Seat", "StepObserver", "StepOutcome", "StepService",
+    "clean_completion", "Handover", "HandoverMessage", "ModelClient", "Park", "RetryLater", "Seat", "StepObserver", "StepOutcome", "StepService",
 ]  # fmt: skip

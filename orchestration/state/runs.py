@@ -163,6 +163,16 @@ class RunView:
 
 
 @dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A broker message to push with a state change, in its script: ``text`` onto list
+    ``queue`` of the same Redis (the worker builds it; the store never reads it). The
+    change and the message are one: no crash between them can lose the message."""
+
+    queue: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Once:
     """An event a transition emits only if it is the first to set a flag (field ``field``
     of hash ``key``), in the same script that records the transition: a transition that
@@ -296,17 +306,23 @@ class RunStore:
         step_input: Mapping[str, Any],
         events: Sequence[str | Once],
         outcomes: Mapping[str, Mapping[str, Any]] | None = None,
+        send: Outgoing | None = None,
     ) -> int:
         """Make transition ``seq`` create ``step_key``; 1 if made, <= 0 if not (see script).
+        ``send`` (the step's message) is pushed by the script that makes the transition,
+        and only by it.
 
         ``events`` are emitted with it, in order; a :class:`Once` only if this transition
         is the one that sets its flag. ``outcomes``: stored step results whose compact
         outcome the record gets with it (``o:<step key>``, what later transitions read
         instead of the step's text).
         """
-        args = ["step", repr(time.time()), step_key, json.dumps(step_input)]
+        args = ["step", repr(time.time()), step_key, json.dumps(step_input),
+                send.text if send else ""]  # fmt: skip
         fields = {OUTCOME_PREFIX + k: step_outcome(v) for k, v in (outcomes or {}).items()}
-        return self._run_transition(run, seq, args, events, record=fields)
+        return self._run_transition(
+            run, seq, args, events, record=fields, queue=send.queue if send else ""
+        )
 
     def record_finish(
         self,
@@ -354,6 +370,7 @@ class RunStore:
         forget: Sequence[str] = (),
         drop: Sequence[str] = (),
         record: Mapping[str, str] | None = None,
+        queue: str = "",
     ) -> int:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
@@ -371,7 +388,7 @@ class RunStore:
         run_scope = f"run:{run_id}"
         script_keys = [
             keys.run(run_id),
-            keys.run_inputs(run_id),
+            queue,
             keys.run_events(run_id),
             keys.batch(batch_id) if batch_id else "",
             keys.batch_events(batch_id) if batch_id else "",
@@ -490,8 +507,10 @@ class RunStore:
         conversation_max_tokens: int | None = None,
         before: Iterable[ScriptCall] = (),
         spend: Spend | None = None,
+        send: Outgoing | None = None,
     ) -> bool:
         """Store the step's result unless one is stored already; True if this one was.
+        ``send`` (the coordinator's message) is pushed in the same script either way.
 
         ``conversation`` is ``(key, turn, turns kept)``: the turn is appended to that
         conversation when, and only when, this result is the one stored. Past about
@@ -508,9 +527,9 @@ class RunStore:
         call = ScriptCall(
             self._complete,
             [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
-             keys.run_events(run_id), keys.run(run_id), conv_key,
+             keys.run_events(run_id), send.queue if send else "", conv_key,
              *(spend.keys if spend else ())],
-            [step_key, stored_result(result), completed_event, claimant, "",
+            [step_key, stored_result(result), completed_event, claimant, send.text if send else "",
              turn, turns, "1" if _renews_conversation(step_key) else "", max_chars,
              turn_prefix(run_id), spend.amount if spend else "", self.finished_ttl_s],
         )  # fmt: skip

@@ -29,7 +29,7 @@ from orchestration.client.handles import store
 from orchestration.core.budget import Budget
 from orchestration.state.budgets import BudgetLedger
 from tests.reliability import ENGINE, Reliability, lost_of
-from tests.support import celery_worker, client_pointed_at, stored_calls, swept_runs, wait_for
+from tests.support import ROOT, celery_worker, client_pointed_at, stored_calls, swept_runs, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -234,3 +234,81 @@ def test_a_worker_killed_before_its_acks_were_written(
         assert left_noted > 0, "the kill came after the acks were written (no fault met)"
         assert after == requests == stored
         assert counts == {"approved": runs}
+
+
+#: Loaded by a worker (``sitecustomize``) to kill itself (SIGKILL) as soon as the store
+#: method named by DUET_TEST_DIE_AFTER has returned: the change is in Redis, the task has
+#: not returned, its message is not acked.
+_DIE_AFTER = """
+import os, signal
+from orchestration.state import runs
+
+_name = os.environ["DUET_TEST_DIE_AFTER"]
+_original = getattr(runs.RunStore, _name)
+
+def _then_die(self, *args, **kwargs):
+    out = _original(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+setattr(runs.RunStore, _name, _then_die)
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "doomed_queues", "others"),
+    [
+        ("complete_step", "actor", "coordinator,critic"),
+        ("record_step", "coordinator", "actor,critic"),
+    ],  # fmt: skip
+    ids=["after-a-store", "after-a-transition"],
+)
+def test_a_worker_killed_between_a_change_and_its_message(
+    llm: FakeLLM, reliability: Reliability, tmp_path: Path, change: str, doomed_queues: str,
+    others: str,
+) -> None:  # fmt: skip
+    """A worker killed right after a step's answer was stored (or a transition made), before
+    its task returned: the message that moves the run on went with the change, in its
+    script, so the run goes on at once — not after the broker's visibility timeout (an
+    hour here) or the sweep (off here)."""
+    (tmp_path / "sitecustomize.py").write_text(_DIE_AFTER)
+    env = {"OPENAI_API_KEY": "sk-test-between", "DUET_SWEEP_IN_WORKER": "false"}
+    doomed_env = {**env, "DUET_TEST_DIE_AFTER": change,
+                  "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}  # fmt: skip
+    llm.set_faults(latency_ms=50)
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        stack.enter_context(client_pointed_at(server.url))
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=4, name="others",
+                                          queues=others))  # fmt: skip
+        doomed = stack.enter_context(celery_worker(server.url, env=doomed_env, concurrency=1,
+                                                   name="doomed", queues=doomed_queues))  # fmt: skip
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+            max_rounds=1,
+        )
+        handle = team.submit("task")
+        assert doomed.wait(30) == -signal.SIGKILL, "the worker did not die at its change"
+        died = time.monotonic()
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=4, name="heir",
+                                          queues=doomed_queues))  # fmt: skip
+        status = handle.result(timeout=60).status
+        took = time.monotonic() - died
+        requests = llm.stats()["requests"]
+        stored = stored_calls(server.url, [handle.run_id])
+        where = "a step's store" if change == "complete_step" else "a transition"
+        reliability.record(
+            section=ENGINE,
+            fault=f"A worker killed (`SIGKILL`) right after {where} was written, before its "
+            "task returned (its message not acked, the visibility timeout an hour, the sweep "
+            "off): the message that moves the run on went with the change, in its script",
+            load="1 one-round run; the killed worker alone on the "
+            f"`{doomed_queues}` queue, then a new one",
+            lost=f"{lost_of(0 if status == 'approved' else 1, 1, 'runs not finished')}: the "
+            f"run {status} {took:.1f} s after the kill (a new worker started in between); "
+            f"{requests} requests = "
+            f"{stored} stored calls<br>Before the fix: the run waited for the message's "
+            "redelivery after the visibility timeout, or for the sweep",
+        )
+        assert status == "approved" and took < 30
+        assert requests == stored == 2

@@ -15,7 +15,7 @@ import redis
 
 from orchestration.state import keys
 from orchestration.state.events import event_json
-from orchestration.state.runs import RunStore, step_outcome, stored_result
+from orchestration.state.runs import Outgoing, RunStore, step_outcome, stored_result
 from orchestration.state.scripts import ScriptCall, run_scripts
 
 
@@ -370,3 +370,37 @@ def test_a_stored_step_leaves_out_what_every_reader_puts_back(client: Any) -> No
         assert steps == {"r0.generate": result, "r1.refine": unusual}
     finally:
         client.delete(*keys.run_keys("fold-stored"))
+
+
+def test_a_store_and_a_transition_push_their_message_in_their_own_script(client: Any) -> None:
+    """The message that hands a run on goes with the change that calls for it, in the same
+    script: a step's store pushes the coordinator's (also when the step was stored
+    already: the transition is made once whatever the messages); a transition pushes its
+    step's only when it is the one that makes the transition."""
+    store = RunStore(client, finished_ttl_s=60)
+    queue = f"{keys.PREFIX}:test:fold-send:queue"
+    _running(store, "fold-send", {"phase": "generate", "round": 0, "prompt": "p"})
+    result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
+    try:
+        done = event_json("actor_critic.actor_completed", "fold-send", 0, phase="draft")
+        assert store.complete_step("fold-send", "r0.generate", result, done, "me",
+                                   send=Outgoing(queue, "to the coordinator"))  # fmt: skip
+        assert client.lrange(queue, 0, -1) == ["to the coordinator"]
+        again = Outgoing(queue, "again")
+        assert not store.complete_step("fold-send", "r0.generate", result, done, "me", send=again)
+        assert client.lrange(queue, 0, -1) == ["again", "to the coordinator"]
+        client.delete(queue)
+
+        run = client.hgetall(keys.run("fold-send"))
+        step = Outgoing(queue, "the critique")
+        assert store.record_step(run, 1, "r1.critique", {"prompt": "c"}, [], {}, step) == 1
+        assert client.lrange(queue, 0, -1) == ["the critique"]
+        # The same transition again (a redelivered coordinator message): not made, no push.
+        assert store.record_step(run, 1, "r1.critique", {"prompt": "c"}, [], {}, step) == 0
+        assert client.lrange(queue, 0, -1) == ["the critique"]
+        # Without a message the transition pushes nothing (the worker sends it after).
+        run = client.hgetall(keys.run("fold-send"))
+        assert store.record_step(run, 2, "r1.refine", {"prompt": "r"}, [], {}) == 1
+        assert client.llen(queue) == 1
+    finally:
+        client.delete(*keys.run_keys("fold-send"), queue)

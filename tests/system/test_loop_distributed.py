@@ -108,6 +108,32 @@ def test_submit_batch_counts_outcomes(worker: Any, client_on: str) -> None:
     assert progress["calls"] == 12 * 4
 
 
+def test_workers_send_each_message_in_the_script_that_calls_for_it(
+    worker: Any, client_on: str
+) -> None:
+    """With the broker on the run-state Redis, a step's store pushes the coordinator's
+    message and a transition its step's, inside their scripts: a worker sends no message
+    of its own (a crash between a change and its message cannot strand the run)."""
+    from bench.harness import monitored
+
+    team = Team.actor_critic(
+        actor=Agent("Fix the code.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.2,0.95"),
+        max_rounds=2,
+    )
+    with redis.Redis.from_url(client_on) as client, monitored(client) as seen:
+        batch = team.submit_batch([f"code {i}" for i in range(6)])
+        results = list(batch.results(timeout=60))
+    assert {r.status for r in results} == {"approved"}
+    pushes = [(kind, key) for kind, cmd, key in seen if cmd == "lpush" and key in ALL_QUEUES]
+    # Each run: 4 steps (generate, critique, refine, critique), each made by a transition
+    # and each stored; the first coordinator message is the client's submission.
+    in_scripts = [key for kind, key in pushes if kind == "lua"]
+    assert sorted(in_scripts) == sorted(["actor"] * 12 + ["critic"] * 12 + ["coordinator"] * 24)
+    sent = [key for kind, key in pushes if kind != "lua"]
+    assert sent == ["coordinator"] * 6, sent  # the submissions
+
+
 def _queues_drained(client: Any) -> bool:
     unacked = client.hlen("unacked") + client.zcard(f"unacked_index{UNACKED_SUFFIX}")
     return all(client.llen(q) == 0 for q in ALL_QUEUES) and not unacked

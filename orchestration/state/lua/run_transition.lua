@@ -1,6 +1,6 @@
 -- Make transition `seq` (a step or the finish) exactly once; emit its events with it.
--- KEYS[2] (the inputs hash of runs recorded before inputs moved into the record) is not
--- written: a step's input is a field of the record.
+-- KEYS[2] ('' for none): the step's queue, onto which ARGV[6], the step's message, is
+-- pushed when (and only when) this script makes the transition.
 local run, events, batch, batch_done = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local open = KEYS[6]  -- runs in flight
 local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep reads it)
@@ -32,6 +32,7 @@ if ARGV[2] == 'step' then
   add('status', 'running', 'current_step', ARGV[4], 'in:' .. ARGV[4], ARGV[5])
   for field, value in pairs(cjson.decode(ARGV[12])) do add(field, value) end
   redis.call('HSET', run, unpack(set))
+  if KEYS[2] ~= '' then redis.call('LPUSH', KEYS[2], ARGV[6]) end
 else
   local final = ARGV[4]
   add('status', final, 'reason', ARGV[5], 'error', ARGV[6], 'finished_at', now, 'usage', ARGV[7])

@@ -6,9 +6,12 @@
 -- bound), ARGV[10] how this run's turns begin).
 -- Past the character bound the oldest turns are dropped down to *half* of it, so the kept
 -- prefix stays the same for the next calls (the vendors' prompt caches match prefixes);
--- the run's own turns are never dropped. KEYS[4] and ARGV[4..5] are not read (the run's
--- record is left alone: the next transition notes the step's outcome in it).
-local steps, claim, events, run, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- the run's own turns are never dropped. ARGV[4] is not read (the run's record is left
+-- alone: the next transition notes the step's outcome in it).
+-- KEYS[4] ('' for none): the coordinator's queue, onto which ARGV[5], the message handing
+-- the run to its coordinator, is pushed whether this store or an earlier one stored the
+-- step (the transition it asks for is made once whatever the messages).
+local steps, claim, events, queue, conv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local stored = redis.call('HSETNX', steps, ARGV[1], ARGV[2])
 if stored == 1 then
   redis.call('XADD', events, '*', 'e', ARGV[3])
@@ -49,4 +52,5 @@ end
 -- The step is stored (now or before): every claim on it is moot, whoever holds it (a
 -- delivery that begins it finds it done before it looks at claims).
 redis.call('DEL', claim)
+if queue ~= '' then redis.call('LPUSH', queue, ARGV[5]) end
 return stored
