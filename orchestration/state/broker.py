@@ -180,12 +180,17 @@ class QoS(kombu_redis.QoS):
 
     def note(self, payloads: list[dict[str, Any]]) -> None:
         """Note messages just popped as unacknowledged, in one write, before any is
-        delivered (:meth:`append` then finds them noted)."""
+        delivered (:meth:`append` then finds them noted). The acks gathered since the
+        last write go in the same round trip (their ZREM first)."""
         now = time.time()
         noted = {p["properties"]["delivery_tag"]: _member(p) for p in payloads}
+        acked = self.take_acks()
         try:
-            self._write_waiting_out_oom(next(iter(noted)), dict.fromkeys(noted.values(), now))
+            self._write_waiting_out_oom(
+                next(iter(noted)), dict.fromkeys(noted.values(), now), acked
+            )
         except self.channel.connection_errors:
+            self.give_back_acks(acked)  # removed again with the next write if they were
             # Popped but not noted: run them anyway (a worker that dies now loses them,
             # as kombu's transport would lose the one message it popped).
             log.warning("delivering %d message(s) not noted as unacknowledged: Redis "
@@ -197,12 +202,27 @@ class QoS(kombu_redis.QoS):
         for payload in payloads:
             self._noted.pop(payload["properties"]["delivery_tag"], None)
 
-    def _write_waiting_out_oom(self, delivery_tag: str, members: dict[str, float]) -> None:
+    def _write_waiting_out_oom(
+        self, delivery_tag: str, members: dict[str, float], acked: list[str] | None = None
+    ) -> None:
+        """ZADD ``members`` (after a ZREM of ``acked``, in the same round trip), waiting
+        with backoff while Redis refuses the ZADD for lack of memory."""
         delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
+        key = self.unacked_messages_key
         while True:
             try:
                 with self.channel.conn_or_acquire() as client:
-                    client.zadd(self.unacked_messages_key, members)
+                    if acked:
+                        pipe = client.pipeline(transaction=False)
+                        pipe.zrem(key, *acked)
+                        pipe.zadd(key, members)
+                        removed, added = pipe.execute(raise_on_error=False)
+                        acked = None  # a ZREM is never refused for memory
+                        for reply in (removed, added):
+                            if isinstance(reply, Exception):
+                                raise reply
+                    else:
+                        client.zadd(key, members)
                 break
             except redis.exceptions.OutOfMemoryError:
                 if waited - warned >= OOM_WARN_EVERY_S or not waited:
@@ -233,17 +253,26 @@ class QoS(kombu_redis.QoS):
     def flush_acks(self) -> None:
         """Remove the acked messages still in the unacked set, in one command. On an
         error they are kept for the next flush (the caller sees the error)."""
-        with self._acked_lock:
-            acked, self._acked = self._acked, []
+        acked = self.take_acks()
         if not acked:
             return
         try:
             with self.channel.conn_or_acquire() as client:
                 client.zrem(self.unacked_messages_key, *acked)
         except BaseException:
-            with self._acked_lock:
-                self._acked[:0] = acked
+            self.give_back_acks(acked)
             raise
+
+    def take_acks(self) -> list[str]:
+        """The members of the acked messages gathered so far, to remove now (the caller
+        gives them back with :meth:`give_back_acks` if it could not)."""
+        with self._acked_lock:
+            acked, self._acked = self._acked, []
+        return acked
+
+    def give_back_acks(self, acked: list[str]) -> None:
+        with self._acked_lock:
+            self._acked[:0] = acked
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if delivery_tag not in self._members:
@@ -333,6 +362,9 @@ class Channel(kombu_redis.Channel):
     _duet_client: Any = None
     #: Queues consumed without acks (their messages are not noted as unacknowledged).
     _no_ack_queues: frozenset[str] = frozenset()
+    #: The last pop brought messages to note: the acks gathered meanwhile go with the
+    #: next note (else the next pop flushes them first).
+    _acks_go_with_note: bool = False
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         if no_ack:
@@ -344,9 +376,13 @@ class Channel(kombu_redis.Channel):
     def _brpop_start(self, timeout: float | None = None) -> None:
         """kombu's pop of the next message, as ``BLMPOP`` of up to the consumer's credit
         (at most :data:`POP_MAX`): under load one command brings several messages, each
-        still from the first non-empty queue in kombu's fair, priority-ordered cycle. The
-        acks gathered since the last pop are flushed first (:meth:`QoS.flush_acks`)."""
-        if self._qos is not None:
+        still from the first non-empty queue in kombu's fair, priority-ordered cycle.
+
+        The acks gathered since the last write to the unacknowledged set go with the note
+        of the messages the pop brings (:meth:`QoS.note`); after a pop that brought none
+        (or none to note), they are flushed here first (:meth:`QoS.flush_acks`), so an
+        idle worker's acks are written within the pop's timeout (1 s)."""
+        if self._qos is not None and not self._acks_go_with_note:
             try:
                 self._qos.flush_acks()
             except self.connection_errors:  # kept for the next flush; the pop will tell
@@ -381,12 +417,14 @@ class Channel(kombu_redis.Channel):
                 self.client.connection.disconnect()
                 raise
             if not reply:
+                self._acks_go_with_note = False
                 raise kombu_redis.Empty()
             dest, items = reply
             queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
             self._queue_cycle.rotate(queue)
             payloads = [loads(bytes_to_str(item)) for item in items]  # type: ignore[no-untyped-call]
-            if queue not in self._no_ack_queues:
+            self._acks_go_with_note = queue not in self._no_ack_queues
+            if self._acks_go_with_note:
                 self.qos.note(payloads)
             for n, payload in enumerate(payloads):
                 try:

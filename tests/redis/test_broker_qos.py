@@ -17,6 +17,7 @@ import pytest
 import redis
 from kombu.utils.json import dumps
 
+from bench.harness import monitored
 from orchestration.state.broker import ACK_BATCH, POP_MAX, TRANSPORT, UNACKED_SUFFIX
 
 MESSAGES = f"unacked_index{UNACKED_SUFFIX}"
@@ -147,6 +148,33 @@ def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
                 m.ack()
         conn.default_channel.close()
         assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
+
+
+def test_acks_go_with_the_next_note_or_after_an_empty_pop(url: str, client: Any) -> None:
+    """Under load the acks gathered since the last note are removed in the same round trip
+    as the next pop's note (ZREM then ZADD, after the BLMPOP); an idle worker's are
+    flushed before the pop that follows an empty one (within the pop's 1 s timeout)."""
+    queue = _queue()
+    with _connection(url) as conn:
+        _publish_many(conn, queue, 4)
+        consumer, got = _consume(conn, queue, prefetch=2)
+        with consumer:
+            conn.drain_events(timeout=5)
+            for m in got:
+                m.ack()
+            with monitored(client) as seen:
+                conn.drain_events(timeout=5)
+            assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
+            unacked = [cmd for kind, cmd, key in seen
+                       if kind != "lua" and (cmd == "blmpop" or key == MESSAGES)]  # fmt: skip
+            assert unacked == ["blmpop", "zrem", "zadd"]
+            assert client.zcard(MESSAGES) == 2
+            for m in got[2:]:
+                m.ack()
+            assert client.zcard(MESSAGES) == 2  # gathered, not written yet
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=2.5)  # a pop finds nothing; the next flushes
+            assert client.zcard(MESSAGES) == 0
 
 
 def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, client: Any) -> None:
