@@ -65,7 +65,8 @@ UNACKED_SUFFIX = ":messages"
 #: Most messages one pop takes (``BLMPOP ... COUNT``), bounded by the consumer's credit.
 POP_MAX = 16
 #: Acks are removed from the unacked set in one command once this many are pending, or
-#: when the channel next pops or closes (see :meth:`QoS.ack`).
+#: with the next note of popped messages, the pop after an empty one, or the channel's
+#: close (see :meth:`QoS.ack`).
 ACK_BATCH = 32
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,8 @@ class QoS(kombu_redis.QoS):
     delivery, as the message carries its delivery tag), scored by when it was delivered:
     one ZADD for the messages of one pop (:meth:`note`, before any of them is handed to
     the consumer), one ZREM for up to :data:`ACK_BATCH` acks. An ack frees the consumer's
-    credit at once; its ZREM waits for the next pop, the channel's close or a full batch
-    (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
+    credit at once; its ZREM waits for the next note (in the same round trip), the pop
+    after an empty one, the channel's close or a full batch (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
     come back after the visibility timeout, as a message of a task that was running
     would, and Duet's tasks find their step done or their transition made.
     The restore of messages unacknowledged past the visibility timeout reads the members

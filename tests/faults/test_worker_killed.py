@@ -183,7 +183,7 @@ def _fleet(
 def test_a_worker_killed_before_its_acks_were_written(
     llm: FakeLLM, reliability: Reliability
 ) -> None:
-    """Acks are written in batches (at the next pop, on close, or 32 at a time): a worker
+    """Acks are written in batches (with the next pop's note, within a second when idle, on close, or 32 at a time): a worker
     killed right after its runs finished leaves the messages of tasks it ran noted as
     unacknowledged. After the visibility timeout another worker gets them back; each finds
     its step done or its run over and calls no model."""
