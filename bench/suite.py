@@ -352,6 +352,22 @@ def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]
     return samples
 
 
+#: Threads of one worker process in the slots table (``slots_table``).
+SLOT_COUNTS = (8, 16, 32, 50)
+
+
+def slots_table() -> list[dict[str, Any]]:
+    """One worker process with 8 ... 50 threads on the loop table's workload (stand-in at
+    100 ms), 6 runs per thread: how many of its slots it keeps busy, and at what CPU."""
+    rows = []
+    with fake_llm_process(latency_ms=LATENCY_MS) as base_url:
+        for threads in SLOT_COUNTS:
+            fig = duet_loop(base_url, 6 * threads, 1, threads)
+            fig["threads"] = threads
+            rows.append(fig)
+    return rows
+
+
 def median(samples: list[dict[str, Any]], path: str) -> float:
     def get(s: dict[str, Any]) -> float:
         v: Any = s
@@ -535,6 +551,19 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         "Spread of CPU ms per call: " + "; ".join(
             f"{c} " + ", ".join(f"{x['cpu_ms_per_call']:.2f}" for x in s[c]) for c in cols) + ".",
         "",
+        "## Slots one worker process keeps busy",
+        "",
+        f"The loop's workload (stand-in at {LATENCY_MS:g} ms) on one worker process with more and "
+        "more threads, 6 runs per thread (one batch each): the share of its slots holding a call "
+        "(calls in flight from the stand-in's arrivals, mean / threads) and the CPU per call.",
+        "",
+        "| threads | calls/s | calls in flight, mean (p10–p90) | slots busy | CPU ms per call |",
+        "|---|---|---|---|---|",
+        *(f"| {f['threads']} | {f['calls'] / f['wall_s']:.0f} | {f['in_flight']['mean']:.1f} "
+          f"({f['in_flight']['p10']:.0f}–{f['in_flight']['p90']:.0f}) | "
+          f"{100 * f['in_flight']['mean'] / f['threads']:.0f} % | {f['cpu_ms_per_call']:.2f} |"
+          for f in r["slots"]),
+        "",
         "## Redis per model call and per finished run (Duet 1x50 batches)",
         "",
         "| figure | value |",
@@ -671,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
         ref_python = None
     print("1. the loop table", flush=True)
     r["loop"] = loop_table(args.runs, args.repeat, ref_python)
+    print("1b. slots one worker process keeps busy", flush=True)
+    r["slots"] = slots_table()
     print("2. the Celery floor", flush=True)
     r["floor"] = celery_floor(400)
     print("3. scaling 1 -> 2 -> 4 processes", flush=True)
