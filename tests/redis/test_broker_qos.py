@@ -7,6 +7,7 @@ noted the kombu way (an earlier worker's) is still restored."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -125,80 +126,77 @@ def _consume(conn: kombu.Connection, queue: kombu.Queue, prefetch: int, no_ack: 
     return consumer, got
 
 
+@contextlib.contextmanager
+def _consuming(
+    url: str, messages: int, prefetch: int, no_ack: bool = False
+) -> Iterator[tuple[kombu.Connection, kombu.Queue, list[kombu.Message]]]:
+    """A connection to a new queue holding ``messages`` messages, consumed with
+    ``prefetch`` credit: the connection, the queue and the messages delivered so far.
+    Leaving it closes the connection (delivered messages not acked go back)."""
+    queue = _queue()
+    with _connection(url) as conn:
+        _publish_many(conn, queue, messages)
+        consumer, got = _consume(conn, queue, prefetch, no_ack)
+        with consumer:
+            yield conn, queue, got
+
+
 def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
     url: str, client: Any
 ) -> None:
-    queue = _queue()
-    with _connection(url) as conn:
-        _publish_many(conn, queue, 10)
-        consumer, got = _consume(conn, queue, prefetch=4)
-        with consumer:
-            before = _commands(client)
-            conn.drain_events(timeout=5)
-            # One BLMPOP of 4 (the credit), one ZADD noting the 4, nothing else.
-            assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
-            assert _since(client, before) == 2
-            assert client.zcard(MESSAGES) == 4 and client.llen(queue.name) == 6
-            for m in got:
-                m.ack()
-            conn.drain_events(timeout=5)  # the next pop flushes the 4 acks first
-            assert [m.payload for m in got[4:]] == ["m4", "m5", "m6", "m7"]
-            assert client.zcard(MESSAGES) == 4
-            for m in got[4:]:
-                m.ack()
-        conn.default_channel.close()
-        assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
+    with _consuming(url, 10, prefetch=4) as (conn, queue, got):
+        before = _commands(client)
+        conn.drain_events(timeout=5)
+        # One BLMPOP of 4 (the credit), one ZADD noting the 4, nothing else.
+        assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
+        assert _since(client, before) == 2
+        assert client.zcard(MESSAGES) == 4 and client.llen(queue.name) == 6
+        for m in got:
+            m.ack()
+        conn.drain_events(timeout=5)  # the next note removes the 4 acks with it
+        assert [m.payload for m in got[4:]] == ["m4", "m5", "m6", "m7"]
+        assert client.zcard(MESSAGES) == 4
+        for m in got[4:]:
+            m.ack()
+    assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
 
 
 def test_acks_go_with_the_next_note_or_after_an_empty_pop(url: str, client: Any) -> None:
     """Under load the acks gathered since the last note are removed in the same round trip
     as the next pop's note (ZREM then ZADD, after the BLMPOP); an idle worker's are
     flushed before the pop that follows an empty one (within the pop's 1 s timeout)."""
-    queue = _queue()
-    with _connection(url) as conn:
-        _publish_many(conn, queue, 4)
-        consumer, got = _consume(conn, queue, prefetch=2)
-        with consumer:
+    with _consuming(url, 4, prefetch=2) as (conn, _, got):
+        conn.drain_events(timeout=5)
+        for m in got:
+            m.ack()
+        with monitored(client) as seen:
             conn.drain_events(timeout=5)
-            for m in got:
-                m.ack()
-            with monitored(client) as seen:
-                conn.drain_events(timeout=5)
-            assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
-            unacked = [cmd for kind, cmd, key in seen
-                       if kind != "lua" and (cmd == "blmpop" or key == MESSAGES)]  # fmt: skip
-            assert unacked == ["blmpop", "zrem", "zadd"]
-            assert client.zcard(MESSAGES) == 2
-            for m in got[2:]:
-                m.ack()
-            assert client.zcard(MESSAGES) == 2  # gathered, not written yet
-            with pytest.raises(TimeoutError):
-                conn.drain_events(timeout=2.5)  # a pop finds nothing; the next flushes
-            assert client.zcard(MESSAGES) == 0
+        assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
+        unacked = [cmd for kind, cmd, key in seen
+                   if kind != "lua" and (cmd == "blmpop" or key == MESSAGES)]  # fmt: skip
+        assert unacked == ["blmpop", "zrem", "zadd"]
+        assert client.zcard(MESSAGES) == 2
+        for m in got[2:]:
+            m.ack()
+        assert client.zcard(MESSAGES) == 2  # gathered, not written yet
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=2.5)  # a pop finds nothing; the next flushes
+        assert client.zcard(MESSAGES) == 0
 
 
 def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, client: Any) -> None:
-    queue = _queue()
-    with _connection(url) as conn:
-        _publish_many(conn, queue, POP_MAX + 3)
-        consumer, got = _consume(conn, queue, prefetch=0, no_ack=True)
-        with consumer:
-            conn.drain_events(timeout=5)
-            assert len(got) == POP_MAX and client.zcard(MESSAGES) == 0
-            conn.drain_events(timeout=5)
-            assert len(got) == POP_MAX + 3 and client.llen(queue.name) == 0
+    with _consuming(url, POP_MAX + 3, prefetch=0, no_ack=True) as (conn, queue, got):
+        conn.drain_events(timeout=5)
+        assert len(got) == POP_MAX and client.zcard(MESSAGES) == 0
+        conn.drain_events(timeout=5)
+        assert len(got) == POP_MAX + 3 and client.llen(queue.name) == 0
 
 
 def test_messages_delivered_and_never_acked_go_back_on_close(url: str, client: Any) -> None:
-    queue = _queue()
-    with _connection(url) as conn:
-        _publish_many(conn, queue, 3)
-        consumer, got = _consume(conn, queue, prefetch=3)
-        with consumer:
-            conn.drain_events(timeout=5)
-            assert len(got) == 3
-            got[0].ack()
-        conn.default_channel.close()
+    with _consuming(url, 3, prefetch=3) as (conn, queue, got):
+        conn.drain_events(timeout=5)
+        assert len(got) == 3
+        got[0].ack()
     # The acked one is gone; the two delivered and not acked are back on the queue.
     assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
 
