@@ -1,9 +1,10 @@
 """The broker's pop and ack bookkeeping on a real server (``orchestration.state.broker``):
 one pop brings up to the consumer's credit; a delivered message is one member of one
 sorted set until acked, the messages of one pop noted with one write and acks removed in
-batches (at the next pop, on close, or when a batch is full); one whose consumer went away
-without acking is put back on its queue once the visibility timeout has passed; a message
-noted the kombu way (an earlier worker's) is still restored."""
+batches (with the next note, after an empty pop, on close, or when a batch is full); one
+whose consumer went away without acking is put back on its queue once the visibility
+timeout has passed; a message noted the kombu way (an earlier worker's) is still
+restored."""
 
 from __future__ import annotations
 
