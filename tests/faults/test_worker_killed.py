@@ -171,13 +171,17 @@ def _fleet(
                                                  name="survivor", queues="coordinator"))  # fmt: skip
     doomed = stack.enter_context(celery_worker(url, env=env, concurrency=concurrency,
                                                name="doomed"))  # fmt: skip
-    team = Team.actor_critic(
+    return survivor, doomed, _one_round_team(llm, budget=Budget(max_tokens=1_000_000))
+
+
+def _one_round_team(llm: FakeLLM, budget: Budget | None = None) -> Team:
+    """A team on the stand-in whose critic approves the first draft (2 calls a run)."""
+    return Team.actor_critic(
         actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
         critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
         max_rounds=1,
-        budget=Budget(max_tokens=1_000_000),
+        budget=budget,
     )
-    return survivor, doomed, team
 
 
 def test_a_worker_killed_before_its_acks_were_written(
@@ -199,11 +203,7 @@ def test_a_worker_killed_before_its_acks_were_written(
         admin = store().r
         doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
                                                    name="doomed"))  # fmt: skip
-        team = Team.actor_critic(
-            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
-            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
-            max_rounds=1,
-        )
+        team = _one_round_team(llm)
         batch = team.submit_batch([f"task {n}" for n in range(runs)])
         wait_for(lambda: batch.progress()["done"] == runs, 60, "every run to finish",
                  interval=0.01)  # fmt: skip
@@ -282,11 +282,7 @@ def test_a_worker_killed_between_a_change_and_its_message(
                                           queues=others))  # fmt: skip
         doomed = stack.enter_context(celery_worker(server.url, env=doomed_env, concurrency=1,
                                                    name="doomed", queues=doomed_queues))  # fmt: skip
-        team = Team.actor_critic(
-            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
-            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
-            max_rounds=1,
-        )
+        team = _one_round_team(llm)
         handle = team.submit("task")
         assert doomed.wait(30) == -signal.SIGKILL, "the worker did not die at its change"
         died = time.monotonic()

@@ -13,6 +13,11 @@ class Clock:
         return self.now
 
 
+def _memory(recheck_s: float = 1.0) -> tuple[Clock, PauseMemory]:
+    clock = Clock()
+    return clock, PauseMemory(recheck_s, clock)
+
+
 def test_a_key_never_learned_is_read() -> None:
     memory = PauseMemory(1.0, Clock())
     assert memory.fresh() == ()
@@ -20,8 +25,7 @@ def test_a_key_never_learned_is_read() -> None:
 
 
 def test_fresh_no_pause_is_skipped_until_the_recheck_interval_passes() -> None:
-    clock = Clock()
-    memory = PauseMemory(1.0, clock)
+    clock, memory = _memory()
     memory.learned("k", 0.0)
     clock.now += 0.99
     assert memory.fresh() == ("k",)
@@ -31,8 +35,7 @@ def test_fresh_no_pause_is_skipped_until_the_recheck_interval_passes() -> None:
 
 
 def test_a_read_refreshes_the_memory() -> None:
-    clock = Clock()
-    memory = PauseMemory(1.0, clock)
+    clock, memory = _memory()
     memory.learned("k", 0.0)
     clock.now += 5
     assert memory.fresh() == ()
@@ -42,8 +45,7 @@ def test_a_read_refreshes_the_memory() -> None:
 
 
 def test_own_pause_is_known_at_once_and_ends() -> None:
-    clock = Clock()
-    memory = PauseMemory(1.0, clock)
+    clock, memory = _memory()
     memory.learned("a", 0.0)
     memory.learned("b", 0.5)  # this process set a 0.5 s pause after a 429
     assert set(memory.fresh()) == {"a", "b"}
@@ -57,8 +59,7 @@ def test_own_pause_is_known_at_once_and_ends() -> None:
 
 
 def test_a_long_own_pause_is_read_again_after_the_recheck_interval() -> None:
-    clock = Clock()
-    memory = PauseMemory(1.0, clock)
+    clock, memory = _memory()
     memory.learned("k", 5.0)
     clock.now += 1.0
     assert memory.fresh() == (), "another process may have lengthened it"
