@@ -1,9 +1,9 @@
 """Calls after the first, posted straight on the SDK client's connection pool
 (``workers.providers.endpoint``): what the SDK's HTTP client gave them, they keep.
 
-A recording HTTP proxy between the adapters and the stand-in server shows what went out:
-it is set in the environment, as the SDKs' clients read it, and can compress a reply or
-answer with a redirect.
+A recording HTTP proxy between the adapters and the stand-in server shows what went out
+(and on which connection): it is set in the environment, as the SDKs' clients read it,
+and can compress a reply, answer with a redirect or close the connection after a reply.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ class Proxy(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.seen: list[tuple[str, dict[str, str]]] = []
+        self.ports: list[int] = []  # the client's port of each request: its connection
         self.gzip = False  # compress the replies
+        self.close = False  # close each connection after its reply
         self.redirects = 0  # answer this many requests with a 307 to the same URL
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -57,6 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        self.server.ports.append(self.client_address[1])
         if self.server.redirects:
             self.server.redirects -= 1
             self.send_response(307)
@@ -79,6 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
             data = gzip.compress(data)
             self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(data)))
+        if self.server.close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
 
@@ -178,3 +184,47 @@ def test_a_refused_connection_is_a_connection_error(
     with pytest.raises(ProviderError) as info:
         call(agent(provider))
     assert (info.value.kind, info.value.transient) == ("connection", True)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_each_thread_keeps_a_connection_of_its_own(
+    proxy: Proxy, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = _lean(provider, monkeypatch)
+    ports: dict[str, list[int]] = {}
+    barrier = threading.Barrier(2)
+
+    def calls(name: str) -> None:
+        for _ in range(3):
+            barrier.wait(timeout=10)  # both threads' calls are in flight together
+            before = len(proxy.ports)
+            assert call(agent(provider)).stop_reason == "end"
+            ports.setdefault(name, []).append(len(proxy.ports) - before)
+
+    threads = [threading.Thread(target=calls, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sent == [] and len(proxy.ports) == 7  # the SDK's first call and 2 x 3 later
+    later = proxy.ports[1:]
+    assert len(set(later)) == 2, f"two threads, two connections: {later}"
+    assert proxy.ports[0] not in later  # the SDK's client keeps its own
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_connection_the_server_closes_is_made_anew(
+    proxy: Proxy, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = _lean(provider, monkeypatch)
+    proxy.close = True  # every reply closes its connection
+    for _ in range(3):
+        assert call(agent(provider)).stop_reason == "end"
+    proxy.close = False
+    for _ in range(2):
+        assert call(agent(provider)).stop_reason == "end"
+    assert sent == []
+    later = proxy.ports[1:]
+    assert len(later) == 5
+    assert len(set(later[:4])) == 4, f"a new connection after each closed one: {later}"
+    assert later[4] == later[3]  # kept alive again: the same connection

@@ -232,7 +232,10 @@ class SDKProvider(Provider):
     def close(self) -> None:
         """Close the HTTP connection pool (the next call opens a new client)."""
         with self._lock:
-            client, self._client, self._endpoint, self._http = self._client, None, None, None
+            client, self._client, self._http = self._client, None, None
+            endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            endpoint.close()
         if client is not None:
             client.close()
 
