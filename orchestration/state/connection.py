@@ -18,6 +18,7 @@ from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import Settings, get_settings
+from orchestration.state.pinned import PinnedPool
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None
@@ -45,7 +46,9 @@ def redis_url() -> str:
 
 
 def get_redis() -> Any:
-    """The process-wide client (a blocking pool sized for a threaded worker).
+    """The process-wide client: a blocking pool sized for a threaded worker, in which each
+    thread keeps a connection (:class:`~orchestration.state.pinned.PinnedPool`: up to
+    the worker's threads and 16 more keep one, 16 more are shared).
 
     Typed ``Any``: it decodes responses to ``str``, which redis-py's annotations
     (``bytes | str`` everywhere) cannot express.
@@ -56,9 +59,9 @@ def get_redis() -> Any:
         return client
     with _lock:
         if _client is None:
-            pool = redis.BlockingConnectionPool.from_url(
+            pool = PinnedPool.from_url(
                 redis_url(),
-                max_connections=get_settings().worker_concurrency + 16,
+                max_connections=get_settings().worker_concurrency + 32,
                 timeout=30,
                 decode_responses=True,
                 # Longer than any blocking read we issue (XREAD BLOCK waits <= 5 s).
