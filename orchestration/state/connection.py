@@ -30,9 +30,16 @@ def use_redis(url: str) -> None:
     global _client, _url
     with _lock:
         if _client is not None and url != _url:
-            _client.close()
+            _close(_client)
             _client = None
         _url = url
+
+
+def _close(client: redis.Redis) -> None:
+    """Close ``client`` and every connection of its pool (a client given a pool leaves
+    the pool's open)."""
+    client.close()
+    client.connection_pool.disconnect()
 
 
 def redis_url() -> str:
@@ -78,7 +85,7 @@ def reset() -> None:
     global _client, _url
     with _lock:
         if _client is not None:
-            _client.close()
+            _close(_client)
         _client = None
         _url = None
 

@@ -1,14 +1,15 @@
 """A Redis connection pool in which each thread keeps a connection of its own.
 
 redis-py's pool hands a connection out and takes it back around every command: a
-locked queue, two process-id checks (a system call each), a poll of the socket for
-unread data and its metrics hooks: ~20 µs of CPU a command on these machines, and with
-a worker's 50 threads a lock they queue on. A worker thread sends its commands one after
-another, so in a :class:`PinnedPool` each thread keeps the first connection it takes
-(while fewer than ``max_connections - spare`` are kept) and gets that one back without
-the queue. A thread whose own is in use (a pipeline or a pub/sub it holds open while it
-sends another command), or that comes when the kept ones are at the cap, goes through
-the queue as before.
+locked queue, two process-id checks (a system call each) and its metrics hooks, ~20 µs
+of CPU a command on these machines, and with a worker's 50 threads a lock they queue
+on. A worker thread sends its commands one after another, so in a :class:`PinnedPool`
+each thread keeps the first connection it takes (while fewer than ``max_connections -
+spare`` are kept) and gets that one back without the queue, checked as the pool checks
+each connection it hands out (closed by the server meanwhile: connected anew). A thread
+whose own is in use (a pipeline or a pub/sub it holds open while it sends another
+command), or that comes when the kept ones are at the cap, goes through the queue as
+before.
 
 A kept connection goes back to the queue when its thread ends (the thread's holder is
 collected), or when the command using it at that moment releases it. After a fork the
@@ -68,6 +69,20 @@ def _thread_ended(pool_ref: weakref.ref[PinnedPool], kept: _Kept) -> None:
         pool.give_back(kept)
 
 
+def _ready(connection: Any) -> Any:
+    """``connection``, connected and with nothing unread (as redis-py's pool checks each
+    one it hands out): one closed by the server meanwhile (a restart, ``CLIENT KILL``) is
+    connected anew here rather than failing the command sent on it."""
+    try:
+        connection.connect()
+        if connection.can_read():
+            raise redis.ConnectionError("connection has data")
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        connection.disconnect()
+        connection.connect()
+    return connection
+
+
 class PinnedPool(redis.BlockingConnectionPool):
     """:class:`redis.BlockingConnectionPool` where each thread keeps a connection (at
     most ``max_connections - spare`` of them, so the queue always has ``spare``)."""
@@ -86,7 +101,7 @@ class PinnedPool(redis.BlockingConnectionPool):
             kept = holder.kept
             if not kept.busy and kept.forks == _forks:
                 kept.busy = True
-                return kept.connection
+                return _ready(kept.connection)
         connection = super().get_connection()  # type: ignore[no-untyped-call]  # args deprecated
         if (holder is None or holder.kept.forks != _forks) and self._may_keep():
             kept = _Kept(connection)

@@ -30,6 +30,7 @@ def pool(redis_url: str) -> Iterator[Callable[..., redis.Redis]]:
     yield make
     for client in made:
         client.close()
+        client.connection_pool.disconnect()  # a client given a pool leaves it open
 
 
 def threads_at_once(n: int, fn: Callable[[], Any]) -> list[Any]:
@@ -86,6 +87,20 @@ def test_a_command_while_the_threads_own_is_held_takes_another(
     # This thread's own again (connected anew), not the one the queue lent meanwhile.
     assert client.client_id() not in (mine, other)
     assert client.client_id() == client.client_id()
+
+
+def test_a_kept_connection_the_server_closed_is_connected_anew(
+    pool: Callable[..., redis.Redis], redis_url: str
+) -> None:
+    client = pool()
+    mine = client.client_id()
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        assert admin.client_kill_filter(_id=mine) == 1
+    finally:
+        admin.close()
+    assert client.client_id() != mine  # the command went out on a new connection
+    assert client.connection_pool.kept == 1  # type: ignore[attr-defined]
 
 
 def test_at_most_max_minus_spare_are_kept_and_the_rest_share(

@@ -180,9 +180,9 @@ class SDKProvider(Provider):
         ``client.post`` still builds its options, headers and URL for every request (~0.7
         of its ~1.65 ms of CPU per call here, measured against the stand-in). So the first
         call goes through ``client.post``, and the URL and headers it went out with (auth
-        included: :meth:`_learn_endpoint`) are reused: later calls go out on the SDK
-        client's own connection pool, without the client's per-request layers (another
-        ~0.5 ms: :mod:`workers.providers.endpoint`). An HTTP error
+        included: :meth:`_learn_endpoint`) are reused: later calls go out on connections the
+        SDK client's pool makes (one a thread), without the client's per-request layers
+        (another ~0.5 ms: :mod:`workers.providers.endpoint`). An HTTP error
         status is classified as the SDK's status errors are (:func:`error_for_status`),
         a timeout or broken connection by its type, in :meth:`Provider.complete`.
         """
