@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from duet.embedded import EmbeddedRedis
@@ -117,6 +118,19 @@ def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurren
         worker.stop(in_sighandler=False)
         thread.join(10)
     return samples
+
+
+def measured(pairs: int = 400) -> float | None:
+    """The floor with Duet's transport and task events on (median of 3), measured in a
+    child process (a stopped worker leaves process-wide state); None if it failed."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.celery_floor", "--json", "--repeat", "3", "--events", "1",
+         "--transport", "duet", "--pairs", str(pairs)],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    if out.returncode != 0:
+        return None
+    return float(json.loads(out.stdout)[0]["cpu_ms_per_pair"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from . import ceiling, celery_floor
 from .harness import (
     RedisCounters,
     fake_llm_process,
@@ -381,17 +382,6 @@ def median(samples: list[dict[str, Any]], path: str) -> float:
 # --------------------------------------------------------------------------- 2-6
 
 
-def celery_floor(pairs: int) -> float | None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.celery_floor", "--json", "--repeat", "3", "--events", "1",
-         "--transport", "duet", "--pairs", str(pairs)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )  # fmt: skip
-    if out.returncode != 0:
-        return None
-    return float(json.loads(out.stdout)[0]["cpu_ms_per_pair"])
-
-
 def sim_batch(
     processes: int, threads: int, runs: int, rounds: int, latency_ms: float,
     *, approve: bool = False, sample_rss: bool = False, read_results: bool = False,
@@ -504,6 +494,31 @@ def fmt_range(fig: dict[str, Any]) -> str:
     return f"{fig['p10']:.0f}–{fig['p90']:.0f} (mean {fig['mean']:.0f})"
 
 
+def ceiling_lines(r: dict[str, Any]) -> list[str]:
+    """What one process could hold at best (``bench.ceiling``), against the slots table and
+    what the raw SDK keeps busy in the loop table."""
+    c = r.get("ceiling")
+    if not c:
+        return []
+    sdk = r["loop"]["sdk"]
+    sdk_busy = (
+        f" The raw SDK alone (50 coroutines in one process, the loop table) keeps "
+        f"{2 * median(sdk, 'in_flight.mean'):.0f} % of its 50 busy."
+        if sdk
+        else ""
+    )
+    return [
+        f"At most, one process holds {c['calls_held']:.0f} calls of {LATENCY_MS:g} ms "
+        f"({100 * c['share_of_slots']:.0f} % of 50 slots): one core runs it, and each call costs "
+        f"at least {c['cpu_ms_per_call']:.2f} ms of CPU in it — Duet's post of the call "
+        f"{c['post_ms']:.2f}, the two chained tasks of the Celery floor below {c['floor_ms']:.2f} and "
+        f"{ceiling.STATE_ROUND_TRIPS} Redis round trips {c['state_ms']:.2f} (`bench.ceiling`), "
+        f"with nothing else of Duet's. 90 % of 50 slots would need {c['needed_ms_for_90pct']:.2f} ms "
+        f"a call for everything the process does.{sdk_busy}",
+        "",
+    ]
+
+
 def write_report(path: Path, r: dict[str, Any]) -> str:
     s = r["loop"]
     # Waves of 50 runs, each run's calls one after another.
@@ -564,6 +579,7 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
           f"{100 * f['in_flight']['mean'] / f['threads']:.0f} % | {f['cpu_ms_per_call']:.2f} |"
           for f in r["slots"]),
         "",
+        *ceiling_lines(r),
         "## Redis per model call and per finished run (Duet 1x50 batches)",
         "",
         "| figure | value |",
@@ -703,7 +719,13 @@ def main(argv: list[str] | None = None) -> int:
     print("1b. slots one worker process keeps busy", flush=True)
     r["slots"] = slots_table()
     print("2. the Celery floor", flush=True)
-    r["floor"] = celery_floor(400)
+    r["floor"] = celery_floor.measured(400)
+    if r["floor"] is not None:
+        with fake_llm_process(latency_ms=0) as base_url:
+            post = ceiling.post_cpu_ms(base_url, 600)
+        r["ceiling"] = ceiling.ceiling(
+            post, r["floor"], ceiling.round_trip_cpu_ms(), LATENCY_MS, 50
+        )
     print("3. scaling 1 -> 2 -> 4 processes", flush=True)
     r["scaling"] = [sim_batch(p, 50, 100 * p, ROUNDS, 500) for p in (1, 2, 4)]
     print("4. RSS with 200 calls in flight", flush=True)
