@@ -28,6 +28,12 @@ class _Controller(WorkController):
         self.ready.set()
 
 
+#: In-process workers of this process started and not yet stopped (the liveness key is
+#: the process's: the last to stop stops renewing it).
+_running: set[int] = set()
+_running_lock = threading.Lock()
+
+
 class InProcessWorker:
     """Start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
 
@@ -69,6 +75,8 @@ class InProcessWorker:
             target=self._controller.start, name="duet-inprocess-worker", daemon=True
         )
         self._thread.start()
+        with _running_lock:
+            _running.add(id(self))
         if not self._controller.ready.wait(timeout_s):
             raise RuntimeError(f"in-process worker did not start within {timeout_s}s")
         return self
@@ -88,6 +96,14 @@ class InProcessWorker:
         self._controller = None
         self._thread = None
         close_providers()
+        with _running_lock:
+            was_running = id(self) in _running
+            _running.discard(id(self))
+            last = was_running and not _running
+        if last:
+            # Else its renewals outlive the worker: against an embedded Redis stopped
+            # next, each one a warning ("renewing this process's liveness key failed").
+            runtime.stop_liveness()
 
     def __enter__(self) -> InProcessWorker:
         return self.start()

@@ -94,6 +94,16 @@ def get_liveness() -> Liveness:
     return _liveness
 
 
+def stop_liveness() -> None:
+    """Stop renewing this process's liveness key (its last worker stopped: nothing of it
+    claims a step any more); a later claim starts a new one, under a new id."""
+    global _liveness
+    with _lock:
+        if _liveness is not None:
+            _liveness.stop()
+        _liveness = None
+
+
 def reset() -> None:
     """Forget per-process state (after the Redis URL changed, or in a forked child)."""
     global _store, _coordinator, _steps, _liveness

@@ -3,6 +3,7 @@ loop of its own, whatever loop an earlier worker of the process left set."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -34,3 +35,29 @@ def test_a_worker_does_not_take_a_loop_left_set_by_another(
             set_event_loop(None)
         lingering.close()
     assert [r.status for r in results] == ["approved", "approved"]
+
+
+def _liveness_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "duet-liveness"]
+
+
+def test_the_last_worker_to_stop_stops_renewing_the_liveness_key(
+    redis_url: str, redis_client: Any
+) -> None:
+    """The key names the process's claims; once no worker of it runs, its renewals stop
+    (with the embedded default, Redis stops next: each renewal would be a warning)."""
+    team = Team.actor_critic(actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim"))
+    with client_pointed_at(redis_url):
+        first = InProcessWorker(redis_url, concurrency=2).start()
+        try:
+            with InProcessWorker(redis_url, concurrency=2):
+                assert team.submit("task").result(timeout=60).status == "approved"
+                assert _liveness_threads(), "a worker that ran a step renews its key"
+            # One worker still runs: its claims still need the key renewed.
+            assert _liveness_threads()
+            assert team.submit("task 2").result(timeout=60).status == "approved"
+        finally:
+            first.stop()
+    for thread in _liveness_threads():
+        thread.join(timeout=10)
+    assert not _liveness_threads(), "the liveness key is still renewed after every worker stopped"
