@@ -23,7 +23,6 @@ import base64
 import json
 import os
 import threading
-import uuid
 from typing import Any
 
 import redis
@@ -33,8 +32,16 @@ from celery.utils.nodenames import anon_nodename
 from orchestration.core.errors import ConfigError
 from orchestration.state import connection, keys
 
-#: The third element of every message body: no callbacks, errbacks, chain or chord.
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+#: The third element of every message body (JSON): no callbacks, errbacks, chain or chord.
+_EMBED = json.dumps({"callbacks": None, "errbacks": None, "chain": None, "chord": None})
+#: The headers Celery writes in a message (:func:`message` adds others after them).
+_CELERY_HEADERS = frozenset({
+    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
+    "replaced_task_nesting", "stamped_headers", "stamps",
+})  # fmt: skip
+#: A string's JSON text as ``json.dumps`` writes it (ASCII, escaped): the C encoder.
+_encode_string = json.encoder.encode_basestring_ascii
 
 _lock = threading.Lock()
 _broker: str | None = None
@@ -49,39 +56,54 @@ def message(
     """The queue and the JSON text of task ``name``'s message with ``args``, as Celery's
     ``send_task`` and kombu's Redis channel would write it, sent from the task running in
     this thread (its id is the message's parent, its root the message's root). The queue
-    is the task's route (:data:`keys.TASK_QUEUES`) unless given."""
-    task_id = str(uuid.uuid4())
+    is the task's route (:data:`keys.TASK_QUEUES`) unless given. ``headers`` are added
+    to Celery's (naming one of Celery's is a ``ValueError``).
+
+    The text is written as ``json.dumps`` would write the message's dict (same keys, order
+    and separators; ``tests/redis/test_publish.py``), but only its variable parts are
+    encoded: ~8 us of CPU against ~30 for dumping the whole dict, twice per model call.
+    """
+    ids = os.urandom(32).hex()
+    task_id, tag = _uuid4_text(ids[:32]), _uuid4_text(ids[32:])
     parent = app.current_worker_task
     if parent is not None:
         request = parent.request
         parent_id, root_id = request.id, request.root_id or request.id
     else:
         parent_id, root_id = None, task_id
-    argsrepr = repr(args)
+    argsrepr = _json(repr(args))
     queue = queue or keys.TASK_QUEUES[name]
-    head = {
-        "lang": "py", "task": name, "id": task_id, "shadow": None, "eta": None,
-        "expires": None, "group": None, "group_index": None, "retries": 0,
-        "timelimit": [None, None], "root_id": root_id, "parent_id": parent_id,
-        "argsrepr": argsrepr, "kwargsrepr": "{}", "origin": origin(), "ignore_result": None,
-        "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
-    }  # fmt: skip
+    extra = ""
     if headers:
-        head.update(headers)
-    body = json.dumps([list(args), {}, _EMBED]).encode()
-    envelope = {
-        "body": base64.b64encode(body).decode(),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": head,
-        "properties": {
-            "correlation_id": task_id, "reply_to": app.thread_oid, "argsrepr": argsrepr,
-            "kwargsrepr": "{}", "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
-            "body_encoding": "base64", "delivery_tag": str(uuid.uuid4()),
-        },
-    }  # fmt: skip
-    return queue, json.dumps(envelope)
+        if not _CELERY_HEADERS.isdisjoint(headers):
+            raise ValueError(f"headers {sorted(_CELERY_HEADERS & headers.keys())} are Celery's")
+        extra = "".join(f", {_json(k)}: {json.dumps(v)}" for k, v in headers.items())
+    body = base64.b64encode(f"[{json.dumps(list(args))}, {{}}, {_EMBED}]".encode()).decode()
+    text = (
+        f'{{"body": "{body}", "content-encoding": "utf-8", "content-type": "application/json", '
+        f'"headers": {{"lang": "py", "task": {_json(name)}, "id": "{task_id}", "shadow": null, '
+        '"eta": null, "expires": null, "group": null, "group_index": null, "retries": 0, '
+        f'"timelimit": [null, null], "root_id": {_json(root_id)}, '
+        f'"parent_id": {_json(parent_id)}, "argsrepr": {argsrepr}, "kwargsrepr": "{{}}", '
+        f'"origin": {_json(origin())}, "ignore_result": null, "replaced_task_nesting": 0, '
+        f'"stamped_headers": null, "stamps": {{}}{extra}}}, '
+        f'"properties": {{"correlation_id": "{task_id}", "reply_to": {_json(app.thread_oid)}, '
+        f'"argsrepr": {argsrepr}, "kwargsrepr": "{{}}", "delivery_mode": 2, '
+        f'"delivery_info": {{"exchange": "", "routing_key": {_json(queue)}}}, "priority": 0, '
+        f'"body_encoding": "base64", "delivery_tag": "{tag}"}}}}'
+    )
+    return queue, text
+
+
+def _json(text: str | None) -> str:
+    """``text`` as JSON (``null`` for None), as ``json.dumps`` writes a string."""
+    return "null" if text is None else _encode_string(text)
+
+
+def _uuid4_text(hex32: str) -> str:
+    """32 random hex digits as the text of a version-4 UUID (as ``str(uuid.uuid4())``)."""
+    variant = "89ab"[int(hex32[16], 16) & 3]
+    return f"{hex32[:8]}-{hex32[8:12]}-4{hex32[13:16]}-{variant}{hex32[17:20]}-{hex32[20:]}"
 
 
 def push(

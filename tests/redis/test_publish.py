@@ -108,3 +108,33 @@ def test_sent_from_a_task_it_names_its_parent_and_root(sending: Any) -> None:
         assert message["headers"]["parent_id"] == "parent-task"
         assert message["headers"]["root_id"] == "root-task"
     assert messages[0] == messages[1]
+
+
+def test_the_text_is_what_json_dumps_writes_and_escapes_what_it_carries() -> None:
+    """The message is written from parts: it must read back to the same text json.dumps
+    writes (keys, order, separators), with quotes, non-ASCII and line separators in ids
+    and headers escaped; its two ids are version-4 UUIDs, different each time."""
+    from workers import publish
+    from workers.app import app
+
+    odd = 'run "1"\u00e9\u2028\\'
+    queue, text = publish.message(app, keys.TASK_COORDINATE, (odd, 3), {"duet_batch": odd})
+    assert queue == keys.TASK_QUEUES[keys.TASK_COORDINATE]
+    message = json.loads(text)
+    assert json.dumps(message) == text
+    assert text.isascii()
+    assert message["headers"]["duet_batch"] == odd
+    assert json.loads(base64.b64decode(message["body"]))[0] == [odd, 3]
+    assert message["headers"]["argsrepr"] == repr((odd, 3))
+    ids = [message["headers"]["id"], message["properties"]["delivery_tag"]]
+    assert all(uuid.UUID(i).version == 4 and str(uuid.UUID(i)) == i for i in ids)
+    again = json.loads(publish.message(app, keys.TASK_COORDINATE, (odd, 3))[1])
+    assert {again["headers"]["id"], again["properties"]["delivery_tag"]}.isdisjoint(ids)
+
+
+def test_a_header_of_celerys_own_is_refused() -> None:
+    from workers import publish
+    from workers.app import app
+
+    with pytest.raises(ValueError, match="'task'"):
+        publish.message(app, keys.TASK_COORDINATE, ("run-1", 1), {"task": "duet.other"})
