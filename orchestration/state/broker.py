@@ -33,6 +33,7 @@ the transport too, so it cannot live with the worker's Celery customisations in
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -122,11 +123,22 @@ def check_versions() -> None:
     check_release("kombu", kombu.__version__, KOMBU_TESTED, missing)
 
 
-def _member(payload: dict[str, Any]) -> str:
+def _member(payload: dict[str, Any], text: str | None = None) -> str:
     """The unacked set's member for a delivered message (its payload, exchange and routing
-    key, which a restore needs): unique per delivery, as the payload has its tag."""
+    key, which a restore needs): unique per delivery, as the payload has its tag.
+
+    ``text``: the payload's JSON as popped, written into the member as it is (a message
+    is not encoded again: ~20 us of CPU a task)."""
     delivery = payload["properties"]["delivery_info"]
-    return str(dumps([payload, delivery["exchange"], delivery["routing_key"]]))  # type: ignore[no-untyped-call]
+    if text is None:
+        return str(dumps([payload, delivery["exchange"], delivery["routing_key"]]))  # type: ignore[no-untyped-call]
+    return (
+        f"[{text}, {_json_string(delivery['exchange'])}, {_json_string(delivery['routing_key'])}]"
+    )
+
+
+#: A string's JSON text (the C encoder ``json.dumps`` uses).
+_json_string = json.encoder.encode_basestring_ascii
 
 
 class QoS(kombu_redis.QoS):
@@ -179,12 +191,16 @@ class QoS(kombu_redis.QoS):
         self._members[delivery_tag] = member
         virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 
-    def note(self, payloads: list[dict[str, Any]]) -> None:
+    def note(self, payloads: list[dict[str, Any]], texts: list[str]) -> None:
         """Note messages just popped as unacknowledged, in one write, before any is
-        delivered (:meth:`append` then finds them noted). The acks gathered since the
-        last write go in the same round trip (their ZREM first)."""
+        delivered (:meth:`append` then finds them noted); ``texts`` are their JSON as
+        popped. The acks gathered since the last write go in the same round trip (their
+        ZREM first)."""
         now = time.time()
-        noted = {p["properties"]["delivery_tag"]: _member(p) for p in payloads}
+        noted = {
+            p["properties"]["delivery_tag"]: _member(p, text)
+            for p, text in zip(payloads, texts, strict=True)
+        }
         acked = self.take_acks()
         try:
             self._write_waiting_out_oom(
@@ -423,10 +439,11 @@ class Channel(kombu_redis.Channel):
             dest, items = reply
             queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
             self._queue_cycle.rotate(queue)
-            payloads = [loads(bytes_to_str(item)) for item in items]  # type: ignore[no-untyped-call]
+            texts = [bytes_to_str(item) for item in items]  # type: ignore[no-untyped-call]
+            payloads = [loads(text) for text in texts]  # type: ignore[no-untyped-call]
             self._acks_go_with_note = queue not in self._no_ack_queues
             if self._acks_go_with_note:
-                self.qos.note(payloads)
+                self.qos.note(payloads, texts)
             for n, payload in enumerate(payloads):
                 try:
                     self.connection._deliver(payload, queue)

@@ -9,6 +9,7 @@ restored."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -191,6 +192,31 @@ def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, cli
         assert len(got) == POP_MAX and client.zcard(MESSAGES) == 0
         conn.drain_events(timeout=5)
         assert len(got) == POP_MAX + 3 and client.llen(queue.name) == 0
+
+
+def test_a_popped_message_is_noted_as_it_was_pushed(url: str, client: Any) -> None:
+    """The member noting a popped message holds its text as pushed (not encoded again),
+    with the exchange and queue a restore needs; a restore puts back that same message."""
+    queue = _queue()
+    with _connection(url) as conn:
+        _publish(conn, queue, "as pushed")
+        pushed = json.loads(client.lindex(queue.name, 0))
+        consumer, got = _consume(conn, queue, 1, False)
+        with consumer:
+            conn.drain_events(timeout=5)
+            [member] = client.zrange(MESSAGES, 0, -1)
+            assert json.loads(member) == [pushed, "", queue.name]
+            conn.default_channel.qos._delivered.clear()  # the consumer dies, nothing acked
+            conn.default_channel.qos._members.clear()
+    with _connection(url, visibility_s=1) as conn:
+        client.zadd(MESSAGES, {member: time.time() - 5})  # past the visibility timeout
+        conn.default_channel.qos.restore_visible(num=None, interval=1)
+    assert client.zcard(MESSAGES) == 0
+    back = json.loads(client.lindex(queue.name, 0))
+    # kombu marks a restored message redelivered; the rest is the message as pushed
+    assert back["headers"].pop("redelivered") is True
+    assert back["properties"]["delivery_info"].pop("redelivered") is True
+    assert back == pushed
 
 
 def test_messages_delivered_and_never_acked_go_back_on_close(url: str, client: Any) -> None:
