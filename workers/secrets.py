@@ -36,6 +36,11 @@ _SECRET_PATTERNS = (
 )
 
 
+#: Matches wherever any of :data:`_SECRET_PATTERNS` could (each needs one of these words,
+#: "sk-" in any case is looser than the pattern): text without it needs no pattern run.
+_PATTERN_HINT = re.compile(r"(?i)sk-|bearer|authorization|x-api-key|api[-_]?key|access[-_]?token")
+
+
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
     """``text`` with every known secret value, key-looking token and auth header removed."""
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
@@ -75,9 +80,22 @@ def scrub_output(text: str) -> str:
     return text
 
 
+def may_hold_secret(text: str, values: Iterable[str] | None = None) -> bool:
+    """Whether :func:`redact` could change ``text``: it holds a key value (of ``values``,
+    by default :func:`key_values`) or a word a key-shaped pattern needs. One search, no
+    substitution: what the hot paths ask first."""
+    if _PATTERN_HINT.search(text):
+        return True
+    return any(value in text for value in (key_values() if values is None else values))
+
+
 def redact(text: str) -> str:
-    """``text`` without any key value, key-shaped token or auth header."""
-    return scrub(text, key_values())
+    """``text`` without any key value, key-shaped token or auth header (given back as it
+    is when it may hold none: :func:`may_hold_secret`)."""
+    values = key_values()
+    if not may_hold_secret(text, values):
+        return text
+    return scrub(text, values)
 
 
 class RedactingFilter(logging.Filter):

@@ -6,6 +6,8 @@ import io
 import logging
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.reliability import SECRETS, Reliability, lost_of
 from workers import secrets
@@ -126,3 +128,38 @@ def test_a_completion_is_cleaned_in_its_text_and_structured_critique(
     assert (cleaned.input_tokens, cleaned.output_tokens) == (10, 5)
     clean = Completion("reply", 10, 5, "end", structured={"score": 1.0, "issues": []})
     assert clean_completion(clean, secrets.scrub_output) is clean
+
+
+_FRAGMENTS = st.sampled_from(
+    ["sk-", "SK-", "sk-proj-", "Bearer ", "bearer\t", "Authorization: ", "x-api-key=",
+     "API_KEY=", "api-key:", "apikey ", "access_token=", "Access-Token:", "abcdefgh1234",
+     "value-of-the-key", " ", '"', "'", ",", "{", "}", ":", "=", "\n", "ids-0f1e2d3c"]
+)  # fmt: skip
+
+
+@given(st.lists(st.one_of(_FRAGMENTS, st.text(max_size=8)), max_size=12).map("".join))
+def test_text_the_quick_check_passes_over_is_text_redaction_leaves_alone(text: str) -> None:
+    """``may_hold_secret`` is what lets ``redact`` (and task events) skip the substitutions:
+    whatever it says no to, redacting would not have changed."""
+    values = ["value-of-the-key"]
+    if not secrets.may_hold_secret(text, values):
+        assert secrets.scrub(text, values) == text
+
+
+def test_task_events_are_redacted_only_when_a_field_may_hold_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from celery.worker.request import Request as CeleryRequest
+
+    from workers.celery_ext import Request
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-0123456789abcdef")
+    sent: list[dict[str, object]] = []
+    monkeypatch.setattr(CeleryRequest, "send_event", lambda self, type, **f: sent.append(f))
+    request = object.__new__(Request)
+    request.send_event("task-started", uuid="0f1e2d3c", hostname="w1@host", pid=7)
+    request.send_event("task-failed", uuid="0f1e2d3c", exception="boom",
+                       traceback="ValueError: key sk-live-0123456789abcdef rejected")  # fmt: skip
+    assert sent[0] == {"uuid": "0f1e2d3c", "hostname": "w1@host", "pid": 7}
+    assert "sk-live" not in str(sent[1]) and sent[1]["exception"] == "boom"
+    assert "[REDACTED]" in str(sent[1]["traceback"])
