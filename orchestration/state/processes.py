@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from orchestration.state import keys, scripts
+from orchestration.state.ids import random_hex
 
 #: How a process id begins. A claim without it (made by an older worker, which kept no
 #: liveness key) is never presumed dead: it is left to its lease.
@@ -29,12 +29,12 @@ MARK = "p."
 def new_process_id() -> str:
     """An id for this process, unique across hosts and restarts (host, pid, random)."""
     host = socket.gethostname().replace(":", "_")[:40]
-    return f"{MARK}{host}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    return f"{MARK}{host}.{os.getpid()}.{random_hex(8)}"
 
 
 def new_claimant(process_id: str) -> str:
     """A claim of its own for one delivery of a step, made by ``process_id``."""
-    return f"{process_id}:{uuid.uuid4().hex[:12]}"
+    return f"{process_id}:{random_hex(12)}"
 
 
 def process_of(claim: str) -> str | None:
