@@ -95,6 +95,8 @@ def ceiling(post_ms: float, floor_ms: float, round_trip_ms: float, latency_ms: f
     per_call = post_ms + floor_ms + state_ms
     held = latency_ms / per_call
     return {
+        "latency_ms": latency_ms,
+        "slots": slots,
         "post_ms": post_ms,
         "floor_ms": floor_ms,
         "state_ms": state_ms,
@@ -106,6 +108,14 @@ def ceiling(post_ms: float, floor_ms: float, round_trip_ms: float, latency_ms: f
     }
 
 
+def measure(latency_ms: float, slots: int, floor_ms: float, calls: int = 600) -> dict[str, float]:
+    """:func:`ceiling` with the post and the round trip measured now (the post on a stand-in
+    at 0 ms of its own) and ``floor_ms`` the Celery floor (:func:`celery_floor.measured`)."""
+    with fake_llm_process(latency_ms=0) as base_url:
+        post = post_cpu_ms(base_url, calls)
+    return ceiling(post, floor_ms, round_trip_cpu_ms(), latency_ms, slots)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ceiling", description=__doc__)
     parser.add_argument("--calls", type=int, default=600)
@@ -113,18 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    with fake_llm_process(latency_ms=0) as base_url:
-        post = post_cpu_ms(base_url, args.calls)
     floor = celery_floor.measured(400)
     if floor is None:
         raise SystemExit("bench.celery_floor failed")
-    fig: dict[str, Any] = ceiling(post, floor, round_trip_cpu_ms(), args.latency_ms, args.slots)
+    fig: dict[str, Any] = measure(args.latency_ms, args.slots, floor, args.calls)
     if args.json:
         print(json.dumps(fig))
         return 0
     rows = [
-        ("the post (Duet's adapter, one thread), CPU ms/call", f"{post:.2f}"),
-        ("two chained no-op Celery tasks, CPU ms/call", f"{floor:.2f}"),
+        ("the post (Duet's adapter, one thread), CPU ms/call", f"{fig['post_ms']:.2f}"),
+        ("two chained no-op Celery tasks, CPU ms/call", f"{fig['floor_ms']:.2f}"),
         (f"{STATE_ROUND_TRIPS} Redis round trips (PING), CPU ms/call", f"{fig['state_ms']:.2f}"),
         ("calls held at most (latency / their sum)", f"{fig['calls_held']:.1f}"),
         ("share of the slots", f"{fig['share_of_slots']:.0%}"),

@@ -513,13 +513,14 @@ def ceiling_lines(r: dict[str, Any]) -> list[str]:
         if sdk
         else ""
     )
+    slots = int(c["slots"])
     return [
-        f"At most, one process holds {c['calls_held']:.0f} calls of {LATENCY_MS:g} ms "
-        f"({100 * c['share_of_slots']:.0f} % of 50 slots): one core runs it, and each call costs "
+        f"At most, one process holds {c['calls_held']:.0f} calls of {c['latency_ms']:g} ms "
+        f"({100 * c['share_of_slots']:.0f} % of {slots} slots): one core runs it, and each call costs "
         f"at least {c['cpu_ms_per_call']:.2f} ms of CPU in it — Duet's post of the call "
         f"{c['post_ms']:.2f}, the two chained tasks of the Celery floor below {c['floor_ms']:.2f} and "
         f"{ceiling.STATE_ROUND_TRIPS} Redis round trips {c['state_ms']:.2f} (`bench.ceiling`), "
-        f"with nothing else of Duet's. 90 % of 50 slots would need {c['needed_ms_for_90pct']:.2f} ms "
+        f"with nothing else of Duet's. 90 % of {slots} slots would need {c['needed_ms_for_90pct']:.2f} ms "
         f"a call for everything the process does.{sdk_busy}",
         "",
     ]
@@ -728,11 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     print("2. the Celery floor", flush=True)
     r["floor"] = celery_floor.measured(400)
     if r["floor"] is not None:
-        with fake_llm_process(latency_ms=0) as base_url:
-            post = ceiling.post_cpu_ms(base_url, 600)
-        r["ceiling"] = ceiling.ceiling(
-            post, r["floor"], ceiling.round_trip_cpu_ms(), LATENCY_MS, 50
-        )
+        r["ceiling"] = ceiling.measure(LATENCY_MS, 50, r["floor"])
     print("3. scaling 1 -> 2 -> 4 processes", flush=True)
     r["scaling"] = [sim_batch(p, 50, 100 * p, ROUNDS, 500) for p in (1, 2, 4)]
     print("4. RSS with 200 calls in flight", flush=True)
