@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -159,6 +162,40 @@ def _windows_respected(times: list[float], limit: int, window_s: float, jitter_s
     )
 
 
+@contextlib.contextmanager
+def _grants_watched(url: str, provider: str, model: str, every_s: float) -> Iterator[dict]:
+    """Every grant of the (provider, model)'s rate log while the block runs, as
+    ``member -> server time in microseconds``.
+
+    A grant stays in the log until a later request finds it a whole window old, so a
+    watch that reads the log more often than once a window sees every grant.
+    """
+    import redis
+
+    seen: dict[str, int] = {}
+    done = threading.Event()
+    client = redis.Redis.from_url(url)
+    log_key = keys.rate_limit(provider, model)
+
+    def watch() -> None:
+        while True:
+            stopping = done.is_set()
+            for member, at in client.zrange(log_key, 0, -1, withscores=True):
+                seen[member.decode()] = int(at)
+            if stopping:
+                return
+            done.wait(every_s)
+
+    watcher = threading.Thread(target=watch, name="grant-watch", daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join(10)
+        client.close()
+
+
 def test_rate_limit_holds_across_worker_processes(isolated_url: str, fake_llm: Any) -> None:
     from orchestration.state.ratelimits import RateLimit, set_rate_limits
 
@@ -175,18 +212,25 @@ def test_rate_limit_holds_across_worker_processes(isolated_url: str, fake_llm: A
     with (
         celery_worker(isolated_url, env=env, name="rate1"),
         celery_worker(isolated_url, env=env, name="rate2"),
+        _grants_watched(isolated_url, "openai", "sim", every_s=window / 10) as grants,
     ):
         handles = [team.submit(f"snippet {i}") for i in range(10)]
         results = [h.result(timeout=90) for h in handles]
     assert [r.status for r in results] == ["approved"] * 10
+    # The limiter's own guarantee, exactly, on the server's clock: every actor call took
+    # one grant, and no window held more than the limit -- nor did the fleet hold back.
+    assert len(grants) == 10, grants
+    granted, window_us = list(grants.values()), round(window * 1_000_000)
+    assert _windows_respected(granted, limit, window_us, jitter_s=0)
+    assert not _windows_respected(granted, limit - 1, window_us, jitter_s=0)
+    # What the vendor saw: the same, but each arrival trails its grant by the worker's time
+    # to send it (its budget reservation, the SDK, 32 threads sharing one GIL), which on a
+    # loaded machine reached 0.24 s for a process's first request; hence the allowance.
     stats = fake_llm.stats()
     assert stats["requests"] - start == 20
     actor_arrivals = [a["t"] for a in stats["arrivals"] if a["model"] == "sim"][-10:]
     assert len(actor_arrivals) == 10
-    # Arrivals trail their grants by the SDK's time per request; a process's first
-    # request is the slowest (~0.1 s: the SDK builds its models), hence the allowance.
-    assert _windows_respected(actor_arrivals, limit, window, jitter_s=0.2)
-    assert not _windows_respected(actor_arrivals, limit - 1, window, jitter_s=0.2)
+    assert _windows_respected(actor_arrivals, limit, window, jitter_s=0.5)
     # ...and the limiter did not simply serialise everything: it used its allowance.
     assert max(actor_arrivals) - min(actor_arrivals) < 10 / limit * window + window
 
