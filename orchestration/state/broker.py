@@ -13,8 +13,9 @@ it writes the URL back out (``as_uri``): Flower picks its broker client (Broker 
 
 A delivered message is noted as unacknowledged and acked in batches (kombu: two
 commands each, per message), see :class:`QoS`; a worker with room for several messages
-takes up to :data:`POP_MAX` of them with one ``BLMPOP`` (kombu: one ``BRPOP`` each), see
-:meth:`Channel._brpop_start`. A worker also outlasts a Redis at ``maxmemory``: the
+takes up to :data:`POP_MAX` of them with one command (kombu: one ``BRPOP`` each), under
+load one script that pops and notes them together (``lua/pop_note.lua``: no message is
+popped and not noted), see :meth:`Channel._brpop_start`. A worker also outlasts a Redis at ``maxmemory``: the
 delivered message it cannot note is held until Redis takes writes again (``QoS.append``),
 instead of ending the worker; and a Redis restart: a channel of a broker connection that
 is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
@@ -39,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from types import ModuleType
 from typing import Any
 
@@ -51,7 +53,7 @@ from kombu.utils.json import dumps, loads
 
 from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
-from orchestration.state import connection, keys
+from orchestration.state import connection, keys, scripts
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
@@ -123,18 +125,19 @@ def check_versions() -> None:
     check_release("kombu", kombu.__version__, KOMBU_TESTED, missing)
 
 
-def _member(payload: dict[str, Any], text: str | None = None) -> str:
-    """The unacked set's member for a delivered message (its payload, exchange and routing
-    key, which a restore needs): unique per delivery, as the payload has its tag.
-
-    ``text``: the payload's JSON as popped, written into the member as it is (a message
-    is not encoded again: ~20 us of CPU a task)."""
+def _member(payload: dict[str, Any]) -> str:
+    """The unacked set's member for a delivered message that no pop noted (its payload,
+    exchange and routing key, which a restore needs): unique per delivery, as the payload
+    has its tag."""
     delivery = payload["properties"]["delivery_info"]
-    if text is None:
-        return str(dumps([payload, delivery["exchange"], delivery["routing_key"]]))  # type: ignore[no-untyped-call]
-    return (
-        f"[{text}, {_json_string(delivery['exchange'])}, {_json_string(delivery['routing_key'])}]"
-    )
+    return str(dumps([payload, delivery["exchange"], delivery["routing_key"]]))  # type: ignore[no-untyped-call]
+
+
+def popped_member(text: str, queue: str) -> str:
+    """The unacked set's member for a message popped from ``queue``: its JSON as popped
+    (not encoded again: ~20 us of CPU a task), the anonymous exchange and the queue, so a
+    restore puts it back where it was taken from. ``lua/pop_note.lua`` writes the same."""
+    return f'[{text}, "", {_json_string(queue)}]'
 
 
 #: A string's JSON text (the C encoder ``json.dumps`` uses).
@@ -147,12 +150,15 @@ class QoS(kombu_redis.QoS):
     kombu notes a delivered message with two writes (ZADD of its tag to the unacked index,
     HSET of the message under its tag) and removes it with two (ZREM, HDEL): four commands
     a task. Here the message itself is the member of one sorted set (``unacked_index`` +
-    :data:`UNACKED_SUFFIX`; JSON of the message, its exchange and routing key: unique per
-    delivery, as the message carries its delivery tag), scored by when it was delivered:
-    one ZADD for the messages of one pop (:meth:`note`, before any of them is handed to
-    the consumer), one ZREM for up to :data:`ACK_BATCH` acks. An ack frees the consumer's
-    credit at once; its ZREM waits for the next note (in the same round trip), the pop
-    after an empty one, the channel's close or a full batch (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
+    :data:`UNACKED_SUFFIX`; JSON of the message as popped, the anonymous exchange and the
+    queue it came from (:func:`popped_member`): unique per delivery, as the message
+    carries its delivery tag), scored by when it was delivered. The messages of one pop
+    are noted before any of them is handed to the consumer: by the pop itself under load
+    (``lua/pop_note.lua``, :meth:`noted_by_pop`), else by one ZADD after the ``BLMPOP``
+    (:meth:`note`); one ZREM removes up to :data:`ACK_BATCH` acks. An ack frees the
+    consumer's credit at once; its ZREM waits for the next note (in the same round trip
+    or script), the wait after an empty pop, the channel's close or a full batch
+    (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
     come back after the visibility timeout, as a message of a task that was running
     would, and Duet's tasks find their step done or their transition made.
     The restore of messages unacknowledged past the visibility timeout reads the members
@@ -191,15 +197,15 @@ class QoS(kombu_redis.QoS):
         self._members[delivery_tag] = member
         virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 
-    def note(self, payloads: list[dict[str, Any]], texts: list[str]) -> None:
+    def note(self, payloads: list[dict[str, Any]], members: list[str]) -> None:
         """Note messages just popped as unacknowledged, in one write, before any is
-        delivered (:meth:`append` then finds them noted); ``texts`` are their JSON as
-        popped. The acks gathered since the last write go in the same round trip (their
-        ZREM first)."""
+        delivered (:meth:`append` then finds them noted); ``members`` are theirs
+        (:func:`popped_member`). The acks gathered since the last write go in the same
+        round trip (their ZREM first)."""
         now = time.time()
         noted = {
-            p["properties"]["delivery_tag"]: _member(p, text)
-            for p, text in zip(payloads, texts, strict=True)
+            p["properties"]["delivery_tag"]: member
+            for p, member in zip(payloads, members, strict=True)
         }
         acked = self.take_acks()
         try:
@@ -213,6 +219,12 @@ class QoS(kombu_redis.QoS):
             log.warning("delivering %d message(s) not noted as unacknowledged: Redis "
                         "went away after the pop", len(noted), exc_info=True)  # fmt: skip
         self._noted.update(noted)
+
+    def noted_by_pop(self, payloads: list[dict[str, Any]], members: list[str]) -> None:
+        """Keep the members ``lua/pop_note.lua`` noted popped messages with, for
+        :meth:`append` to find."""
+        for payload, member in zip(payloads, members, strict=True):
+            self._noted[payload["properties"]["delivery_tag"]] = member
 
     def forget_noted(self, payloads: list[dict[str, Any]]) -> None:
         """Drop what :meth:`note` kept of messages that will not be delivered."""
@@ -382,6 +394,13 @@ class Channel(kombu_redis.Channel):
     #: The last pop brought messages to note: the acks gathered meanwhile go with the
     #: next note (else the next pop flushes them first).
     _acks_go_with_note: bool = False
+    #: The last pop brought as many messages to note as it asked for (the queue may hold
+    #: more): the next pop is ``lua/pop_note.lua`` (see :meth:`_brpop_start`).
+    _pop_noting: bool = False
+    #: How many messages the pop in flight asked for.
+    _pop_count: int = 0
+    #: The script pop in flight: the acks it removes and the queue of each key it pops.
+    _popping: tuple[list[str], list[str]] | None = None
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         if no_ack:
@@ -391,15 +410,21 @@ class Channel(kombu_redis.Channel):
         return super().basic_consume(queue, no_ack, *args, **kwargs)  # type: ignore[no-untyped-call]
 
     def _brpop_start(self, timeout: float | None = None) -> None:
-        """kombu's pop of the next message, as ``BLMPOP`` of up to the consumer's credit
-        (at most :data:`POP_MAX`): under load one command brings several messages, each
-        still from the first non-empty queue in kombu's fair, priority-ordered cycle.
+        """kombu's pop of the next message, as one command taking up to the consumer's
+        credit (at most :data:`POP_MAX`): under load one command brings several messages,
+        each still from the first non-empty queue in kombu's fair, priority-ordered cycle.
 
-        The acks gathered since the last write to the unacknowledged set go with the note
-        of the messages the pop brings (:meth:`QoS.note`); after a pop that brought none
-        (or none to note), they are flushed here first (:meth:`QoS.flush_acks`), so an
-        idle worker's acks are written within the pop's timeout (1 s)."""
-        if self._qos is not None and not self._acks_go_with_note:
+        A pop that brought all it asked for to note leaves a backlog behind, likely: the
+        next is ``lua/pop_note.lua``, which pops and notes in one step (no round trip of
+        its own for the note, and no moment when a message is popped and not noted) and
+        removes the acks gathered since the last write first. Otherwise (and when the
+        script finds every queue empty, or Redis refuses it) the pop is a ``BLMPOP`` that
+        waits for a message, its messages noted with the acks in the next write
+        (:meth:`QoS.note`): a script pop that finds nothing costs more commands than it
+        saves. Before that wait, acks still gathered are flushed (:meth:`QoS.flush_acks`),
+        so an idle worker's acks are written within the pop's timeout (1 s)."""
+        noting = self._pop_noting and self._qos is not None and not self.global_keyprefix
+        if self._qos is not None and not noting and not self._acks_go_with_note:
             try:
                 self._qos.flush_acks()
             except self.connection_errors:  # kept for the next flush; the pop will tell
@@ -410,40 +435,79 @@ class Channel(kombu_redis.Channel):
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        keys = [self._q_for_pri(queue, pri)  # type: ignore[no-untyped-call]
-                for pri in self.priority_steps for queue in queues]  # fmt: skip
+        pairs = [(self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
+                 for pri in self.priority_steps for queue in queues]  # fmt: skip
+        keys = [key for key, _ in pairs]
         credit = self.qos.can_consume_max_estimate()
-        count = max(1, min(POP_MAX, POP_MAX if credit is None else credit))
-        wait = self.brpop_timeout if timeout is None else timeout
+        count = self._pop_count = max(1, min(POP_MAX, POP_MAX if credit is None else credit))
         self._in_poll = self.client.connection
-        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
+        if self._popping is not None:  # a script pop whose reply was never read
+            self.qos.give_back_acks(self._popping[0])  # removed again if they were
+            self._popping = None
+        if noting and self._no_ack_queues.isdisjoint(queues):
+            acked = self.qos.take_acks()
+            self._popping = (acked, [queue for _, queue in pairs])
+            try:
+                self.client.connection.send_command(
+                    "EVALSHA", self._pop_note.sha, 1 + len(keys),
+                    self.qos.unacked_messages_key, *keys, count, time.time(), len(acked),
+                    *acked, *(_json_string(queue) for _, queue in pairs),
+                )  # fmt: skip
+            except BaseException:
+                self._popping = None
+                self.qos.give_back_acks(acked)
+                raise
+            return
+        wait = self.brpop_timeout if timeout is None else timeout
         self.client.connection.send_command(
             "BLMPOP", wait or 0, len(keys), *keys, "RIGHT", "COUNT", count
         )
 
+    @cached_property
+    def _pop_note(self) -> Any:
+        return scripts.register(self.client, "pop_note")
+
     def _brpop_read(self, **options: Any) -> bool:
-        """Read the pop's reply: note its messages as unacknowledged in one write, then
-        deliver each (kombu's read, for several messages)."""
+        """Read the pop's reply: the messages of a ``BLMPOP`` are noted as unacknowledged
+        in one write (those of ``lua/pop_note.lua`` already are), then each is delivered
+        (kombu's read, for several messages)."""
         if self.global_keyprefix:
             return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
+        popping, self._popping = self._popping, None
         try:
+            command = "BLMPOP" if popping is None else "EVALSHA"
             try:
-                reply = self.client.parse_response(self.client.connection, "BLMPOP", **options)
+                reply = self.client.parse_response(self.client.connection, command, **options)
             except self.connection_errors:
+                if popping is not None:  # removed again with the next write if they were
+                    self.qos.give_back_acks(popping[0])
                 # Disconnect, so the next turn of the loop reconnects (as kombu does).
                 self.client.connection.disconnect()
                 raise
+            except redis.exceptions.ResponseError as exc:
+                if popping is None:
+                    raise
+                self._pop_refused(exc, popping[0])
+                raise kombu_redis.Empty() from None
             if not reply:
-                self._acks_go_with_note = False
+                self._pop_noting = self._acks_go_with_note = False
                 raise kombu_redis.Empty()
-            dest, items = reply
-            queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
+            if popping is None:
+                dest, items = reply
+                queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
+            else:
+                place, items = reply
+                queue = popping[1][int(place) - 1]
             self._queue_cycle.rotate(queue)
             texts = [bytes_to_str(item) for item in items]  # type: ignore[no-untyped-call]
             payloads = [loads(text) for text in texts]  # type: ignore[no-untyped-call]
+            members = [popped_member(text, queue) for text in texts]
             self._acks_go_with_note = queue not in self._no_ack_queues
-            if self._acks_go_with_note:
-                self.qos.note(payloads, texts)
+            self._pop_noting = self._acks_go_with_note and len(items) >= self._pop_count
+            if popping is not None:
+                self.qos.noted_by_pop(payloads, members)
+            elif self._acks_go_with_note:
+                self.qos.note(payloads, members)
             for n, payload in enumerate(payloads):
                 try:
                     self.connection._deliver(payload, queue)
@@ -455,6 +519,18 @@ class Channel(kombu_redis.Channel):
         finally:
             self._in_poll = None  # type: ignore[assignment]
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _pop_refused(self, exc: redis.exceptions.ResponseError, acked: list[str]) -> None:
+        """``lua/pop_note.lua`` was refused (nothing was popped): the next pop is a
+        ``BLMPOP``, whose note waits out a Redis at ``maxmemory``; a script the server
+        does not know (restarted, flushed) is loaded for the pop after it."""
+        self.qos.give_back_acks(acked)
+        self._pop_noting = False
+        if isinstance(exc, redis.exceptions.NoScriptError):
+            self.client.script_load(self._pop_note.script)
+        elif not isinstance(exc, redis.exceptions.OutOfMemoryError):
+            log.warning("the broker refused a pop with its note (%s): popping the plain "
+                        "way until the next messages come", exc)  # fmt: skip
 
     def close(self) -> None:
         """Flush the acks still gathered, then close as kombu does (which puts back the

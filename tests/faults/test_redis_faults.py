@@ -76,9 +76,11 @@ ROWS = {
             "was acked; Celery turns a retry it cannot publish into a `Reject(requeue=False)`, "
             "which acks too)"),
     "frozen": (f"Redis frozen (`SIGSTOP`) for {FROZEN_S:g} s mid-batch, socket timeout "
-               f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop that the frozen server "
-               "answers after its client gave up loses that message inside the broker (kombu): "
-               "the sweep sends its run on",
+               f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop (an idle consumer's "
+               "`BLMPOP`) that the frozen server answers after its client gave up loses its "
+               "messages inside the broker: the sweep sends their runs on (a busy consumer's "
+               "pop notes what it takes in the same script, so those come back after the "
+               "visibility timeout)",
                "6 of 40 stranded"),
 }  # fmt: skip
 
@@ -89,7 +91,7 @@ def redis_fault_mid_batch(request: pytest.FixtureRequest) -> Iterator[Outcome]:
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         admin = redis.Redis(port=server.port)
         # A blocking pop the server answers after its client gave up (a frozen server)
-        # loses that message in the broker: the sweep sends its run on after 15 s.
+        # loses its messages in the broker: the sweep sends their runs on after 15 s.
         env = {"DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
                "DUET_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
                "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip

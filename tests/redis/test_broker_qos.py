@@ -1,7 +1,8 @@
 """The broker's pop and ack bookkeeping on a real server (``orchestration.state.broker``):
 one pop brings up to the consumer's credit; a delivered message is one member of one
-sorted set until acked, the messages of one pop noted with one write and acks removed in
-batches (with the next note, after an empty pop, on close, or when a batch is full); one
+sorted set until acked, the messages of one pop noted with one write (under load in the
+pop itself, one script) and acks removed in batches (with the next note, before the wait
+after an empty pop, on close, or when a batch is full); one
 whose consumer went away without acking is put back on its queue once the visibility
 timeout has passed; a message noted the kombu way (an earlier worker's) is still
 restored."""
@@ -13,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kombu
@@ -21,9 +23,13 @@ import redis
 from kombu.utils.json import dumps
 
 from bench.harness import monitored
+from orchestration.state import scripts
 from orchestration.state.broker import ACK_BATCH, POP_MAX, TRANSPORT, UNACKED_SUFFIX
+from tests.support import wait_for
 
 MESSAGES = f"unacked_index{UNACKED_SUFFIX}"
+#: The commands a consumer sends to pop, note and ack.
+BROKER_COMMANDS = {"blmpop", "evalsha", "zadd", "zrem", "script"}
 
 
 @pytest.fixture
@@ -163,27 +169,152 @@ def test_one_pop_brings_as_many_messages_as_the_consumer_has_credit_for(
     assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 2
 
 
-def test_acks_go_with_the_next_note_or_after_an_empty_pop(url: str, client: Any) -> None:
-    """Under load the acks gathered since the last note are removed in the same round trip
-    as the next pop's note (ZREM then ZADD, after the BLMPOP); an idle worker's are
-    flushed before the pop that follows an empty one (within the pop's 1 s timeout)."""
-    with _consuming(url, 4, prefetch=2) as (conn, _, got):
-        conn.drain_events(timeout=5)
+def test_under_load_a_pop_and_its_note_are_one_step_with_the_acks(url: str, client: Any) -> None:
+    """After a pop that brought all it asked for (a backlog), the next pop is one script
+    (lua/pop_note.lua): it removes the acks gathered since the last write, then pops and notes the messages, so
+    no message is ever popped and not noted, at one round trip a pop."""
+    with _consuming(url, 4, prefetch=2) as (conn, queue, got):
+        conn.drain_events(timeout=5)  # nothing came before: BLMPOP, then the note
         for m in got:
             m.ack()
         with monitored(client) as seen:
             conn.drain_events(timeout=5)
         assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
-        unacked = [cmd for kind, cmd, key in seen
-                   if kind != "lua" and (cmd == "blmpop" or key == MESSAGES)]  # fmt: skip
-        assert unacked == ["blmpop", "zrem", "zadd"]
-        assert client.zcard(MESSAGES) == 2
+        sent = [cmd for kind, cmd, _ in seen if kind != "lua" and cmd in BROKER_COMMANDS]
+        inside = [(cmd, key) for kind, cmd, key in seen if kind == "lua"]
+        assert sent == ["evalsha"]
+        keys = str(len(conn.default_channel.priority_steps))  # the queue's priority lists
+        assert inside == [("zrem", MESSAGES), ("lmpop", keys), ("zadd", MESSAGES)]
+        assert client.zcard(MESSAGES) == 2 and client.llen(queue.name) == 0
+        noted = {
+            json.loads(m)[0]["properties"]["delivery_tag"] for m in client.zrange(MESSAGES, 0, -1)
+        }
+        assert noted == {m.delivery_tag for m in got[2:]}
         for m in got[2:]:
             m.ack()
         assert client.zcard(MESSAGES) == 2  # gathered, not written yet
         with pytest.raises(TimeoutError):
-            conn.drain_events(timeout=2.5)  # a pop finds nothing; the next flushes
+            conn.drain_events(timeout=2.5)  # the script finds nothing, but removes the acks
         assert client.zcard(MESSAGES) == 0
+
+
+def test_acks_taken_for_a_script_pop_that_never_went_are_kept(url: str, client: Any) -> None:
+    """The acks a script pop was to remove are given back when the pop cannot be sent
+    (the broker went away): they go with a later write, not lost in memory (a member left
+    in the set would come back as a redelivery after the visibility timeout)."""
+    with _consuming(url, 4, prefetch=2) as (conn, _, got):
+        conn.drain_events(timeout=5)
+        for m in got:
+            m.ack()
+        channel = conn.default_channel
+        sent = channel.client.connection.send_command
+
+        def broken(*args: Any, **kwargs: Any) -> None:
+            if args[0] == "EVALSHA":
+                raise redis.exceptions.ConnectionError("the broker went away")
+            sent(*args, **kwargs)
+
+        channel.client.connection.send_command = broken
+        with pytest.raises(redis.exceptions.ConnectionError):
+            channel._brpop_start()
+        channel.client.connection.send_command = sent
+        channel._in_poll = None
+        assert len(channel.qos._acked) == 2 and channel._popping is None
+        channel.qos.flush_acks()
+        assert client.zcard(MESSAGES) == 0
+
+
+def test_after_an_empty_pop_acks_are_flushed_before_the_wait(url: str, client: Any) -> None:
+    """An idle worker's acks are written within the pop's 1 s timeout: the ``BLMPOP`` that
+    waits for a message (after a pop that found the queue drained) flushes them first."""
+    with _consuming(url, 2, prefetch=3) as (conn, _, got):
+        conn.drain_events(timeout=5)
+        assert len(got) == 2 and client.zcard(MESSAGES) == 2
+        with monitored(client) as seen, pytest.raises(TimeoutError):
+            conn.drain_events(timeout=2.5)
+        # The pop brought less than it asked for (no backlog): no script pop, which would
+        # find nothing; a BLMPOP waits.
+        sent = [cmd for kind, cmd, _ in seen if kind != "lua" and cmd in BROKER_COMMANDS]
+        assert sent[0] == "blmpop" and "evalsha" not in sent
+        for m in got:
+            m.ack()
+        assert client.zcard(MESSAGES) == 2
+        with monitored(client) as seen, pytest.raises(TimeoutError):
+            conn.drain_events(timeout=1.5)
+        assert client.zcard(MESSAGES) == 0
+        sent = [cmd for kind, cmd, _ in seen if kind != "lua" and cmd in BROKER_COMMANDS]
+        assert sent[:2] == ["zrem", "blmpop"]
+
+
+def test_a_pop_the_server_refuses_takes_nothing() -> None:
+    """A script pop the server does not know (restarted, flushed: NOSCRIPT) takes nothing
+    from the queue: a plain pop follows at once, and the script is loaded again for the
+    pop after it. (A server of its own: SCRIPT FLUSH is server-wide.)"""
+    from duet.embedded import EmbeddedRedis
+
+    with (
+        EmbeddedRedis() as server,
+        redis.Redis(port=server.port) as client,
+        _consuming(server.url, 6, prefetch=2) as (conn, queue, got),
+    ):
+        conn.drain_events(timeout=5)
+        for m in got:
+            m.ack()
+        client.script_flush()
+        with monitored(client) as seen:
+            conn.drain_events(timeout=5)
+        sent = [cmd for kind, cmd, _ in seen if kind != "lua" and cmd in BROKER_COMMANDS]
+        assert sent[0] == "evalsha" and "blmpop" in sent
+        assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
+        assert client.llen(queue.name) == 2 and client.zcard(MESSAGES) == 2
+        for m in got[2:]:
+            m.ack()
+        with monitored(client) as seen:
+            conn.drain_events(timeout=5)
+        assert [cmd for kind, cmd, _ in seen if kind != "lua" and cmd in BROKER_COMMANDS] == [
+            "evalsha"
+        ]
+        assert [m.payload for m in got] == [f"m{k}" for k in range(6)]
+        assert client.llen(queue.name) == 0 and client.zcard(MESSAGES) == 2
+        for m in got[4:]:
+            m.ack()
+
+
+def test_a_pop_refused_for_lack_of_memory_takes_nothing() -> None:
+    """At ``maxmemory`` Redis refuses the whole script pop (a script with a shebang and no
+    ``allow-oom`` flag), so it takes nothing; the plain pop after it holds its messages
+    until their note is taken. Nothing is lost."""
+    from duet.embedded import EmbeddedRedis
+
+    with (
+        EmbeddedRedis() as server,
+        redis.Redis(port=server.port) as admin,
+        _consuming(server.url, 5, prefetch=2) as (conn, queue, got),
+    ):
+        admin.script_load(scripts.source("pop_note"))  # refused for memory, not NOSCRIPT
+        conn.drain_events(timeout=5)
+        for m in got:
+            m.ack()
+        admin.config_set("maxmemory", "1")
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                draining = pool.submit(conn.drain_events, timeout=60)
+                # the refused script took nothing; the plain pop took 2 and holds them,
+                # their note refused (the acks' ZREM before it went through)
+                wait_for(lambda: admin.llen(queue.name) == 1 and admin.zcard(MESSAGES) == 0,
+                         30, "the plain pop, its note waiting")  # fmt: skip
+                assert len(got) == 2 and not draining.done()
+                admin.config_set("maxmemory", "0")
+                draining.result(timeout=30)
+        finally:
+            admin.config_set("maxmemory", "0")
+        assert [m.payload for m in got] == ["m0", "m1", "m2", "m3"]
+        assert admin.zcard(MESSAGES) == 2
+        for m in got[2:]:
+            m.ack()
+        conn.drain_events(timeout=5)
+        assert [m.payload for m in got] == [f"m{k}" for k in range(5)]
+        assert admin.llen(queue.name) == 0 and admin.zcard(MESSAGES) == 1
 
 
 def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, client: Any) -> None:
@@ -194,16 +325,22 @@ def test_a_pop_is_capped_and_a_consumer_without_acks_notes_nothing(url: str, cli
         assert len(got) == POP_MAX + 3 and client.llen(queue.name) == 0
 
 
-def test_a_popped_message_is_noted_as_it_was_pushed(url: str, client: Any) -> None:
+@pytest.mark.parametrize("pops", [1, 2], ids=["plain-pop", "script-pop"])
+def test_a_popped_message_is_noted_as_it_was_pushed(url: str, client: Any, pops: int) -> None:
     """The member noting a popped message holds its text as pushed (not encoded again),
-    with the exchange and queue a restore needs; a restore puts back that same message."""
+    with the anonymous exchange and the queue it came from; a restore puts back that same
+    message. The first pop of a consumer is a BLMPOP, the one after it the script."""
     queue = _queue()
     with _connection(url) as conn:
-        _publish(conn, queue, "as pushed")
-        pushed = json.loads(client.lindex(queue.name, 0))
+        _publish_many(conn, queue, pops)
+        pushed = json.loads(client.lindex(queue.name, 0))  # the last to be popped
         consumer, got = _consume(conn, queue, 1, False)
         with consumer:
-            conn.drain_events(timeout=5)
+            for _ in range(pops):
+                conn.drain_events(timeout=5)
+                if len(got) < pops:
+                    got[-1].ack()
+            conn.default_channel.qos.flush_acks()
             [member] = client.zrange(MESSAGES, 0, -1)
             assert json.loads(member) == [pushed, "", queue.name]
             conn.default_channel.qos._delivered.clear()  # the consumer dies, nothing acked
