@@ -78,8 +78,8 @@ ROWS = {
     "frozen": (f"Redis frozen (`SIGSTOP`) for {FROZEN_S:g} s mid-batch, socket timeout "
                f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop (an idle consumer's "
                "`BLMPOP`) that the frozen server answers after its client gave up loses its "
-               "messages inside the broker: the sweep sends their runs on (a busy consumer's "
-               "pop notes what it takes in the same script, so those come back after the "
+               "messages inside the broker: the sweep sends their runs on (a pop during a "
+               "backlog notes what it takes in the same script, so those come back after the "
                "visibility timeout)",
                "6 of 40 stranded"),
 }  # fmt: skip
