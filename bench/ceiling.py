@@ -3,7 +3,7 @@
     python -m bench.ceiling [--calls 600] [--latency-ms 100] [--slots 50] [--json]
 
 One worker process runs on one core at a time (the GIL), so it holds at most
-``latency / cpu_per_call`` calls in flight, whatever its threads. Two parts of each call
+``latency / cpu_per_call`` calls in flight, whatever its threads. Three parts of each call
 no design in the mission's shape can remove:
 
 * **the post**: Duet's own adapter posting one model call and reading the reply

@@ -13,9 +13,9 @@ it writes the URL back out (``as_uri``): Flower picks its broker client (Broker 
 
 A delivered message is noted as unacknowledged and acked in batches (kombu: two
 commands each, per message), see :class:`QoS`; a worker with room for several messages
-takes up to :data:`POP_MAX` of them with one command (kombu: one ``BRPOP`` each), under
-load one script that pops and notes them together (``lua/pop_note.lua``: no message is
-popped and not noted), see :meth:`Channel._brpop_start`. A worker also outlasts a Redis at ``maxmemory``: the
+takes up to :data:`POP_MAX` of them with one command (kombu: one ``BRPOP`` each), while a
+backlog lasts one script that pops and notes them together (``lua/pop_note.lua``: no
+message is popped and not noted then), see :meth:`Channel._brpop_start`. A worker also outlasts a Redis at ``maxmemory``: the
 delivered message it cannot note is held until Redis takes writes again (``QoS.append``),
 instead of ending the worker; and a Redis restart: a channel of a broker connection that
 is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
@@ -153,8 +153,8 @@ class QoS(kombu_redis.QoS):
     :data:`UNACKED_SUFFIX`; JSON of the message as popped, the anonymous exchange and the
     queue it came from (:func:`popped_member`): unique per delivery, as the message
     carries its delivery tag), scored by when it was delivered. The messages of one pop
-    are noted before any of them is handed to the consumer: by the pop itself under load
-    (``lua/pop_note.lua``, :meth:`noted_by_pop`), else by one ZADD after the ``BLMPOP``
+    are noted before any of them is handed to the consumer: by the pop itself while a
+    backlog lasts (``lua/pop_note.lua``, :meth:`noted_by_pop`), else by one ZADD after the ``BLMPOP``
     (:meth:`note`); one ZREM removes up to :data:`ACK_BATCH` acks. An ack frees the
     consumer's credit at once; its ZREM waits for the next note (in the same round trip
     or script), the wait after an empty pop, the channel's close or a full batch
@@ -501,13 +501,14 @@ class Channel(kombu_redis.Channel):
             self._queue_cycle.rotate(queue)
             texts = [bytes_to_str(item) for item in items]  # type: ignore[no-untyped-call]
             payloads = [loads(text) for text in texts]  # type: ignore[no-untyped-call]
-            members = [popped_member(text, queue) for text in texts]
             self._acks_go_with_note = queue not in self._no_ack_queues
             self._pop_noting = self._acks_go_with_note and len(items) >= self._pop_count
-            if popping is not None:
-                self.qos.noted_by_pop(payloads, members)
-            elif self._acks_go_with_note:
-                self.qos.note(payloads, members)
+            if self._acks_go_with_note:
+                members = [popped_member(text, queue) for text in texts]
+                if popping is not None:
+                    self.qos.noted_by_pop(payloads, members)
+                else:
+                    self.qos.note(payloads, members)
             for n, payload in enumerate(payloads):
                 try:
                     self.connection._deliver(payload, queue)
