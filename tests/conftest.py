@@ -1,9 +1,8 @@
-"""Shared fixtures: a Redis for tests (the machine's, on its own db, else an embedded one)."""
+"""Shared fixtures: a Redis server of the test session's own, fakeredis for logic tests."""
 
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -22,27 +21,17 @@ from tests.reliability import (  # noqa: F401
 TEST_DB = int(os.environ.get("DUET_TEST_REDIS_DB", "13"))
 
 
-def _reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.3):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """URL of a real Redis for this test session.
+    """URL of a Redis server this test session started itself, on a free loopback port.
 
-    ``DUET_TEST_REDIS_URL`` wins; else 127.0.0.1:6379 on db 13 when it answers; else an
-    embedded server started for the session.
+    ``DUET_TEST_REDIS_URL`` wins (a server the caller owns and lets tests flush); otherwise
+    the tests never touch a server they did not start, so a user's Redis on 6379 is safe and
+    two suites on one machine (or pytest-xdist workers) do not share data.
     """
     explicit = os.environ.get("DUET_TEST_REDIS_URL")
     if explicit:
         yield explicit
-        return
-    if _reachable("127.0.0.1", 6379):
-        yield f"redis://127.0.0.1:6379/{TEST_DB}"
         return
     from duet.embedded import EmbeddedRedis
 
