@@ -329,7 +329,7 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
     try:
         p = follow(handle, ProgressView(workers), finished, log_every=log_every)
     except KeyboardInterrupt:
-        note(f"stopped watching; the batch keeps running (duet watch {batch})")
+        note(f"stopped watching; the batch keeps running (duet watch {handle.batch_id})")
         raise typer.Exit(INTERRUPTED) from None
     finally:
         if workers is not None:

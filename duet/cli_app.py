@@ -141,12 +141,19 @@ StatusOpt = Annotated[
 
 
 BatchArg = Annotated[
-    str, typer.Argument(help="Batch id (printed by `duet submit`).", show_default=False)
+    str,
+    typer.Argument(
+        help="Batch id (printed by `duet submit`), or a unique prefix of it.", show_default=False
+    ),
 ]
 
 
 RunArg = Annotated[
-    str, typer.Argument(help="Run id (the run_id field of a result).", show_default=False)
+    str,
+    typer.Argument(
+        help="Run id (the run_id field of a result), or a unique prefix of it.",
+        show_default=False,
+    ),
 ]
 
 

@@ -37,10 +37,12 @@ SHOWN_REASONS = 5
 
 
 def batch_handle(batch_id: str) -> BatchHandle:
-    """A handle on an existing batch (LookupError when there is none)."""
+    """A handle on an existing batch, named by its id or a unique prefix of it
+    (LookupError when there is none, or the prefix names several)."""
+    from duet import cli_ids
     from orchestration.client.handles import BatchHandle
 
-    handle = BatchHandle(batch_id)
+    handle = BatchHandle(cli_ids.batch_id(batch_id))
     handle.progress()
     return handle
 

@@ -31,6 +31,7 @@ from duet.cli_support import (
     note,
     out,
     plain,
+    print_whole,
 )
 from duet.report import (
     LABELS,
@@ -39,6 +40,7 @@ from duet.report import (
     by_index,
     render_report,
 )
+from duet.short_ids import shortest_unique
 from orchestration.core.errors import ConfigError, RunTimeout
 
 if TYPE_CHECKING:
@@ -49,34 +51,69 @@ if TYPE_CHECKING:
 @fails_cleanly
 def ls(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many batches.")] = 20,
+    wide: Annotated[
+        bool,
+        typer.Option("--wide", help="Whole batch ids instead of their shortest unique prefix."),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per batch (whole ids), no table.")
+    ] = False,
 ) -> None:
-    """List the newest batches: when, counts by outcome, rejected inputs, spend."""
+    """List the newest batches: when, counts by outcome, rejected inputs, spend.
+
+    Each batch id is shown by its shortest unique prefix (8 characters at least), which
+    every command accepts in place of the whole id.
+    """
     connect()
-    from orchestration.state import batches, connection
+    from orchestration.state import batches, connection, lookup
 
     r = connection.get_redis()
     found = batches.recent(r, limit)
+    if as_json:
+        for batch_id, rec in found:
+            row = _ls_row(r, batch_id, rec)
+            out.print_json(data={"batch_id": batch_id, **row}, indent=None)
+        return
     if not found:
         out.print("no batches")
         return
+    short = {} if wide else shortest_unique(lookup.batch_ids(r))
     table = Table(title="Batches, newest first", title_justify="left")
-    for column in ("batch", "submitted", "done", "outcomes", "rejected", "cost"):
-        table.add_column(
-            column, justify="right" if column in ("done", "rejected", "cost") else "left"
-        )
+    table.add_column("batch", no_wrap=True)
+    table.add_column("submitted", no_wrap=True)
+    table.add_column("done", justify="right", no_wrap=True)
+    table.add_column("outcomes", overflow="fold")
+    table.add_column("rejected", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
     for batch_id, rec in found:
-        counts = {
-            k.split(":", 1)[1]: int(v) for k, v in rec.items() if k.startswith("status:") and int(v)
-        }
-        when = datetime.fromtimestamp(float(rec.get("created_at") or 0)).strftime(
-            "%Y-%m-%d %H:%M:%S"
-        )
+        row = _ls_row(r, batch_id, rec)
         table.add_row(
-            plain(batch_id), when, f"{rec.get('done', 0)}/{rec.get('total', 0)}",
-            _outcomes(counts), str(batches.rejected_count(r, batch_id)),
-            f"${float(rec.get('usd') or 0):.4f}",
-        )  # fmt: skip
-    out.print(table)
+            plain(short.get(batch_id, batch_id)),
+            row["submitted"],
+            f"{row['done']}/{row['total']}",
+            _outcomes(row["outcomes"]),
+            str(row["rejected"]),
+            f"${row['usd']:.4f}",
+        )
+    print_whole(table)
+
+
+def _ls_row(r: Any, batch_id: str, rec: dict[str, str]) -> dict[str, Any]:
+    """One batch of ``duet ls``: its counts, submission time (local, to the second), spend."""
+    from orchestration.state import batches
+
+    outcomes = {
+        k.split(":", 1)[1]: int(v) for k, v in rec.items() if k.startswith("status:") and int(v)
+    }
+    submitted = datetime.fromtimestamp(float(rec.get("created_at") or 0))
+    return {
+        "submitted": submitted.strftime("%Y-%m-%d %H:%M:%S"),
+        "done": int(rec.get("done", 0)),
+        "total": int(rec.get("total", 0)),
+        "outcomes": outcomes,
+        "rejected": batches.rejected_count(r, batch_id),
+        "usd": float(rec.get("usd") or 0),
+    }
 
 
 def _outcomes(counts: dict[str, int]) -> Text:
@@ -95,9 +132,10 @@ def show(
 ) -> None:
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
+    from duet import cli_ids
     from orchestration.client.handles import store
 
-    result = store().result(run_id)
+    result = store().result(cli_ids.run_id(run_id))
     out.print(_run_header(result))
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:
@@ -192,7 +230,7 @@ def report(
             except RunTimeout as exc:
                 error(str(exc))
                 raise typer.Exit(SOME_FAILED) from None
-        title = f"Duet report: batch {batch}"
+        title = f"Duet report: batch {handle.batch_id}"
     if not records:
         raise ConfigError(f"{batch}: no records to report on")
     summary = Summary()
@@ -206,22 +244,24 @@ def report(
 @app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")
 @fails_cleanly
 def cancel(
-    id: Annotated[str, typer.Argument(help="A batch id or a run id.", show_default=False)],
+    id: Annotated[
+        str,
+        typer.Argument(
+            help="A batch id or a run id, or a unique prefix of one.", show_default=False
+        ),
+    ],
 ) -> None:
     """Cancel a batch (every unfinished run) or one run; each stops after its current step."""
     connect()
-    from orchestration.client.handles import BatchHandle, RunHandle, store
+    from duet import cli_ids
+    from orchestration.client.handles import BatchHandle, RunHandle
 
-    handle = BatchHandle(id)
-    try:
-        handle.progress()
-    except LookupError:
-        if store().status(id) is None:
-            raise LookupError(f"no batch or run {id} (expired or never submitted)") from None
-        flagged = RunHandle(id).cancel()
-        out.print(plain(f"run {id}: {'cancelled' if flagged else 'already finished'}"))
+    kind, ident = cli_ids.batch_or_run(id)
+    if kind == "run":
+        flagged = RunHandle(ident).cancel()
+        out.print(plain(f"run {ident}: {'cancelled' if flagged else 'already finished'}"))
         return
-    out.print(plain(f"batch {id}: cancelled {handle.cancel()} unfinished run(s)"))
+    out.print(plain(f"batch {ident}: cancelled {BatchHandle(ident).cancel()} unfinished run(s)"))
 
 
 @app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
@@ -233,4 +273,4 @@ def resume(batch: BatchArg) -> None:
     """
     connect()
     handle = batch_handle(batch)
-    out.print(plain(f"batch {batch}: re-enqueued {handle.resume()} unfinished run(s)"))
+    out.print(plain(f"batch {handle.batch_id}: re-enqueued {handle.resume()} unfinished run(s)"))

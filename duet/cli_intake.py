@@ -21,6 +21,7 @@ from duet.cli_support import (
     note,
     out,
     plain,
+    print_whole,
     record,
     warn,
 )
@@ -183,13 +184,13 @@ def show_problems(problems: list[Any]) -> None:
         title=f"{len(problems)} rejected input(s)", title_style="bold red", title_justify="left"
     )
     table.add_column("file:line", style="cyan", no_wrap=True)
-    table.add_column("id")
-    table.add_column("reason", style="red")
+    table.add_column("id", no_wrap=True)
+    table.add_column("reason", style="red", no_wrap=True)
     for problem in problems[:SHOWN_PROBLEMS]:
         table.add_row(plain(problem.where), plain(problem.id or ""), plain(problem.reason))
     if len(problems) > SHOWN_PROBLEMS:
         table.caption = f"... and {len(problems) - SHOWN_PROBLEMS} more"
-    err.print(table)
+    print_whole(table, err)
 
 
 def worst_case(spec: LoopSpec, prompt_bytes: int) -> dict[str, tuple[int, int, int]]:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import typer
 from kombu.exceptions import OperationalError
 from rich.console import Console
+from rich.measure import Measurement
 from rich.text import Text
 
 from orchestration.core.errors import ConfigError
@@ -55,6 +56,23 @@ def plain(value: object, style: str = "") -> Text:
     """Untrusted text for Rich: never read as markup (``[link=...]``, ``[/b]``), and
     :func:`clean` of control characters."""
     return Text(clean(value), style=style)
+
+
+def print_whole(renderable: Any, console: Console | None = None) -> None:
+    """Print a table (on stdout, or ``console``) at the width it needs, so no id, count or
+    reason is cut with an ellipsis to fit the terminal (a wider line wraps on screen)."""
+    console = console or out
+    needed = Measurement.get(console, console.options.update_width(1000), renderable).maximum
+    if needed <= console.width:
+        console.print(renderable)
+        return
+    wide = Console(
+        file=console.file,
+        width=needed,
+        force_terminal=console.is_terminal or None,
+        stderr=console.stderr,
+    )
+    wide.print(renderable)
 
 
 def fails_cleanly(command: F) -> F:

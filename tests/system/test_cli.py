@@ -506,3 +506,38 @@ def test_strict_refuses_the_whole_batch_listing_every_bad_input(tmp_path: Path) 
                           ("bad.jsonl:4", "missing prompt")]:  # fmt: skip
         assert f"{where}: {reason}" in done.stderr
     assert not out.exists(), "a refused batch runs nothing and writes no results"
+
+
+def test_short_ids_from_ls_are_whole_and_work_in_every_command(
+    cluster_env: dict[str, str], fast_config: Path, tmp_path: Path
+) -> None:
+    narrow = {**cluster_env, "COLUMNS": "80"}
+    submitted = _duet("submit", fast_config, "-i", EXAMPLE_INPUTS, env=narrow, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    batch = submitted.stdout.strip()
+
+    listed = _duet("ls", env=narrow, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    shown = [w for line in listed.stdout.splitlines() for w in line.split() if batch.startswith(w)]
+    assert len(shown) == 1 and 8 <= len(shown[0]) < len(batch), listed.stdout
+    short = shown[0]
+    assert "…" not in listed.stdout
+    wide = _duet("ls", "--wide", env=narrow, cwd=tmp_path)
+    assert batch in wide.stdout, wide.stdout
+    as_json = _duet("ls", "--json", env=narrow, cwd=tmp_path)
+    assert batch in [json.loads(line)["batch_id"] for line in as_json.stdout.splitlines()]
+
+    assert _duet("watch", short, env=narrow, cwd=tmp_path).returncode == 0
+    out = tmp_path / "results.jsonl"
+    assert _duet("results", short, "-o", out, env=narrow, cwd=tmp_path).returncode == 0
+    run_id = _records(out)[0]["run_id"]
+    run_shown = _duet("show", run_id[:10], env=narrow, cwd=tmp_path)
+    assert run_shown.returncode == 0 and "round 1: score" in run_shown.stdout, run_shown.stderr
+    reported = _duet("report", short, "-o", tmp_path / "r.html", env=narrow, cwd=tmp_path)
+    assert reported.returncode == 0 and batch in (tmp_path / "r.html").read_text()
+    cancelled = _duet("cancel", short, env=narrow, cwd=tmp_path)
+    assert cancelled.stdout.strip() == f"batch {batch}: cancelled 0 unfinished run(s)"
+    resumed = _duet("resume", short, env=narrow, cwd=tmp_path)
+    assert f"batch {batch}: re-enqueued 0" in resumed.stdout
+    cancelled_run = _duet("cancel", run_id[:10], env=narrow, cwd=tmp_path)
+    assert cancelled_run.stdout.strip() == f"run {run_id}: already finished"
