@@ -79,12 +79,29 @@ def _with_vendor_batch(cfg: ReviewConfig) -> ReviewConfig:
 
 
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
-    limits = cfg.build_rate_limits()
-    if limits:
-        from orchestration.state import connection
-        from orchestration.state.ratelimits import set_rate_limits
+    """Store the config's ``[rate_limits]`` for the fleet, and say which limits already
+    stored apply to its models though the config sets none (set by an earlier batch)."""
+    from orchestration.state import connection
+    from orchestration.state.ratelimits import rate_key, set_rate_limits, stored_rate_limits
 
-        set_rate_limits(connection.get_redis(), limits)
+    r = connection.get_redis()
+    limits = cfg.build_rate_limits()
+    named = Path(cfg.source).name
+    if limits:
+        set_rate_limits(
+            r, {m: lim.model_copy(update={"source": named}) for m, lim in limits.items()}
+        )
+    spec = cfg.build_architecture().to_spec()
+    ours = {rate_key(m) for m in limits}
+    stored = stored_rate_limits(r)
+    for agent in dict.fromkeys((spec.actor, spec.critic)):
+        name = f"{agent.provider}:{agent.model_name}"
+        if name in stored and name not in ours:
+            source = stored[name].source or "an earlier config"
+            warn(
+                f"{name} keeps the fleet rate limit set by {source} "
+                f"(duet limits show; duet limits clear {name} removes it)"
+            )
 
 
 def _reader(

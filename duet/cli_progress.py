@@ -130,15 +130,21 @@ def counts_text(counts: dict[str, int], rejected: int = 0) -> Text:
     return text
 
 
-def _budget_text(p: dict[str, Any]) -> Text:
-    text = Text()
-    for unit, b in (p.get("budget") or {}).items():
-        money = unit == "usd"
-        spent = f"${b['spent']:.4f}" if money else f"{b['spent']:,.0f}"
-        limit = f"${b['limit']:.4f}" if money else f"{b['limit']:,.0f}"
+def spend_text(p: dict[str, Any]) -> Text:
+    """What the batch spent, each figure once with its label: tokens, then dollars (out
+    of the batch budget when it has one), then any other unit the budget limits."""
+    budget = p.get("budget") or {}
+    text = Text(f"{p['tokens']:,} tokens")
+    for unit, b in {"usd": budget.get("usd"), **budget}.items():
+        if unit == "usd" and b is None:
+            text.append(f"  spent ${p['usd']:.4f}")
+            continue
         share = b["spent"] / b["limit"] if b["limit"] else 1.0
         style = "red" if share >= 1 else "yellow" if share >= 0.8 else ""
-        text.append(f"  budget {unit} {spent} of {limit}", style=style)
+        if unit == "usd":
+            text.append(f"  spent ${b['spent']:.4f} of a ${b['limit']:.2f} budget", style=style)
+        else:
+            text.append(f"  budget {unit}: {b['spent']:,.0f} of {b['limit']:,.0f}", style=style)
     return text
 
 
@@ -166,8 +172,8 @@ class ProgressView:
         self.rate.add(p["done"], time.monotonic())
         self.progress.update(self.task, total=p["total"], completed=p["done"])
         detail = counts_text(p["counts"], p.get("rejected", 0))
-        detail.append(f"| {p['tokens']:,} tokens  ${p['usd']:.4f}")
-        detail.append_text(_budget_text(p))
+        detail.append("| ")
+        detail.append_text(spend_text(p))
         rate = self.rate.per_minute()
         if rate is not None:
             detail.append(f"  | {rate:,.1f} runs/min")
@@ -185,7 +191,7 @@ class ProgressView:
         counts = counts_text(p["counts"], p.get("rejected", 0)).plain.strip()
         if counts:
             parts.append(counts.replace("  ", ", "))
-        parts.append(f"{p['tokens']:,} tokens ${p['usd']:.4f}{_budget_text(p).plain}")
+        parts.append(spend_text(p).plain.replace("  ", ", "))
         rate = self.rate.per_minute()
         if rate is not None:
             eta = self.rate.eta_s(p["total"] - p["done"])

@@ -126,24 +126,33 @@ RATE_WAIT_SHARE = 0.9
 
 
 def rate_limit_waits(spec: LoopSpec) -> list[str]:
-    """The spec's models that are at their fleet-wide rate limit or paused now, in words."""
-    from orchestration.state.ratelimits import load_rate_limits, window_use
+    """The spec's models that are at their fleet-wide rate limit or paused now, in words,
+    each naming who set the limit (a limit outlives the batch that set it)."""
+    from orchestration.state.ratelimits import stored_rate_limits, window_use
 
     r = connection.get_redis()
-    table = load_rate_limits(r)
+    table = stored_rate_limits(r)
     waits = []
     for agent in dict.fromkeys((spec.actor, spec.critic)):
         name = f"{agent.provider}:{agent.model_name}"
-        rpm, tpm, window_s = table.get(name, (None, None, 60.0))
+        limit = table.get(name)
+        window_s = limit.window_s if limit else 60.0
         requests, tokens, paused_s = window_use(r, agent.provider, agent.model_name, window_s)
         window = f"{window_s:g}s"
+        origin = (
+            f" (set by {limit.source or 'an earlier config'}; duet limits show)" if limit else ""
+        )
         if paused_s > 0:
             waits.append(f"{name} paused by the vendor (429): {paused_s:.0f}s left")
-        elif tpm and tokens >= RATE_WAIT_SHARE * tpm:
-            waits.append(f"rate limit {name}: {tokens:,} of {tpm:,} tokens in the last {window}")
-        elif rpm and requests >= RATE_WAIT_SHARE * rpm:
+        elif limit and limit.tpm and tokens >= RATE_WAIT_SHARE * limit.tpm:
             waits.append(
-                f"rate limit {name}: {requests:,} of {rpm:,} requests in the last {window}"
+                f"rate limit {name}: {tokens:,} of {limit.tpm:,} tokens in the last {window}"
+                + origin
+            )
+        elif limit and limit.rpm and requests >= RATE_WAIT_SHARE * limit.rpm:
+            waits.append(
+                f"rate limit {name}: {requests:,} of {limit.rpm:,} requests in the last {window}"
+                + origin
             )
     return waits
 

@@ -36,6 +36,9 @@ class RateLimit(BaseModel):
     tpm: int | None = Field(default=None, ge=1)
     #: Window length in seconds (60 = per minute).
     window_s: float = Field(default=60.0, gt=0)
+    #: Who set it (a config file's name, ``duet limits set``): shown by ``duet limits show``
+    #: and ``duet watch``, since a limit outlives the batch that set it.
+    source: str | None = None
 
 
 def rate_key(model: str) -> str:
@@ -53,8 +56,22 @@ def set_rate_limits(redis_client: Any, limits: dict[str, RateLimit]) -> None:
         )
 
 
-def clear_rate_limits(redis_client: Any) -> None:
-    redis_client.delete(keys.rate_limits())
+def clear_rate_limits(redis_client: Any, models: list[str] | None = None) -> int:
+    """Remove the limits of ``models`` (model strings, or ``provider:model`` as stored),
+    or every limit when None; how many were removed."""
+    stored = {
+        k.decode() if isinstance(k, bytes) else k for k in redis_client.hkeys(keys.rate_limits())
+    }
+    fields = stored if models is None else {m if m in stored else rate_key(m) for m in models}
+    return int(redis_client.hdel(keys.rate_limits(), *fields)) if fields else 0
+
+
+def stored_rate_limits(redis_client: Any) -> dict[str, RateLimit]:
+    """``provider:model -> RateLimit`` as stored: what ``duet limits show`` prints."""
+    return {
+        (k.decode() if isinstance(k, bytes) else k): RateLimit.model_validate_json(raw)
+        for k, raw in redis_client.hgetall(keys.rate_limits()).items()
+    }
 
 
 def load_rate_limits(redis_client: Any) -> dict[str, tuple[int | None, int | None, float]]:

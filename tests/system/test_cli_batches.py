@@ -228,14 +228,37 @@ def test_rate_limited_cluster_run_shows_the_wait_and_one_ctrl_c_stops_waiting(
     text = lines.text()
     assert f"keeps running on the cluster. Cancel it: duet cancel {batch}" in text
     assert "duet watch" in text and "duet results" in text
+    assert f"(set by {config.name}; duet limits show)" in text, "the wait names its origin"
     assert _duet("cancel", batch, env=cluster_env, cwd=tmp_path).returncode == 0
-    import redis
+    cleared = _duet("limits", "clear", actor, env=cluster_env, cwd=tmp_path)
+    assert cleared.stdout.strip() == "cleared 1 rate limit(s)", cleared.stderr
 
-    from orchestration.state import keys
 
-    r = redis.Redis.from_url(system_redis_url)
-    r.hdel(keys.rate_limits(), f"openai:{actor.split(':', 1)[1]}")
-    r.close()
+def test_limits_outlive_a_batch_and_are_shown_set_and_cleared(
+    cluster_env: dict[str, str], fake_llm: Any, tmp_path: Path
+) -> None:
+    model = "openai:stale-limit-model"  # its own name: the limit touches no other test
+    done = _duet("limits", "set", model, "--rpm", "7", env=cluster_env, cwd=tmp_path)
+    assert done.returncode == 0 and "openai:stale-limit-model: 7 requests per 60s" in done.stdout
+    shown = _duet("limits", "show", env=cluster_env, cwd=tmp_path)
+    row = next(line for line in shown.stdout.splitlines() if model in line)
+    assert "7" in row and "duet limits set" in row, shown.stdout
+
+    # A later config for that model sets no limit: submitting says the old one applies.
+    config = _config(
+        tmp_path, actor=model, critic="sim", actor_extra=f'base_url = "{fake_llm.url}"'
+    )
+    sent = _duet("submit", config, "-i", _inputs(tmp_path, 1), env=cluster_env, cwd=tmp_path)
+    assert f"{model} keeps the fleet rate limit set by duet limits set" in sent.stderr, sent.stderr
+    assert _duet("watch", sent.stdout.strip(), env=cluster_env, cwd=tmp_path).returncode == 0
+
+    assert _duet("limits", "clear", model, env=cluster_env, cwd=tmp_path).stdout.strip() == (
+        "cleared 1 rate limit(s)"
+    )
+    after = _duet("limits", "show", env=cluster_env, cwd=tmp_path)
+    assert model not in after.stdout
+    refused = _duet("limits", "set", model, env=cluster_env, cwd=tmp_path)
+    assert refused.returncode == 2 and "--rpm, --tpm" in refused.stderr
 
 
 def test_watch_with_no_worker_says_so_and_ctrl_c_exits_130(
