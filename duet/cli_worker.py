@@ -199,6 +199,7 @@ def metrics(
 
 
 @app.command("fake-llm", epilog="Example: duet fake-llm --port 8765 --latency-ms 50")
+@fails_cleanly
 def fake_llm(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,

@@ -340,6 +340,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+    # socketserver's default backlog of 5 resets connections when a batch opens a hundred
+    # at once; a vendor's front end never does.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], state: _State) -> None:
         self.state = state
@@ -815,8 +818,15 @@ class FakeLLM:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765, latency_ms: float = 0) -> None:
-    """Run the stand-in in the foreground until interrupted."""
-    server = FakeLLM(port, latency_ms, host=host)
+    """Run the stand-in in the foreground until interrupted.
+
+    Raises:
+        ConfigError: the address cannot be listened on (the port is taken, say).
+    """
+    try:
+        server = FakeLLM(port, latency_ms, host=host)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     print(f"fake LLM on {server.base}  (OpenAI base_url {server.url})", flush=True)
     if threading.current_thread() is threading.main_thread():
         # `docker stop` / `kill` end it as cleanly as Ctrl-C.
