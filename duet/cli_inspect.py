@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from duet.cli_app import BatchArg, RunArg, TimeoutOpt, app
-from duet.cli_batch import batch_handle, batch_records, exit_for
+from duet.cli_batch import batch_handle, batch_records
 from duet.cli_progress import COLOURS
 from duet.cli_results import (
     read_records,
@@ -215,8 +215,9 @@ def report(
     issues, scores, rounds, cost, time, models and dates.
 
     Reads a results file directly (no cluster needed), or a batch on the cluster,
-    waiting for it to finish. Exit code 0 when every input was accepted and finished
-    well, 1 otherwise, 2 when the file is not a results file.
+    waiting for it to finish. Exit code 0 once the page is written (whatever the batch's
+    outcomes: `duet results` and `duet watch` exit by those), 1 on a timeout, 2 when the
+    file is not a results file.
     """
     if Path(batch).is_file():
         records: list[dict[str, Any]] = list(by_index(read_records(Path(batch))))
@@ -238,7 +239,6 @@ def report(
         summary.add(rec)
     output.write_text(render_report(records, title=title), encoding="utf-8")
     note(f"report: {output} ({summary.total} input(s))")
-    raise exit_for(summary)
 
 
 @app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")

@@ -331,9 +331,16 @@ class BatchHandle:
                 return
             for run_id in ids:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if left == 0.0:
-                    raise RunTimeout(f"batch {self.batch_id} did not finish within {timeout}s")
-                yield RunHandle(run_id).result(timeout=left)
+                try:
+                    if left == 0.0:
+                        raise RunTimeout(run_id)
+                    result = RunHandle(run_id).result(timeout=left)
+                except RunTimeout:
+                    # The batch's timeout, as given: not what was left of it for this run.
+                    raise RunTimeout(
+                        f"batch {self.batch_id} did not finish within {timeout:g}s"
+                    ) from None
+                yield result
             start += page
 
     def wait(self, timeout: float | None = None) -> None:

@@ -666,7 +666,7 @@ class RunStore:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise RunTimeout(f"run {run_id} did not finish within {timeout_s}s")
+                    raise RunTimeout(f"run {run_id} did not finish within {timeout_s:g}s")
                 wait = max(1, min(block_ms, int(left * 1000)))
             got = self.r.xread({stream: last}, block=wait, count=500)
             for _, entries in got or ():

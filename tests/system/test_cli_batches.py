@@ -279,6 +279,9 @@ def test_watch_with_no_worker_says_so_and_ctrl_c_exits_130(
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130, lines.text()
     assert "the batch keeps running" in lines.text()
+    timed_out = _duet("results", batch, "--timeout", "1.5", env=env, cwd=tmp_path)
+    assert timed_out.returncode == 1
+    assert f"batch {batch} did not finish within 1.5s" in timed_out.stderr, timed_out.stderr
     from orchestration.client.handles import BatchHandle
     from tests.support import client_pointed_at
 
@@ -314,14 +317,15 @@ def test_cluster_rejected_inputs_are_in_results_progress_report_and_ls(
     assert {json.loads(x)["status"] for x in approved.stdout.splitlines()} <= {"approved"}
 
     page = tmp_path / "report.html"
-    assert _duet("report", batch, "-o", page, env=cluster_env, cwd=tmp_path).returncode == 1
+    # The page is written: that is the command's success, whatever the batch's outcomes.
+    assert _duet("report", batch, "-o", page, env=cluster_env, cwd=tmp_path).returncode == 0
     html = page.read_text()
     assert "rejected: duplicate id" in html and "malformed JSON" in html
     assert "<title>rejected: 3</title>" in html
 
     listed = _duet("ls", env=cluster_env, cwd=tmp_path)
     assert listed.returncode == 0
-    row = next(line for line in listed.stdout.splitlines() if batch[:12] in line)
+    row = next(line for line in listed.stdout.splitlines() if batch[:8] in line)
     assert "3/3" in row and " 3 " in row
 
 
