@@ -14,8 +14,9 @@ Formats:
   optional id column (the row number when absent or empty) and an optional ``user_id``
   column; any other non-empty cells become the input's metadata.
 - **Directory**: one input per file, the id being its path relative to the directory.
-  Hidden files and directories, binary files, empty files and whatever a ``.gitignore``
-  in the tree ignores are skipped, as are files left out by ``include`` / ``exclude``
+  Hidden files and directories, :data:`SKIPPED_DIRS` (``__pycache__``...), binary files
+  (whatever their size), empty files and whatever a ``.gitignore`` in the tree ignores are
+  skipped, as are files left out by ``include`` / ``exclude``
   globs. Only regular files inside the directory are read, their size checked before
   reading: a symlink leading out of the directory, a FIFO, a device or a socket is
   reported as a problem and never opened for reading. The prompt names the file
@@ -27,6 +28,7 @@ nothing else, so code full of braces is safe).
 
 from __future__ import annotations
 
+import codecs
 import csv
 import fnmatch
 import json
@@ -50,6 +52,8 @@ _FILE_KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
 )  # fmt: skip
+#: Folders of generated files no one reviews, skipped like hidden ones.
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 #: Bytes read from the start of a file to tell text from binary.
 _SNIFF_BYTES = 8192
 _JSON_TYPES = {
@@ -305,7 +309,7 @@ class InputReader:
                     ignores.append((prefix, spec))
             kept = []
             # Sorted, so ids come in the same order on every machine; hidden ones skipped.
-            for name in sorted(d for d in dirs if not d.startswith(".")):
+            for name in sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS):
                 rel, full = prefix + name, Path(folder, name)
                 if full.is_symlink():
                     if not _within(Path(os.path.realpath(full)), root):
@@ -352,6 +356,12 @@ class InputReader:
                     return None
             # A UTF-8 character is at most 4 bytes: a larger file is over the limit unread.
             data = _read_regular(target, None if limit is None else 4 * limit)
+        except _TooLarge as exc:
+            if _binary(exc.head):  # a large .pyc or image is skipped like a small one
+                self.skipped_by["binary"] += 1
+            else:
+                self._problem(None, str(exc), rel, source)
+            return None
         except _Unreadable as exc:
             self._problem(None, str(exc), rel, source)
             return None
@@ -359,7 +369,7 @@ class InputReader:
             self._problem(None, f"cannot read: {exc.strerror or exc}", rel, source)
             return None
         try:
-            if b"\0" in data[:_SNIFF_BYTES]:
+            if _binary(data[:_SNIFF_BYTES]):
                 raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -459,6 +469,15 @@ class _Unreadable(Exception):
     """A directory entry that is not read: not a regular file, or over the size limit."""
 
 
+class _TooLarge(_Unreadable):
+    """A regular file over the size limit, left unread but for its first bytes."""
+
+    def __init__(self, message: str, head: bytes) -> None:
+        super().__init__(message)
+        #: The file's first bytes, to tell a large binary (skipped) from large text.
+        self.head = head
+
+
 def _read_regular(path: Path, max_bytes: int | None) -> bytes:
     """The bytes of a regular file, its size checked before reading.
 
@@ -477,9 +496,10 @@ def _read_regular(path: Path, max_bytes: int | None) -> bytes:
             kind = next((k for test, k in _FILE_KINDS if test(info.st_mode)), "not a regular file")
             raise _Unreadable(f"not a regular file ({kind}): not read")
         if max_bytes is not None and info.st_size > max_bytes:
-            raise _Unreadable(
+            raise _TooLarge(
                 f"file is {info.st_size:,} bytes, over the prompt limit of {max_bytes // 4:,} "
-                "characters"
+                "characters",
+                os.read(fd, _SNIFF_BYTES),
             )
         cap = info.st_size + 1 if max_bytes is None else max_bytes + 1
         chunks, got = [], 0
@@ -495,6 +515,18 @@ def _read_regular(path: Path, max_bytes: int | None) -> bytes:
         return data
     finally:
         os.close(fd)
+
+
+def _binary(head: bytes) -> bool:
+    """Whether a file's first bytes are not UTF-8 text (a NUL, or bytes no UTF-8 text has;
+    a character cut at the end of ``head`` does not count)."""
+    if b"\0" in head:
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _within(path: Path, root: Path) -> bool:

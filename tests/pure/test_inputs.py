@@ -215,6 +215,27 @@ def test_directory_file_over_the_limit_is_rejected_unread(tmp_path: Path) -> Non
     assert "file is 500 bytes, over the prompt limit of 100 characters" in problems[0].reason
 
 
+def test_a_large_binary_is_skipped_like_a_small_one_and_caches_are_not_read(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "code"
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / "node_modules" / "left-pad").mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text("print('m')\n")
+    (root / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + b"x" * 50)
+    (root / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    (root / "big.pyc").write_bytes(b"\xa7\r\r\n\x00\x00\x00\x00" + b"\x01" * 5000)
+    (root / "big.bin").write_bytes(b"\xff\xfe" + b"\x80" * 5000)  # no NUL, not UTF-8
+    # Large text is still a rejected input (a character cut at the sniff's end is text).
+    (root / "big.txt").write_text("a" + "é" * 5000)
+    reader = InputReader(root, max_prompt_chars=100)
+    records = list(reader)
+    assert [r.id for r in records] == ["pkg/mod.py"]
+    assert [p.id for p in reader.problems] == ["big.txt"]
+    assert "over the prompt limit of 100 characters" in reader.problems[0].reason
+    assert dict(reader.skipped_by) == {"binary": 2}
+
+
 def _tree_with_traps(tmp_path: Path) -> Path:
     """A directory of two good files and every kind of entry that must not be read."""
     root = tmp_path / "code"
