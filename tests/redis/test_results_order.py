@@ -34,11 +34,11 @@ def batch(redis_client: Any, redis_url: str) -> Iterator[BatchHandle]:
         yield team.submit_batch([{"id": f"i{n}", "prompt": f"p{n}"} for n in range(3)])
 
 
-def _finish(run_id: str, status: str = "approved") -> None:
+def _finish(run_id: str, status: str = "approved", usage: dict[str, Any] = USAGE) -> None:
     st = store()
     record, _ = st.load_run(run_id)
     made = st.record_finish(
-        record, int(record.get("seq", 0)), status, reason=None, error=None, usage=USAGE,
+        record, int(record.get("seq", 0)), status, reason=None, error=None, usage=usage,
         events=[event_json("run.finished", run_id, status=status)],
     )  # fmt: skip
     assert made == 1
@@ -84,10 +84,12 @@ def test_a_resumed_cancelled_run_is_counted_once_in_the_batch_spend(batch: Batch
     what, _, _ = st.resume_point(first)  # re-opens it, as `duet resume` does
     assert what == "coordinate"
     p = batch.progress()
-    assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (0, 0.0, 0, 0)
-    _finish(first, "approved")
+    # What was spent stays spent: a batch's cost never goes down while it is resumed.
+    assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (0, 0.5, 120, 2)
+    # The run's usage is its whole spend, before the cancel and after: only the rest is new.
+    _finish(first, "approved", {"input_tokens": 300, "output_tokens": 40, "calls": 5, "usd": 1.25})
     p = batch.progress()
-    assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (1, 0.5, 120, 2)
+    assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (1, 1.25, 340, 5)
 
 
 def test_resuming_a_run_cancelled_before_it_spent_anything(

@@ -13,17 +13,9 @@ if st[1] == 'cancelled' then
   if batch ~= '' and redis.call('EXISTS', batch) == 1 then
     redis.call('HINCRBY', batch, 'done', -1)
     redis.call('HINCRBY', batch, 'status:cancelled', -1)
-    -- The run's spend so far is counted again, in full, when it finishes again.
-    local ok, u = pcall(cjson.decode, redis.call('HGET', run, 'usage') or '{}')
-    if ok and type(u) == 'table' then
-      -- A zero is skipped: Lua writes -0 as "-0", which HINCRBY refuses as not an integer.
-      local usd = tonumber(u['usd']) or 0
-      local tokens = (tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)
-      local calls = tonumber(u['calls']) or 0
-      if usd ~= 0 then redis.call('HINCRBYFLOAT', batch, 'usd', -usd) end
-      if tokens ~= 0 then redis.call('HINCRBY', batch, 'tokens', -tokens) end
-      if calls ~= 0 then redis.call('HINCRBY', batch, 'calls', -calls) end
-    end
+    -- The batch keeps the run's spend so far (a batch's spend never goes down); the
+    -- run's finish adds only what it spends from here (`counted`, see run_transition.lua).
+    redis.call('HSET', run, 'counted', redis.call('HGET', run, 'usage') or '{}')
   end
   redis.call('XADD', events, '*', 'e', ARGV[1])
   return {'running', tostring(seq), st[3] or ''}

@@ -9,7 +9,7 @@ local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep rea
 -- One read and one write of the run record: the record's `moved_at` says when the run
 -- last moved; the sweep's index is re-scored from it only when the sweep looks (see
 -- RunStore.stale_runs), not here on every transition.
-local st = redis.call('HMGET', run, 'status', 'seq', 'started_at')
+local st = redis.call('HMGET', run, 'status', 'seq', 'started_at', 'counted')
 local status = st[1]
 if not status then return -1 end
 local FINISHED = {{FINISHED_STATUSES}}
@@ -43,11 +43,18 @@ else
   if total then
     local done = redis.call('HINCRBY', batch, 'done', 1)
     redis.call('HINCRBY', batch, 'status:' .. final, 1)
-    -- A zero is not added: one command less, and Lua would write -0 for some.
+    -- A zero is not added: one command less, and Lua would write -0 for some. A run
+    -- re-opened after a cancel adds what it spent since: the batch already has the rest.
     local u = cjson.decode(ARGV[7])
-    local usd = tonumber(u['usd']) or 0
-    local tokens = (tonumber(u['input_tokens']) or 0) + (tonumber(u['output_tokens']) or 0)
-    local calls = tonumber(u['calls']) or 0
+    local c = st[4] and cjson.decode(st[4]) or {}
+    local function spent(t)
+      return tonumber(t['usd']) or 0,
+        (tonumber(t['input_tokens']) or 0) + (tonumber(t['output_tokens']) or 0),
+        tonumber(t['calls']) or 0
+    end
+    local usd, tokens, calls = spent(u)
+    local usd0, tokens0, calls0 = spent(c)
+    usd, tokens, calls = usd - usd0, tokens - tokens0, calls - calls0
     if usd ~= 0 then redis.call('HINCRBYFLOAT', batch, 'usd', usd) end
     if tokens ~= 0 then redis.call('HINCRBY', batch, 'tokens', tokens) end
     if calls ~= 0 then redis.call('HINCRBY', batch, 'calls', calls) end
