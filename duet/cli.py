@@ -42,6 +42,7 @@ from duet.cli_batch import (
     batch_records,
     exit_for,
     exit_for_progress,
+    records_as_they_finish,
     select_status,
     summary_table,
     worker_watch,
@@ -363,7 +364,8 @@ def results(
     log_every: LogEveryOpt = LOG_EVERY_S,
 ) -> None:  # fmt: skip
     """Stream a batch's records in input order (rejected inputs in their places), each as
-    soon as it (and those before it) finished.
+    soon as it (and those before it) finished; with --status and no --output, each match
+    as soon as its run finishes, in the order runs finish.
 
     Exit code 0 when every input was accepted and every run finished well; 1 otherwise
     (or when the timeout passed).
@@ -377,7 +379,9 @@ def results(
     handle = batch_handle(batch)
     try:
         if output is None:
-            _write_records(select_status(batch_records(handle, timeout), status), None)
+            # Following a batch for some outcomes: each match the moment its run finishes.
+            live = records_as_they_finish if status else batch_records
+            _write_records(select_status(live(handle, timeout), status), None)
             return
         with_progress = _RecordsWithProgress(handle, timeout, status, output, log_every)
         with_progress.run()

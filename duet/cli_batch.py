@@ -89,6 +89,22 @@ def batch_records(handle: BatchHandle, timeout: float | None = None) -> Iterable
         nxt = next(pending, None)
 
 
+def records_as_they_finish(
+    handle: BatchHandle, timeout: float | None = None
+) -> Iterable[dict[str, Any]]:
+    """A batch's records as its runs finish, not in input order: its rejected inputs
+    first, then each run's the moment it finishes (for following a live batch)."""
+    from duet.cli_results import as_they_finish
+
+    rejected = handle.rejected()
+    for rec in rejected:
+        yield rejected_record(rec, batch_id=handle.batch_id)
+    taken = {r["index"] for r in rejected}
+    runs = len(handle.run_ids())
+    run_index = [i for i in range(runs + len(taken)) if i not in taken]
+    yield from as_they_finish(handle, run_index, spec_of(handle), timeout=timeout)
+
+
 def summary_table(summary: Summary, wall_s: float | None = None) -> Table:
     table = Table(title="Summary", title_justify="left", show_header=False)
     table.add_column("what", style="bold")

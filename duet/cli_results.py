@@ -187,28 +187,54 @@ def collect(
     stop: threading.Event,
 ) -> None:
     """Write each run of the batch to ``sink`` as it finishes, until all are written or
-    ``stop`` is set. Runs are read from the batch's finished-run stream, so the order is
-    the order they finished; each is written once."""
+    ``stop`` is set (see :func:`as_they_finish`)."""
+    for rec in as_they_finish(handle, run_index, spec, stop=stop):
+        sink.write(rec)
+
+
+def as_they_finish(
+    handle: BatchHandle,
+    run_index: list[int],
+    spec: LoopSpec | None,
+    *,
+    stop: threading.Event | None = None,
+    timeout: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Each run's record of the batch in the order the runs finish, each once, until all
+    are given, ``stop`` is set or ``timeout`` passes (RunTimeout). Runs are read from the
+    batch's finished-run stream; ``run_index`` maps a run's position to its input index."""
+    import time
+
     from orchestration.client.handles import store
+    from orchestration.core.errors import RunTimeout
     from orchestration.core.results import FINISHED_STATUSES
     from orchestration.state import batches
 
     st = store()
     positions = batches.run_positions(st.r, handle.batch_id)
-    written: set[str] = set()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    given: set[str] = set()
     last = "0-0"
-    while len(written) < len(positions) and not stop.is_set():
-        for entry, run_id, _ in batches.finished_since(st.r, handle.batch_id, last, block_ms=500):
+    while len(given) < len(positions) and not (stop is not None and stop.is_set()):
+        wait_ms = 500
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunTimeout(f"batch {handle.batch_id} did not finish within {timeout:g}s")
+            wait_ms = max(1, min(wait_ms, int(left * 1000)))
+        for entry, run_id, _ in batches.finished_since(
+            st.r, handle.batch_id, last, block_ms=wait_ms
+        ):
             last = entry
-            if run_id in written or run_id not in positions:
+            if run_id in given or run_id not in positions:
                 continue
             result = st.result(run_id)
             if result.status not in FINISHED_STATUSES:
                 continue  # resumed since it finished; it finishes again later
             position = positions[run_id]
             index = run_index[position] if position < len(run_index) else None
-            sink.write(result_record(result, index=index, spec=spec))
-            written.add(run_id)
+            given.add(run_id)
+            yield result_record(result, index=index, spec=spec)
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:

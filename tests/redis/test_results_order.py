@@ -118,3 +118,36 @@ def test_resuming_a_run_cancelled_before_it_spent_anything(
     assert store.resume_point("r0")[0] == "coordinate"  # re-opened (before: a script error)
     batch = redis_client.hgetall(_keys.batch("b0"))
     assert int(batch[b"done"]) == 0 and _json.loads(redis_client.hget(_keys.run("r0"), "usage"))
+
+
+def test_results_with_a_status_stream_each_match_as_its_run_finishes(
+    batch: BatchHandle, redis_url: str, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    run_ids = batch.run_ids()
+    env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "duet.cli", "results", batch.batch_id, "--status", "interrupted"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            _finish(run_ids[2], "interrupted")
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())  # blocks until the line comes
+            assert (first["id"], first["status"]) == ("i2", "interrupted")
+            assert proc.poll() is None, "inputs 0 and 1 still run: it keeps following"
+            _finish(run_ids[0], "approved")
+            _finish(run_ids[1], "interrupted")
+            rest, errors = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert [json.loads(line)["id"] for line in rest.splitlines()] == ["i1"], errors
+    assert proc.returncode == 1, "interrupted runs did not finish well"
