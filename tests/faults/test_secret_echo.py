@@ -209,7 +209,9 @@ def _team(llm: FakeLLM) -> Team:
     """The actor through the OpenAI SDK (``OPENAI_API_KEY``), the critic through the
     Anthropic SDK with a key of a spec's own variable; approved in round 2."""
     return Team.actor_critic(
-        actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
+        # The stand-in is not OpenAI's host: it gets the key only because it is named.
+        actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url,
+                    api_key_env="OPENAI_API_KEY"),  # fmt: skip
         critic=Agent(
             "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
             base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
