@@ -402,6 +402,7 @@ class StepService:
             outcome = self.cleaned(outcome)
             result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
                                   finished_at=time.time(), model=seat.agent.model,
+                                  scrub=self.scrub_output,
                                   vendor_batch=vendor_batch)  # fmt: skip
             used = Amount(input_tokens=outcome.input_tokens,
                           output_tokens=outcome.output_tokens, usd=result["usd"], calls=1)  # fmt: skip
@@ -543,7 +544,8 @@ class StepService:
         with contextlib.suppress(*INFRA_ERRORS):
             budgets.learn(agent, messages, seat.structured, completion.input_tokens)
         result = _result_from(completion, phase, key, seat, started_at=began,
-                              finished_at=time.time(), model=agent.model)  # fmt: skip
+                              finished_at=time.time(), model=agent.model,
+                              scrub=self.scrub_output)  # fmt: skip
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
         return result, completion, budgets.settle_calls(sid, scopes, _used(completion, result))
@@ -593,6 +595,7 @@ def _result_from(
     seat: Seat,
     *,
     batch: bool = False,
+    scrub: Scrub | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     usd = 0.0
@@ -616,10 +619,13 @@ def _result_from(
     if phase == "critique":
         native = read_structured(completion.structured)
         critique, complete = native if native is not None else read_critique(completion.text)
+        issues, summary = critique.issues, critique.summary
+        if scrub is not None:  # what parsing decoded (a key as JSON escapes) is scrubbed too
+            issues, summary = _scrubbed(issues, scrub), scrub(summary)
         result.update(
             score=critique.score,
-            issues=critique.issues,
-            summary=critique.summary,
+            issues=issues,
+            summary=summary,
             # read from the vendor's structured output, not searched for in the text
             structured=native is not None,
         )
