@@ -29,7 +29,8 @@ Admin API (JSON):
     ``echo_key`` (bool) end the error message with the request's credential, the way a
     careless upstream or proxy does (to test that no key leaks); ``echo_key_in_reply``
     (bool) end a successful answer's text with it, the way a model repeats a key it was
-    shown;
+    shown; ``echo_key_in_issues`` (bool) add it to a JSON critique's issues, written as
+    JSON ``\\u`` escapes (a critic quoting a key it saw);
     ``drop`` (int) close the connection without a response on the next N requests;
     ``drop_every`` (int) ...or on every Nth; ``delays_ms`` (list of numbers) extra delay
     for the next requests, one each, in order; ``path`` / ``model`` (str) only requests
@@ -82,6 +83,7 @@ _FAULT_FIELDS = {
     "message": str,
     "echo_key": bool,
     "echo_key_in_reply": bool,
+    "echo_key_in_issues": bool,
     "drop": int,
     "drop_every": int,
     "delays_ms": list,
@@ -179,6 +181,7 @@ class _Decision:
     message: str | None = None
     echo_key: bool = False
     echo_key_in_reply: bool = False
+    echo_key_in_issues: bool = False
 
 
 class _State:
@@ -291,6 +294,7 @@ class _State:
             return _Decision(
                 delay / 1000, drop, status, headers, plan.get("message"),
                 bool(plan.get("echo_key")), bool(plan.get("echo_key_in_reply")),
+                bool(plan.get("echo_key_in_issues")),
             )  # fmt: skip
 
     def record_response(
@@ -538,6 +542,8 @@ class _Handler(BaseHTTPRequestHandler):
         payload, usage = reply
         if fate.echo_key_in_reply:
             _append_text(payload, anthropic, f"\nThe key I was given: {self._credential()}")
+        if fate.echo_key_in_issues:
+            _escape_key_into_issues(payload, anthropic, self._credential())
         state.record_response(200, *usage)
         request_id = uuid.uuid4().hex
         header = "request-id" if anthropic else "x-request-id"
@@ -683,6 +689,25 @@ def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
     else:
         message = payload["choices"][0]["message"]
         message["content"] = (message.get("content") or "") + extra
+
+
+def _escape_key_into_issues(payload: dict[str, Any], anthropic: bool, key: str) -> None:
+    """Add ``key`` as an issue of the JSON critique in the answer's text, every character
+    of it a JSON ``\\u`` escape (text that is no JSON critique is left alone)."""
+    if anthropic:
+        holders = [b for b in payload.get("content", []) if b.get("type") == "text"]
+        name = "text"
+    else:
+        holders, name = [payload["choices"][0]["message"]], "content"
+    for holder in holders[:1]:
+        try:
+            critique = json.loads(holder.get(name) or "")
+        except ValueError:
+            return
+        if isinstance(critique, dict) and isinstance(critique.get("issues"), list):
+            critique["issues"].append("\0")
+            escaped = "".join(f"\\u{ord(c):04x}" for c in f"the key is {key}")
+            holder[name] = json.dumps(critique).replace('"\\u0000"', f'"{escaped}"')
 
 
 def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]:
