@@ -8,7 +8,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestration.core.agents import Agent
@@ -238,12 +238,27 @@ def test_parsed_critique_fields_are_scrubbed_after_parsing(
     assert (result["issues"], result["summary"]) == (["leaked [REDACTED]"], "[REDACTED]")
 
 
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(
     st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=6, max_size=30),
     st.lists(st.sampled_from(["raw", "json", "pct", "PCT", "pct2", "x"]), min_size=30,
              max_size=30),
 )  # fmt: skip
-def test_any_mixture_of_encodings_of_any_key_is_scrubbed(key: str, how: list[str]) -> None:
+def test_any_mixture_of_encodings_of_any_key_is_scrubbed(
+    reliability: Reliability, key: str, how: list[str]
+) -> None:
+    with reliability.case(
+        section=SECRETS,
+        fault="Decoded secrets (property): any printable key of 6 to 30 characters, each "
+        "character as written, JSON `\\u`, `\\x`, percent-encoded (either hex case) or "
+        "percent-encoded twice, in an error message",
+        before="only the key as written was scrubbed",
+    ):
+        _mixture_scrubbed(key, how)
+
+
+def _mixture_scrubbed(key: str, how: list[str]) -> None:
     form = {"raw": lambda c: c, "json": lambda c: f"\\u{ord(c):04x}",
             "pct": lambda c: f"%{ord(c):02x}", "PCT": lambda c: f"%{ord(c):02X}",
             "pct2": lambda c: f"%25{ord(c):02X}", "x": lambda c: f"\\x{ord(c):02x}"}  # fmt: skip
@@ -254,7 +269,9 @@ def test_any_mixture_of_encodings_of_any_key_is_scrubbed(key: str, how: list[str
         cleaned = secrets.decoded(cleaned)
 
 
-def test_a_password_in_a_base_url_is_refused_naming_where(tmp_path: Path) -> None:
+def test_a_password_in_a_base_url_is_refused_naming_where(
+    tmp_path: Path, reliability: Reliability
+) -> None:
     from duet.config import load_config
 
     path = tmp_path / "review.toml"
@@ -265,6 +282,15 @@ def test_a_password_in_a_base_url_is_refused_naming_where(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as caught:
         load_config(path).build_agents()
     message = str(caught.value)
+    reliability.record(
+        section=SECRETS,
+        fault="URL credentials: a config's `critic.base_url` holds `user:password@`",
+        load="unit: `load_config` and `Agent(...)` with a user and password, and a user alone",
+        lost="nothing stored: refused at submit time, before any spec is written "
+        f"(`{message.removeprefix(f'{path}: ')}`"
+        f"; the password {'IS' if 'hunter2' in message else 'is not'} in the message)",
+        before="the URL, password included, was stored with the spec in Redis",
+    )
     assert "critic.base_url: credentials in the URL; put the key in api_key_env" in message
     assert "hunter2" not in message
     with pytest.raises(ConfigError, match="base_url: credentials in the URL"):

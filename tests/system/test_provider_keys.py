@@ -142,16 +142,28 @@ def test_a_third_party_base_url_gets_no_key_unless_api_key_env_names_one(
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("call", ["first", "later"])
 def test_a_server_wanting_a_key_none_was_named_for_says_set_api_key_env(
-    server: _Server, provider: str
+    server: _Server, provider: str, status: int, call: str
 ) -> None:
-    server.status = 401
+    """The first call goes through the SDK (its exception is classified), a later one
+    past it (the status read off the reply): both say what to do."""
     keyless = _agent(provider, server)
+    adapter = provider_for(keyless.spec)
+    if call == "later":
+        adapter.complete(keyless.spec, TASK)
+    server.status = status
     with pytest.raises(ProviderError) as info:
-        provider_for(keyless.spec).complete(keyless.spec, TASK)
-    assert info.value.kind == "auth"
+        adapter.complete(keyless.spec, TASK)
+    assert info.value.kind == ("auth" if status == 401 else "permission")
+    assert f"no key was sent to {keyless.spec.base_url}" in str(info.value)
     assert "set api_key_env" in str(info.value)
-    assert server.seen and _credentials(server.seen[0]) == {}
+    assert [_credentials(h) for h in server.seen] == [{}] * len(server.seen)
+    named = _agent(provider, server, api_key_env=OWN_KEY_ENV)
+    with pytest.raises(ProviderError) as info:
+        provider_for(named.spec).complete(named.spec, TASK)
+    assert "api_key_env" not in str(info.value)  # a key was sent: it is the key's fault
 
 
 def test_the_vendor_host_keeps_its_default_key() -> None:
