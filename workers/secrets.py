@@ -38,6 +38,8 @@ _ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
 #: An escape inside a percent-escape (``%25``: ``%``; ``%5C``: a backslash): a value
 #: under it is only seen once the text is decoded.
 _NESTED = re.compile(r"%25|%5[cC]")
+#: Any escape a character of a value may be written as (``_encoded``).
+_ANY_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}")
 
 _SECRET_PATTERNS = (
     # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys.
@@ -86,12 +88,17 @@ def _encoded(value: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
+def _escaped(text: str) -> bool:
+    """Whether ``text`` has an escape :func:`_encoded` reads (else no encoded value)."""
+    return ("%" in text or "\\" in text) and _ANY_ESCAPE.search(text) is not None
+
+
 def _replaced(text: str, values: Sequence[str]) -> str:
-    encoded = "%" in text or "\\" in text
+    escaped = _escaped(text)  # a replacement adds no escape
     for value in values:  # longest first: a key inside another goes last
         if value in text:
             text = text.replace(value, "[REDACTED]")
-        if encoded:
+        if escaped:
             text = _encoded(value).sub("[REDACTED]", text)
     return text
 
@@ -100,7 +107,7 @@ def _found(text: str, values: Sequence[str]) -> bool:
     """Whether one of ``values`` is in ``text``, as written or one layer encoded."""
     if any(value in text for value in values):
         return True
-    return ("%" in text or "\\" in text) and any(_encoded(v).search(text) for v in values)
+    return _escaped(text) and any(_encoded(v).search(text) for v in values)
 
 
 def without_values(text: str, values: Iterable[str | None]) -> str:
