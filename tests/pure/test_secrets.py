@@ -169,6 +169,21 @@ def test_task_events_are_redacted_only_when_a_field_may_hold_a_secret(
     assert "[REDACTED]" in str(sent[1]["traceback"])
 
 
+def test_task_events_lose_a_percent_encoded_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What Flower shows of a failed task: a key echoed in a URL is no longer in it."""
+    from celery.worker.request import Request as CeleryRequest
+
+    from workers.celery_ext import Request
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    sent: list[dict[str, object]] = []
+    monkeypatch.setattr(CeleryRequest, "send_event", lambda self, type, **f: sent.append(f))
+    request = object.__new__(Request)
+    echoed = f"GET https://gw/?k={_percent(KEY, 2)} 401"
+    request.send_event("task-failed", uuid="0f1e2d3c", exception=echoed, traceback=echoed)
+    assert sent[0]["exception"] == sent[0]["traceback"] == "GET https://gw/?k=[REDACTED] 401"
+
+
 def _json_escaped(value: str, every: int = 1) -> str:
     """``value`` with every ``every``-th character written as a JSON ``\\u`` escape."""
     return "".join(f"\\u{ord(c):04x}" if i % every == 0 else c for i, c in enumerate(value))
