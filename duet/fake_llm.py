@@ -14,6 +14,11 @@ out); any other model name answers as ``sim:critic`` when the model name or syst
 prompt mentions "critic" or the system prompt or last message asks for JSON with a
 "score", else as ``sim:actor``. ``max_tokens`` (or ``max_completion_tokens``) is
 honoured: a cut reply has ``finish_reason: "length"`` / ``stop_reason: "max_tokens"``.
+The sim's ``refuse_at`` / ``refuse`` options answer as each vendor does: a refusal is
+OpenAI ``content: null`` + ``refusal`` / Anthropic ``stop_reason: "refusal"``; a content
+filter is ``finish_reason: "content_filter"`` (a refusal at Anthropic, which has none); a
+context overflow is OpenAI's HTTP 400 ``context_length_exceeded`` / Anthropic
+``stop_reason: "model_context_window_exceeded"``. Batch results carry the same shapes.
 A structured critique request — OpenAI ``response_format`` with a ``json_schema``, or an
 Anthropic ``tool_choice`` forcing one of the request's ``tools`` — is answered by the
 critic as plain JSON: the message content, or the forced tool's ``input`` (``stop_reason:
@@ -102,6 +107,17 @@ _ANTHROPIC_ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+#: The sim's stop reasons as each vendor says them (the rest: a plain end).
+_OPENAI_STOPS = {"max_tokens": "length", "content_filter": "content_filter"}
+_ANTHROPIC_STOPS = {
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+    "content_filter": "refusal",
+    "context_window": "model_context_window_exceeded",
+}
+#: OpenAI's message, and error code, for a conversation that overflows the context window.
+CONTEXT_MESSAGE = "This model's maximum context length is 128000 tokens. Please reduce the length of the messages."
+CONTEXT_CODE = "context_length_exceeded"
 _LAST_REQUESTS = 50
 _ARRIVALS = 100_000
 
@@ -530,7 +546,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
-            self._error(anthropic, exc.status_code or 500, str(exc), {})
+            self._error(anthropic, exc.status_code or 500, str(exc), {}, code=_code_of(exc))
             return
         except (ConfigError, ValueError, TypeError, KeyError) as exc:
             self._error(anthropic, 400, f"invalid request: {exc}", {})
@@ -551,6 +567,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str],
         *,
         echo_key: bool = False,
+        code: str | None = None,
     ) -> None:
         key = self._credential()
         if not message:
@@ -568,7 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
             kind = _OPENAI_ERROR_TYPES.get(
                 status, "server_error" if status >= 500 else "invalid_request_error"
             )
-            payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+            payload = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         self._send(status, payload, headers)
 
     def _credential(self) -> str:
@@ -613,6 +630,9 @@ def _answer(
     structured = tool is not None or schema is not None
     sim_model = sim_model_for(model, system, last, structured=structured)
     done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
+    if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
+        raise ProviderError(CONTEXT_MESSAGE, kind="context_window", transient=False,
+                            status_code=400)  # fmt: skip
     cut = done.stop_reason == "max_tokens"
     created = int(time.time())
     # Tool definitions and a response schema are part of the prompt, as vendors bill.
@@ -636,7 +656,7 @@ def _answer(
             "role": "assistant",
             "model": model,
             "content": [{"type": "text", "text": done.text}],
-            "stop_reason": "max_tokens" if cut else "end_turn",
+            "stop_reason": _ANTHROPIC_STOPS.get(done.stop_reason, "end_turn"),
             "stop_sequence": None,
             "usage": {
                 "input_tokens": done.input_tokens - read - written,
@@ -655,7 +675,7 @@ def _answer(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": done.text, "refusal": None},
-                    "finish_reason": "length" if cut else "stop",
+                    "finish_reason": _OPENAI_STOPS.get(done.stop_reason, "stop"),
                     "logprobs": None,
                 }
             ],
@@ -666,11 +686,22 @@ def _answer(
                 "prompt_tokens_details": {"cached_tokens": read},
             },
         }
-    if tool is not None and not cut:  # the forced tool is called with the critique
+    if done.stop_reason == "refusal":
+        _refused(payload, anthropic, done.text)
+    elif tool is not None and not cut and done.stop_reason == "end":  # the forced tool
+        # is called with the critique
         call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
                 "input": json.loads(done.text)}  # fmt: skip
         payload.update(content=[call], stop_reason="tool_use")
     return payload, usage
+
+
+def _refused(payload: dict[str, Any], anthropic: bool, text: str) -> None:
+    """Make ``payload`` a refusal, as the vendor writes one."""
+    if anthropic:
+        payload["stop_details"] = {"type": "refusal", "category": None, "explanation": text}
+    else:
+        payload["choices"][0]["message"].update(content=None, refusal=text)
 
 
 def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
@@ -685,7 +716,14 @@ def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
         message["content"] = (message.get("content") or "") + extra
 
 
-def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]:
+def _code_of(exc: ProviderError) -> str | None:
+    """The OpenAI error code of a sim failure (a context overflow has one)."""
+    return CONTEXT_CODE if exc.kind == "context_window" else None
+
+
+def _error_payload(
+    anthropic: bool, status: int, message: str, code: str | None = None
+) -> dict[str, Any]:
     """A vendor's error body for an HTTP error status."""
     if anthropic:
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
@@ -693,7 +731,7 @@ def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]
     kind = _OPENAI_ERROR_TYPES.get(
         status, "server_error" if status >= 500 else "invalid_request_error"
     )
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def _answer_one(
@@ -706,7 +744,7 @@ def _answer_one(
     except ProviderError as exc:
         status = exc.status_code or 500
         state.record_response(status)
-        return status, _error_payload(anthropic, status, str(exc))
+        return status, _error_payload(anthropic, status, str(exc), _code_of(exc))
     except (ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
         state.record_response(400)
         return 400, _error_payload(anthropic, 400, f"invalid request: {exc}")
