@@ -28,6 +28,15 @@ def refusal_error(stop_reason: str, text: str) -> str:
     return f"{words}: {text}" if text.strip() else words
 
 
+def refusal_line(reason: str | None, error: str | None) -> str | None:
+    """``interrupted: refusal — the model refused: ...`` for a run whose interruption
+    reason (``actor:round_1:refusal``) is one of :data:`REFUSED`; None for any other."""
+    kind = (reason or "").rpartition(":")[2]
+    if kind not in REFUSED:
+        return None
+    return f"interrupted: {kind} — {error or REFUSAL_WORDS[kind]}"
+
+
 class Message(TypedDict):
     """One turn of a conversation."""
 

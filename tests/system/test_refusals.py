@@ -201,3 +201,18 @@ def test_the_stand_in_answers_each_shape_as_the_vendors_sdk_types_it(
     assert reply.stop_reason == expected
     if stop == "refusal":
         assert reply.stop_details is not None and reply.stop_details.explanation == REFUSAL_TEXT
+
+
+def test_duet_show_says_the_model_refused(
+    llm: FakeLLM, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from duet.cli import app
+
+    result = team("openai", "actor", "refusal").run_sync(f"Task ({tag()}).", timeout=60)
+    monkeypatch.setenv("DUET_REDIS_URL", url)
+    shown = CliRunner().invoke(app, ["show", result.run_id])
+    assert shown.exit_code == 0, shown.output
+    flat = " ".join(shown.output.split())  # the table wraps long cells
+    assert f"interrupted: refusal — the model refused: {REFUSAL_TEXT}" in flat
