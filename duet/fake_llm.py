@@ -116,7 +116,10 @@ _ANTHROPIC_STOPS = {
     "context_window": "model_context_window_exceeded",
 }
 #: OpenAI's message, and error code, for a conversation that overflows the context window.
-CONTEXT_MESSAGE = "This model's maximum context length is 128000 tokens. Please reduce the length of the messages."
+CONTEXT_MESSAGE = (
+    "This model's maximum context length is 128000 tokens. "
+    "Please reduce the length of the messages."
+)
 CONTEXT_CODE = "context_length_exceeded"
 _LAST_REQUESTS = 50
 _ARRIVALS = 100_000

@@ -278,7 +278,7 @@ class StepService:
         if not limited and completion is not None:
             spend = self.budgets.spend(list(scopes), _used(completion, result))
         conversation = None
-        # A reply cut at max_tokens is not a turn the model should build on later.
+        # A reply cut at max_tokens, or refused, is not a turn the model should build on.
         whole = completion is not None and completion.stop_reason not in UNFINISHED
         if completion is not None and whole and conv and keeps(seat.turns, completion.text):
             turn = turn_json(turn_step(run_id, key), prompt, completion.text)

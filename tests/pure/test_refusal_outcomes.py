@@ -95,6 +95,8 @@ def test_openai_context_overflow_error_is_a_context_window_outcome() -> None:
     assert (error.kind, error.transient) == ("context_window", False)
     assert error_interruption(error.kind) == "context_window"
     assert error_for_status(400, None, "x", provider="openai", code="other").kind == "bad_request"
+    too_long = "prompt is too long: 210000 tokens > 200000 maximum"  # Anthropic's wording
+    assert error_for_status(400, None, too_long, provider="anthropic").kind == "context_window"
     assert error_interruption("bad_request") == "provider_error:bad_request"
 
 

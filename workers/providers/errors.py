@@ -35,6 +35,8 @@ STATUS_KINDS: dict[int, tuple[str, bool]] = {
 #: window (OpenAI's ``context_length_exceeded``): kind ``context_window``, which
 #: interrupts the agent with that reason rather than as a provider error.
 CONTEXT_WINDOW_CODES = frozenset({"context_length_exceeded"})
+#: ...and how Anthropic's 400 for a prompt longer than the context window begins.
+CONTEXT_WINDOW_TEXT = "prompt is too long"
 
 #: Exception type names (anywhere in the MRO) that mean the call timed out...
 _TIMEOUT_NAMES = frozenset(
@@ -113,7 +115,7 @@ def error_for_status(
     """The :class:`ProviderError` for an HTTP error response; ``code`` is the vendor's
     error code when the body has one (``error.code``)."""
     kind, transient = kind_for_status(status)
-    if status == 400 and code in CONTEXT_WINDOW_CODES:
+    if status == 400 and (code in CONTEXT_WINDOW_CODES or message.startswith(CONTEXT_WINDOW_TEXT)):
         kind = "context_window"
     retry_after = parse_retry_after(headers) if transient else None
     text = f"{provider}: HTTP {status} ({kind})"
