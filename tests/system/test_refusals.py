@@ -70,8 +70,9 @@ def tag() -> str:
 
 
 def team(
-    vendor: str, role: str, stop: str, execution: Literal["sync", "vendor_batch"] = "sync"
-) -> Team:
+    vendor: str, role: str, stop: str, execution: Literal["sync", "vendor_batch"] = "sync",
+    structured: bool | None = None,
+) -> Team:  # fmt: skip
     """Both agents on ``vendor``; ``role`` stops with ``stop`` in round 1: the actor on its
     first revision, the critic reviewing the draft (revision 0)."""
     actor = f"{vendor}:sim" + (f"?refuse_at=1&refuse={stop}" if role == "actor" else "")
@@ -80,7 +81,9 @@ def team(
         critic += f"&refuse_at=0&refuse={stop}"
     return Team.actor_critic(
         actor=Agent("Fix the code.", model=actor, execution=execution),
-        critic=Agent("Review the code.", model=critic, execution=execution),
+        critic=Agent(
+            "Review the code.", model=critic, execution=execution, structured_output=structured
+        ),  # fmt: skip
         max_rounds=3,
         approval_threshold=0.9,
         name=f"refusals-{tag()}",
@@ -151,6 +154,17 @@ def test_an_outcome_interrupts_the_run_and_is_never_a_turn(
         before="empty text, read as a review scoring 0.0 (or stored as a turn)",
     )  # fmt: skip
     check(result, role, stop, llm, user, t)
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+def test_a_structured_critic_that_refuses_scores_nothing(llm: FakeLLM, vendor: str) -> None:
+    """Asked for its critique natively (a JSON schema, a forced tool), the critic refuses:
+    no critique is read from the reply, the run is interrupted."""
+    result = team(vendor, "critic", "refusal", structured=True).run_sync("Task.", timeout=60)
+    request = llm.last_requests[-1]["body"]
+    assert "response_format" in request or "tool_choice" in request  # asked natively
+    assert result.interruption_reason == "critic:round_1:refusal"
+    assert [(r.score, r.issues) for r in result.rounds] == [(None, [])]
 
 
 @pytest.mark.parametrize(("vendor", "role", "stop"), [
