@@ -549,7 +549,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
-            self._error(anthropic, exc.status_code or 500, str(exc), {}, code=_code_of(exc))
+            status = exc.status_code or 500
+            state.record_response(status)
+            self._send(status, _error_payload(anthropic, status, str(exc), _code_of(exc)))
             return
         except (ConfigError, ValueError, TypeError, KeyError) as exc:
             self._error(anthropic, 400, f"invalid request: {exc}", {})
@@ -570,7 +572,6 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str],
         *,
         echo_key: bool = False,
-        code: str | None = None,
     ) -> None:
         key = self._credential()
         if not message:
@@ -588,7 +589,7 @@ class _Handler(BaseHTTPRequestHandler):
             kind = _OPENAI_ERROR_TYPES.get(
                 status, "server_error" if status >= 500 else "invalid_request_error"
             )
-            payload = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+            payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
         self._send(status, payload, headers)
 
     def _credential(self) -> str:

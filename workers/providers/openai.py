@@ -46,14 +46,12 @@ RESPONSE_FORMAT = {
 }
 #: Models that take ``max_completion_tokens`` and reject ``max_tokens``.
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
-_STOP_REASONS: dict[str | None, StopReason] = {
-    "stop": "end",
-    "length": "max_tokens",
-    "content_filter": "content_filter",
-}
+_STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tokens"}
 #: The endpoint the requests of a vendor batch go to.
 BATCH_ENDPOINT = "/v1/chat/completions"
 _ENDED = {"completed", "failed", "expired", "cancelled"}
+#: A reply the vendor's filter stopped is an outcome (a refusal is ``message.refusal``).
+_STOP_REASONS["content_filter"] = "content_filter"
 
 
 class OpenAIProvider(SDKProvider):
