@@ -549,9 +549,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
-            status = exc.status_code or 500
+            status, failure = _sim_failure(anthropic, exc)
             state.record_response(status)
-            self._send(status, _error_payload(anthropic, status, str(exc), _code_of(exc)))
+            self._send(status, failure)
             return
         except (ConfigError, ValueError, TypeError, KeyError) as exc:
             self._error(anthropic, 400, f"invalid request: {exc}", {})
@@ -720,14 +720,7 @@ def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
         message["content"] = (message.get("content") or "") + extra
 
 
-def _code_of(exc: ProviderError) -> str | None:
-    """The OpenAI error code of a sim failure (a context overflow has one)."""
-    return CONTEXT_CODE if exc.kind == "context_window" else None
-
-
-def _error_payload(
-    anthropic: bool, status: int, message: str, code: str | None = None
-) -> dict[str, Any]:
+def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]:
     """A vendor's error body for an HTTP error status."""
     if anthropic:
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
@@ -735,7 +728,7 @@ def _error_payload(
     kind = _OPENAI_ERROR_TYPES.get(
         status, "server_error" if status >= 500 else "invalid_request_error"
     )
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
 def _answer_one(
@@ -746,14 +739,24 @@ def _answer_one(
     try:
         payload, usage = _answer(state, anthropic, str(body.get("model") or ""), body, key)
     except ProviderError as exc:
-        status = exc.status_code or 500
+        status, failure = _sim_failure(anthropic, exc)
         state.record_response(status)
-        return status, _error_payload(anthropic, status, str(exc), _code_of(exc))
+        return status, failure
     except (ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
         state.record_response(400)
         return 400, _error_payload(anthropic, 400, f"invalid request: {exc}")
     state.record_response(200, *usage)
     return 200, payload
+
+
+def _sim_failure(anthropic: bool, exc: ProviderError) -> tuple[int, dict[str, Any]]:
+    """The status and error body a sim failure is answered with: a context overflow is
+    OpenAI's 400 with its code ``context_length_exceeded``."""
+    status = exc.status_code or 500
+    payload = _error_payload(anthropic, status, str(exc))
+    if exc.kind == "context_window" and not anthropic:
+        payload["error"]["code"] = CONTEXT_CODE
+    return status, payload
 
 
 class FakeLLM:

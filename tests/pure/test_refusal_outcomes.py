@@ -11,7 +11,7 @@ from orchestration import Agent, ProviderError
 from orchestration.core.completion import UNFINISHED, refusal_error
 from orchestration.core.loop import error_interruption, interruption
 from workers.providers.anthropic import AnthropicProvider
-from workers.providers.errors import error_for_status
+from workers.providers.errors import classify_exception, error_for_status
 from workers.providers.openai import OpenAIProvider
 from workers.providers.sim import REFUSAL_TEXT, simulate
 
@@ -98,6 +98,13 @@ def test_openai_context_overflow_error_is_a_context_window_outcome() -> None:
     too_long = "prompt is too long: 210000 tokens > 200000 maximum"  # Anthropic's wording
     assert error_for_status(400, None, too_long, provider="anthropic").kind == "context_window"
     assert error_interruption("bad_request") == "provider_error:bad_request"
+
+
+def test_an_sdk_status_error_with_the_context_code_is_a_context_window_outcome() -> None:
+    class BadRequestError(Exception):  # the shape of openai.BadRequestError
+        status_code, code, message = 400, "context_length_exceeded", "maximum context length"
+
+    assert classify_exception(BadRequestError(), provider="openai").kind == "context_window"
 
 
 @pytest.mark.parametrize("stop", ["refusal", "content_filter", "context_window"])

@@ -241,16 +241,6 @@ class SDKProvider(Provider):
             client.close()
 
 
-def _error_code(response: Reply) -> object:
-    """The vendor's ``error.code`` in an error response, or None."""
-    try:
-        data = response.json()
-    except ValueError:
-        return None
-    error = data.get("error") if isinstance(data, dict) else None
-    return error.get("code") if isinstance(error, dict) else None
-
-
 def _error_message(response: Reply) -> str:
     """The vendor's message in an error response (``{"error": {"message": ...}}`` at
     OpenAI and Anthropic), else the start of its body."""
@@ -262,3 +252,13 @@ def _error_message(response: Reply) -> str:
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
     return json.dumps(data)[:500]
+
+
+def _error_code(response: Reply) -> object:
+    """The vendor's ``error.code`` in an error response, or None."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
