@@ -134,3 +134,14 @@ def test_sim_refuses_at_the_revision_asked(stop: str) -> None:
 
 def test_sim_agent_accepts_the_options() -> None:
     Agent("x", model="sim?refuse_at=0&refuse=content_filter")
+
+
+def test_report_says_a_run_was_refused_with_the_models_words_escaped() -> None:
+    from duet.report import render_report
+
+    refused = {"id": "r", "status": "interrupted", "final_score": None, "rounds": [],
+               "n_rounds": 0, "usage": {}, "reason": "critic:round_1:refusal",
+               "error": "the model refused: <b>no</b>", "run_id": "run-r"}  # fmt: skip
+    page = render_report([refused], title="t")
+    section = page.split('id="inputs-not-approved"', 1)[1].split("</section>", 1)[0]
+    assert "interrupted: refusal — the model refused: &lt;b&gt;no&lt;/b&gt;" in section

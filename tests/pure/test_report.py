@@ -395,12 +395,3 @@ def test_output_dir_writes_inside_the_folder_only(
     assert (count, files) == ((1, [written]) if written else (0, []))
     assert refused == ([] if written else [input_id])
     assert not (tmp_path / "escape.py").exists()
-
-
-def test_report_says_a_run_was_refused_with_the_models_words_escaped() -> None:
-    refused = _record("r", "interrupted", None, [], 0.0, 1.0, reason="critic:round_1:refusal",
-                      error="the model refused: <b>no</b>")  # fmt: skip
-    page = render_report([refused], title="t")
-    _StrictHTML().feed(page)
-    section = page.split('id="inputs-not-approved"', 1)[1].split("</section>", 1)[0]
-    assert "interrupted: refusal — the model refused: &lt;b&gt;no&lt;/b&gt;" in section
