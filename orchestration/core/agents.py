@@ -39,8 +39,12 @@ _ACCEPTED = (
 
 def default_key_env(provider: str, base_url: str | None) -> str | None:
     """The key variable of an agent that names none: the vendor's own, unless ``base_url``
-    points at another host (a third-party server must not get the vendor's key)."""
-    if base_url is None or urlsplit(base_url).hostname in VENDOR_HOSTS.get(provider, ()):
+    is anything but ``https://`` on one of its :data:`VENDOR_HOSTS` (a third-party server
+    must not get the vendor's key, nor a plain-HTTP connection carry it)."""
+    if base_url is None:
+        return DEFAULT_KEY_ENV[provider]
+    parts = urlsplit(base_url)
+    if parts.scheme == "https" and parts.hostname in VENDOR_HOSTS.get(provider, ()):
         return DEFAULT_KEY_ENV[provider]
     return None
 

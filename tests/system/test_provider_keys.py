@@ -172,3 +172,7 @@ def test_the_vendor_host_keeps_its_default_key() -> None:
     assert vendor.spec.api_key_env == "OPENAI_API_KEY"
     claude = Agent("a", model="anthropic:claude-x", base_url="https://api.anthropic.com")
     assert claude.spec.api_key_env == "ANTHROPIC_API_KEY"
+    look_alikes = ["https://api.openai.com.evil.example/v1", "http://api.openai.com/v1",
+                   "https://api.anthropic.com/v1", "api.openai.com/v1"]  # fmt: skip
+    for url in look_alikes:  # another host, plain HTTP, the other vendor, no scheme
+        assert Agent("a", model="openai:m", base_url=url).spec.api_key_env is None, url
