@@ -57,7 +57,6 @@ from duet.cli_results import (
     collect,
     finished_records,
     read_records,
-    write_outputs,
 )
 from duet.cli_support import (
     INTERRUPTED,
@@ -73,6 +72,7 @@ from duet.cli_support import (
     record,
     warn,
 )
+from duet.outputs import write_outputs
 from duet.report import (
     Summary,
     by_index,
@@ -84,6 +84,9 @@ from orchestration.settings import get_settings
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
+
+#: Outputs not written that are each named on screen; the rest are counted.
+_MISSED_SHOWN = 20
 
 
 @app.command(
@@ -151,6 +154,8 @@ def run(
     started = time.monotonic()
     embedded = not get_settings().redis_url
     cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch)
+    if output_dir is not None and output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"--output-dir {output_dir}: not a directory")
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
     intake = Intake(finished, limit)
@@ -188,12 +193,12 @@ def run(
 
 
 def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
-    written, refused = write_outputs(records, folder)
+    written, missed = write_outputs(records, folder)
     out.print(plain(f"approved outputs: {written} file(s) in {folder}"))
-    if refused:
-        warn(
-            f"{len(refused)} id(s) are not a path inside {folder}, not written: {', '.join(refused[:5])}"
-        )
+    for miss in missed[:_MISSED_SHOWN]:
+        warn(f"output of {miss.id!r} not written in {folder}: {miss.reason}")
+    if len(missed) > _MISSED_SHOWN:
+        warn(f"and {len(missed) - _MISSED_SHOWN} more output(s) not written in {folder}")
 
 
 def _collect_while_watching(
