@@ -13,7 +13,6 @@ finished (approved or out of rounds) without an interruption, failure or cancell
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -79,6 +78,7 @@ from duet.report import (
     rejected_record,
 )
 from orchestration.core.errors import ConfigError, RunTimeout
+from orchestration.logjson import json_line
 from orchestration.settings import get_settings
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ def submit(
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
             for r in intake.rejected:
-                sink.write(json.dumps(rejected_record(r), ensure_ascii=False) + "\n")
+                sink.write(json_line(rejected_record(r)) + "\n")
     if handle is None:
         raise ConfigError(f"{input}: every input was rejected: nothing queued")
     from orchestration.client.handles import queues_without_workers
@@ -400,7 +400,7 @@ def _write_records(records: Iterable[dict[str, Any]], output: Path | None) -> No
     summary = Summary()
     if output is None:
         for rec in records:
-            sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_line(rec) + "\n")
             sys.stdout.flush()
             summary.add(rec)
     else:

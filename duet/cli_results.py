@@ -35,6 +35,7 @@ from duet.report import (
 )
 from orchestration.core.errors import ConfigError
 from orchestration.core.jsonlimits import depth_reason, too_deep
+from orchestration.logjson import json_line
 
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle
@@ -121,7 +122,7 @@ class ResultsFile:
             if self._csv is not None:
                 self._csv.writerow(csv_row(record))
             else:
-                self._sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                self._sink.write(json_line(record) + "\n")
             self._sink.flush()
             self.summary.add(record)
 

@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from orchestration.core.errors import ConfigError
-from orchestration.logjson import JsonFormatter
+from orchestration.logjson import TERMINAL_UNSAFE, JsonFormatter
 from orchestration.settings import get_settings
 from orchestration.state.connection import (
     UNAVAILABLE_ERRORS,
@@ -40,9 +40,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _json_logs = False
 log = logging.getLogger("duet")
 
-# C0 controls but newline and tab, DEL, C1 controls, and the bidi overrides that reorder
-# what a terminal shows.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile(f"[{TERMINAL_UNSAFE}]")
 
 
 def clean(value: object) -> str:

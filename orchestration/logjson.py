@@ -7,11 +7,29 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any
 
 #: Ids a JSON line carries when they apply, in this order.
 ID_FIELDS = ("run_id", "batch_id", "step_key", "seq", "task_id")
+#: Characters above ASCII a terminal acts on instead of showing: DEL, the C1 controls
+#: (8-bit CSI ``\x9b``, OSC ``\x9d``...) and the bidi overrides that reorder a line.
+_ACTED_ON_ABOVE_ASCII = "\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+#: Every character a terminal acts on but newline and tab: the C0 controls too. Text for
+#: a terminal escapes these (``duet.cli_support.clean``); JSON escapes the C0 ones itself.
+TERMINAL_UNSAFE = "\x00-\x08\x0b-\x1f" + _ACTED_ON_ABOVE_ASCII
+#: What ``json.dumps(ensure_ascii=False)`` leaves raw that a terminal acts on (and the
+#: Unicode line separators, which end a line for some readers).
+_RAW_IN_JSON = re.compile(f"[{_ACTED_ON_ABOVE_ASCII}\u2028\u2029]")
+
+
+def json_line(value: Any, **options: Any) -> str:
+    """``value`` as one line of JSON, other languages' text kept as is but every
+    character a terminal acts on escaped (``\\u009b``): parsed, it is the same value;
+    printed, it is only shown. ``options`` go to :func:`json.dumps`."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,4 +63,4 @@ class JsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             doc["exception"] = record.exc_text
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        return json_line(doc, default=str)
