@@ -289,6 +289,8 @@ def load_config(path: str | Path) -> ReviewConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: {_toml_problem(exc)}") from exc
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise ConfigError(f"{source}: arrays or tables nested too deep to read") from None
     return parse_config(data, source=source, base_dir=file.parent)
 
 
