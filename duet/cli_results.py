@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from duet.inputs import InputProblem, InputReader
+from duet.inputs import InputProblem, InputReader, bounded_lines
 from duet.report import (
     CSV_COLUMNS,
     CSV_JSON,
@@ -40,6 +40,11 @@ from orchestration.logjson import json_line
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
+
+
+#: Longest line of a JSONL results file read back: a record is its output, metadata and
+#: critiques, far less than this; a longer line is not read into memory.
+MAX_RECORD_BYTES = 64 << 20
 
 
 class Intake:
@@ -249,17 +254,27 @@ def as_they_finish(
             yield result_record(result, index=index, spec=spec)
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
+def read_records(path: Path, max_line_bytes: int = MAX_RECORD_BYTES) -> Iterator[dict[str, Any]]:
     """The records of a results file (JSONL or CSV written by ``duet``).
 
     Raises:
-        ConfigError: a line that is not a result record (e.g. an input file given by mistake).
+        ConfigError: a line that is not a result record (e.g. an input file given by
+            mistake), not UTF-8, longer than ``max_line_bytes`` or nested too deep.
     """
     if path.suffix.lower() == ".csv":
         yield from _read_csv_records(path)
         return
-    with path.open(encoding="utf-8") as lines:
-        for n, line in enumerate(lines, 1):
+    with path.open("rb") as lines:
+        for n, raw, size in bounded_lines(lines, max_line_bytes):
+            if raw is None:
+                raise ConfigError(
+                    f"{path}:{n}: not a results record: {size:,} bytes, over the limit of "
+                    f"{max_line_bytes:,}"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path}:{n}: not UTF-8 text (byte {exc.start + 1})") from None
             if not line.strip():
                 continue
             if too_deep(line):

@@ -238,7 +238,7 @@ class InputReader:
     # --- formats ------------------------------------------------------------
     def _jsonl(self) -> Iterator[InputRecord]:
         with self.path.open("rb") as lines:
-            for n, raw, size in _bounded_lines(lines, self.max_line_bytes):
+            for n, raw, size in bounded_lines(lines, self.max_line_bytes):
                 if raw is None:
                     self._problem(n, _too_long("line", size, self.max_line_bytes, "bytes"))
                     continue
@@ -505,7 +505,7 @@ def _too_long(what: str, size: int, limit: int | None, unit: str) -> str:
     return f"{what} is {size:,} {unit}, over the limit of {limit:,} {unit}: not read"
 
 
-def _bounded_lines(handle: IO[bytes], limit: int | None) -> Iterator[tuple[int, bytes | None, int]]:
+def bounded_lines(handle: IO[bytes], limit: int | None) -> Iterator[tuple[int, bytes | None, int]]:
     """``(number, line, size)`` for each line of a binary file. A line over ``limit``
     bytes (its newline included) is skipped in chunks and given as ``None`` with its size,
     so no more than ``limit + 1`` bytes of a line are ever held."""

@@ -398,7 +398,7 @@ def test_csv_ids_and_text_read_back_as_the_text_written(
     assert sorted(finished_records(path)) == sorted(TEXT_IDS)
 
 
-def test_a_results_file_nested_too_deep_is_refused_naming_the_line(tmp_path: Any) -> None:
+def test_a_results_line_too_deep_or_too_long_is_refused_naming_it(tmp_path: Any) -> None:
     from duet.cli_results import read_records
 
     deep = '{"a": ' * 1000 + "1" + "}" * 1000
@@ -406,6 +406,10 @@ def test_a_results_file_nested_too_deep_is_refused_naming_the_line(tmp_path: Any
     jsonl.write_text(json.dumps(RECORDS[0]) + "\n" + '{"metadata": ' + deep + "}\n")
     with pytest.raises(ConfigError, match=r"r.jsonl:2: not a results record: nested deeper"):
         list(read_records(jsonl))
+    longer = {**RECORDS[0], "output": "x" * 1_000}
+    jsonl.write_text(json.dumps(RECORDS[0]) + "\n" + json.dumps(longer) + "\n")
+    with pytest.raises(ConfigError, match=r"r.jsonl:2: not a results record: [0-9,]+ bytes, over"):
+        list(read_records(jsonl, max_line_bytes=len(json.dumps(RECORDS[0])) + 1))
     table = tmp_path / "r.csv"
     with table.open("w", newline="") as fh:
         csv.writer(fh).writerows(
