@@ -21,7 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from duet.inputs import InputProblem, InputReader, bounded_lines
+from duet.inputs import (
+    BoundedRows,
+    InputProblem,
+    InputReader,
+    RowTooLong,
+    bounded_lines,
+    long_csv_fields,
+)
 from duet.report import (
     CSV_COLUMNS,
     CSV_JSON,
@@ -179,6 +186,7 @@ def _sort_jsonl(path: Path) -> None:
 
 
 def _sort_csv(path: Path) -> None:
+    long_csv_fields()
     with path.open(encoding="utf-8", newline="") as src:
         rows = list(csv.reader(src))
     if not rows:
@@ -292,20 +300,41 @@ def read_records(path: Path, max_line_bytes: int = MAX_RECORD_BYTES) -> Iterator
 
 
 def _read_csv_records(path: Path) -> Iterator[dict[str, Any]]:
+    long_csv_fields()
     with path.open(encoding="utf-8", newline="") as src:
-        rows = csv.DictReader(src)
-        if not {"id", "status", "usd"} <= set(rows.fieldnames or ()):
-            raise ConfigError(f"{path}:1: not a results CSV (no id, status and usd columns)")
-        for row in rows:
-            line = rows.line_num
-            record: dict[str, Any] = {k: _from_cell(k, v) for k, v in row.items()}
-            record["usage"] = {k: record.pop(k, None) for k in
-                               ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
-            for key in CSV_JSON:
-                record[key] = _json_cell(row.get(key) or "", f"{path}:{line}: {key}")
-            actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)
-            record["models"] = {"actor": actor, "critic": critic} if actor or critic else None
-            yield record
+        lines = BoundedRows(src, MAX_RECORD_BYTES)  # rows of at most this many characters
+        try:
+            yield from _csv_records(path, lines, csv.DictReader(lines))
+        except RowTooLong as exc:
+            raise ConfigError(
+                f"{path}:{lines.count}: not a results record: {exc.size:,} characters, over "
+                f"the limit of {MAX_RECORD_BYTES:,}"
+            ) from None
+        except csv.Error as exc:
+            raise ConfigError(f"{path}:{lines.count}: not a results CSV: {exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}:{lines.count + 1}: not UTF-8 text") from None
+
+
+def _csv_records(
+    path: Path, lines: BoundedRows, rows: csv.DictReader[str]
+) -> Iterator[dict[str, Any]]:
+    if not {"id", "status", "usd"} <= set(rows.fieldnames or ()):
+        raise ConfigError(f"{path}:1: not a results CSV (no id, status and usd columns)")
+    while True:
+        lines.start_row()
+        row = next(rows, None)
+        if row is None:
+            return
+        line = rows.line_num
+        record: dict[str, Any] = {k: _from_cell(k, v) for k, v in row.items()}
+        record["usage"] = {k: record.pop(k, None) for k in
+                           ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
+        for key in CSV_JSON:
+            record[key] = _json_cell(row.get(key) or "", f"{path}:{line}: {key}")
+        actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)
+        record["models"] = {"actor": actor, "critic": critic} if actor or critic else None
+        yield record
 
 
 def _from_cell(column: str | None, value: str | None) -> Any:

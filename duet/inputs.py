@@ -268,16 +268,14 @@ class InputReader:
                     yield record
 
     def _csv(self) -> Iterator[InputRecord]:
-        # Prompts may be long: the csv module's default 128 KiB field cap would fail them
-        # with an obscure error; the row size limit below says it plainly instead.
-        csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+        long_csv_fields()
         with self.path.open(encoding="utf-8-sig", newline="") as handle:
-            lines = _BoundedRows(handle, self.max_line_bytes)
+            lines = BoundedRows(handle, self.max_line_bytes)
             rows = csv.reader(lines)
             try:
                 try:
                     header = next(rows, None)
-                except _RowTooLong as exc:
+                except RowTooLong as exc:
                     raise InputError(
                         f"{self.source}:1: header "
                         + _too_long("row", exc.size, self.max_line_bytes, "characters")
@@ -295,7 +293,7 @@ class InputReader:
                     lines.start_row()
                     try:
                         row = next(rows, None)
-                    except _RowTooLong as exc:
+                    except RowTooLong as exc:
                         self._problem(
                             line, _too_long("row", exc.size, self.max_line_bytes, "characters")
                         )
@@ -527,7 +525,13 @@ def bounded_lines(handle: IO[bytes], limit: int | None) -> Iterator[tuple[int, b
         yield n, None, size
 
 
-class _RowTooLong(Exception):
+def long_csv_fields() -> None:
+    """Let the csv module read fields of any length. Its default 128 KiB cap fails a long
+    prompt or output with an obscure error; a row size limit says it plainly instead."""
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+
+
+class RowTooLong(Exception):
     """A CSV row over the size limit, skipped to the end of its line."""
 
     def __init__(self, size: int) -> None:
@@ -535,10 +539,10 @@ class _RowTooLong(Exception):
         self.size = size
 
 
-class _BoundedRows:
+class BoundedRows:
     """The lines of a CSV text file for ``csv.reader``, no row held past ``limit``
     characters: an over-long row is skipped to its end (the first line end outside
-    quotes) and raises :class:`_RowTooLong`; the reader starts afresh on the next line.
+    quotes) and raises :class:`RowTooLong`; the reader starts afresh on the next line.
     Call :meth:`start_row` before each row; ``count`` is the lines read."""
 
     def __init__(self, handle: IO[str], limit: int | None) -> None:
@@ -550,7 +554,7 @@ class _BoundedRows:
     def start_row(self) -> None:
         self.row_chars = self.quotes = 0
 
-    def __iter__(self) -> _BoundedRows:
+    def __iter__(self) -> BoundedRows:
         return self
 
     def __next__(self) -> str:
@@ -576,7 +580,7 @@ class _BoundedRows:
             size += len(line)
             self.quotes += line.count('"')
             self.count += line.endswith(("\n", "\r"))
-        raise _RowTooLong(size)
+        raise RowTooLong(size)
 
 
 class _Unreadable(Exception):

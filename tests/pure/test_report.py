@@ -398,6 +398,20 @@ def test_csv_ids_and_text_read_back_as_the_text_written(
     assert sorted(finished_records(path)) == sorted(TEXT_IDS)
 
 
+def test_a_csv_results_file_with_a_long_output_is_written_and_read_back(tmp_path: Any) -> None:
+    from duet.cli_results import ResultsFile, read_records
+
+    before = csv.field_size_limit(131_072)  # the csv module's default, in a fresh process
+    try:
+        path = tmp_path / "r.csv"
+        sink = ResultsFile(path)
+        sink.write({**RECORDS[0], "output": "x" * 200_000})
+        sink.finish()
+        assert [len(r["output"]) for r in read_records(path)] == [200_000]
+    finally:
+        csv.field_size_limit(before)
+
+
 def test_a_results_line_too_deep_or_too_long_is_refused_naming_it(tmp_path: Any) -> None:
     from duet.cli_results import read_records
 
