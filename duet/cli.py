@@ -154,8 +154,6 @@ def run(
     started = time.monotonic()
     embedded = not get_settings().redis_url
     cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch)
-    if output_dir is not None and output_dir.exists() and not output_dir.is_dir():
-        raise ConfigError(f"--output-dir {output_dir}: not a directory")
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
     intake = Intake(finished, limit)

@@ -143,6 +143,9 @@ class InputsConfig(_Section):
     id_column: str = Field(default="id", min_length=1)
     #: Longest prompt accepted; longer inputs are rejected (DUET_MAX_PROMPT_CHARS caps it).
     max_prompt_chars: int | None = Field(default=None, ge=1)
+    #: Longest JSONL line (bytes) or CSV row (characters) read; a longer one is rejected
+    #: unread. Default: room for the longest prompt, JSON-escaped, and 1 MiB of metadata.
+    max_line_bytes: int | None = Field(default=None, ge=1)
     #: The prompt sent: ``{input_id}`` and ``{prompt}`` (the text read) are replaced.
     #: Default: the text as read, or for a directory "File: {input_id}" above it.
     prompt_template: str | None = Field(default=None, min_length=1)

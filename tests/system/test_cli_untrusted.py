@@ -150,12 +150,13 @@ def test_text_ids_resume_from_csv_c1_output_dir_and_deep_lines_through_duet_run(
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "approving.toml"
-    config.write_text(APPROVING_CONFIG)
+    config.write_text(APPROVING_CONFIG + "\n[inputs]\nmax_line_bytes = 10000\n")
     inputs = tmp_path / "in.jsonl"
     ids = ["007", "1e3", "True", C1_ID, "link/x.py"]
     lines = [json.dumps({"id": i, "prompt": f"Review {i}: eval(x)"}) for i in ids]
     deep = '{"a": ' * 1_000 + "1" + "}" * 1_000
     lines.insert(3, '{"id": "deep", "prompt": "x", "metadata": ' + deep + "}")
+    lines.append(json.dumps({"id": "huge", "prompt": "y" * 20_000}))
     inputs.write_text("\n".join(lines) + "\n")
     outside, folder = tmp_path / "outside", tmp_path / "approved"
     outside.mkdir()
@@ -172,11 +173,16 @@ def test_text_ids_resume_from_csv_c1_output_dir_and_deep_lines_through_duet_run(
     shown = done.stdout + done.stderr
     assert not [c for c in shown if 0x80 <= ord(c) <= 0x9F], "no raw C1 control on screen"
     with first.open(newline="") as fh:
-        ran = {r["id"]: r for r in csv.DictReader(fh)}
-    assert {i: r["status"] for i, r in ran.items()} == {
-        **dict.fromkeys(ids, "approved"),
-        "": "rejected",  # read no further: no id
-    }
+        rows = list(csv.DictReader(fh))
+    assert [(r["id"], r["status"]) for r in rows] == [
+        *[(i, "approved") for i in ids[:3]], ("", "rejected"), *[(i, "approved") for i in ids[3:]],
+        ("", "rejected"),  # the deep line and the huge one, read no further: no id
+    ]  # fmt: skip
+    assert [r["reason"] for r in rows if r["status"] == "rejected"] == [
+        "nested deeper than 64 levels",
+        "line is 20,029 bytes, over the limit of 10,000 bytes: not read",
+    ]
+    ran = {r["id"]: r for r in rows}
 
     again = tmp_path / "again.csv"
     resumed = _duet("run", config, "-i", inputs, "-o", again, "--resume-from", first, cwd=tmp_path)
