@@ -518,6 +518,30 @@ def test_the_depth_scan_is_linear_and_skips_strings() -> None:
     assert time.process_time() - started < 2.0
 
 
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab'),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.integers(min_value=0, max_value=6))
+def test_property_the_depth_scan_agrees_with_the_parsed_depth(value: Any, limit: int) -> None:
+    text = json.dumps(value, ensure_ascii=False)
+    assert too_deep(text, limit) == (_depth(value) > limit)
+
+
 def _peak_of(read: Any) -> int:
     tracemalloc.start()
     try:
