@@ -8,6 +8,8 @@ first, so such a line is a bad input with a reason, and the scan costs O(n) on a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 #: Deepest nesting of arrays and objects accepted in user JSON (metadata, records).
 MAX_DEPTH = 64
@@ -39,6 +41,25 @@ def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
                 return True
         elif c in "]}":
             depth -= 1
+    return False
+
+
+def value_too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a value given as Python objects (a library caller's metadata) nests
+    mappings or lists deeper than ``limit``; a cycle counts as too deep. Walked without
+    recursion, stopping below ``limit``."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
     return False
 
 

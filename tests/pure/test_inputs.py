@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from duet.inputs import InputProblem, InputReader, detect_format
 from orchestration.core.errors import InputError
-from orchestration.core.jsonlimits import MAX_DEPTH, too_deep
+from orchestration.core.jsonlimits import MAX_DEPTH, too_deep, value_too_deep
 from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 
 GOOD = '{"id": "ok", "prompt": "Review this"}'
@@ -540,6 +540,22 @@ _JSON = st.recursive(
 def test_property_the_depth_scan_agrees_with_the_parsed_depth(value: Any, limit: int) -> None:
     text = json.dumps(value, ensure_ascii=False)
     assert too_deep(text, limit) == (_depth(value) > limit)
+    assert value_too_deep(value, limit) == (_depth(value) > limit)
+
+
+def test_a_library_caller_s_deep_or_cyclic_metadata_is_refused_before_anything_runs() -> None:
+    from orchestration import Agent, Team
+    from orchestration.core.errors import ConfigError
+
+    deep: dict[str, Any] = {}
+    for _ in range(2_000):
+        deep = {"a": deep}
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = [cyclic]
+    team = Team.actor_critic(actor=Agent("Fix.", model="sim"), critic=Agent("Judge.", model="sim"))
+    for metadata in (deep, cyclic):
+        with pytest.raises(ConfigError, match=r"item 0 \(id 'x'\): metadata nested deeper"):
+            team.submit_batch([{"id": "x", "prompt": "p", "metadata": metadata}])
 
 
 def _peak_of(read: Any) -> int:
