@@ -70,6 +70,11 @@ def write_outputs(records: Iterable[dict[str, Any]], folder: Path) -> tuple[int,
                 reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
                 missed.append(NotWritten(input_id, reason))
                 continue
+            except UnicodeEncodeError:
+                missed.append(
+                    NotWritten(input_id, "the output is not Unicode text (a lone surrogate)")
+                )
+                continue
             written += 1
     finally:
         os.close(root)
@@ -93,12 +98,13 @@ def _write_at(root: int, parts: tuple[str, ...], text: str) -> None:
                 raise
             opened.append(at)
         flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | _NO_FOLLOW
+        data = text.encode("utf-8")  # before the file is touched
         fd = os.open(parts[-1], flags, 0o666, dir_fd=at)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+        with os.fdopen(fd, "wb") as out:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(errno.ENXIO, "not a regular file")
             out.truncate()
-            out.write(text)
+            out.write(data)
     finally:
         for fd in opened:
             os.close(fd)

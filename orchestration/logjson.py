@@ -19,9 +19,10 @@ _ACTED_ON_ABOVE_ASCII = "\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 #: Every character a terminal acts on but newline and tab: the C0 controls too. Text for
 #: a terminal escapes these (``duet.cli_support.clean``); JSON escapes the C0 ones itself.
 TERMINAL_UNSAFE = "\x00-\x08\x0b-\x1f" + _ACTED_ON_ABOVE_ASCII
-#: What ``json.dumps(ensure_ascii=False)`` leaves raw that a terminal acts on (and the
-#: Unicode line separators, which end a line for some readers).
-_RAW_IN_JSON = re.compile(f"[{_ACTED_ON_ABOVE_ASCII}\u2028\u2029]")
+#: What ``json.dumps(ensure_ascii=False)`` leaves raw that a terminal acts on, the Unicode
+#: line separators (which end a line for some readers) and lone surrogates (which no
+#: UTF-8 file can hold: a broken escape in a vendor's JSON).
+_RAW_IN_JSON = re.compile(f"[{_ACTED_ON_ABOVE_ASCII}\u2028\u2029\ud800-\udfff]")
 
 
 def json_line(value: Any, **options: Any) -> str:

@@ -493,6 +493,8 @@ def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
     }
     good = ["a.py", "pkg/b.py", "deep/" * 10 + "c.py"]
     records = [{"id": i, "status": "approved", "output": f"fixed {i}"} for i in [*good, *traps]]
+    records.append({"id": "broken", "status": "approved", "output": "a lone \ud800"})
+    traps["broken"] = "the output is not Unicode text (a lone surrogate)"
     count, missed = write_outputs(records, folder)
     escaped = (outside / "victim").read_text() != "keep me" or (outside / "x.py").exists()
     reliability.record(
@@ -506,3 +508,4 @@ def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
     assert count == 3 and not escaped
     assert {m.id: m.reason for m in missed} == traps
     assert (folder / "pkg" / "b.py").read_text() == "fixed pkg/b.py"
+    assert not (folder / "broken").exists()

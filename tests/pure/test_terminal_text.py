@@ -73,3 +73,5 @@ def test_c1_controls_are_escaped_in_terminal_text_and_json_lines(
     assert [json.loads(json_line({"id": v}))["id"] for v in values] == values, "same value"
     assert "\\u009b2J" in json_line(values[0]) and "\\x9b2J" in clean(values[0])
     assert json_line("naïve ☃ 日本") == '"naïve ☃ 日本"', "other text stays readable"
+    lone = json_line("a lone \ud800")
+    assert lone.encode("utf-8") and json.loads(lone) == "a lone \ud800", "a UTF-8 file holds it"
