@@ -1,6 +1,11 @@
 """Log lines as JSON: one object per line with the ids of the run, batch, step and task it
 is about. Shared by the workers (:mod:`workers.logs` adds the running task's ids) and the
 ``duet`` command line; no Celery here, so the command line starts without it.
+
+Also the one place that says which characters a terminal acts on instead of showing
+(:data:`TERMINAL_UNSAFE`) and how they are escaped: in text (:func:`escape_unsafe`, used by
+``duet``'s printers and :class:`TerminalSafeFilter` for text log lines) and in JSON lines
+(:func:`json_line`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,34 @@ TERMINAL_UNSAFE = "\x00-\x08\x0b-\x1f" + _ACTED_ON_ABOVE_ASCII
 #: line separators (which end a line for some readers) and lone surrogates (which no
 #: UTF-8 file can hold: a broken escape in a vendor's JSON).
 _RAW_IN_JSON = re.compile(f"[{_ACTED_ON_ABOVE_ASCII}\u2028\u2029\ud800-\udfff]")
+
+
+_UNSAFE = re.compile(f"[{TERMINAL_UNSAFE}]")
+
+
+def escape_unsafe(text: str) -> str:
+    """``text`` as a terminal shows it as is: each character it would act on becomes a
+    visible escape (``\\x1b``, ``\\x9b``, ``\\u202e``). Newlines and tabs are kept."""
+    return _UNSAFE.sub(_visible, text)
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class TerminalSafeFilter(logging.Filter):
+    """A log filter for text lines: the message and traceback of each record with
+    :func:`escape_unsafe` applied (a vendor's error or an id quoted in a line is shown,
+    never obeyed). JSON lines need none: :func:`json_line` escapes them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.msg, record.args = escape_unsafe(record.getMessage()), None
+        if record.exc_text:
+            record.exc_text = escape_unsafe(record.exc_text)
+        return True
 
 
 def json_line(value: Any, **options: Any) -> str:
