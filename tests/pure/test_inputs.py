@@ -619,3 +619,12 @@ def test_the_line_limit_defaults_to_room_for_the_longest_prompt(tmp_path: Path) 
     records, problems = _read(_jsonl(tmp_path, line), max_prompt_chars=100)
     assert [r.id for r in records] == ["wide"] and not problems
     assert InputReader(_jsonl(tmp_path, line)).max_line_bytes is None
+
+
+def test_a_csv_header_over_the_limit_refuses_the_file_naming_it(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "prompt," + "x" * 200 + "\nhello,world\n")
+    with pytest.raises(
+        InputError,
+        match=r"in.csv:1: header row is 208 characters, over the limit of 100 characters: not read",
+    ):
+        list(InputReader(path, max_line_bytes=100))
