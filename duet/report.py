@@ -214,18 +214,32 @@ CSV_COLUMNS = (
     "critic_model", "created_at", "finished_at", "duration_s", "output", "issues", "rounds",
     "metadata",
 )  # fmt: skip
+#: The columns holding numbers; every other cell is text (an id ``007`` stays ``007``).
+CSV_NUMBERS = frozenset(
+    {"index", "final_score", "n_rounds", "input_tokens", "output_tokens", "calls", "usd",
+     "duration_s"}
+)  # fmt: skip
+#: The columns holding JSON (lists and objects).
+CSV_JSON = ("issues", "rounds", "metadata")
 
 
 #: A cell starting with one of these is a formula to a spreadsheet (CSV injection).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: ...and one starting with an apostrophe gets another, so reading it back is exact.
+_QUOTED_START = (*_FORMULA_START, "'")
 
 
 def csv_cell(value: Any) -> Any:
     """A value made safe for a spreadsheet: text that a spreadsheet would run as a
     formula gets a leading apostrophe (shown as text, not evaluated). Numbers stay numbers."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
+    if isinstance(value, str) and value.startswith(_QUOTED_START):
         return "'" + value
     return value
+
+
+def csv_text(cell: str) -> str:
+    """The text :func:`csv_cell` was given for a text cell (its apostrophe taken off)."""
+    return cell[1:] if cell[:1] == "'" and cell[1:].startswith(_QUOTED_START) else cell
 
 
 def csv_row(record: Mapping[str, Any]) -> list[Any]:
