@@ -51,9 +51,10 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from orchestration.core.envelope import examine
 from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
-from orchestration.state import connection, keys, scripts
+from orchestration.state import connection, deadletters, keys, scripts
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
@@ -142,6 +143,28 @@ def popped_member(text: str, queue: str) -> str:
 
 #: A string's JSON text (the C encoder ``json.dumps`` uses).
 _json_string = json.encoder.encode_basestring_ascii
+
+
+def _text(item: bytes | str) -> str:
+    """A popped message's text; bytes that are not UTF-8 are kept visible, escaped, and
+    marked (:data:`_NOT_UTF8`) for :func:`_examine` to refuse."""
+    if isinstance(item, str):
+        return item
+    try:
+        return item.decode("utf-8")
+    except UnicodeDecodeError:
+        return _NOT_UTF8 + item.decode("utf-8", "backslashreplace")
+
+
+#: Starts the text of a popped message that is not UTF-8 (no JSON text starts so).
+_NOT_UTF8 = "\\x"
+
+
+def _examine(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A popped text's message and None, or None and why no worker can take it."""
+    if text.startswith(_NOT_UTF8):
+        return None, "not UTF-8 text"
+    return examine(text, loads)
 
 
 class QoS(kombu_redis.QoS):
@@ -373,11 +396,17 @@ class QoS(kombu_redis.QoS):
         key = self.unacked_messages_key
 
         def restore(pipe: Any) -> None:
-            there = pipe.zscore(key, member) is not None
+            # ZSCORE is not among the commands kombu's client prefixes.
+            there = pipe.zscore(self.channel.global_keyprefix + key, member) is not None
             pipe.multi()
             if there:
                 pipe.zrem(key, member)
-                raw, exchange, routing_key = loads(bytes_to_str(member))  # type: ignore[no-untyped-call]
+                try:
+                    raw, exchange, routing_key = loads(bytes_to_str(member))  # type: ignore[no-untyped-call]
+                except ValueError as exc:  # a text no worker took, left by a dead one
+                    text, _, queue = _text(member)[1:-1].rsplit(", ", 2)
+                    deadletters.add(pipe, json.loads(queue), text, f"not JSON: {exc}")
+                    return
                 self.channel._do_restore_message(raw, exchange, routing_key, pipe, leftmost)
 
         client.transaction(restore, key)
@@ -423,19 +452,19 @@ class Channel(kombu_redis.Channel):
         (:meth:`QoS.note`): a script pop that finds nothing costs more commands than it
         saves. Before that wait, acks still gathered are flushed (:meth:`QoS.flush_acks`),
         so an idle worker's acks are written within the pop's timeout (1 s)."""
-        noting = self._pop_noting and self._qos is not None and not self.global_keyprefix
+        noting = self._pop_noting and self._qos is not None
         if self._qos is not None and not noting and not self._acks_go_with_note:
             try:
                 self._qos.flush_acks()
             except self.connection_errors:  # kept for the next flush; the pop will tell
                 log.debug("acks not flushed before a pop", exc_info=True)
-        if self.global_keyprefix:  # kombu prefixes the keys of the commands it knows
-            super()._brpop_start(timeout)  # type: ignore[no-untyped-call]
-            return
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        pairs = [(self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
+        # Sent on the connection itself, so with kombu's ``global_keyprefix`` added here
+        # (kombu's client adds it to the commands it knows, not to these).
+        prefix = self.global_keyprefix
+        pairs = [(prefix + self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
                  for pri in self.priority_steps for queue in queues]  # fmt: skip
         keys = [key for key, _ in pairs]
         credit = self.qos.can_consume_max_estimate()
@@ -450,7 +479,7 @@ class Channel(kombu_redis.Channel):
             try:
                 self.client.connection.send_command(
                     "EVALSHA", self._pop_note.sha, 1 + len(keys),
-                    self.qos.unacked_messages_key, *keys, count, time.time(), len(acked),
+                    prefix + self.qos.unacked_messages_key, *keys, count, time.time(), len(acked),
                     *acked, *(_json_string(queue) for _, queue in pairs),
                 )  # fmt: skip
             except BaseException:
@@ -470,9 +499,9 @@ class Channel(kombu_redis.Channel):
     def _brpop_read(self, **options: Any) -> bool:
         """Read the pop's reply: the messages of a ``BLMPOP`` are noted as unacknowledged
         in one write (those of ``lua/pop_note.lua`` already are), then each is delivered
-        (kombu's read, for several messages)."""
-        if self.global_keyprefix:
-            return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
+        (kombu's read, for several messages). A text no worker can take (not JSON, no
+        Celery envelope) is dead-lettered instead (:meth:`_dead_letter`), the others
+        delivered."""
         popping, self._popping = self._popping, None
         try:
             command = "BLMPOP" if popping is None else "EVALSHA"
@@ -494,15 +523,22 @@ class Channel(kombu_redis.Channel):
                 raise kombu_redis.Empty()
             if popping is None:
                 dest, items = reply
-                queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
+                dest = bytes_to_str(dest)[len(self.global_keyprefix) :]  # type: ignore[no-untyped-call]
+                queue = dest.rsplit(self.sep, 1)[0]
             else:
                 place, items = reply
                 queue = popping[1][int(place) - 1]
             self._queue_cycle.rotate(queue)
-            texts = [bytes_to_str(item) for item in items]  # type: ignore[no-untyped-call]
-            payloads = [loads(text) for text in texts]  # type: ignore[no-untyped-call]
+            texts = [_text(item) for item in items]
+            examined = [_examine(text) for text in texts]
             self._acks_go_with_note = queue not in self._no_ack_queues
             self._pop_noting = self._acks_go_with_note and len(items) >= self._pop_count
+            if any(problem for _, problem in examined):
+                texts = self._dead_letter(queue, texts, examined, noted=popping is not None)
+                if not texts:
+                    self._acks_go_with_note = False  # the next pop flushes them
+                    raise kombu_redis.Empty()
+            payloads = [payload for payload, _ in examined if payload is not None]
             if self._acks_go_with_note:
                 members = [popped_member(text, queue) for text in texts]
                 if popping is not None:
@@ -520,6 +556,33 @@ class Channel(kombu_redis.Channel):
         finally:
             self._in_poll = None  # type: ignore[assignment]
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _dead_letter(
+        self, queue: str, texts: list[str], examined: list[tuple[Any, str | None]], noted: bool
+    ) -> list[str]:
+        """Move the texts no worker can take to the dead-letter stream, with the reason
+        (and out of the unacknowledged set, if the pop noted them), in one round trip;
+        the texts left to deliver. A Redis that refuses the move (at ``maxmemory``) drops
+        them, with a log line naming each: they could never be delivered anyway."""
+        bad = [(text, problem) for text, (_, problem) in zip(texts, examined, strict=True)
+               if problem]  # fmt: skip
+        failed: BaseException | None = None
+        try:
+            with self.conn_or_acquire() as client:
+                pipe = client.pipeline(transaction=False)
+                for text, problem in bad:
+                    deadletters.add(pipe, queue, text, str(problem))
+                if noted and queue not in self._no_ack_queues:
+                    pipe.zrem(self.qos.unacked_messages_key,
+                              *(popped_member(text, queue) for text, _ in bad))  # fmt: skip
+                replies = pipe.execute(raise_on_error=False)
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+        except self.connection_errors as exc:  # the others are delivered all the same
+            failed = exc
+        for text, problem in bad:
+            log.error("dead-lettered a message from queue %r (%s)%s: %.200r", queue, problem,
+                      f", and could not keep it: {failed}" if failed else "", text)  # fmt: skip
+        return [text for text, (_, problem) in zip(texts, examined, strict=True) if not problem]
 
     def _pop_refused(self, exc: redis.exceptions.ResponseError, acked: list[str]) -> None:
         """``lua/pop_note.lua`` was refused (nothing was popped): the next pop is a
@@ -618,6 +681,9 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.visibility_timeout_s,
             "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
             "unacked_restore_throttle": 1,
+            # Every broker key (queues, kombu's unacked and binding keys) under Duet's
+            # prefix: another app's keys in the same database are never read or popped.
+            "global_keyprefix": keys.BROKER_PREFIX,
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },
