@@ -20,6 +20,12 @@ delivered message it cannot note is held until Redis takes writes again (``QoS.a
 instead of ending the worker; and a Redis restart: a channel of a broker connection that
 is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
 instead of an ``AttributeError`` that ends the worker (``Channel._get_pool``).
+A popped text no worker can take (not JSON, no Celery envelope) is moved to the
+dead-letter stream with the reason, and the rest of its pop delivered
+(``Channel._dead_letter``): kombu's read would end the worker or strand the pop. Every
+key is under kombu's ``global_keyprefix`` (``duet.``): kombu's client prefixes the
+commands it knows; the pop, sent on the connection itself, and ``ZSCORE`` are prefixed
+here.
 
 These override methods kombu does not document (``Channel._create_client``,
 ``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``,
@@ -118,6 +124,7 @@ def check_versions() -> None:
         (kombu_redis.Channel, "_brpop_read"),
         (kombu_redis.Channel, "_flush_brpop_reauth"),
         (kombu_redis.Channel, "_in_poll"),
+        (kombu_redis.Channel, "global_keyprefix"),
         (kombu_redis, "Mutex"),
         (kombu_redis, "MutexHeld"),
         (kombu.Connection, "resolve_aliases"),
@@ -662,9 +669,10 @@ class Connection(kombu.Connection):
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
     """The Celery settings every process that talks to the broker shares (workers and
     clients): where it is, which transport, JSON only, routes, the visibility timeout."""
+    transport = transport_for(broker_url)
     return {
         "broker_url": broker_url,
-        "broker_transport": transport_for(broker_url),
+        "broker_transport": transport,
         # Messages carry ids only, so JSON is all we need; pickle is never accepted.
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -683,7 +691,7 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "unacked_restore_throttle": 1,
             # Every broker key (queues, kombu's unacked and binding keys) under Duet's
             # prefix: another app's keys in the same database are never read or popped.
-            "global_keyprefix": keys.BROKER_PREFIX,
+            **({"global_keyprefix": keys.BROKER_PREFIX} if transport else {}),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },
