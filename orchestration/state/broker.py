@@ -57,7 +57,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
-from orchestration.core.envelope import examine
+from orchestration.core.envelope import envelope_problem, examine
 from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
 from orchestration.state import connection, deadletters, keys, scripts
@@ -578,7 +578,7 @@ class Channel(kombu_redis.Channel):
             with self.conn_or_acquire() as client:
                 pipe = client.pipeline(transaction=False)
                 for text, problem in bad:
-                    deadletters.add(pipe, queue, text, str(problem))
+                    deadletters.add(pipe, queue, text.removeprefix(_NOT_UTF8), str(problem))
                 if noted and queue not in self._no_ack_queues:
                     pipe.zrem(self.qos.unacked_messages_key,
                               *(popped_member(text, queue) for text, _ in bad))  # fmt: skip
@@ -590,6 +590,23 @@ class Channel(kombu_redis.Channel):
             log.error("dead-lettered a message from queue %r (%s)%s: %.200r", queue, problem,
                       f", and could not keep it: {failed}" if failed else "", text)  # fmt: skip
         return [text for text, (_, problem) in zip(texts, examined, strict=True) if not problem]
+
+    def _get(self, queue: str, timeout: Any = None) -> Any:
+        """kombu's pop of one message (``basic_get``), a text no worker can take
+        dead-lettered as by :meth:`_brpop_read` (kombu's read raises, and the message
+        is gone)."""
+        try:
+            payload: Any = super()._get(queue)  # type: ignore[no-untyped-call]
+        except ValueError as exc:  # JSONDecodeError: kombu's read of the text failed
+            text = str(getattr(exc, "doc", ""))  # (bytes not UTF-8 are replaced by then)
+            self._dead_letter(queue, [text], [_examine(text)], noted=False)
+            raise kombu_redis.Empty() from None
+        problem = envelope_problem(payload)
+        if problem:
+            text = str(dumps(payload))  # type: ignore[no-untyped-call]
+            self._dead_letter(queue, [text], [(None, problem)], noted=False)
+            raise kombu_redis.Empty()
+        return payload
 
     def _pop_refused(self, exc: redis.exceptions.ResponseError, acked: list[str]) -> None:
         """``lua/pop_note.lua`` was refused (nothing was popped): the next pop is a

@@ -90,13 +90,17 @@ def test_a_pop_of_poison_only_delivers_nothing_and_keeps_the_worker(
         _publish(conn, queue, "first")
         got = _consume(conn, queue, prefetch=2)
         conn.drain_events(timeout=5)
-        redis_client.lpush("duet." + queue.name, "junk", "[1, 2]")
+        redis_client.lpush("duet." + queue.name, "junk", "[1, 2]", b"\xff\xfe")
         with pytest.raises(TimeoutError):
             conn.drain_events(timeout=1.5)
         _publish(conn, queue, "after")
         conn.drain_events(timeout=5)
         assert [m.payload for m in got] == ["first", "after"]
-    assert deadletters.count(redis_client) == 2
+    letters = deadletters.newest(redis_client)
+    assert [(d.text, d.reason.split(":")[0]) for d in letters][::-1] == [
+        ("junk", "not JSON"), ("[1, 2]", "not a JSON object but a list"),
+        ("\\xff\\xfe", "not UTF-8 text"),
+    ]  # fmt: skip
 
 
 def test_a_prefixed_channel_touches_no_key_outside_its_prefix(
@@ -142,3 +146,22 @@ def test_a_poison_member_left_by_a_dead_worker_is_dead_lettered_on_restore(
 
 def test_duet_queues_are_under_the_key_prefix() -> None:
     assert keys.queue_key(keys.QUEUE_ACTOR) == f"{keys.PREFIX}.actor"
+
+
+def test_a_direct_get_dead_letters_poison_too(redis_client: Any, redis_url: str) -> None:
+    """kombu's one-message read (``basic_get``): each poison text is dead-lettered and the
+    read finds nothing, instead of raising; a good message is read as before."""
+    queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
+    with _connection(redis_url, "duet.") as conn:
+        _publish(conn, queue, "good")
+        for text in POISON[:2]:
+            redis_client.rpush("duet." + queue.name, text)
+        redis_client.rpush("duet." + queue.name, b"\xff\xfe not utf-8")
+        channel = conn.default_channel
+        assert [channel.basic_get(queue.name) for _ in range(3)] == [None, None, None]
+        got = channel.basic_get(queue.name)
+        assert got is not None and got.payload == "good"
+        got.ack()
+    reasons = [d.reason for d in deadletters.newest(redis_client)]
+    # newest first: the last two of POISON, then the bytes (kombu replaced what is not UTF-8)
+    assert [r.split(":")[0] for r in reasons] == ["not JSON", "no 'properties' object", "not JSON"]
