@@ -569,26 +569,34 @@ class Channel(kombu_redis.Channel):
     ) -> list[str]:
         """Move the texts no worker can take to the dead-letter stream, with the reason
         (and out of the unacknowledged set, if the pop noted them), in one round trip;
-        the texts left to deliver. A Redis that refuses the move (at ``maxmemory``) drops
-        them, with a log line naming each: they could never be delivered anyway."""
+        the texts left to deliver. A Redis that refuses the move (at ``maxmemory``) or is
+        gone drops them, with a log line for each: they could never be delivered anyway."""
         bad = [(text, problem) for text, (_, problem) in zip(texts, examined, strict=True)
                if problem]  # fmt: skip
-        failed: BaseException | None = None
+        replies: list[Any] = []
         try:
             with self.conn_or_acquire() as client:
                 pipe = client.pipeline(transaction=False)
                 for text, problem in bad:
+                    # XADD is not among the commands kombu's client prefixes: the stream
+                    # is Duet's own key (``duet:dead``), as the CLI reads it.
                     deadletters.add(pipe, queue, text.removeprefix(_NOT_UTF8), str(problem))
                 if noted and queue not in self._no_ack_queues:
                     pipe.zrem(self.qos.unacked_messages_key,
                               *(popped_member(text, queue) for text, _ in bad))  # fmt: skip
                 replies = pipe.execute(raise_on_error=False)
-            failed = next((r for r in replies if isinstance(r, Exception)), None)
         except self.connection_errors as exc:  # the others are delivered all the same
-            failed = exc
-        for text, problem in bad:
-            log.error("dead-lettered a message from queue %r (%s)%s: %.200r", queue, problem,
-                      f", and could not keep it: {failed}" if failed else "", text)  # fmt: skip
+            replies = [exc] * len(bad)
+        # The text is untrusted (anyone can push to a queue): the log names the letter,
+        # and ``duet dead show`` shows it.
+        for (text, problem), reply in zip(bad, replies, strict=False):
+            if isinstance(reply, BaseException):
+                log.error("dropped a message from queue %r that no worker can take (%s, "
+                          "%d characters): it could not be dead-lettered: %s", queue, problem,
+                          len(text), reply)  # fmt: skip
+            else:
+                log.error("dead-lettered a message from queue %r (%s): duet dead show %s",
+                          queue, problem, _text(reply))  # fmt: skip
         return [text for text, (_, problem) in zip(texts, examined, strict=True) if not problem]
 
     def _get(self, queue: str, timeout: Any = None) -> Any:

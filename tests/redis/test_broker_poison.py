@@ -83,7 +83,7 @@ def test_poison_is_dead_lettered_and_the_rest_of_its_pop_delivered(
 
 
 def test_a_pop_of_poison_only_delivers_nothing_and_keeps_the_worker(
-    redis_client: Any, redis_url: str
+    redis_client: Any, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = kombu.Queue(f"q-{uuid.uuid4().hex[:8]}")
     with _connection(redis_url, "duet.") as conn:
@@ -101,6 +101,9 @@ def test_a_pop_of_poison_only_delivers_nothing_and_keeps_the_worker(
         ("junk", "not JSON"), ("[1, 2]", "not a JSON object but a list"),
         ("\\xff\\xfe", "not UTF-8 text"),
     ]  # fmt: skip
+    # The log names each letter, not its (untrusted) text.
+    assert [f"duet dead show {d.id}" in caplog.text for d in letters] == [True] * 3
+    assert "junk" not in caplog.text
 
 
 def test_a_prefixed_channel_touches_no_key_outside_its_prefix(
