@@ -28,10 +28,11 @@ commands it knows; the pop, sent on the connection itself, and ``ZSCORE`` are pr
 here.
 
 These override methods kombu does not document (``Channel._create_client``,
-``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``,
+``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``, ``Channel._get``,
 ``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
 ``restore_visible``, and use ``Channel._do_restore_message``, ``Channel._queue_cycle``,
-``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Mutex``), tested with the kombu
+``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Channel.global_keyprefix``,
+``Mutex``), tested with the kombu
 release pinned in ``pyproject.toml``; :func:`check_versions` refuses an untested kombu
 when the transport is chosen. This is the one place Duet customises kombu (the client uses
 the transport too, so it cannot live with the worker's Celery customisations in
@@ -122,6 +123,7 @@ def check_versions() -> None:
         (kombu_redis.Channel, "_do_restore_message"),
         (kombu_redis.Channel, "_brpop_start"),
         (kombu_redis.Channel, "_brpop_read"),
+        (kombu_redis.Channel, "_get"),
         (kombu_redis.Channel, "_flush_brpop_reauth"),
         (kombu_redis.Channel, "_in_poll"),
         (kombu_redis.Channel, "global_keyprefix"),
