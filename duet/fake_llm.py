@@ -14,6 +14,11 @@ out); any other model name answers as ``sim:critic`` when the model name or syst
 prompt mentions "critic" or the system prompt or last message asks for JSON with a
 "score", else as ``sim:actor``. ``max_tokens`` (or ``max_completion_tokens``) is
 honoured: a cut reply has ``finish_reason: "length"`` / ``stop_reason: "max_tokens"``.
+The sim's ``refuse_at`` / ``refuse`` options answer as each vendor does: a refusal is
+OpenAI ``content: null`` + ``refusal`` / Anthropic ``stop_reason: "refusal"``; a content
+filter is ``finish_reason: "content_filter"`` (a refusal at Anthropic, which has none); a
+context overflow is OpenAI's HTTP 400 ``context_length_exceeded`` / Anthropic
+``stop_reason: "model_context_window_exceeded"``. Batch results carry the same shapes.
 A structured critique request — OpenAI ``response_format`` with a ``json_schema``, or an
 Anthropic ``tool_choice`` forcing one of the request's ``tools`` — is answered by the
 critic as plain JSON: the message content, or the forced tool's ``input`` (``stop_reason:
@@ -102,6 +107,20 @@ _ANTHROPIC_ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+#: The sim's stop reasons as each vendor says them (the rest: a plain end).
+_OPENAI_STOPS = {"max_tokens": "length", "content_filter": "content_filter"}
+_ANTHROPIC_STOPS = {
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+    "content_filter": "refusal",
+    "context_window": "model_context_window_exceeded",
+}
+#: OpenAI's message, and error code, for a conversation that overflows the context window.
+CONTEXT_MESSAGE = (
+    "This model's maximum context length is 128000 tokens. "
+    "Please reduce the length of the messages."
+)
+CONTEXT_CODE = "context_length_exceeded"
 _LAST_REQUESTS = 50
 _ARRIVALS = 100_000
 
@@ -530,7 +549,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
-            self._error(anthropic, exc.status_code or 500, str(exc), {})
+            status, failure = _sim_failure(anthropic, exc)
+            state.record_response(status)
+            self._send(status, failure)
             return
         except (ConfigError, ValueError, TypeError, KeyError) as exc:
             self._error(anthropic, 400, f"invalid request: {exc}", {})
@@ -613,6 +634,9 @@ def _answer(
     structured = tool is not None or schema is not None
     sim_model = sim_model_for(model, system, last, structured=structured)
     done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
+    if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
+        raise ProviderError(CONTEXT_MESSAGE, kind="context_window", transient=False,
+                            status_code=400)  # fmt: skip
     cut = done.stop_reason == "max_tokens"
     created = int(time.time())
     # Tool definitions and a response schema are part of the prompt, as vendors bill.
@@ -636,7 +660,7 @@ def _answer(
             "role": "assistant",
             "model": model,
             "content": [{"type": "text", "text": done.text}],
-            "stop_reason": "max_tokens" if cut else "end_turn",
+            "stop_reason": _ANTHROPIC_STOPS.get(done.stop_reason, "end_turn"),
             "stop_sequence": None,
             "usage": {
                 "input_tokens": done.input_tokens - read - written,
@@ -655,7 +679,7 @@ def _answer(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": done.text, "refusal": None},
-                    "finish_reason": "length" if cut else "stop",
+                    "finish_reason": _OPENAI_STOPS.get(done.stop_reason, "stop"),
                     "logprobs": None,
                 }
             ],
@@ -666,11 +690,22 @@ def _answer(
                 "prompt_tokens_details": {"cached_tokens": read},
             },
         }
-    if tool is not None and not cut:  # the forced tool is called with the critique
+    if done.stop_reason == "refusal":
+        _refused(payload, anthropic, done.text)
+    elif tool is not None and not cut and done.stop_reason == "end":  # the forced tool
+        # is called with the critique
         call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
                 "input": json.loads(done.text)}  # fmt: skip
         payload.update(content=[call], stop_reason="tool_use")
     return payload, usage
+
+
+def _refused(payload: dict[str, Any], anthropic: bool, text: str) -> None:
+    """Make ``payload`` a refusal, as the vendor writes one."""
+    if anthropic:
+        payload["stop_details"] = {"type": "refusal", "category": None, "explanation": text}
+    else:
+        payload["choices"][0]["message"].update(content=None, refusal=text)
 
 
 def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
@@ -704,14 +739,24 @@ def _answer_one(
     try:
         payload, usage = _answer(state, anthropic, str(body.get("model") or ""), body, key)
     except ProviderError as exc:
-        status = exc.status_code or 500
+        status, failure = _sim_failure(anthropic, exc)
         state.record_response(status)
-        return status, _error_payload(anthropic, status, str(exc))
+        return status, failure
     except (ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
         state.record_response(400)
         return 400, _error_payload(anthropic, 400, f"invalid request: {exc}")
     state.record_response(200, *usage)
     return 200, payload
+
+
+def _sim_failure(anthropic: bool, exc: ProviderError) -> tuple[int, dict[str, Any]]:
+    """The status and error body a sim failure is answered with: a context overflow is
+    OpenAI's 400 with its code ``context_length_exceeded``."""
+    status = exc.status_code or 500
+    payload = _error_payload(anthropic, status, str(exc))
+    if exc.kind == "context_window" and not anthropic:
+        payload["error"]["code"] = CONTEXT_CODE
+    return status, payload
 
 
 class FakeLLM:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from orchestration.core.completion import refusal_line
+
 if TYPE_CHECKING:
     from duet.inputs import InputProblem
     from orchestration.core.architecture import LoopSpec
@@ -429,7 +431,7 @@ def _trouble_table(rows: list[Mapping[str, Any]]) -> str:
         f"<td>{_e(LABELS.get(r['status'], r['status']))}</td>"
         f'<td class="n">{_e(_score(r.get("final_score")))}</td>'
         f"<td>{_issues_list(_final_issues(r))}</td>"
-        f"<td>{_e(_where(r))}</td><td>{_e(r.get('error') or r.get('reason') or '')}</td></tr>"
+        f"<td>{_e(_where(r))}</td><td>{_e(_why(r))}</td></tr>"
         for r in bad
     )
     return (
@@ -524,6 +526,12 @@ def _issues_table(ran: list[Mapping[str, Any]]) -> str:
         for key, n in counts.most_common(_TOP)
     )
     return f'<table><tr><th>issue</th><th class="n">inputs</th></tr>{body}</table>'
+
+
+def _why(record: Mapping[str, Any]) -> str:
+    """Why an input did not finish well: a refusal, filter or overflow said as such."""
+    error, reason = record.get("error"), record.get("reason")
+    return refusal_line(reason, error) or str(error or reason or "")
 
 
 def _where(record: Mapping[str, Any]) -> str:

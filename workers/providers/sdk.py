@@ -204,7 +204,8 @@ class SDKProvider(Provider):
         if status >= 400:
             raise error_for_status(status, response.headers, _error_message(response),
                                    provider=self.name,
-                                   secrets=[self._key, *secrets.key_values()])  # fmt: skip
+                                   secrets=[self._key, *secrets.key_values()],
+                                   code=_error_code(response))  # fmt: skip
         try:
             return response.json()
         except ValueError as exc:
@@ -251,3 +252,13 @@ def _error_message(response: Reply) -> str:
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
     return json.dumps(data)[:500]
+
+
+def _error_code(response: Reply) -> object:
+    """The vendor's ``error.code`` in an error response, or None."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
