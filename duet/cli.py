@@ -47,6 +47,7 @@ from duet.cli_batch import (
     worker_watch,
 )
 from duet.cli_budget import budget_app
+from duet.cli_dead import dead_app
 from duet.cli_intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.cli_limits import limits_app
 from duet.cli_progress import LOG_EVERY_S, ProgressView, follow
@@ -456,6 +457,7 @@ from duet import cli_inspect, cli_worker  # noqa: E402,F401  (after run..results
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")
+app.add_typer(dead_app, name="dead")
 
 
 def main() -> None:
