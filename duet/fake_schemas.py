@@ -15,11 +15,13 @@ from functools import cache
 from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import SchemaValidator
+from pydantic_core import ErrorDetails, SchemaValidator
 from typing_extensions import Required, TypedDict
 
 Kind = Literal["openai.chat", "openai.batch", "openai.batch_line", "anthropic.messages",
                "anthropic.batch"]  # fmt: skip
+#: How a union's branches are labelled in an error's location (no request key starts so).
+_BRANCH = "|"
 #: At most this many problems are named in one refusal.
 _SHOWN = 3
 
@@ -30,8 +32,7 @@ def refusal(kind: Kind, body: Any) -> tuple[str, str | None] | None:
     try:
         _validator(kind).validate_json(json.dumps(body), strict=True)
     except ValidationError as exc:
-        # An unknown key first: in a union, each branch's own complaints are noise.
-        errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+        errors = sorted(_relevant(exc), key=lambda e: e["type"] != "extra_forbidden")
         found = list(dict.fromkeys(f"{_path(e['loc']) or '(body)'}: {e['msg']}" for e in errors))
         lines = found[:_SHOWN] + (
             [f"and {len(found) - _SHOWN} more"] if len(found) > _SHOWN else []
@@ -40,9 +41,30 @@ def refusal(kind: Kind, body: Any) -> tuple[str, str | None] | None:
     return None
 
 
+def _relevant(exc: ValidationError) -> list[ErrorDetails]:
+    """The errors of ``exc`` without those of union branches whose ``type`` or ``role`` is
+    another (a message is a user message; what a system message would need is noise)."""
+    errors = exc.errors(include_url=False)
+    other = {
+        e["loc"][:-1]
+        for e in errors
+        if e["type"] == "literal_error"
+        and len(e["loc"]) > 1
+        and e["loc"][-1] in ("type", "role")
+        and _is_branch(e["loc"][-2])
+    }
+    kept = [e for e in errors if not any(e["loc"][: len(b)] == b for b in other)]
+    return kept or errors
+
+
+def _is_branch(part: int | str) -> bool:
+    """Whether a location part names a union's branch, not a key."""
+    return isinstance(part, str) and part.startswith(_BRANCH)
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     """``body.messages.0.x``: the keys and indexes, without the union branches' type names."""
-    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p[:1].isupper()))
+    return ".".join(str(p) for p in loc if not _is_branch(p))
 
 
 @cache
@@ -88,9 +110,10 @@ def _openai_batch_line() -> Any:
 
 def _strict(node: Any) -> Any:
     """``node`` (a pydantic core schema) with unknown keys forbidden in every typed dict and
-    model, and every lazily checked iterable made a list, checked when read."""
-    if isinstance(node, list):
-        return [_strict(item) for item in node]
+    model, every lazily checked iterable made a list, checked when read, and every union's
+    branches labelled."""
+    if isinstance(node, list | tuple):
+        return type(node)(_strict(item) for item in node)
     if not isinstance(node, dict):
         return node
     kind = node.get("type")
@@ -100,6 +123,9 @@ def _strict(node: Any) -> Any:
         node = {**node, "config": {**node.get("config", {}), "extra_fields_behavior": "forbid"}}
     elif kind == "generator":
         node = {**node, "type": "list"}
+    elif kind == "union":  # each branch labelled, so a location tells branches from keys
+        choices = [c[0] if isinstance(c, tuple | list) else c for c in node["choices"]]
+        node = {**node, "choices": [(c, f"{_BRANCH}{n}") for n, c in enumerate(choices)]}
     return {key: _strict(value) for key, value in node.items()}
 
 
