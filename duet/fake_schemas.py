@@ -4,7 +4,9 @@ The stand-in server refuses a body the real API would refuse: each route's body 
 the SDK's request ``TypedDict`` (``openai.types.chat.completion_create_params``,
 ``anthropic.types.message_create_params``, the batch types), with unknown keys forbidden at
 every level and lists read whole (the SDKs type them ``Iterable``, which pydantic would
-otherwise check lazily, never). The SDKs are imported on first use; validators are cached.
+otherwise check lazily, never). What OpenAI refuses of its reasoning models by name (a
+non-default temperature, ``max_tokens``) is refused too, in its words. The SDKs are
+imported on first use; validators are cached.
 """
 
 from __future__ import annotations
@@ -38,6 +40,29 @@ def refusal(kind: Kind, body: Any) -> tuple[str, str | None] | None:
             [f"and {len(found) - _SHOWN} more"] if len(found) > _SHOWN else []
         )
         return "; ".join(lines), _path(errors[0]["loc"]) or None
+    if kind == "openai.chat":
+        return _reasoning_refusal(body)
+    if kind == "openai.batch_line":
+        inner = _reasoning_refusal(body["body"])
+        return None if inner is None else (inner[0], f"body.{inner[1]}")
+    return None
+
+
+#: OpenAI's reasoning models, as its API tells them apart (by name).
+_REASONING = ("o1", "o3", "o4", "gpt-5")
+
+
+def _reasoning_refusal(body: dict[str, Any]) -> tuple[str, str] | None:
+    """What OpenAI's API refuses of a reasoning model beyond the request type, in its words:
+    a temperature other than the default, and ``max_tokens``."""
+    if not str(body["model"]).lower().startswith(_REASONING):
+        return None
+    if body.get("temperature") not in (None, 1):
+        return (f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+                "this model. Only the default (1) value is supported.", "temperature")  # fmt: skip
+    if body.get("max_tokens") is not None:
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                "'max_completion_tokens' instead.", "max_tokens")  # fmt: skip
     return None
 
 

@@ -168,6 +168,22 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     assert answered.choices[0].finish_reason == "stop"
 
 
+def test_openai_reasoning_models_refuse_a_temperature_and_max_tokens(llm: FakeLLM) -> None:
+    client = _openai(llm)
+    temperature = _openai_refusal(
+        lambda: client.chat.completions.create(model="o3", messages=HI, temperature=0.2)
+    )
+    max_tokens = _openai_refusal(
+        lambda: client.chat.completions.create(model="gpt-5-mini", messages=HI, max_tokens=9)
+    )
+    assert (temperature.param, max_tokens.param) == ("temperature", "max_tokens")
+    assert "Only the default (1) value is supported" in str(temperature)
+    answered = client.chat.completions.create(
+        model="o3", messages=HI, temperature=1, max_completion_tokens=4000
+    )
+    assert answered.choices[0].finish_reason == "stop"
+
+
 def _dry_run(config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
     env.update(ANTHROPIC_API_KEY="x", OPENAI_API_KEY="y")
