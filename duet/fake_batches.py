@@ -33,6 +33,8 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
+from duet.fake_schemas import Kind, refusal, upload_refusal
+
 #: ``answer(anthropic, body, key) -> (status, payload)``: one request, as if sent alone.
 Answer = Callable[[bool, dict[str, Any], str], tuple[int, dict[str, Any]]]
 
@@ -137,9 +139,12 @@ class BatchStore:
             name = part.get_param("name", header="content-disposition")
             data = part.get_payload(decode=True)
             fields[str(name)] = (part.get_filename(), data if isinstance(data, bytes) else b"")
-        if "file" not in fields:
-            raise BatchError(400, "missing 'file'")
-        purpose = fields.get("purpose", (None, b""))[1].decode()
+        problem = upload_refusal(
+            {name: value.decode(errors="replace") for name, (_, value) in fields.items()}
+        )
+        if problem is not None:
+            raise BatchError(400, problem)
+        purpose = fields["purpose"][1].decode()
         filename, data = fields["file"]
         return self._store_file(data, filename or "upload.jsonl", purpose)
 
@@ -162,6 +167,7 @@ class BatchStore:
 
     def create_openai(self, body: dict[str, Any], key: str) -> dict[str, Any]:
         """``POST /v1/batches``."""
+        _check("openai.batch", body)
         if body.get("endpoint") != OPENAI_ENDPOINT:
             raise BatchError(
                 400, f"endpoint must be {OPENAI_ENDPOINT!r}, got {body.get('endpoint')!r}"
@@ -176,6 +182,7 @@ class BatchStore:
         for n, line in enumerate(lines, start=1):
             try:
                 item = json.loads(line)
+                _check("openai.batch_line", item, f"input file line {n}: ")
                 requests.append((str(item["custom_id"]), item["body"], item.get("url")))
             except (ValueError, KeyError, TypeError) as exc:
                 raise BatchError(400, f"input file line {n}: {exc}") from None
@@ -256,6 +263,7 @@ class BatchStore:
     # --- Anthropic -----------------------------------------------------------------------
     def create_anthropic(self, body: dict[str, Any], key: str, base: str) -> dict[str, Any]:
         """``POST /v1/messages/batches``."""
+        _check("anthropic.batch", body)
         raw = body.get("requests")
         if not isinstance(raw, list) or not raw:
             raise BatchError(400, "requests: must be a non-empty list")
@@ -366,6 +374,13 @@ class BatchStore:
         for r in batch.requests:
             counts[r.outcome or "processing"] += 1
         return counts
+
+
+def _check(kind: Kind, body: Any, where: str = "") -> None:
+    """Refuse, as the vendor would, a body its SDK's request type does not allow."""
+    problem = refusal(kind, body)
+    if problem is not None:
+        raise BatchError(400, where + problem[0])
 
 
 def _error_body(anthropic: bool, status: int, message: str) -> dict[str, Any]:

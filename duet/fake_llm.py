@@ -1,6 +1,8 @@
 """A local stand-in for the OpenAI and Anthropic HTTP APIs, answering as the sim model.
 
-Stdlib only. Tests and benchmarks point the real ``openai`` / ``anthropic`` SDKs at it::
+Stdlib, plus the SDKs' request types every body is held to (:mod:`duet.fake_schemas`: a
+body the vendor would refuse gets its 400). Tests and benchmarks point the real ``openai``
+/ ``anthropic`` SDKs at it::
 
     with FakeLLM() as llm:                       # http://127.0.0.1:<free port>
         OpenAI(base_url=llm.url, api_key="x")     # POST /v1/chat/completions
@@ -74,6 +76,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from duet.fake_batches import BatchError, BatchStore
 from duet.fake_cache import PromptCache
+from duet.fake_schemas import refusal
 from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.sim import simulate
 
@@ -550,6 +553,10 @@ class _Handler(BaseHTTPRequestHandler):
         if fate.status is not None:
             self._error(anthropic, fate.status, fate.message, fate.headers, echo_key=fate.echo_key)
             return
+        refused = refusal("anthropic.messages" if anthropic else "openai.chat", body)
+        if refused is not None:  # what the vendor's API would refuse (duet.fake_schemas)
+            self._error(anthropic, 400, refused[0], {}, param=refused[1])
+            return
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
@@ -578,6 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str],
         *,
         echo_key: bool = False,
+        param: str | None = None,
     ) -> None:
         key = self._credential()
         if not message:
@@ -595,7 +603,7 @@ class _Handler(BaseHTTPRequestHandler):
             kind = _OPENAI_ERROR_TYPES.get(
                 status, "server_error" if status >= 500 else "invalid_request_error"
             )
-            payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+            payload = {"error": {"message": message, "type": kind, "param": param, "code": None}}
         self._send(status, payload, headers)
 
     def _credential(self) -> str:

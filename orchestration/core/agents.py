@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core import runner
+from orchestration.core.capabilities import TEMPERATURE_RANGE, temperature_problem
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
@@ -145,8 +146,11 @@ class AgentSettings(BaseModel):
     """Endpoint of an OpenAI- or Anthropic-compatible server, for this agent only."""
     api_key_env: str | None = None
     """Name of the environment variable holding the key on the workers."""
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    """Sampling temperature; the provider's default when ``None``."""
+    temperature: float | None = Field(
+        default=None, ge=TEMPERATURE_RANGE[0], le=TEMPERATURE_RANGE[1]
+    )
+    """Sampling temperature; the provider's default when ``None``. Only for models that
+    take one (see :mod:`orchestration.core.capabilities`)."""
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     """Output token limit per call; output cut there interrupts the agent."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
@@ -177,6 +181,16 @@ class AgentSettings(BaseModel):
                 "base_url is for OpenAI- or Anthropic-compatible servers: use "
                 f"model='openai:NAME' or 'anthropic:NAME', not {model!r}"
             )
+        return value
+
+    @field_validator("temperature")
+    @classmethod
+    def _model_takes_temperature(cls, value: float | None, info: ValidationInfo) -> float | None:
+        model = info.data.get("model")  # absent when the model itself was refused
+        if model is not None:
+            problem = temperature_problem(*resolve_model(model), value)
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("execution")

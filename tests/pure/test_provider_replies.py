@@ -73,9 +73,10 @@ def test_openai_reasoning_models_get_max_completion_tokens() -> None:
     assert body["max_completion_tokens"] == 9 and "max_tokens" not in body
 
 
-def test_anthropic_reply_is_read_and_temperature_sent() -> None:
+def test_anthropic_reply_is_read_and_no_temperature_sent() -> None:
     adapter = _adapter(AnthropicProvider, ANTHROPIC_OK)
-    spec = Agent("sys", model="claude-haiku-4-5", temperature=0.5).spec
+    # Refused when set up; a spec stored before that rule still sends none.
+    spec = Agent("sys", model="claude-haiku-4-5").spec.model_copy(update={"temperature": 0.5})
     done = adapter.complete(spec, [{"role": "user", "content": "q"}])
     # input_tokens include cache reads and writes; cached_input_tokens are the reads.
     assert (
@@ -84,7 +85,7 @@ def test_anthropic_reply_is_read_and_temperature_sent() -> None:
     ) == ("hi", 8, 2, 1, "end")  # fmt: skip
     path, body = adapter._client.posts[0]
     assert path == "/v1/messages"
-    assert body["temperature"] == 0.5
+    assert "temperature" not in body
     assert body["system"] == [
         {"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}
     ]

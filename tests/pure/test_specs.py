@@ -242,7 +242,8 @@ def test_the_outer_agent_of_the_nested_form_refuses_call_settings(
 ) -> None:
     actor, critic = _pair()
     loop = ActorCritic(actor=actor, critic=critic)
-    model = "openai:m" if setting == "base_url" else "claude-opus-4-7"
+    # A model that takes the setting, so only the nested form's rule can refuse it.
+    model = {"base_url": "openai:m", "temperature": "gpt-4.1"}.get(setting, "claude-opus-4-7")
     with pytest.raises(ConfigError, match=rf"got {setting}: this agent coordinates"):
         Agent("Manage.", model=model, architecture=loop, **{setting: value})  # type: ignore[arg-type]
 

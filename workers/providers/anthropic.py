@@ -6,8 +6,9 @@ are ours, done by rescheduling the Celery task with the classified error's hints
 
 The endpoint is the agent's ``base_url`` (an Anthropic-compatible gateway or proxy),
 else ``ANTHROPIC_BASE_URL`` when set, else api.anthropic.com. The request is posted as
-JSON through the SDK's client (see ``SDKProvider._post``), so fields the installed SDK's
-typed method lacks, like ``temperature``, are still sent.
+JSON through the SDK's client (see ``SDKProvider._post``); what it holds is what the
+installed SDK's request type allows (on its API version, no ``temperature``: see
+:mod:`orchestration.core.capabilities`).
 
 Prompt caching: the instructions and the stable part of the conversation (every turn
 before the new prompt) end in ``cache_control`` breakpoints, so a persistent
@@ -30,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.capabilities import sent_temperature
 from orchestration.core.errors import ProviderError
 from orchestration.core.structured import CRITIQUE_DESCRIPTION, CRITIQUE_NAME, CRITIQUE_SCHEMA
 from workers.providers.base import Completion, Message, StopReason
@@ -90,8 +92,11 @@ class AnthropicProvider(SDKProvider):
         body["messages"] = sent
         if agent.instructions:
             body["system"] = _cached(agent.instructions)
-        if agent.temperature is not None:
-            body["temperature"] = agent.temperature
+        # Only what the model takes is sent: on the current API version, no temperature
+        # (orchestration.core.capabilities).
+        temperature = sent_temperature(agent.provider, agent.model_name, agent.temperature)
+        if temperature is not None:
+            body["temperature"] = temperature
         if structured:
             body["tools"] = [CRITIQUE_TOOL]
             body["tool_choice"] = {"type": "tool", "name": CRITIQUE_NAME}

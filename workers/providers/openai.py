@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from orchestration.core.agents import AgentSpec
+from orchestration.core.capabilities import family_of, sent_temperature
 from orchestration.core.errors import ProviderError
 from orchestration.core.structured import CRITIQUE_NAME, CRITIQUE_SCHEMA
 from workers.providers.base import Completion, Message, StopReason
@@ -44,8 +45,6 @@ RESPONSE_FORMAT = {
     "type": "json_schema",
     "json_schema": {"name": CRITIQUE_NAME, "strict": True, "schema": CRITIQUE_SCHEMA},
 }
-#: Models that take ``max_completion_tokens`` and reject ``max_tokens``.
-_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 _STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tokens"}
 #: The endpoint the requests of a vendor batch go to.
 BATCH_ENDPOINT = "/v1/chat/completions"
@@ -83,12 +82,11 @@ class OpenAIProvider(SDKProvider):
             "model": agent.model_name,
             "messages": [{"role": "system", "content": agent.instructions}, *messages],
         }
-        if agent.model_name.startswith(_REASONING_PREFIXES):
-            body["max_completion_tokens"] = agent.max_tokens
-        else:
-            body["max_tokens"] = agent.max_tokens
-        if agent.temperature is not None:
-            body["temperature"] = agent.temperature
+        # Only what the model takes is sent (orchestration.core.capabilities).
+        body[family_of(agent.provider, agent.model_name).token_limit] = agent.max_tokens
+        temperature = sent_temperature(agent.provider, agent.model_name, agent.temperature)
+        if temperature is not None:
+            body["temperature"] = temperature
         if structured:
             body["response_format"] = RESPONSE_FORMAT
         return body

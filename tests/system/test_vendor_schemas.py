@@ -1,0 +1,219 @@
+"""The stand-in holds every request to the installed SDKs' own request types, as the real
+APIs do: an unknown key at any level, or a setting the API version lacks (Anthropic's
+``temperature``), is a 400 in the vendor's error shape, which the SDK raises as its
+``BadRequestError``. A config setting one is refused before anything is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from duet.fake_llm import FakeLLM
+from tests.reliability import ENGINE, Reliability, lost_of
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "review-openai-anthropic.toml"
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+def _openai(llm: FakeLLM) -> Any:  # Any: the tests send what the SDK types refuse
+    return openai.OpenAI(base_url=llm.url, api_key="x", max_retries=0)
+
+
+def _anthropic(llm: FakeLLM) -> Any:
+    return anthropic.Anthropic(base_url=llm.anthropic_url, api_key="x", max_retries=0)
+
+
+def _anthropic_refusal(call: Any) -> str:
+    """The message of the 400 ``call`` gets, checked to be in Anthropic's error shape."""
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        call()
+    assert caught.value.status_code == 400
+    body = caught.value.body
+    assert isinstance(body, dict) and set(body) == {"type", "error"} and body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    return str(body["error"]["message"])
+
+
+def _openai_refusal(call: Any) -> openai.BadRequestError:
+    """The 400 ``call`` gets, checked to be in OpenAI's error shape."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        call()
+    assert caught.value.status_code == 400
+    error = caught.value.response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" == caught.value.type
+    return caught.value
+
+
+def test_anthropic_temperature_and_unknown_keys_are_refused(
+    llm: FakeLLM, reliability: Reliability
+) -> None:
+    client = _anthropic(llm)
+    ask = {"model": "claude-opus-4-7", "max_tokens": 2000, "messages": HI}
+    refused = {
+        "temperature": _anthropic_refusal(
+            lambda: client.messages.create(**ask, extra_body={"temperature": 0.2})
+        ),
+        "top-level key": _anthropic_refusal(
+            lambda: client.messages.create(**ask, extra_body={"bogus": 1})
+        ),
+        "key in a content block": _anthropic_refusal(
+            lambda: client.messages.create(
+                model="claude-opus-4-7",
+                max_tokens=50,
+                messages=[
+                    {"role": "user", "content": [{"type": "text", "text": "hi", "bogus": 1}]}
+                ],
+            )
+        ),
+        "batch request's temperature": _anthropic_refusal(
+            lambda: client.messages.batches.create(
+                requests=[{"custom_id": "a", "params": {**ask, "temperature": 0.2}}]
+            )
+        ),
+    }
+    answered = client.messages.create(**ask)
+    wrong = [
+        what for what, message in refused.items() if "Extra inputs are not permitted" not in message
+    ]
+    reliability.record(
+        section=ENGINE,
+        fault="Strict vendor schemas: Anthropic requests the API would refuse (a `temperature`, "
+        "absent from API version 2026-10-21; unknown keys at the top, in a content block, in a "
+        "batch request), checked against the installed SDK's `MessageCreateParams`",
+        load=f"{len(refused)} refused requests and 1 valid one, through the anthropic SDK",
+        lost=f"{lost_of(len(wrong), len(refused), 'not refused as the API does')}: each a 400 "
+        "`invalid_request_error` naming the key, raised as `BadRequestError`",
+    )
+    assert not wrong, refused
+    assert "temperature" in refused["temperature"]
+    assert "requests.0.params.temperature" in refused["batch request's temperature"]
+    assert answered.content and answered.stop_reason == "end_turn"
+
+
+def test_openai_unknown_keys_are_refused_with_their_param(
+    llm: FakeLLM, reliability: Reliability, tmp_path: Path
+) -> None:
+    client = _openai(llm)
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "gpt-4.1", "messages": HI, "bogus": 1}}  # fmt: skip
+    upload = client.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    errors = {
+        "bogus": _openai_refusal(
+            lambda: client.chat.completions.create(
+                model="gpt-4.1",
+                messages=HI,
+                extra_body={"bogus": 1},
+            )
+        ),
+        "messages.0.bogus": _openai_refusal(
+            lambda: client.chat.completions.create(
+                model="gpt-4.1",
+                messages=[{"role": "user", "content": "hi", "bogus": 1}],
+            )
+        ),
+        "response_format.json_schema.bogus": _openai_refusal(
+            lambda: client.chat.completions.create(
+                model="gpt-4.1",
+                messages=HI,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "c", "bogus": 1},
+                },
+            )
+        ),  # fmt: skip
+        "batch line": _openai_refusal(
+            lambda: client.batches.create(
+                input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+        ),
+        "upload purpose": _openai_refusal(
+            lambda: client.files.create(file=("x.jsonl", b"{}\n"), purpose="bogus")
+        ),
+    }
+    answered = client.chat.completions.create(model="gpt-4.1", messages=HI, temperature=0.2)
+    params = {what: exc.param for what, exc in errors.items()}
+    wrong = [w for w in ("bogus", "messages.0.bogus", "response_format.json_schema.bogus")
+             if params[w] != w]  # fmt: skip
+    reliability.record(
+        section=ENGINE,
+        fault="Strict vendor schemas: OpenAI requests the API would refuse (unknown keys at the "
+        "top, in a message, in a response format, in a batch file line; a bad upload purpose), "
+        "checked against the installed SDK's `CompletionCreateParams` and batch types",
+        load=f"{len(errors)} refused requests and 1 valid one, through the openai SDK",
+        lost=f"{lost_of(len(wrong), 3, 'refusals without the key as `param`')}: each a 400 "
+        "`invalid_request_error`, raised as `BadRequestError`",
+    )
+    assert not wrong, params
+    assert "input file line 1: body.bogus" in str(errors["batch line"])
+    assert "purpose" in str(errors["upload purpose"])
+    assert answered.choices[0].finish_reason == "stop"
+
+
+def test_openai_reasoning_models_refuse_a_temperature_and_max_tokens(llm: FakeLLM) -> None:
+    client = _openai(llm)
+    temperature = _openai_refusal(
+        lambda: client.chat.completions.create(model="o3", messages=HI, temperature=0.2)
+    )
+    max_tokens = _openai_refusal(
+        lambda: client.chat.completions.create(model="gpt-5-mini", messages=HI, max_tokens=9)
+    )
+    assert (temperature.param, max_tokens.param) == ("temperature", "max_tokens")
+    assert "Only the default (1) value is supported" in str(temperature)
+    answered = client.chat.completions.create(
+        model="o3", messages=HI, temperature=1, max_completion_tokens=4000
+    )
+    assert answered.choices[0].finish_reason == "stop"
+
+
+def _dry_run(config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
+    env.update(ANTHROPIC_API_KEY="x", OPENAI_API_KEY="y")
+    return subprocess.run(
+        [sys.executable, "-m", "duet.cli", "run", str(config), "-i",
+         str(ROOT / "examples" / "inputs.jsonl"), "-o", str(tmp_path / "out.jsonl"), "--dry-run"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_the_shipped_example_passes_and_a_claude_temperature_is_refused_before_sending(
+    tmp_path: Path, reliability: Reliability
+) -> None:
+    shipped = _dry_run(EXAMPLE, tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        EXAMPLE.read_text().replace("max_tokens = 4096", "temperature = 0.2\nmax_tokens = 4096", 1)
+    )
+    refused = _dry_run(bad, tmp_path)
+    expected = "actor.temperature: claude-opus-4-7 takes no temperature"
+    reliability.record(
+        section=ENGINE,
+        fault="Strict vendor schemas: a config setting what its model cannot take (the shipped "
+        "example with `temperature` on its Claude actor)",
+        load="`duet run --dry-run` of the shipped example, and of it with that line added",
+        lost=lost_of(int(refused.returncode != 2 or expected not in refused.stderr), 1,
+                     "configs sent on")
+        + ": refused at submit with its key path, exit 2; the shipped example passes",
+        before="the example set it, so every actor call would have been a 400",
+    )  # fmt: skip
+    assert shipped.returncode == 0, shipped.stderr
+    assert refused.returncode == 2 and expected in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
