@@ -77,6 +77,7 @@ from urllib.parse import parse_qsl, urlencode
 from duet.fake_batches import BatchError, BatchStore
 from duet.fake_cache import PromptCache
 from duet.fake_schemas import refusal
+from duet.fake_schemas import warm as warm_schemas
 from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.sim import simulate
 
@@ -844,6 +845,7 @@ class FakeLLM:
 
     def start(self) -> FakeLLM:
         if self._thread is None:
+            threading.Thread(target=warm_schemas, name="fake-llm:warm", daemon=True).start()
             self._thread = threading.Thread(
                 target=self._server.serve_forever,
                 kwargs={"poll_interval": 0.05},

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, SchemaValidator
@@ -90,6 +90,13 @@ def _is_branch(part: int | str) -> bool:
 def _path(loc: tuple[int | str, ...]) -> str:
     """``body.messages.0.x``: the keys and indexes, without the union branches' type names."""
     return ".".join(str(p) for p in loc if not _is_branch(p))
+
+
+def warm() -> None:
+    """Build every validator now (1–3 s of CPU, once per process), so a server's first
+    requests are not the ones that wait for it."""
+    for kind in get_args(Kind):
+        _validator(kind)
 
 
 @cache
