@@ -139,6 +139,13 @@ def _UNREADABLE(shown: str) -> str:  # noqa: N802 - reads like a constant in the
     return f"unreadable score {shown}: not on any scale the parser reads ({SCALES}); read as 0.0"
 
 
+def _CONFLICT(shown: str, last: str) -> str:  # noqa: N802 - reads like a constant in the table
+    return (
+        f"the reply held conflicting scores ({shown}); "
+        f"the critic's last one, {last}, was read as its verdict"
+    )
+
+
 def _json(score: object = 0.8, issues: object = ("a", "b"), summary: str = "ok") -> str:
     issues = list(issues) if isinstance(issues, tuple) else issues
     return json.dumps({"score": score, "issues": issues, "summary": summary})
@@ -181,18 +188,25 @@ def _json(score: object = 0.8, issues: object = ("a", "b"), summary: str = "ok")
         ),
         pytest.param(
             '{"score": 0.2, "issues": ["first"]} and later {"score": 0.9, "issues": []}',
-            0.2,
-            ["first"],
+            0.9,
+            [_CONFLICT("0.2, 0.9", "0.9")],
             "",
-            id="two-scored-objects-first-wins",
+            id="two-scored-objects-last-wins",
         ),
         pytest.param(
             'Example of the format: {"score": 0.1, "issues": ["x"]}\n'
             f"```json\n{_json(0.9, [])}\n```",
             0.9,
-            [],
+            [_CONFLICT("0.1, 0.9", "0.9")],
             "ok",
-            id="fenced-beats-earlier-prose-object",
+            id="fenced-verdict-after-prose-object",
+        ),
+        pytest.param(
+            '{"score": 0.5, "issues": ["a"]} then {"score": 0.5, "issues": ["b"]}',
+            0.5,
+            ["b"],
+            "",
+            id="two-objects-same-score-no-conflict",
         ),
         pytest.param(
             '```python\nprint({"a": 1})\n```\nVerdict: {"score": 0.5, "issues": ["y"]}',
@@ -434,7 +448,7 @@ _LONG_CODE = "function f() { if (x) { return {'a': 1}; } }\n" * 2000
         pytest.param("[" * 100_000, 0.0, id="deep-list"),
         pytest.param('{"a": ' * 50_000, 0.0, id="deep-unclosed-json"),
         pytest.param('{"a": ' * 5000 + "1" + "}" * 5000, 0.0, id="json-deeper-than-stack"),
-        pytest.param('{"a": ' * 500 + '{"score": 1}' + "}" * 500, 1.0, id="deep-wrapped-score"),
+        pytest.param('{"a": ' * 500 + '{"score": 1}' + "}" * 500, 0.0, id="deep-wrapped-score"),
         pytest.param('{"score": ' * 2000, 0.0, id="repeated-json-prefix"),
         pytest.param("{'score': " * 2000, 0.0, id="repeated-literal-prefix"),
         pytest.param('{"' * 50_000, 0.0, id="repeated-key-opening"),
