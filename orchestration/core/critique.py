@@ -50,8 +50,11 @@ _GAP = rf"{_PUNCT}(?:(?:is|was|of|at|would\s+be|will\s+be)\b{_PUNCT})?"
 # "Score: 9/10", "score = 0.85", "**Rating:** 85%", '"score": 0.8' (a truncated JSON reply).
 _SCORE_AFTER_WORD = re.compile(rf"\b(?:score|rating)s?\b{_GAP}(?P<val>{_VALUE})", re.IGNORECASE)
 # "I'd give it 8/10 as a score": a fraction or percentage shortly before the word.
+# The value must not start inside a longer number: trying every digit of a long run as a
+# start, each failing only after the whole run, made a reply of digits quadratic.
 _SCORE_BEFORE_WORD = re.compile(
-    rf"(?P<val>{_NUM}\s*(?:%|(?:/|\bout\s+of\b)\s*{_NUM}))[^\n]{{0,40}}?\b(?:score|rating)",
+    rf"(?<![\d.])(?P<val>{_NUM}\s*(?:%|(?:/|\bout\s+of\b)\s*{_NUM}))"
+    rf"[^\n]{{0,40}}?\b(?:score|rating)",
     re.IGNORECASE,
 )
 
