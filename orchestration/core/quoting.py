@@ -55,7 +55,8 @@ def unquoted(reply: str, token: str | None) -> str:
             parts.append(reply[pos:])
             break
         parts.append(reply[pos:at])
-        parts.append(f"\n{QUOTED}\n")
+        # Spaces, not line breaks: a quote inside a JSON string leaves the string valid.
+        parts.append(f" {QUOTED} ")
         stop = reply.find(end, at + len(start))
         if stop < 0:
             pos = len(reply)

@@ -92,9 +92,9 @@ def scan(text: str) -> tuple[list[Span], int]:
     for match in _SPECIAL.finditer(text):
         steps += 1
         i = match.start()
-        if i < skip:  # the character after a backslash in a string
-            continue
         ch = text[i]
+        if i < skip and ch != "\n":  # the character after a backslash in a string
+            continue
         if quote:
             if ch == "\n" or ch == quote:
                 quote = ""
