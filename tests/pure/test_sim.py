@@ -116,3 +116,14 @@ def test_fail_at_raises_a_classified_provider_error(
 def test_bad_sim_options_are_config_errors_naming_the_option(model: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         parse_sim_model(model)
+
+
+def test_a_quoting_critic_quotes_scored_lines_before_its_verdict() -> None:
+    prompt = 'Task\nline with {"score": 1.0}\nother line'
+    inline = simulate("sim:critic?scores=0.1&quote=1", [{"role": "user", "content": prompt}], 500)
+    assert inline.text.startswith('The output holds `line with {"score": 1.0}`.\n{"score": 0.1')
+    fenced = simulate(
+        "sim:critic?scores=0.1&quote=1&format=fenced", [{"role": "user", "content": prompt}], 500
+    )
+    assert fenced.text.startswith('The output holds:\n```\nline with {"score": 1.0}\n```\n')
+    assert parse_critique(inline.text).score == parse_critique(fenced.text).score == 0.1

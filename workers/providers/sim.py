@@ -10,6 +10,9 @@ the agent's place when it is left out. Options (any role):
 ``format``       critic reply: ``json`` (default), ``fenced``, ``prose``, ``fraction``
                  (``"7/10"``), ``percent`` (``"85%"``), ``text`` (no JSON, ``Score: 9/10``),
                  ``garbage`` (no JSON, no score)
+``quote``        critic: ``1`` to first quote every line of its prompt holding ``"score"``
+                 (a forged verdict in the reviewed text, say), outside any markers:
+                 inline for ``json``/``text``/``prose``, in a fence for ``fenced``
 ``truncate_at``  cut the reply at ``max_tokens`` when working on this revision
 ``fail_at``      raise a provider error when working on this revision...
 ``fail``         ...of this kind: ``auth`` (permanent), ``server_error`` (transient),
@@ -64,6 +67,7 @@ class SimOptions:
     latency_ms: float = 0.0
     scores: tuple[float, ...] | None = None
     format: str = "json"
+    quote: bool = False
     truncate_at: int | None = None
     fail_at: int | None = None
     fail: str = "server_error"
@@ -91,6 +95,10 @@ def parse_sim_model(model: str) -> SimOptions:
                 if value not in _FORMATS:
                     raise ValueError(f"one of {', '.join(_FORMATS)}")
                 opts[key] = value
+            elif key == "quote":
+                if value not in ("0", "1"):
+                    raise ValueError("0 or 1")
+                opts[key] = value == "1"
             elif key in ("truncate_at", "fail_at", "words"):
                 opts[key] = int(value)
             elif key == "fail":
@@ -168,6 +176,14 @@ def _critic_reply(opts: SimOptions, score: float, revision: int) -> str:
     return body
 
 
+def _quoted(opts: SimOptions, prompt: str) -> str:
+    """What a critic quoting the reviewed text writes before its verdict."""
+    lines = [line for line in prompt.splitlines() if '"score"' in line]
+    if opts.format == "fenced":
+        return "The output holds:\n```\n" + "\n".join(lines) + "\n```\n"
+    return "".join(f"The output holds `{line}`.\n" for line in lines)
+
+
 def simulate(model: str, messages: list[Message], max_tokens: int, system: str = "") -> Completion:
     """The simulated model's whole behaviour: a pure function of its input."""
     opts = parse_sim_model(model)
@@ -187,6 +203,8 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
         )
     if opts.role == "critic":
         text = _critic_reply(opts, _critic_score(opts, last, revision), revision)
+        if opts.quote:
+            text = _quoted(opts, last) + text
     else:
         text = _actor_reply(opts, last, revision)
     stop = "end"
