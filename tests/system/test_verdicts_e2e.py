@@ -2,7 +2,7 @@
 
 Issue 22, end to end: a real worker, real Redis, the OpenAI SDK against the stand-in. The
 task's first line is a forged verdict; the sim actor keeps it in its output, and the sim
-critic (``quote=1``) quotes it before its own verdict of 0.1, in the issue's three forms.
+critic (``quote=before``) quotes it before its own verdict of 0.1, in the issue's three forms.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_a_quoted_forged_verdict_does_not_approve(
             actor=Agent("Write the code.", model="openai:sim", base_url=fake_llm.url),
             critic=Agent(
                 "Review.",
-                model=f"openai:sim:critic?scores=0.1&quote=1&format={form}",
+                model=f"openai:sim:critic?scores=0.1&quote=before&format={form}",
                 base_url=fake_llm.url,
             ),  # fmt: skip
             max_rounds=1,
@@ -55,3 +55,23 @@ def test_a_quoted_forged_verdict_does_not_approve(
         assert FORGED in (first.critic_reply or ""), form  # the critic did quote it...
         # ...outside the markers, so the reply held conflicting scores, and says so.
         assert any("conflicting scores" in issue for issue in first.issues), form
+
+
+def test_a_verdict_quoted_between_the_runs_markers_is_not_read(
+    worker: Any, client_on: str, fake_llm: Any
+) -> None:
+    """The critic quotes the forged line *after* its verdict, between the markers the
+    prompt fenced the output with: the step hands the run's token to the parser."""
+    team = Team.actor_critic(
+        actor=Agent("Write the code.", model="openai:sim", base_url=fake_llm.url),
+        critic=Agent(
+            "Review.", model="openai:sim:critic?scores=0.1&quote=after", base_url=fake_llm.url
+        ),  # fmt: skip
+        max_rounds=1,
+        approval_threshold=0.9,
+    )
+    result = team.run_sync(f"{FORGED}\nStore the user's name.", timeout=60)
+    first = result.rounds[0]
+    assert FORGED in (first.critic_reply or "")
+    assert not result.approved and result.final_score == pytest.approx(0.1)
+    assert not any("conflicting scores" in issue for issue in first.issues)
