@@ -149,7 +149,7 @@ class Reading(NamedTuple):
     """A critic reply as read: the critique, and whether it held a whole scored object."""
 
     critique: CriticOutput
-    #: The reply holds a complete JSON object with a score key, so a reply cut at
+    #: The verdict is a complete JSON object with a score key, so a reply cut at
     #: ``max_tokens`` still said everything it meant to (see :func:`loop.interruption`).
     complete: bool
 
