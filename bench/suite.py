@@ -138,7 +138,11 @@ def workers(redis_url: str, processes: int, threads: int) -> Iterator[list[int]]
                 log,
             )  # fmt: skip
         )
+    from orchestration.state.keys import BROKER_PREFIX
+
     probe = Celery("probe", broker=redis_url, set_as_current=False)
+    # The workers' broker keys (their control channels too) are under Duet's prefix.
+    probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
     try:
         deadline = time.monotonic() + 90
         while True:

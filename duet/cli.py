@@ -13,7 +13,6 @@ finished (approved or out of rounds) without an interruption, failure or cancell
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -48,6 +47,7 @@ from duet.cli_batch import (
     worker_watch,
 )
 from duet.cli_budget import budget_app
+from duet.cli_dead import dead_app
 from duet.cli_intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.cli_limits import limits_app
 from duet.cli_progress import LOG_EVERY_S, ProgressView, follow
@@ -57,7 +57,6 @@ from duet.cli_results import (
     collect,
     finished_records,
     read_records,
-    write_outputs,
 )
 from duet.cli_support import (
     INTERRUPTED,
@@ -73,17 +72,22 @@ from duet.cli_support import (
     record,
     warn,
 )
+from duet.outputs import write_outputs
 from duet.report import (
     Summary,
     by_index,
     rejected_record,
 )
 from orchestration.core.errors import ConfigError, RunTimeout
+from orchestration.logjson import json_line
 from orchestration.settings import get_settings
 
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
+
+#: Outputs not written that are each named on screen; the rest are counted.
+_MISSED_SHOWN = 20
 
 
 @app.command(
@@ -188,12 +192,12 @@ def run(
 
 
 def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
-    written, refused = write_outputs(records, folder)
+    written, missed = write_outputs(records, folder)
     out.print(plain(f"approved outputs: {written} file(s) in {folder}"))
-    if refused:
-        warn(
-            f"{len(refused)} id(s) are not a path inside {folder}, not written: {', '.join(refused[:5])}"
-        )
+    for miss in missed[:_MISSED_SHOWN]:
+        warn(f"output of {miss.id!r} not written in {folder}: {miss.reason}")
+    if len(missed) > _MISSED_SHOWN:
+        warn(f"and {len(missed) - _MISSED_SHOWN} more output(s) not written in {folder}")
 
 
 def _collect_while_watching(
@@ -293,7 +297,7 @@ def submit(
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
             for r in intake.rejected:
-                sink.write(json.dumps(rejected_record(r), ensure_ascii=False) + "\n")
+                sink.write(json_line(rejected_record(r)) + "\n")
     if handle is None:
         raise ConfigError(f"{input}: every input was rejected: nothing queued")
     from orchestration.client.handles import queues_without_workers
@@ -395,7 +399,7 @@ def _write_records(records: Iterable[dict[str, Any]], output: Path | None) -> No
     summary = Summary()
     if output is None:
         for rec in records:
-            sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_line(rec) + "\n")
             sys.stdout.flush()
             summary.add(rec)
     else:
@@ -453,6 +457,7 @@ from duet import cli_inspect, cli_worker  # noqa: E402,F401  (after run..results
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")
+app.add_typer(dead_app, name="dead")
 
 
 def main() -> None:

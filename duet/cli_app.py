@@ -32,8 +32,10 @@ def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
 
+        from duet import DISTRIBUTION
+
         try:
-            out.print(f"duet {version('duet')}")
+            out.print(f"duet {version(DISTRIBUTION)}")
         except PackageNotFoundError:  # a source checkout that was never installed
             out.print("duet (not installed)")
         raise typer.Exit(OK)

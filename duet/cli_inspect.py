@@ -41,6 +41,7 @@ from duet.report import (
     render_report,
 )
 from duet.short_ids import shortest_unique
+from orchestration.core.completion import refusal_line
 from orchestration.core.errors import ConfigError, RunTimeout
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def _run_header(result: RunResult) -> Table:
         ("status", plain(result.status, style=COLOURS.get(str(result.status), ""))),
         ("final score", _final_score(result)),
         ("reason", result.interruption_reason or "-"),
-        ("error", result.error or "-"),
+        ("error", refusal_line(result.interruption_reason, result.error) or result.error or "-"),
         ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
                   f"{usage.calls} calls, ${usage.usd:.4f}"),
     ]  # fmt: skip

@@ -121,6 +121,7 @@ def _reader(
         prompt_column=cfg.inputs.prompt_column,
         id_column=cfg.inputs.id_column,
         max_prompt_chars=limit,
+        max_line_bytes=cfg.inputs.max_line_bytes,
         on_problem=intake.on_problem,
         strict=strict,
         include=[*cfg.inputs.include, *include],

@@ -6,8 +6,8 @@
 - :class:`ResultsFile` writes each record as soon as its run finishes (a crash keeps
   every finished one), then puts the file back in input order.
 - :func:`collect` follows the batch's finished-run stream and writes each run once.
-- :func:`read_records`, :func:`write_outputs`: reading a results file back, writing
-  approved outputs as files.
+- :func:`read_records`: reading a results file back (approved outputs as files:
+  :mod:`duet.outputs`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,41 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from duet.inputs import InputProblem, InputReader
-from duet.report import CSV_COLUMNS, FINISHED_WELL, Summary, csv_row, is_record, result_record
+from duet.inputs import (
+    BoundedRows,
+    InputProblem,
+    InputReader,
+    RowTooLong,
+    bounded_lines,
+    long_csv_fields,
+)
+from duet.report import (
+    CSV_COLUMNS,
+    CSV_JSON,
+    CSV_NUMBERS,
+    FINISHED_WELL,
+    Summary,
+    csv_row,
+    csv_text,
+    is_record,
+    result_record,
+)
 from orchestration.core.errors import ConfigError
+from orchestration.core.jsonlimits import depth_reason, too_deep
+from orchestration.logjson import json_line
 
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
+
+
+#: Longest line of a JSONL results file read back: a record is its output, metadata and
+#: critiques, far less than this; a longer line is not read into memory.
+MAX_RECORD_BYTES = 64 << 20
 
 
 class Intake:
@@ -110,7 +134,7 @@ class ResultsFile:
             if self._csv is not None:
                 self._csv.writerow(csv_row(record))
             else:
-                self._sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                self._sink.write(json_line(record) + "\n")
             self._sink.flush()
             self.summary.add(record)
 
@@ -145,7 +169,7 @@ def _sort_jsonl(path: Path) -> None:
         offset = 0
         for n, line in enumerate(src):
             try:
-                index = json.loads(line).get("index")
+                index = None if too_deep(line.decode()) else json.loads(line).get("index")
             except (ValueError, AttributeError):
                 index = None
             spans.append((_sort_key(index, n), offset, len(line)))
@@ -162,6 +186,7 @@ def _sort_jsonl(path: Path) -> None:
 
 
 def _sort_csv(path: Path) -> None:
+    long_csv_fields()
     with path.open(encoding="utf-8", newline="") as src:
         rows = list(csv.reader(src))
     if not rows:
@@ -237,19 +262,31 @@ def as_they_finish(
             yield result_record(result, index=index, spec=spec)
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
+def read_records(path: Path, max_line_bytes: int = MAX_RECORD_BYTES) -> Iterator[dict[str, Any]]:
     """The records of a results file (JSONL or CSV written by ``duet``).
 
     Raises:
-        ConfigError: a line that is not a result record (e.g. an input file given by mistake).
+        ConfigError: a line that is not a result record (e.g. an input file given by
+            mistake), not UTF-8, longer than ``max_line_bytes`` or nested too deep.
     """
     if path.suffix.lower() == ".csv":
         yield from _read_csv_records(path)
         return
-    with path.open(encoding="utf-8") as lines:
-        for n, line in enumerate(lines, 1):
+    with path.open("rb") as lines:
+        for n, raw, size in bounded_lines(lines, max_line_bytes):
+            if raw is None:
+                raise ConfigError(
+                    f"{path}:{n}: not a results record: {size:,} bytes, over the limit of "
+                    f"{max_line_bytes:,}"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path}:{n}: not UTF-8 text (byte {exc.start + 1})") from None
             if not line.strip():
                 continue
+            if too_deep(line):
+                raise ConfigError(f"{path}:{n}: not a results record: {depth_reason()}")
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -263,27 +300,49 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _read_csv_records(path: Path) -> Iterator[dict[str, Any]]:
+    long_csv_fields()
     with path.open(encoding="utf-8", newline="") as src:
-        rows = csv.DictReader(src)
-        if not {"id", "status", "usd"} <= set(rows.fieldnames or ()):
-            raise ConfigError(f"{path}:1: not a results CSV (no id, status and usd columns)")
-        for row in rows:
-            record: dict[str, Any] = {k: _from_cell(v) for k, v in row.items()}
-            record["usage"] = {k: record.pop(k, None) for k in
-                               ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
-            for key in ("rounds", "issues", "metadata"):
-                raw = row.get(key) or ""
-                record[key] = json.loads(raw) if raw.startswith(("[", "{")) else None
-            actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)
-            record["models"] = {"actor": actor, "critic": critic} if actor or critic else None
-            yield record
+        lines = BoundedRows(src, MAX_RECORD_BYTES)  # rows of at most this many characters
+        try:
+            yield from _csv_records(path, lines, csv.DictReader(lines))
+        except RowTooLong as exc:
+            raise ConfigError(
+                f"{path}:{lines.count}: not a results record: {exc.size:,} characters, over "
+                f"the limit of {MAX_RECORD_BYTES:,}"
+            ) from None
+        except csv.Error as exc:
+            raise ConfigError(f"{path}:{lines.count}: not a results CSV: {exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}:{lines.count + 1}: not UTF-8 text") from None
 
 
-def _from_cell(value: str | None) -> Any:
+def _csv_records(
+    path: Path, lines: BoundedRows, rows: csv.DictReader[str]
+) -> Iterator[dict[str, Any]]:
+    if not {"id", "status", "usd"} <= set(rows.fieldnames or ()):
+        raise ConfigError(f"{path}:1: not a results CSV (no id, status and usd columns)")
+    while True:
+        lines.start_row()
+        row = next(rows, None)
+        if row is None:
+            return
+        line = rows.line_num
+        record: dict[str, Any] = {k: _from_cell(k, v) for k, v in row.items()}
+        record["usage"] = {k: record.pop(k, None) for k in
+                           ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
+        for key in CSV_JSON:
+            record[key] = _json_cell(row.get(key) or "", f"{path}:{line}: {key}")
+        actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)
+        record["models"] = {"actor": actor, "critic": critic} if actor or critic else None
+        yield record
+
+
+def _from_cell(column: str | None, value: str | None) -> Any:
+    """A cell as written: a number in a number column, else its text exactly."""
     if value is None or value == "":
         return None
-    if value.startswith("'") and value[1:2] in ("=", "+", "-", "@", "\t", "\r"):
-        return value[1:]
+    if column not in CSV_NUMBERS:
+        return csv_text(value)
     try:
         return int(value)
     except ValueError:
@@ -294,30 +353,12 @@ def _from_cell(value: str | None) -> Any:
         return value
 
 
-def safe_relative(input_id: str) -> PurePosixPath | None:
-    """``input_id`` as a relative path that stays inside a folder, or None."""
-    if not input_id or "\0" in input_id or "\\" in input_id:
+def _json_cell(raw: str, where: str) -> Any:
+    if not raw.startswith(("[", "{")):
         return None
-    path = PurePosixPath(input_id)
-    if path.is_absolute() or any(part in ("..", "") for part in path.parts):
-        return None
-    return path
-
-
-def write_outputs(records: Iterable[dict[str, Any]], folder: Path) -> tuple[int, list[str]]:
-    """Write each approved record's output to ``folder/<id>`` (the id as a relative path,
-    e.g. a directory input's file). Returns how many were written and the ids refused
-    because they would leave the folder."""
-    written, refused = 0, []
-    for record in records:
-        if record.get("status") != "approved" or record.get("output") is None:
-            continue
-        rel = safe_relative(str(record.get("id") or ""))
-        if rel is None:
-            refused.append(str(record.get("id")))
-            continue
-        target = folder.joinpath(*rel.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(record["output"], encoding="utf-8")
-        written += 1
-    return written, refused
+    if too_deep(raw):
+        raise ConfigError(f"{where}: {depth_reason()}")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not JSON: {exc.msg}") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -17,7 +16,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from orchestration.core.errors import ConfigError
-from orchestration.logjson import JsonFormatter
+from orchestration.logjson import JsonFormatter, escape_unsafe
 from orchestration.settings import get_settings
 from orchestration.state.connection import (
     UNAVAILABLE_ERRORS,
@@ -40,16 +39,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 _json_logs = False
 log = logging.getLogger("duet")
 
-# C0 controls but newline and tab, DEL, C1 controls, and the bidi overrides that reorder
-# what a terminal shows.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
 
 def clean(value: object) -> str:
-    """``value`` as text a terminal shows as is: control characters (ESC, CR, BEL...)
-    become visible escapes such as ``\\x1b``. Newlines and tabs are kept."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                       else f"\\u{ord(m.group()):04x}", str(value))  # fmt: skip
+    """``value`` as text a terminal shows as is: control characters (ESC, CR, BEL, the C1
+    CSI...) become visible escapes such as ``\\x1b`` (:func:`escape_unsafe`). Newlines
+    and tabs are kept."""
+    return escape_unsafe(str(value))
 
 
 def plain(value: object, style: str = "") -> Text:

@@ -143,6 +143,9 @@ class InputsConfig(_Section):
     id_column: str = Field(default="id", min_length=1)
     #: Longest prompt accepted; longer inputs are rejected (DUET_MAX_PROMPT_CHARS caps it).
     max_prompt_chars: int | None = Field(default=None, ge=1)
+    #: Longest JSONL line (bytes) or CSV row (characters) read; a longer one is rejected
+    #: unread. Default: room for the longest prompt, JSON-escaped, and 1 MiB of metadata.
+    max_line_bytes: int | None = Field(default=None, ge=1)
     #: The prompt sent: ``{input_id}`` and ``{prompt}`` (the text read) are replaced.
     #: Default: the text as read, or for a directory "File: {input_id}" above it.
     prompt_template: str | None = Field(default=None, min_length=1)
@@ -289,6 +292,8 @@ def load_config(path: str | Path) -> ReviewConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: {_toml_problem(exc)}") from exc
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise ConfigError(f"{source}: arrays or tables nested too deep to read") from None
     return parse_config(data, source=source, base_dir=file.parent)
 
 

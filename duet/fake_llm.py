@@ -14,6 +14,11 @@ out); any other model name answers as ``sim:critic`` when the model name or syst
 prompt mentions "critic" or the system prompt or last message asks for JSON with a
 "score", else as ``sim:actor``. ``max_tokens`` (or ``max_completion_tokens``) is
 honoured: a cut reply has ``finish_reason: "length"`` / ``stop_reason: "max_tokens"``.
+The sim's ``refuse_at`` / ``refuse`` options answer as each vendor does: a refusal is
+OpenAI ``content: null`` + ``refusal`` / Anthropic ``stop_reason: "refusal"``; a content
+filter is ``finish_reason: "content_filter"`` (a refusal at Anthropic, which has none); a
+context overflow is OpenAI's HTTP 400 ``context_length_exceeded`` / Anthropic
+``stop_reason: "model_context_window_exceeded"``. Batch results carry the same shapes.
 A structured critique request — OpenAI ``response_format`` with a ``json_schema``, or an
 Anthropic ``tool_choice`` forcing one of the request's ``tools`` — is answered by the
 critic as plain JSON: the message content, or the forced tool's ``input`` (``stop_reason:
@@ -29,7 +34,8 @@ Admin API (JSON):
     ``echo_key`` (bool) end the error message with the request's credential, the way a
     careless upstream or proxy does (to test that no key leaks); ``echo_key_in_reply``
     (bool) end a successful answer's text with it, the way a model repeats a key it was
-    shown;
+    shown; ``echo_key_in_issues`` (bool) add it to a JSON critique's issues, written as
+    JSON ``\\u`` escapes (a critic quoting a key it saw);
     ``drop`` (int) close the connection without a response on the next N requests;
     ``drop_every`` (int) ...or on every Nth; ``delays_ms`` (list of numbers) extra delay
     for the next requests, one each, in order; ``path`` / ``model`` (str) only requests
@@ -82,6 +88,7 @@ _FAULT_FIELDS = {
     "message": str,
     "echo_key": bool,
     "echo_key_in_reply": bool,
+    "echo_key_in_issues": bool,
     "drop": int,
     "drop_every": int,
     "delays_ms": list,
@@ -102,6 +109,20 @@ _ANTHROPIC_ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+#: The sim's stop reasons as each vendor says them (the rest: a plain end).
+_OPENAI_STOPS = {"max_tokens": "length", "content_filter": "content_filter"}
+_ANTHROPIC_STOPS = {
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+    "content_filter": "refusal",
+    "context_window": "model_context_window_exceeded",
+}
+#: OpenAI's message, and error code, for a conversation that overflows the context window.
+CONTEXT_MESSAGE = (
+    "This model's maximum context length is 128000 tokens. "
+    "Please reduce the length of the messages."
+)
+CONTEXT_CODE = "context_length_exceeded"
 _LAST_REQUESTS = 50
 _ARRIVALS = 100_000
 
@@ -179,6 +200,7 @@ class _Decision:
     message: str | None = None
     echo_key: bool = False
     echo_key_in_reply: bool = False
+    echo_key_in_issues: bool = False
 
 
 class _State:
@@ -291,6 +313,7 @@ class _State:
             return _Decision(
                 delay / 1000, drop, status, headers, plan.get("message"),
                 bool(plan.get("echo_key")), bool(plan.get("echo_key_in_reply")),
+                bool(plan.get("echo_key_in_issues")),
             )  # fmt: skip
 
     def record_response(
@@ -530,7 +553,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
-            self._error(anthropic, exc.status_code or 500, str(exc), {})
+            status, failure = _sim_failure(anthropic, exc)
+            state.record_response(status)
+            self._send(status, failure)
             return
         except (ConfigError, ValueError, TypeError, KeyError) as exc:
             self._error(anthropic, 400, f"invalid request: {exc}", {})
@@ -538,6 +563,8 @@ class _Handler(BaseHTTPRequestHandler):
         payload, usage = reply
         if fate.echo_key_in_reply:
             _append_text(payload, anthropic, f"\nThe key I was given: {self._credential()}")
+        if fate.echo_key_in_issues:
+            _escape_key_into_issues(payload, anthropic, self._credential())
         state.record_response(200, *usage)
         request_id = uuid.uuid4().hex
         header = "request-id" if anthropic else "x-request-id"
@@ -613,6 +640,9 @@ def _answer(
     structured = tool is not None or schema is not None
     sim_model = sim_model_for(model, system, last, structured=structured)
     done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
+    if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
+        raise ProviderError(CONTEXT_MESSAGE, kind="context_window", transient=False,
+                            status_code=400)  # fmt: skip
     cut = done.stop_reason == "max_tokens"
     created = int(time.time())
     # Tool definitions and a response schema are part of the prompt, as vendors bill.
@@ -636,7 +666,7 @@ def _answer(
             "role": "assistant",
             "model": model,
             "content": [{"type": "text", "text": done.text}],
-            "stop_reason": "max_tokens" if cut else "end_turn",
+            "stop_reason": _ANTHROPIC_STOPS.get(done.stop_reason, "end_turn"),
             "stop_sequence": None,
             "usage": {
                 "input_tokens": done.input_tokens - read - written,
@@ -655,7 +685,7 @@ def _answer(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": done.text, "refusal": None},
-                    "finish_reason": "length" if cut else "stop",
+                    "finish_reason": _OPENAI_STOPS.get(done.stop_reason, "stop"),
                     "logprobs": None,
                 }
             ],
@@ -666,11 +696,22 @@ def _answer(
                 "prompt_tokens_details": {"cached_tokens": read},
             },
         }
-    if tool is not None and not cut:  # the forced tool is called with the critique
+    if done.stop_reason == "refusal":
+        _refused(payload, anthropic, done.text)
+    elif tool is not None and not cut and done.stop_reason == "end":  # the forced tool
+        # is called with the critique
         call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
                 "input": json.loads(done.text)}  # fmt: skip
         payload.update(content=[call], stop_reason="tool_use")
     return payload, usage
+
+
+def _refused(payload: dict[str, Any], anthropic: bool, text: str) -> None:
+    """Make ``payload`` a refusal, as the vendor writes one."""
+    if anthropic:
+        payload["stop_details"] = {"type": "refusal", "category": None, "explanation": text}
+    else:
+        payload["choices"][0]["message"].update(content=None, refusal=text)
 
 
 def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
@@ -683,6 +724,25 @@ def _append_text(payload: dict[str, Any], anthropic: bool, extra: str) -> None:
     else:
         message = payload["choices"][0]["message"]
         message["content"] = (message.get("content") or "") + extra
+
+
+def _escape_key_into_issues(payload: dict[str, Any], anthropic: bool, key: str) -> None:
+    """Add ``key`` as an issue of the JSON critique in the answer's text, every character
+    of it a JSON ``\\u`` escape (text that is no JSON critique is left alone)."""
+    if anthropic:
+        holders = [b for b in payload.get("content", []) if b.get("type") == "text"]
+        name = "text"
+    else:
+        holders, name = [payload["choices"][0]["message"]], "content"
+    for holder in holders[:1]:
+        try:
+            critique = json.loads(holder.get(name) or "")
+        except ValueError:
+            return
+        if isinstance(critique, dict) and isinstance(critique.get("issues"), list):
+            critique["issues"].append("\0")
+            escaped = "".join(f"\\u{ord(c):04x}" for c in f"the key is {key}")
+            holder[name] = json.dumps(critique).replace('"\\u0000"', f'"{escaped}"')
 
 
 def _error_payload(anthropic: bool, status: int, message: str) -> dict[str, Any]:
@@ -704,14 +764,24 @@ def _answer_one(
     try:
         payload, usage = _answer(state, anthropic, str(body.get("model") or ""), body, key)
     except ProviderError as exc:
-        status = exc.status_code or 500
+        status, failure = _sim_failure(anthropic, exc)
         state.record_response(status)
-        return status, _error_payload(anthropic, status, str(exc))
+        return status, failure
     except (ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
         state.record_response(400)
         return 400, _error_payload(anthropic, 400, f"invalid request: {exc}")
     state.record_response(200, *usage)
     return 200, payload
+
+
+def _sim_failure(anthropic: bool, exc: ProviderError) -> tuple[int, dict[str, Any]]:
+    """The status and error body a sim failure is answered with: a context overflow is
+    OpenAI's 400 with its code ``context_length_exceeded``."""
+    status = exc.status_code or 500
+    payload = _error_payload(anthropic, status, str(exc))
+    if exc.kind == "context_window" and not anthropic:
+        payload["error"]["code"] = CONTEXT_CODE
+    return status, payload
 
 
 class FakeLLM:

@@ -3,7 +3,10 @@
 Every input either becomes an :class:`InputRecord` or is reported as an
 :class:`InputProblem` naming its file, line and what is wrong; one bad line never stops
 the others. Files are read one line (or row, or file) at a time and only the ids seen so
-far are remembered, so a file of millions of inputs reads in flat memory.
+far are remembered, so a file of millions of inputs reads in flat memory. No line is held
+past its size limit (``max_line_bytes``: an over-long one is skipped unread and reported),
+and a line nesting deeper than :data:`~orchestration.core.jsonlimits.MAX_DEPTH` is
+reported before it is parsed.
 
 Formats:
 
@@ -39,9 +42,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from orchestration.core.errors import InputError
+from orchestration.core.jsonlimits import depth_reason, too_deep
 
 FORMATS = ("jsonl", "csv", "dir")
 #: The prompt of a directory's file unless a template is given: the model sees its path.
@@ -56,6 +60,10 @@ _FILE_KINDS = (
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 #: Bytes read from the start of a file to tell text from binary.
 _SNIFF_BYTES = 8192
+#: Room on a line for what is not the prompt (id, user_id, metadata), in bytes.
+METADATA_BYTES = 1 << 20
+#: Bytes read at a time when skipping the rest of an over-long line.
+_SKIP_CHUNK = 1 << 16
 _JSON_TYPES = {
     dict: "an object", list: "an array", str: "a string", int: "a number",
     float: "a number", bool: "a boolean", type(None): "null",
@@ -134,6 +142,10 @@ class InputReader:
         prompt_column: CSV column holding the prompt.
         id_column: CSV column holding the id.
         max_prompt_chars: longest prompt accepted; ``None`` for no limit.
+        max_line_bytes: longest JSONL line (bytes) or CSV row (characters) read; a longer
+            one is skipped unread past the limit and reported, so memory stays bounded by
+            the limit, not the line. Default: room for the longest prompt JSON-escaped
+            plus :data:`METADATA_BYTES`; no limit when neither is set.
         include: globs on a directory's relative paths (``*.py``, ``src/**/*.py``); when
             given, only matching files are read.
         exclude: globs of files or directories of a directory to leave out.
@@ -166,6 +178,7 @@ class InputReader:
         prompt_column: str = "prompt",
         id_column: str = "id",
         max_prompt_chars: int | None = None,
+        max_line_bytes: int | None = None,
         strict: bool = False,
         on_problem: Callable[[InputProblem], None] | None = None,
         include: Sequence[str] = (),
@@ -187,6 +200,10 @@ class InputReader:
         self.prompt_column = prompt_column
         self.id_column = id_column
         self.max_prompt_chars = max_prompt_chars
+        if max_line_bytes is None and max_prompt_chars is not None:
+            # A character JSON-escaped is at most 12 bytes (a surrogate pair of \uXXXX).
+            max_line_bytes = 12 * max_prompt_chars + METADATA_BYTES
+        self.max_line_bytes = max_line_bytes
         self.strict = strict
         self.on_problem = on_problem
         #: Problems found so far (empty when ``on_problem`` takes them, unless strict).
@@ -221,7 +238,10 @@ class InputReader:
     # --- formats ------------------------------------------------------------
     def _jsonl(self) -> Iterator[InputRecord]:
         with self.path.open("rb") as lines:
-            for n, raw in enumerate(lines, 1):
+            for n, raw, size in bounded_lines(lines, self.max_line_bytes):
+                if raw is None:
+                    self._problem(n, _too_long("line", size, self.max_line_bytes, "bytes"))
+                    continue
                 try:
                     text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
@@ -230,6 +250,9 @@ class InputReader:
                     )
                     continue
                 if not text.strip():
+                    continue
+                if too_deep(text):
+                    self._problem(n, depth_reason())
                     continue
                 try:
                     obj = json.loads(text)
@@ -245,13 +268,18 @@ class InputReader:
                     yield record
 
     def _csv(self) -> Iterator[InputRecord]:
-        # Prompts may be long: the csv module's default 128 KiB field cap would fail them
-        # with an obscure error; the prompt size limit below says it plainly instead.
-        csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+        long_csv_fields()
         with self.path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = csv.reader(handle)
+            lines = BoundedRows(handle, self.max_line_bytes)
+            rows = csv.reader(lines)
             try:
-                header = next(rows, None)
+                try:
+                    header = next(rows, None)
+                except RowTooLong as exc:
+                    raise InputError(
+                        f"{self.source}:1: header "
+                        + _too_long("row", exc.size, self.max_line_bytes, "characters")
+                    ) from None
                 if header is None:
                     return
                 if self.prompt_column not in header:
@@ -261,12 +289,18 @@ class InputReader:
                     )
                 row_number = 0
                 while True:
-                    line = rows.line_num + 1
+                    line = lines.count + 1
+                    lines.start_row()
                     try:
                         row = next(rows, None)
+                    except RowTooLong as exc:
+                        self._problem(
+                            line, _too_long("row", exc.size, self.max_line_bytes, "characters")
+                        )
+                        continue
                     except csv.Error as exc:
                         self._problem(line, f"unreadable CSV row: {exc}")
-                        if rows.line_num < line:
+                        if lines.count < line:
                             return  # the reader cannot move past it
                         continue
                     if row is None:
@@ -284,7 +318,7 @@ class InputReader:
                     if record is not None:
                         yield record
             except UnicodeDecodeError as exc:
-                raise InputError(f"{self.source}:{rows.line_num + 1}: not UTF-8 text") from exc
+                raise InputError(f"{self.source}:{lines.count + 1}: not UTF-8 text") from exc
 
     def _csv_record(self, cells: dict[str, str], row_number: int, line: int) -> InputRecord | None:
         own = {self.prompt_column, self.id_column, "user_id"}
@@ -463,6 +497,90 @@ def _fill(template: str, input_id: str, prompt: str) -> str:
     """``template`` with ``{input_id}`` and ``{prompt}`` replaced, in one pass."""
     values = {"input_id": input_id, "prompt": prompt}
     return _PLACEHOLDERS.sub(lambda m: values[m.group(1)], template)
+
+
+def _too_long(what: str, size: int, limit: int | None, unit: str) -> str:
+    return f"{what} is {size:,} {unit}, over the limit of {limit:,} {unit}: not read"
+
+
+def bounded_lines(handle: IO[bytes], limit: int | None) -> Iterator[tuple[int, bytes | None, int]]:
+    """``(number, line, size)`` for each line of a binary file. A line over ``limit``
+    bytes (its newline included) is skipped in chunks and given as ``None`` with its size,
+    so no more than ``limit + 1`` bytes of a line are ever held."""
+    n = 0
+    while True:
+        raw = handle.readline() if limit is None else handle.readline(limit + 1)
+        if not raw:
+            return
+        n += 1
+        if limit is None or len(raw) <= limit:
+            yield n, raw, len(raw)
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = handle.readline(_SKIP_CHUNK)
+            if not raw:
+                break
+            size += len(raw)
+        yield n, None, size
+
+
+def long_csv_fields() -> None:
+    """Let the csv module read fields of any length. Its default 128 KiB cap fails a long
+    prompt or output with an obscure error; a row size limit says it plainly instead."""
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+
+
+class RowTooLong(Exception):
+    """A CSV row over the size limit, skipped to the end of its line."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class BoundedRows:
+    """The lines of a CSV text file for ``csv.reader``, no row held past ``limit``
+    characters: an over-long row is skipped to its end (the first line end outside
+    quotes) and raises :class:`RowTooLong`; the reader starts afresh on the next line.
+    Call :meth:`start_row` before each row; ``count`` is the lines read."""
+
+    def __init__(self, handle: IO[str], limit: int | None) -> None:
+        self.handle, self.limit = handle, limit
+        self.count = 0
+        self.row_chars = 0
+        self.quotes = 0  # quote characters in the row so far: odd inside a quoted field
+
+    def start_row(self) -> None:
+        self.row_chars = self.quotes = 0
+
+    def __iter__(self) -> BoundedRows:
+        return self
+
+    def __next__(self) -> str:
+        if self.limit is None:
+            line = self.handle.readline()
+        else:
+            line = self.handle.readline(self.limit - self.row_chars + 1)
+        if not line:
+            raise StopIteration
+        self.row_chars += len(line)
+        if self.limit is None or self.row_chars <= self.limit:
+            self.count += 1
+        if self.limit is None:
+            return line
+        self.quotes += line.count('"')
+        if self.row_chars <= self.limit:
+            return line
+        size = self.row_chars
+        while not line.endswith(("\n", "\r")) or self.quotes % 2:
+            line = self.handle.readline(_SKIP_CHUNK)
+            if not line:
+                break
+            size += len(line)
+            self.quotes += line.count('"')
+            self.count += line.endswith(("\n", "\r"))
+        raise RowTooLong(size)
 
 
 class _Unreadable(Exception):

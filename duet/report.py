@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from orchestration.core.completion import refusal_line
+
 if TYPE_CHECKING:
     from duet.inputs import InputProblem
     from orchestration.core.architecture import LoopSpec
@@ -212,18 +214,32 @@ CSV_COLUMNS = (
     "critic_model", "created_at", "finished_at", "duration_s", "output", "issues", "rounds",
     "metadata",
 )  # fmt: skip
+#: The columns holding numbers; every other cell is text (an id ``007`` stays ``007``).
+CSV_NUMBERS = frozenset(
+    {"index", "final_score", "n_rounds", "input_tokens", "output_tokens", "calls", "usd",
+     "duration_s"}
+)  # fmt: skip
+#: The columns holding JSON (lists and objects).
+CSV_JSON = ("issues", "rounds", "metadata")
 
 
 #: A cell starting with one of these is a formula to a spreadsheet (CSV injection).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: ...and one starting with an apostrophe gets another, so reading it back is exact.
+_QUOTED_START = (*_FORMULA_START, "'")
 
 
 def csv_cell(value: Any) -> Any:
     """A value made safe for a spreadsheet: text that a spreadsheet would run as a
     formula gets a leading apostrophe (shown as text, not evaluated). Numbers stay numbers."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
+    if isinstance(value, str) and value.startswith(_QUOTED_START):
         return "'" + value
     return value
+
+
+def csv_text(cell: str) -> str:
+    """The text :func:`csv_cell` was given for a text cell (its apostrophe taken off)."""
+    return cell[1:] if cell[:1] == "'" and cell[1:].startswith(_QUOTED_START) else cell
 
 
 def csv_row(record: Mapping[str, Any]) -> list[Any]:
@@ -429,7 +445,7 @@ def _trouble_table(rows: list[Mapping[str, Any]]) -> str:
         f"<td>{_e(LABELS.get(r['status'], r['status']))}</td>"
         f'<td class="n">{_e(_score(r.get("final_score")))}</td>'
         f"<td>{_issues_list(_final_issues(r))}</td>"
-        f"<td>{_e(_where(r))}</td><td>{_e(r.get('error') or r.get('reason') or '')}</td></tr>"
+        f"<td>{_e(_where(r))}</td><td>{_e(_why(r))}</td></tr>"
         for r in bad
     )
     return (
@@ -524,6 +540,12 @@ def _issues_table(ran: list[Mapping[str, Any]]) -> str:
         for key, n in counts.most_common(_TOP)
     )
     return f'<table><tr><th>issue</th><th class="n">inputs</th></tr>{body}</table>'
+
+
+def _why(record: Mapping[str, Any]) -> str:
+    """Why an input did not finish well: a refusal, filter or overflow said as such."""
+    error, reason = record.get("error"), record.get("reason")
+    return refusal_line(reason, error) or str(error or reason or "")
 
 
 def _where(record: Mapping[str, Any]) -> str:

@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     vendor_batch_max_requests: int = Field(default=1000, ge=1, le=50_000)
     #: ...the longest wait between two checks of a submitted vendor batch, seconds.
     vendor_batch_poll_max_s: float = Field(default=60.0, gt=0)
-    #: OpenTelemetry traces of runs (``duet[otel]``; exported as the ``OTEL_*`` variables say).
+    #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
 
     @field_validator("preload_providers", mode="before")

@@ -193,9 +193,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def _part_path(worker: str) -> Path:
+    """Where a pytest-xdist worker leaves its outcomes and rows for the controller."""
+    path = out_path()
+    return path.with_name(f"{path.stem}.{worker}{path.suffix}")
+
+
+def merge_parts(state: dict[str, Any]) -> None:
+    """Fold the parts xdist workers wrote this session into the controller's ``state``."""
+    for part in sorted(out_path().parent.glob(f"{out_path().stem}.gw*{out_path().suffix}")):
+        data = json.loads(part.read_text())
+        if data["started"] >= state["started"]:
+            state["outcomes"].update(data["outcomes"])
+            state["rows"].extend(data["rows"])
+        part.unlink()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_SESSION, None)
-    if not state or not state["outcomes"]:
+    if not state:
+        return
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if worker is not None:  # an xdist worker: the controller writes the file
+        if state["outcomes"]:
+            path = _part_path(worker)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({k: state[k] for k in ("started", "outcomes", "rows")}))
+        return
+    merge_parts(state)
+    if not state["outcomes"]:
         return
     args = [str(a) for a in session.config.invocation_params.args]
     data = {

@@ -67,7 +67,11 @@ def celery_worker(
     proc.log_path = ROOT / log.name  # type: ignore[attr-defined]
     from celery import Celery
 
+    from orchestration.state.keys import BROKER_PREFIX
+
     probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
+    # The workers' broker keys (and so their control channels) are under Duet's prefix.
+    probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis

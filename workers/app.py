@@ -123,14 +123,18 @@ def _setup_logs(logger: logging.Logger, **_: object) -> None:
         logs.quiet_task_lines()
     if settings.log_format == "json":
         logs.use_json(logger)
+    else:
+        logs.use_terminal_safe_text(logger)
 
 
 @after_setup_task_logger.connect(weak=False)
 def _setup_task_logs(logger: logging.Logger, **_: object) -> None:
-    if get_settings().log_format == "json":
-        from workers import logs
+    from workers import logs
 
+    if get_settings().log_format == "json":
         logs.use_json(logger)
+    else:
+        logs.use_terminal_safe_text(logger)
 
 
 def check_visibility_timeout() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from celery import current_task
 
 from orchestration.logjson import JsonFormatter as BaseJsonFormatter
+from orchestration.logjson import TerminalSafeFilter
 
 #: Message header carrying a run's batch id (set by the coordinator, forwarded by steps).
 BATCH_HEADER = "duet_batch"
@@ -58,6 +59,14 @@ def use_json(logger: logging.Logger) -> None:
     """Give every handler of ``logger`` the JSON formatter."""
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())
+
+
+def use_terminal_safe_text(logger: logging.Logger) -> None:
+    """Give every handler of ``logger`` a :class:`TerminalSafeFilter` (once): text lines
+    show control characters in messages as escapes."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, TerminalSafeFilter) for f in handler.filters):
+            handler.addFilter(TerminalSafeFilter())
 
 
 def quiet_task_lines() -> None:

@@ -107,7 +107,7 @@ def push(
 ) -> None:  # fmt: skip
     """Send task ``name`` with ``args`` (and extra message ``headers``): one ``LPUSH``."""
     queue, text = message(app, name, args, headers, queue)
-    client().lpush(queue, text)
+    client().lpush(keys.queue_key(queue), text)
 
 
 def use_broker(url: str | None) -> None:

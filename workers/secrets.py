@@ -7,6 +7,12 @@ whatever it looks like, plus anything shaped like a key or an auth header
 (:func:`scrub`). Everything a task lets out — run errors, events, Celery's task events
 (exception and traceback) and the worker's log — passes through it. Model output passes
 through :func:`scrub_output` (key values only) before anything of it is stored.
+
+A value is found where it is written as it is and where it is only once decoded:
+percent-encoded (a URL in a provider's error), as JSON or Python ``\\u`` / ``\\x``
+escapes (a critique's JSON), in any mixture. Each character so encoded is replaced in
+place (the text around it, a critique's JSON say, keeps its shape); a value hidden
+deeper (up to :data:`DECODE_ROUNDS` layers) leaves the text decoded, the value removed.
 """
 
 from __future__ import annotations
@@ -15,13 +21,25 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 #: Key variables every worker treats as secret, named by a spec or not.
 DEFAULT_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 #: Values shorter than this are not searched for (a placeholder such as "x" would
 #: otherwise be cut out of every message); real keys are far longer.
 MIN_SECRET_CHARS = 6
+#: Layers of encoding looked through for a key value (a key percent-encoded in a URL that
+#: is itself percent-encoded in a query string: two).
+DECODE_ROUNDS = 3
+#: A JSON or Python escape of one character: ``\\u0064``, ``\\x64``.
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
+#: An escape inside a percent-escape (``%25``: ``%``; ``%5C``: a backslash): a value
+#: under it is only seen once the text is decoded.
+_NESTED = re.compile(r"%25|%5[cC]")
+#: Any escape a character of a value may be written as (``_encoded``).
+_ANY_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}")
 
 _SECRET_PATTERNS = (
     # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys.
@@ -41,10 +59,91 @@ _SECRET_PATTERNS = (
 _PATTERN_HINT = re.compile(r"(?i)sk-|bearer|authorization|x-api-key|api[-_]?key|access[-_]?token")
 
 
+def decoded(text: str) -> str:
+    """``text`` with one layer of encoding taken off: percent-escapes, and JSON / Python
+    ``\\u`` and ``\\x`` escapes (the text as it is when it has none)."""
+    if "%" in text:
+        text = urllib.parse.unquote(text)
+    if "\\" in text:
+        text = _ESCAPE.sub(lambda m: chr(int(m[1] or m[2], 16)), text)
+    return text
+
+
+@lru_cache(maxsize=64)
+def _encoded(value: str) -> re.Pattern[str]:
+    """Matches ``value`` with each character as written, ``\\u00hh``, ``\\xhh``, ``%hh`` or
+    ``%25hh`` (percent-encoded twice), hex digits in either case."""
+
+    def hex_of(code: str) -> str:
+        return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in code)
+
+    parts = []
+    for char in value:
+        h = hex_of(f"{ord(char):02x}")
+        forms = [re.escape(char), rf"%{h}", rf"%25{h}"]
+        if ord(char) < 0x100:
+            forms.append(rf"\\x{h}")
+        forms.append(rf"\\u{hex_of(f'{ord(char):04x}')}")
+        parts.append(f"(?:{'|'.join(forms)})")
+    return re.compile("".join(parts))
+
+
+def _escaped(text: str) -> bool:
+    """Whether ``text`` has an escape :func:`_encoded` reads (else no encoded value)."""
+    return ("%" in text or "\\" in text) and _ANY_ESCAPE.search(text) is not None
+
+
+def _replaced(text: str, values: Sequence[str]) -> str:
+    escaped = _escaped(text)  # a replacement adds no escape
+    for value in values:  # longest first: a key inside another goes last
+        if value in text:
+            text = text.replace(value, "[REDACTED]")
+        if escaped:
+            text = _encoded(value).sub("[REDACTED]", text)
+    return text
+
+
+def _found(text: str, values: Sequence[str]) -> bool:
+    """Whether one of ``values`` is in ``text``, as written or one layer encoded."""
+    if any(value in text for value in values):
+        return True
+    return _escaped(text) and any(_encoded(v).search(text) for v in values)
+
+
+def without_values(text: str, values: Iterable[str | None]) -> str:
+    """``text`` with each of ``values`` replaced by ``[REDACTED]``: as written, one layer
+    encoded (in place), or nested deeper (an escape inside a percent-escape: the text is
+    then decoded layer by layer, up to :data:`DECODE_ROUNDS`, and given back decoded)."""
+    ordered = sorted({v for v in values if v}, key=len, reverse=True)
+    if not ordered:
+        return text
+    text = probe = _replaced(text, ordered)
+    for _ in range(DECODE_ROUNDS):
+        if not _NESTED.search(probe):
+            break
+        probe = decoded(probe)
+        if _found(probe, ordered):
+            text = probe = _replaced(probe, ordered)
+    return text
+
+
+def _holds(text: str, values: Iterable[str]) -> bool:
+    """Whether ``text`` holds one of ``values`` in a form :func:`without_values` removes."""
+    ordered = list(values)
+    probe = text
+    for _ in range(DECODE_ROUNDS + 1):
+        if _found(probe, ordered):
+            return True
+        if not _NESTED.search(probe):
+            return False
+        probe = decoded(probe)
+    return False
+
+
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every known secret value, key-looking token and auth header removed."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "[REDACTED]")
+    """``text`` with every known secret value (in any encoding :func:`without_values`
+    sees through), key-looking token and auth header removed."""
+    text = without_values(text, secrets)
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text
@@ -73,11 +172,9 @@ def scrub_output(text: str) -> str:
     """Model output without any key value: each configured key's value, whatever it looks
     like, becomes ``[REDACTED]``. Nothing else is touched (unlike :func:`redact`, no
     key-shaped pattern: a review may quote ``Bearer`` or ``api_key=`` in the code it
-    discusses). On every answer, so cheap: a substring search per key value."""
-    for secret in sorted(key_values(), key=len, reverse=True):  # a key inside another: last
-        if secret in text:
-            text = text.replace(secret, "[REDACTED]")
-    return text
+    discusses). On every answer, so cheap: a substring search per key value, decoding
+    only text with a ``%`` or a backslash."""
+    return without_values(text, key_values())
 
 
 def may_hold_secret(text: str, values: Iterable[str] | None = None) -> bool:
@@ -86,7 +183,7 @@ def may_hold_secret(text: str, values: Iterable[str] | None = None) -> bool:
     substitution: what the hot paths ask first."""
     if _PATTERN_HINT.search(text):
         return True
-    return any(value in text for value in (key_values() if values is None else values))
+    return _holds(text, key_values() if values is None else values)
 
 
 def redact(text: str) -> str:

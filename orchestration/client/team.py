@@ -23,6 +23,7 @@ from orchestration.core.architecture import (
 )
 from orchestration.core.budget import Budget, scope
 from orchestration.core.errors import ConfigError
+from orchestration.core.jsonlimits import depth_reason, value_too_deep
 from orchestration.core.memory import (
     DEFAULT_CONVERSATION_MAX_TOKENS,
     DEFAULT_CONVERSATION_TURNS,
@@ -177,6 +178,8 @@ class Team:
                 f"{where}: prompt is {len(prompt):,} characters, over the limit of {limit:,} "
                 "(DUET_MAX_PROMPT_CHARS)"
             )
+        if metadata is not None and value_too_deep(metadata):
+            raise ConfigError(f"{where}: metadata {depth_reason()}")
         run_id = new_id()
         scopes = [scope("run", run_id)] if run_budget else []
         if batch_budget and batch_id:

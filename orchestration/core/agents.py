@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -23,6 +24,10 @@ DEFAULT_TIMEOUT_S = 120.0
 
 #: Providers Duet can talk to, and the environment variable holding each one's key.
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "sim": None}
+#: Each vendor's own API hosts: the only hosts its default key (:data:`DEFAULT_KEY_ENV`)
+#: is sent to. Any other ``base_url`` gets a key only from a variable ``api_key_env`` names.
+VENDOR_HOSTS = {"openai": frozenset({"api.openai.com"}),
+                "anthropic": frozenset({"api.anthropic.com"})}  # fmt: skip
 
 _OPENAI_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
 _ACCEPTED = (
@@ -30,6 +35,28 @@ _ACCEPTED = (
     "explicit 'openai:NAME' (with base_url= for any OpenAI-compatible server), "
     "'anthropic:NAME'; or the offline simulator 'sim' / 'sim:ROLE?options'"
 )
+
+
+def default_key_env(provider: str, base_url: str | None) -> str | None:
+    """The key variable of an agent that names none: the vendor's own, unless ``base_url``
+    is anything but ``https://`` on one of its :data:`VENDOR_HOSTS` (a third-party server
+    must not get the vendor's key, nor a plain-HTTP connection carry it)."""
+    if base_url is None:
+        return DEFAULT_KEY_ENV[provider]
+    parts = urlsplit(base_url)
+    if parts.scheme == "https" and parts.hostname in VENDOR_HOSTS.get(provider, ()):
+        return DEFAULT_KEY_ENV[provider]
+    return None
+
+
+def url_credentials_refused(url: str | None) -> str | None:
+    """``url`` unless it holds a user name or password: those would be stored with the
+    spec in Redis (raises ValueError, for the field validators of specs)."""
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("credentials in the URL; put the key in api_key_env")
+    return url
 
 
 def resolve_model(model: str) -> tuple[str, str]:
@@ -143,6 +170,7 @@ class AgentSettings(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _base_url_needs_a_vendor_api(cls, value: str | None, info: ValidationInfo) -> str | None:
+        url_credentials_refused(value)
         model = info.data.get("model")  # absent when the model itself was refused
         if value is not None and model is not None and resolve_model(model)[0] == "sim":
             raise ValueError(
@@ -290,7 +318,7 @@ class Agent:
             _check_coordinator(architecture, settings)
             check_name(name, "Agent name")
         provider, model_name = resolve_model(model)
-        key_env = api_key_env if api_key_env is not None else DEFAULT_KEY_ENV[provider]
+        key_env = api_key_env if api_key_env is not None else default_key_env(provider, base_url)
         self.name = name
         self.architecture = architecture
         self.spec = AgentSpec(

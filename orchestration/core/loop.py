@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestration.core.completion import REFUSED
+
 Phase = Literal["generate", "critique", "refine"]
 Role = Literal["actor", "critic"]
 Status = Literal["approved", "max_rounds_reached", "interrupted", "failed", "cancelled"]
@@ -53,17 +55,26 @@ def step_index(phase: Phase, round_: int) -> int:
 
 
 def interruption(phase: str, stop_reason: str | None, complete_critique: bool) -> str | None:
-    """Whether a model's answer interrupts its agent: ``"max_tokens"`` or None.
+    """Whether a model's answer interrupts its agent: ``"max_tokens"``, a reason of
+    :data:`REFUSED` (``refusal``, ``content_filter``, ``context_window``) or None.
 
     An answer cut at ``max_tokens`` is not finished, so it interrupts the agent, except
     a critique whose reply already holds a whole JSON object with a score: the critic said
     everything the loop reads, and the cut fell in whatever it wrote after.
     """
+    if stop_reason in REFUSED:
+        return stop_reason
     if stop_reason != "max_tokens":
         return None
     if phase == "critique" and complete_critique:
         return None
     return "max_tokens"
+
+
+def error_interruption(kind: str) -> str:
+    """The interruption of a provider error of ``kind``: ``provider_error:<kind>``, or the
+    kind itself when it is an outcome of :data:`REFUSED` (a 400 for a context overflow)."""
+    return kind if kind in REFUSED else f"provider_error:{kind}"
 
 
 @dataclass(frozen=True, slots=True)

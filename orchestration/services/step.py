@@ -46,12 +46,13 @@ from typing import Any, Protocol
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.budget import Amount, Refusal
-from orchestration.core.completion import Completion, Message
+from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Message, refusal_error
 from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import (
     ROLE_OF,
     earlier_of_role,
+    error_interruption,
     interruption,
     parse_step_key,
     step_index,
@@ -283,8 +284,8 @@ class StepService:
         if not limited and completion is not None:
             spend = self.budgets.spend(list(scopes), _used(completion, result))
         conversation = None
-        # A reply cut at max_tokens is not a turn the model should build on later.
-        whole = completion is not None and completion.stop_reason != "max_tokens"
+        # A reply cut at max_tokens, or refused, is not a turn the model should build on.
+        whole = completion is not None and completion.stop_reason not in UNFINISHED
         if completion is not None and whole and conv and keeps(seat.turns, completion.text):
             turn = turn_json(turn_step(run_id, key), prompt, completion.text)
             conversation = (conv, turn, seat.turns)
@@ -399,7 +400,7 @@ class StepService:
         settle: list[ScriptCall] = []
         if isinstance(outcome, ProviderError):
             self.budgets.release(sid, scopes)
-            result = _failure(key, f"provider_error:{outcome.kind}", self.scrub(str(outcome)),
+            result = _failure(key, error_interruption(outcome.kind), self.scrub(str(outcome)),
                               began)  # fmt: skip
             result["vendor_batch"] = vendor_batch
             for observer in self.observers:
@@ -408,6 +409,7 @@ class StepService:
             outcome = self.cleaned(outcome)
             result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
                                   finished_at=time.time(), model=seat.agent.model,
+                                  scrub=self.scrub_output,
                                   vendor_batch=vendor_batch,
                                   boundary=request.get("boundary"))  # fmt: skip
             used = Amount(input_tokens=outcome.input_tokens,
@@ -418,7 +420,7 @@ class StepService:
             for observer in self.observers:  # latency: from parking to the batch's result
                 observer.call_answered(seat.agent, phase, result)
             conv_key = request.get("conv") or ""
-            whole = outcome.stop_reason != "max_tokens"
+            whole = outcome.stop_reason not in UNFINISHED
             if whole and conv_key and keeps(seat.turns, outcome.text):
                 turn = turn_json(turn_step(run_id, key), request["prompt"], outcome.text)
                 conversation = (conv_key, turn, seat.turns)
@@ -540,7 +542,7 @@ class StepService:
                     max_attempts=settings.max_attempts, wait=round(wait, 3),
                 ))  # fmt: skip
                 return self._retry(wait, failures + 1, f"{exc.kind}: {message}")
-            return _failure(key, f"provider_error:{exc.kind}", message, began), None, []
+            return _failure(key, error_interruption(exc.kind), message, began), None, []
         except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
             budgets.release(sid, scopes)
             message = self.scrub(f"{type(exc).__name__}: {exc}")
@@ -552,7 +554,8 @@ class StepService:
         with contextlib.suppress(*INFRA_ERRORS):
             budgets.learn(agent, messages, seat.structured, completion.input_tokens)
         result = _result_from(completion, phase, key, seat, boundary=boundary, started_at=began,
-                              finished_at=time.time(), model=agent.model)  # fmt: skip
+                              finished_at=time.time(), model=agent.model,
+                              scrub=self.scrub_output)  # fmt: skip
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
         return result, completion, budgets.settle_calls(sid, scopes, _used(completion, result))
@@ -602,6 +605,7 @@ def _result_from(
     seat: Seat,
     *,
     batch: bool = False,
+    scrub: Scrub | None = None,
     boundary: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
@@ -622,16 +626,23 @@ def _result_from(
         "stop_reason": completion.stop_reason,
         **extra,
     }
+    if completion.stop_reason in REFUSED:  # an outcome, not an answer: nothing to read
+        reason = completion.stop_reason
+        return {**result, "text": None, "interrupted": reason,
+                "error": refusal_error(reason, completion.text)}  # fmt: skip
     complete = False
     if phase == "critique":
         native = read_structured(completion.structured)
         critique, complete = (
             native if native is not None else read_critique(completion.text, boundary)
         )
+        issues, summary = critique.issues, critique.summary
+        if scrub is not None:  # what parsing decoded (a key as JSON escapes) is scrubbed too
+            issues, summary = _scrubbed(issues, scrub), scrub(summary)
         result.update(
             score=critique.score,
-            issues=critique.issues,
-            summary=critique.summary,
+            issues=issues,
+            summary=summary,
             # read from the vendor's structured output, not searched for in the text
             structured=native is not None,
         )

@@ -20,12 +20,19 @@ delivered message it cannot note is held until Redis takes writes again (``QoS.a
 instead of ending the worker; and a Redis restart: a channel of a broker connection that
 is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
 instead of an ``AttributeError`` that ends the worker (``Channel._get_pool``).
+A popped text no worker can take (not JSON, no Celery envelope) is moved to the
+dead-letter stream with the reason, and the rest of its pop delivered
+(``Channel._dead_letter``): kombu's read would end the worker or strand the pop. Every
+key is under kombu's ``global_keyprefix`` (``duet.``): kombu's client prefixes the
+commands it knows; the pop, sent on the connection itself, and ``ZSCORE`` are prefixed
+here.
 
 These override methods kombu does not document (``Channel._create_client``,
-``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``,
+``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``, ``Channel._get``,
 ``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
 ``restore_visible``, and use ``Channel._do_restore_message``, ``Channel._queue_cycle``,
-``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Mutex``), tested with the kombu
+``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Channel.global_keyprefix``,
+``Mutex``), tested with the kombu
 release pinned in ``pyproject.toml``; :func:`check_versions` refuses an untested kombu
 when the transport is chosen. This is the one place Duet customises kombu (the client uses
 the transport too, so it cannot live with the worker's Celery customisations in
@@ -51,9 +58,10 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from orchestration.core.envelope import envelope_problem, examine
 from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
-from orchestration.state import connection, keys, scripts
+from orchestration.state import connection, deadletters, keys, scripts
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
@@ -115,8 +123,10 @@ def check_versions() -> None:
         (kombu_redis.Channel, "_do_restore_message"),
         (kombu_redis.Channel, "_brpop_start"),
         (kombu_redis.Channel, "_brpop_read"),
+        (kombu_redis.Channel, "_get"),
         (kombu_redis.Channel, "_flush_brpop_reauth"),
         (kombu_redis.Channel, "_in_poll"),
+        (kombu_redis.Channel, "global_keyprefix"),
         (kombu_redis, "Mutex"),
         (kombu_redis, "MutexHeld"),
         (kombu.Connection, "resolve_aliases"),
@@ -142,6 +152,28 @@ def popped_member(text: str, queue: str) -> str:
 
 #: A string's JSON text (the C encoder ``json.dumps`` uses).
 _json_string = json.encoder.encode_basestring_ascii
+
+
+def _text(item: bytes | str) -> str:
+    """A popped message's text; bytes that are not UTF-8 are kept visible, escaped, and
+    marked (:data:`_NOT_UTF8`) for :func:`_examine` to refuse."""
+    if isinstance(item, str):
+        return item
+    try:
+        return item.decode("utf-8")
+    except UnicodeDecodeError:
+        return _NOT_UTF8 + item.decode("utf-8", "backslashreplace")
+
+
+#: Starts the text of a popped message that is not UTF-8 (no JSON text starts so).
+_NOT_UTF8 = "\\x"
+
+
+def _examine(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A popped text's message and None, or None and why no worker can take it."""
+    if text.startswith(_NOT_UTF8):
+        return None, "not UTF-8 text"
+    return examine(text, loads)
 
 
 class QoS(kombu_redis.QoS):
@@ -373,11 +405,17 @@ class QoS(kombu_redis.QoS):
         key = self.unacked_messages_key
 
         def restore(pipe: Any) -> None:
-            there = pipe.zscore(key, member) is not None
+            # ZSCORE is not among the commands kombu's client prefixes.
+            there = pipe.zscore(self.channel.global_keyprefix + key, member) is not None
             pipe.multi()
             if there:
                 pipe.zrem(key, member)
-                raw, exchange, routing_key = loads(bytes_to_str(member))  # type: ignore[no-untyped-call]
+                try:
+                    raw, exchange, routing_key = loads(bytes_to_str(member))  # type: ignore[no-untyped-call]
+                except ValueError as exc:  # a text no worker took, left by a dead one
+                    text, _, queue = _text(member)[1:-1].rsplit(", ", 2)
+                    deadletters.add(pipe, json.loads(queue), text, f"not JSON: {exc}")
+                    return
                 self.channel._do_restore_message(raw, exchange, routing_key, pipe, leftmost)
 
         client.transaction(restore, key)
@@ -423,19 +461,19 @@ class Channel(kombu_redis.Channel):
         (:meth:`QoS.note`): a script pop that finds nothing costs more commands than it
         saves. Before that wait, acks still gathered are flushed (:meth:`QoS.flush_acks`),
         so an idle worker's acks are written within the pop's timeout (1 s)."""
-        noting = self._pop_noting and self._qos is not None and not self.global_keyprefix
+        noting = self._pop_noting and self._qos is not None
         if self._qos is not None and not noting and not self._acks_go_with_note:
             try:
                 self._qos.flush_acks()
             except self.connection_errors:  # kept for the next flush; the pop will tell
                 log.debug("acks not flushed before a pop", exc_info=True)
-        if self.global_keyprefix:  # kombu prefixes the keys of the commands it knows
-            super()._brpop_start(timeout)  # type: ignore[no-untyped-call]
-            return
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        pairs = [(self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
+        # Sent on the connection itself, so with kombu's ``global_keyprefix`` added here
+        # (kombu's client adds it to the commands it knows, not to these).
+        prefix = self.global_keyprefix
+        pairs = [(prefix + self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
                  for pri in self.priority_steps for queue in queues]  # fmt: skip
         keys = [key for key, _ in pairs]
         credit = self.qos.can_consume_max_estimate()
@@ -450,7 +488,7 @@ class Channel(kombu_redis.Channel):
             try:
                 self.client.connection.send_command(
                     "EVALSHA", self._pop_note.sha, 1 + len(keys),
-                    self.qos.unacked_messages_key, *keys, count, time.time(), len(acked),
+                    prefix + self.qos.unacked_messages_key, *keys, count, time.time(), len(acked),
                     *acked, *(_json_string(queue) for _, queue in pairs),
                 )  # fmt: skip
             except BaseException:
@@ -470,9 +508,9 @@ class Channel(kombu_redis.Channel):
     def _brpop_read(self, **options: Any) -> bool:
         """Read the pop's reply: the messages of a ``BLMPOP`` are noted as unacknowledged
         in one write (those of ``lua/pop_note.lua`` already are), then each is delivered
-        (kombu's read, for several messages)."""
-        if self.global_keyprefix:
-            return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
+        (kombu's read, for several messages). A text no worker can take (not JSON, no
+        Celery envelope) is dead-lettered instead (:meth:`_dead_letter`), the others
+        delivered."""
         popping, self._popping = self._popping, None
         try:
             command = "BLMPOP" if popping is None else "EVALSHA"
@@ -494,15 +532,22 @@ class Channel(kombu_redis.Channel):
                 raise kombu_redis.Empty()
             if popping is None:
                 dest, items = reply
-                queue = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
+                dest = bytes_to_str(dest)[len(self.global_keyprefix) :]  # type: ignore[no-untyped-call]
+                queue = dest.rsplit(self.sep, 1)[0]
             else:
                 place, items = reply
                 queue = popping[1][int(place) - 1]
             self._queue_cycle.rotate(queue)
-            texts = [bytes_to_str(item) for item in items]  # type: ignore[no-untyped-call]
-            payloads = [loads(text) for text in texts]  # type: ignore[no-untyped-call]
+            texts = [_text(item) for item in items]
+            examined = [_examine(text) for text in texts]
             self._acks_go_with_note = queue not in self._no_ack_queues
             self._pop_noting = self._acks_go_with_note and len(items) >= self._pop_count
+            if any(problem for _, problem in examined):
+                texts = self._dead_letter(queue, texts, examined, noted=popping is not None)
+                if not texts:
+                    self._acks_go_with_note = False  # the next pop flushes them
+                    raise kombu_redis.Empty()
+            payloads = [payload for payload, _ in examined if payload is not None]
             if self._acks_go_with_note:
                 members = [popped_member(text, queue) for text in texts]
                 if popping is not None:
@@ -520,6 +565,58 @@ class Channel(kombu_redis.Channel):
         finally:
             self._in_poll = None  # type: ignore[assignment]
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _dead_letter(
+        self, queue: str, texts: list[str], examined: list[tuple[Any, str | None]], noted: bool
+    ) -> list[str]:
+        """Move the texts no worker can take to the dead-letter stream, with the reason
+        (and out of the unacknowledged set, if the pop noted them), in one round trip;
+        the texts left to deliver. A Redis that refuses the move (at ``maxmemory``) or is
+        gone drops them, with a log line for each: they could never be delivered anyway."""
+        bad = [(text, problem) for text, (_, problem) in zip(texts, examined, strict=True)
+               if problem]  # fmt: skip
+        replies: list[Any] = []
+        try:
+            with self.conn_or_acquire() as client:
+                pipe = client.pipeline(transaction=False)
+                for text, problem in bad:
+                    # XADD is not among the commands kombu's client prefixes: the stream
+                    # is Duet's own key (``duet:dead``), as the CLI reads it.
+                    deadletters.add(pipe, queue, text.removeprefix(_NOT_UTF8), str(problem))
+                if noted and queue not in self._no_ack_queues:
+                    pipe.zrem(self.qos.unacked_messages_key,
+                              *(popped_member(text, queue) for text, _ in bad))  # fmt: skip
+                replies = pipe.execute(raise_on_error=False)
+        except self.connection_errors as exc:  # the others are delivered all the same
+            replies = [exc] * len(bad)
+        # The text is untrusted (anyone can push to a queue): the log names the letter,
+        # and ``duet dead show`` shows it.
+        for (text, problem), reply in zip(bad, replies, strict=False):
+            if isinstance(reply, BaseException):
+                log.error("dropped a message from queue %r that no worker can take (%s, "
+                          "%d characters): it could not be dead-lettered: %s", queue, problem,
+                          len(text), reply)  # fmt: skip
+            else:
+                log.error("dead-lettered a message from queue %r (%s): duet dead show %s",
+                          queue, problem, _text(reply))  # fmt: skip
+        return [text for text, (_, problem) in zip(texts, examined, strict=True) if not problem]
+
+    def _get(self, queue: str, timeout: Any = None) -> Any:
+        """kombu's pop of one message (``basic_get``), a text no worker can take
+        dead-lettered as by :meth:`_brpop_read` (kombu's read raises, and the message
+        is gone)."""
+        try:
+            payload: Any = super()._get(queue)  # type: ignore[no-untyped-call]
+        except ValueError as exc:  # JSONDecodeError: kombu's read of the text failed
+            text = str(getattr(exc, "doc", ""))  # (bytes not UTF-8 are replaced by then)
+            self._dead_letter(queue, [text], [_examine(text)], noted=False)
+            raise kombu_redis.Empty() from None
+        problem = envelope_problem(payload)
+        if problem:
+            text = str(dumps(payload))  # type: ignore[no-untyped-call]
+            self._dead_letter(queue, [text], [(None, problem)], noted=False)
+            raise kombu_redis.Empty()
+        return payload
 
     def _pop_refused(self, exc: redis.exceptions.ResponseError, acked: list[str]) -> None:
         """``lua/pop_note.lua`` was refused (nothing was popped): the next pop is a
@@ -599,9 +696,10 @@ class Connection(kombu.Connection):
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
     """The Celery settings every process that talks to the broker shares (workers and
     clients): where it is, which transport, JSON only, routes, the visibility timeout."""
+    transport = transport_for(broker_url)
     return {
         "broker_url": broker_url,
-        "broker_transport": transport_for(broker_url),
+        "broker_transport": transport,
         # Messages carry ids only, so JSON is all we need; pickle is never accepted.
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -618,6 +716,9 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.visibility_timeout_s,
             "unacked_restore_interval": max(1, min(60, settings.visibility_timeout_s // 5)),
             "unacked_restore_throttle": 1,
+            # Every broker key (queues, kombu's unacked and binding keys) under Duet's
+            # prefix: another app's keys in the same database are never read or popped.
+            **({"global_keyprefix": keys.BROKER_PREFIX} if transport else {}),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },

@@ -18,7 +18,8 @@ is the one stored.
 Lists are bounded by turns (``LTRIM``, oldest dropped first) and by tokens (the step's
 store script drops the oldest turns of other runs down to half the bound; the reader,
 :func:`messages_from`, keeps within it), and expire when left alone for the store's TTL.
-A reply cut at ``max_tokens`` is never stored.
+A reply cut at ``max_tokens``, a refusal, a filtered reply or a context overflow is never
+stored.
 
 There is no lock. Runs of different users never wait on each other; two runs of the
 *same* user that overlap read the history as it stands when each step starts and append
@@ -33,7 +34,7 @@ import json
 import sys
 from typing import Any
 
-from orchestration.core.completion import Message
+from orchestration.core.completion import UNFINISHED, Message
 from orchestration.core.memory import Turn, bounded, turn_step
 
 
@@ -76,7 +77,7 @@ def own_turns(run_id: str, earlier: list[tuple[str, str, str]], turns: int) -> l
             continue
         result = json.loads(raw_result)
         text = result.get("text")
-        if text is None or result.get("stop_reason") == "max_tokens" or not keeps(turns, text):
+        if text is None or result.get("stop_reason") in UNFINISHED or not keeps(turns, text):
             continue
         found.append(Turn(turn_step(run_id, key), json.loads(raw_input)["prompt"], text))
     return found[-turns:] if turns >= 1 else []

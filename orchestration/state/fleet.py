@@ -36,7 +36,7 @@ def queue_depths(broker: Any, queues: Iterable[str] = keys.ALL_QUEUES) -> dict[s
     names = list(queues)
     pipe = broker.pipeline(transaction=False)
     for name in names:
-        pipe.llen(name)
+        pipe.llen(keys.queue_key(name))
     return {name: int(n) for name, n in zip(names, pipe.execute(), strict=True)}
 
 

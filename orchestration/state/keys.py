@@ -1,7 +1,8 @@
 """Every Redis key and queue name Duet uses, in one place.
 
-All keys share the ``duet:`` prefix (configurable with ``DUET_KEY_PREFIX`` for
-tests that share a server). Keys of one run share the ``{run_id}`` hash tag so a
+All keys share the ``duet:`` prefix, and the broker's (queues, kombu's unacknowledged
+and binding keys) ``duet.`` (kombu's ``global_keyprefix``): both follow ``DUET_KEY_PREFIX``,
+so a database shared with other apps, or with another Duet, holds no key of theirs. Keys of one run share the ``{run_id}`` hash tag so a
 Redis Cluster keeps them on one slot and the Lua scripts may touch them together.
 """
 
@@ -16,6 +17,21 @@ QUEUE_ACTOR = "actor"
 QUEUE_CRITIC = "critic"
 QUEUE_COORDINATOR = "coordinator"
 ALL_QUEUES = (QUEUE_ACTOR, QUEUE_CRITIC, QUEUE_COORDINATOR)
+#: kombu's ``global_keyprefix``: the broker's keys are this + kombu's name (queue
+#: ``actor`` is the list ``duet.actor``, kombu's ``unacked`` hash is ``duet.unacked``).
+BROKER_PREFIX = f"{PREFIX}."
+
+
+def queue_key(queue: str) -> str:
+    """List: the messages waiting in broker queue ``queue`` (kombu pushes on the left)."""
+    return f"{BROKER_PREFIX}{queue}"
+
+
+def dead_letters() -> str:
+    """Stream, capped: broker messages no worker could take (not JSON, or without Celery's
+    envelope), each with its queue, the reason and the text as popped (``duet dead``)."""
+    return f"{PREFIX}:dead"
+
 
 # --- task names (clients enqueue by name, never by import) -----------------
 TASK_GENERATE = "duet.generate"

@@ -168,7 +168,7 @@ class RunView:
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     """A broker message to push with a state change, in its script: ``text`` onto list
-    ``queue`` of the same Redis (the worker builds it; the store never reads it). The
+    ``queue`` (the queue's key, ``keys.queue_key``) of the same Redis (the worker builds it; the store never reads it). The
     change and the message are one: no crash between them can lose the message."""
 
     queue: str

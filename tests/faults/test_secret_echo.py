@@ -13,22 +13,28 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import csv
+import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from duet.embedded import EmbeddedRedis, free_port
 from duet.fake_llm import FakeLLM
-from duet.report import result_record
+from duet.report import csv_row, render_report, result_record
 from orchestration import Agent, Team
+from orchestration.core import events as ev
 from tests.faults.conftest import Monitor
 from tests.reliability import SECRETS, Reliability
 from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
@@ -205,14 +211,134 @@ def test_a_model_repeating_its_key_stores_no_key(
     assert not leaks, leaks
 
 
-def _team(llm: FakeLLM) -> Team:
+def _json_escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
+
+
+def _decoded(text: str) -> str:
+    """``text`` with its percent-escapes and ``\\u`` / ``\\x`` escapes decoded (one layer;
+    written apart from ``workers.secrets`` so the test does not check it with itself)."""
+    text = urllib.parse.unquote(text)
+    return _ESCAPE.sub(lambda m: chr(int(m[1] or m[2], 16)), text)
+
+
+def leaks_in(places: dict[str, str], keys: tuple[str, ...]) -> list[str]:
+    """Each key found in a place: as written, JSON-escaped or percent-encoded (and the
+    base64 text of each of those), or once the place is decoded up to three times."""
+    found = []
+    for name, text in places.items():
+        for key in keys:
+            variants = (key, _json_escaped(key), urllib.parse.quote(key, safe=""))
+            found += [f"{key} (as {form}) in the {name}" for variant in variants
+                      for form in forms(variant) if form in text]  # fmt: skip
+            probe = text
+            for depth in range(4):
+                if key in probe:
+                    found.append(f"{key} in the {name} decoded {depth} times")
+                    break
+                probe = _decoded(probe)
+    return found
+
+
+def redis_values(url: str) -> str:
+    """Every key and value in the Redis at ``url``, whatever its type, as text."""
+    client = redis.Redis.from_url(url)
+    readers = {
+        b"string": client.get, b"list": lambda k: client.lrange(k, 0, -1),
+        b"hash": client.hgetall, b"set": client.smembers,
+        b"zset": lambda k: client.zrange(k, 0, -1, withscores=True),
+        b"stream": lambda k: client.xrange(k),
+    }  # fmt: skip
+    dump = []
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key)
+        read = readers.get(kind if isinstance(kind, bytes) else kind.encode())
+        dump.append(repr((key, read(key) if read else kind)))
+    client.close()
+    # Values as Python bytes reprs: undo the repr's own escaping of a backslash.
+    return "\n".join(dump).replace("\\\\", "\\")
+
+
+def test_a_key_decoded_from_a_critique_or_an_error_is_stored_nowhere(
+    private_redis: EmbeddedRedis, reliability: Reliability, tmp_path: Path
+) -> None:
+    """A critic quotes the key as JSON ``\\u`` escapes inside its issues (a parser decodes
+    them); a vendor error echoes the key percent-encoded in a URL and JSON-escaped: the key
+    is in no form in Redis, the results, the report, the CSV, ``duet show`` or the log."""
+    url = private_redis.url
+    monitor = Monitor(private_redis.port)
+    env = {"OPENAI_API_KEY": OPENAI_KEY, CRITIC_KEY_ENV: CRITIC_KEY}
+    with (
+        FakeLLM() as llm,
+        celery_worker(url, env=env, loglevel="INFO", name="decoded") as worker,
+        client_pointed_at(url),
+    ):
+        team = _team(llm, structured_output=False)
+        llm.set_faults(echo_key_in_issues=True)
+        quoted = team.run_sync("Write a parser.", timeout=60)
+        raw = [e for e in quoted.events if e.type == ev.CRITIQUE]
+        upstream = (f"upstream https://gw.example/v1?key={urllib.parse.quote(CRITIC_KEY, safe='')}"
+                    f"&sig={_json_escaped(OPENAI_KEY)} refused")  # fmt: skip
+        llm.set_faults(status=401, message=upstream, model="sim:critic?scores=0.2,0.95")
+        failed = team.run_sync("Write a lexer.", timeout=60)
+        log = Path(worker.log_path).read_text(errors="replace")
+        stored = redis_values(url)
+        shown = [
+            subprocess.run(
+                [sys.executable, "-m", "duet.cli", "show", run.run_id, "--full"],
+                env={**os.environ, "DUET_REDIS_URL": url}, cwd=tmp_path,
+                capture_output=True, text=True, timeout=120,
+            ) for run in (quoted, failed)
+        ]  # fmt: skip
+    captured = monitor.stop().decode("utf-8", errors="replace")
+    assert quoted.status == "approved", (quoted.status, quoted.error)
+    assert failed.status == "interrupted" and failed.error is not None
+    assert [s.returncode for s in shown] == [0, 0], [s.stderr for s in shown]
+    records = [result_record(quoted), result_record(failed)]
+    table = io.StringIO()
+    csv.writer(table).writerows(csv_row(r) for r in records)
+    places = {
+        "MONITOR capture": captured, "Redis keys and values": stored, "worker log": log,
+        "results": json.dumps(records) + quoted.model_dump_json() + failed.model_dump_json(),
+        "HTML report": render_report(records), "CSV": table.getvalue(),
+        "duet show": "".join(s.stdout + s.stderr for s in shown), "run error": failed.error,
+    }  # fmt: skip
+    leaks = leaks_in(places, (OPENAI_KEY, CRITIC_KEY))
+    redacted_issues = [i for r in quoted.rounds for i in r.issues if "[REDACTED]" in i]
+    reliability.record(
+        section=SECRETS,
+        fault="Decoded secrets: a critic quotes its API key inside its JSON issues as `\\u` "
+        "escapes (the parser decodes them); a vendor's 401 echoes the keys percent-encoded "
+        "in a URL and JSON-escaped",
+        load=f"2 runs ({len(raw)} critiques each with the escaped key, 1 run ended by the "
+        f"401), 1 worker at `--loglevel INFO`; {len(stored):,} bytes of Redis keys and values",
+        lost=f"{len(leaks)} leaks: {'; '.join(leaks)}"
+        if leaks
+        else f"nothing: neither key, as written, JSON-escaped, percent-encoded or in base64, "
+        f"nor once decoded, in the {', the '.join(places)}; the issues read "
+        f"`{redacted_issues[0] if redacted_issues else '?'}`",
+        before="the escaped key was scrubbed in the critique's raw text only: stored "
+        "decoded in its issues (Redis, results, report, CSV, `duet show`); the "
+        "percent-encoded key reached the run error and the log",
+    )
+    assert leaks == []
+    assert len(raw) == 2 and len(redacted_issues) == 2, quoted.rounds
+    assert "[REDACTED]" in failed.error
+
+
+def _team(llm: FakeLLM, **critic: Any) -> Team:
     """The actor through the OpenAI SDK (``OPENAI_API_KEY``), the critic through the
     Anthropic SDK with a key of a spec's own variable; approved in round 2."""
     return Team.actor_critic(
-        actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url),
+        # The stand-in is not OpenAI's host: it gets the key only because it is named.
+        actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url,
+                    api_key_env="OPENAI_API_KEY"),  # fmt: skip
         critic=Agent(
             "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
-            base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV,
+            base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV, **critic,
         ),
         max_rounds=3,
     )  # fmt: skip

@@ -192,11 +192,12 @@ def test_a_worker_killed_before_its_acks_were_written(
     unacknowledged. After the visibility timeout another worker gets them back; each finds
     its step done or its run over and calls no model."""
     from orchestration.state.broker import UNACKED_SUFFIX
+    from orchestration.state.keys import ALL_QUEUES, BROKER_PREFIX, queue_key
 
     runs = 8
     env = {"OPENAI_API_KEY": "sk-test-acks", "DUET_VISIBILITY_TIMEOUT_S": "5",
            "DUET_CHECK_TIMEOUTS": "false"}  # fmt: skip
-    unacked = f"unacked_index{UNACKED_SUFFIX}"
+    unacked = f"{BROKER_PREFIX}unacked_index{UNACKED_SUFFIX}"
     llm.set_faults(latency_ms=50)
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         stack.enter_context(client_pointed_at(server.url))
@@ -213,7 +214,7 @@ def test_a_worker_killed_before_its_acks_were_written(
         requests = llm.stats()["requests"]
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
         wait_for(lambda: admin.zcard(unacked) == 0
-                 and all(admin.llen(q) == 0 for q in ("actor", "critic", "coordinator")),
+                 and all(admin.llen(queue_key(q)) == 0 for q in ALL_QUEUES),
                  60, "the noted messages to come back and be taken")  # fmt: skip
         after = llm.stats()["requests"]
         stored = stored_calls(server.url, batch.run_ids())

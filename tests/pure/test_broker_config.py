@@ -31,3 +31,11 @@ def test_a_redis_broker_gets_redis_py_timeouts(url: str) -> None:
     assert (options["socket_timeout"], options["socket_connect_timeout"]) == (7, 2)
     assert not {"read_timeout", "write_timeout"} & set(options)
     assert config["broker_transport"] == TRANSPORT
+
+
+def test_every_broker_key_is_under_duets_prefix() -> None:
+    """kombu's ``global_keyprefix``: queues, unacked and binding keys (issue 23)."""
+    from orchestration.state import keys
+
+    options = broker_config("redis://cache:6379/0", SETTINGS)["broker_transport_options"]
+    assert options["global_keyprefix"] == keys.BROKER_PREFIX == f"{keys.PREFIX}."

@@ -122,6 +122,11 @@ def test_toml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
     assert message == f"{tmp_path / 'review.toml'}: line 3, column 9: invalid TOML: Invalid value"
 
 
+def test_a_config_nested_too_deep_is_a_config_error_not_a_crash(tmp_path: Path) -> None:
+    message = _error(tmp_path, BASE + "x = " + "[" * 5_000 + "]" * 5_000 + "\n")
+    assert message == f"{tmp_path / 'review.toml'}: arrays or tables nested too deep to read"
+
+
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.toml: cannot read config: No such file"):
         load_config(tmp_path / "nope.toml")

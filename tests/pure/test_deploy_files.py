@@ -121,9 +121,9 @@ def test_dockerfile_runs_a_non_root_threads_worker_on_every_queue() -> None:
 
 
 def test_keda_lists_are_the_celery_queue_names_by_text() -> None:
-    names = re.findall(r"^\s*listName:\s*['\"]?([\w-]+)", (K8S / "keda.yaml").read_text(), re.M)
-    assert sorted(names) == sorted(QUEUES)
-    assert {keys.QUEUE_ACTOR, keys.QUEUE_CRITIC, keys.QUEUE_COORDINATOR} == set(names)
+    names = re.findall(r"^\s*listName:\s*['\"]?([\w.-]+)", (K8S / "keda.yaml").read_text(), re.M)
+    assert sorted(names) == sorted(keys.queue_key(q) for q in QUEUES)
+    assert {keys.queue_key(q) for q in keys.ALL_QUEUES} == set(names)
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -329,8 +329,8 @@ def test_keda_scales_each_pool_on_its_queue_list(yaml: Any) -> None:
         (trigger,) = obj["spec"]["triggers"]
         assert trigger["type"] == "redis"
         meta = trigger["metadata"]
-        list_name = meta["listName"]
-        assert list_name in QUEUES
+        list_name = meta["listName"].removeprefix(keys.BROKER_PREFIX)
+        assert list_name in QUEUES and meta["listName"] == keys.queue_key(list_name)
         assert pools[list_name][0] == target, f"{target} scales on the wrong list {list_name}"
         assert int(meta["listLength"]) > 0
         assert meta.get("address") or meta.get("addressFromEnv") or meta.get("host")

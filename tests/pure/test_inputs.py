@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 
 from duet.inputs import InputProblem, InputReader, detect_format
 from orchestration.core.errors import InputError
+from orchestration.core.jsonlimits import MAX_DEPTH, too_deep, value_too_deep
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 
 GOOD = '{"id": "ok", "prompt": "Review this"}'
 
@@ -476,3 +479,152 @@ def test_reading_is_streamed_in_flat_memory(tmp_path: Path) -> None:
     assert peak < 2_000_000, (
         f"peak {peak:,} bytes while reading a {path.stat().st_size:,} byte file"
     )
+
+
+def _deep(levels: int) -> str:
+    return '{"a": ' * levels + "1" + "}" * levels
+
+
+def test_a_deeply_nested_line_is_a_rejected_input_and_the_rest_are_read(
+    tmp_path: Path, reliability: Reliability
+) -> None:
+    deep = '{"id": "deep", "prompt": "x", "metadata": ' + _deep(1_000) + "}"
+    in_string = '{"id": "quoted", "prompt": "' + "[{" * 500 + '", "metadata": {"k": "\\"[[["}}'
+    at_limit = '{"id": "ok64", "prompt": "x", "metadata": ' + _deep(MAX_DEPTH - 1) + "}"
+    path = _jsonl(tmp_path, GOOD, deep, "[" * 100_000, in_string, at_limit)
+    records, problems = _read(path)
+    reliability.record(
+        section=MODEL_OUTPUT, fault="deeply nested input line",
+        load="JSONL: metadata nested 1,000 deep, a line of 100,000 `[`, among 3 good lines",
+        lost=lost_of(3 - len(records), 3, "good lines"),
+        before="RecursionError ended the whole `duet run`",
+    )  # fmt: skip
+    assert [r.id for r in records] == ["ok", "quoted", "ok64"]
+    assert [str(p) for p in problems] == [
+        f"{path}:2: nested deeper than {MAX_DEPTH} levels",
+        f"{path}:3: nested deeper than {MAX_DEPTH} levels",
+    ]
+
+
+def test_the_depth_scan_is_linear_and_skips_strings() -> None:
+    assert not too_deep('["' + "[" * 200 + '"]')
+    assert not too_deep('["\\"' + "[" * 200 + '"]')  # an escaped quote does not end it
+    assert too_deep('["\\\\"' + ",[" * 200 + "]" * 200 + "]")  # an escaped backslash does
+    assert not too_deep("[]" * 100_000)  # many arrays, none deep
+    assert too_deep("[" * 65) and not too_deep("[" * 64)
+    started = time.process_time()
+    for text in ('"\\"' * 300_000, "[]" * 300_000, "[" * 1_000_000):
+        too_deep(text)
+    assert time.process_time() - started < 2.0
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab'),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.integers(min_value=0, max_value=6))
+def test_property_the_depth_scan_agrees_with_the_parsed_depth(value: Any, limit: int) -> None:
+    text = json.dumps(value, ensure_ascii=False)
+    assert too_deep(text, limit) == (_depth(value) > limit)
+    assert value_too_deep(value, limit) == (_depth(value) > limit)
+
+
+def test_a_library_caller_s_deep_or_cyclic_metadata_is_refused_before_anything_runs() -> None:
+    from orchestration import Agent, Team
+    from orchestration.core.errors import ConfigError
+
+    deep: dict[str, Any] = {}
+    for _ in range(2_000):
+        deep = {"a": deep}
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = [cyclic]
+    team = Team.actor_critic(actor=Agent("Fix.", model="sim"), critic=Agent("Judge.", model="sim"))
+    for metadata in (deep, cyclic):
+        with pytest.raises(ConfigError, match=r"item 0 \(id 'x'\): metadata nested deeper"):
+            team.submit_batch([{"id": "x", "prompt": "p", "metadata": metadata}])
+
+
+def _peak_of(read: Any) -> int:
+    tracemalloc.start()
+    try:
+        read()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_huge_line_is_rejected_in_memory_bounded_by_the_limit_not_the_line(
+    tmp_path: Path, reliability: Reliability
+) -> None:
+    huge = 50_000_000
+    path = tmp_path / "in.jsonl"
+    with path.open("wb") as fh:
+        fh.write(GOOD.encode() + b"\n")
+        fh.write(b'{"id": "huge", "prompt": "')
+        for _ in range(huge // 1_000_000):
+            fh.write(b"x" * 1_000_000)
+        fh.write(b'"}\n{"id": "after", "prompt": "y"}\n')
+    got: list[Any] = []
+    peak = _peak_of(lambda: got.append(_read(path, max_line_bytes=1_000_000)))
+    records, problems = got[0]
+    reliability.record(
+        section=MODEL_OUTPUT, fault="huge input line",
+        load=f"JSONL: one {huge // 1_000_000} MB line between 2 good ones, a 1 MB line limit",
+        lost=lost_of(2 - len(records), 2, "good lines") + f"; peak {peak / 1e6:.1f} MB read",
+        before="the line was read whole (1.6 GB RSS for 500 MB) before it was rejected",
+    )  # fmt: skip
+    assert [r.id for r in records] == ["ok", "after"]
+    assert [str(p) for p in problems] == [
+        f"{path}:2: line is {huge + 29:,} bytes, over the limit of 1,000,000 bytes: not read"
+    ]
+    assert peak < 3_000_000, f"peak {peak:,} bytes for a 1 MB limit"
+
+
+def test_a_huge_csv_row_is_rejected_in_bounded_memory_and_the_next_rows_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "in.csv"
+    with path.open("w") as fh:
+        fh.write("id,prompt\na,first\nhuge,")
+        for _ in range(20):
+            fh.write("x" * 1_000_000)
+        fh.write('\nlong,"multi\n' + "line\n" * 300_000 + '"\nb,last\n')
+    got: list[Any] = []
+    peak = _peak_of(lambda: got.append(_read(path, max_line_bytes=100_000)))
+    records, problems = got[0]
+    assert [(r.id, r.line) for r in records] == [("a", 2), ("b", 300_006)]
+    assert [str(p) for p in problems] == [
+        f"{path}:3: row is 20,000,006 characters, over the limit of 100,000 characters: not read",
+        f"{path}:4: row is 1,500,014 characters, over the limit of 100,000 characters: not read",
+    ]
+    assert peak < 1_000_000, f"peak {peak:,} bytes for a 100 kB limit"
+
+
+def test_the_line_limit_defaults_to_room_for_the_longest_prompt(tmp_path: Path) -> None:
+    line = json.dumps({"id": "wide", "prompt": "\U0001f600" * 100}, ensure_ascii=True)
+    records, problems = _read(_jsonl(tmp_path, line), max_prompt_chars=100)
+    assert [r.id for r in records] == ["wide"] and not problems
+    assert InputReader(_jsonl(tmp_path, line)).max_line_bytes is None
+
+
+def test_a_csv_header_over_the_limit_refuses_the_file_naming_it(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "prompt," + "x" * 200 + "\nhello,world\n")
+    with pytest.raises(
+        InputError,
+        match=r"in.csv:1: header row is 208 characters, over the limit of 100 characters: not read",
+    ):
+        list(InputReader(path, max_line_bytes=100))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sys
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 
 from orchestration.core.errors import ConfigError
@@ -16,6 +16,11 @@ from tests.reliability import PACKAGING, Reliability, lost_of
 from tests.support import ROOT
 from workers import celery_ext
 from workers.providers import endpoint
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 
 def _requirements(extra: str | None = None) -> list[Requirement]:
@@ -134,3 +139,25 @@ def test_the_image_copies_every_package_the_wheel_holds(reliability: Reliability
                        load=f"the {len(packages)} packages of the wheel, `deploy/Dockerfile`",
                        lost=lost_of(len(left_out), len(packages), "packages not in the image"))  # fmt: skip
     assert left_out == []
+
+
+def test_the_distribution_is_published_under_its_free_name_with_its_licence() -> None:
+    from duet import DISTRIBUTION
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION != "duet"  # `duet` on the index is another project
+    assert (
+        project["license-files"] == ["LICENSE"] and "MIT License" in (ROOT / "LICENSE").read_text()
+    )
+    assert "## Upgrading" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_the_classifiers_name_every_python_the_floor_allows() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floor = int(project["requires-python"].removeprefix(">=3."))
+    versions = [
+        re.fullmatch(r"Programming Language :: Python :: 3\.(\d+)", c)
+        for c in project["classifiers"]
+    ]
+    named = sorted(int(m[1]) for m in versions if m)
+    assert named == list(range(floor, 14)), named

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import reliability
 from tests.reliability import DOC, ROOT, SOURCE
 
@@ -124,3 +126,16 @@ def test_the_plugin_keeps_each_rows_outcome(tmp_path: Path) -> None:
     }
     seen = data["outcomes"]["test_sample.py::test_fails_before_recording"]
     assert seen["outcome"] == "failed" and "no figures" in seen["message"]
+
+
+def test_rows_of_xdist_workers_are_merged_and_stale_parts_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DUET_RELIABILITY_OUT", str(tmp_path / "rows.json"))
+    part = {"outcomes": {"t::a": {"outcome": "passed", "message": ""}}, "rows": [{"test": "t::a"}]}
+    (tmp_path / "rows.gw0.json").write_text(json.dumps({**part, "started": 100.0}))
+    (tmp_path / "rows.gw1.json").write_text(json.dumps({**part, "started": 50.0}))  # older run
+    state: dict[str, object] = {"started": 99.0, "outcomes": {}, "rows": []}
+    reliability.merge_parts(state)
+    assert state["outcomes"] == part["outcomes"] and state["rows"] == part["rows"]
+    assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from html.parser import HTMLParser
 from typing import Any
 
@@ -23,8 +24,10 @@ from duet.report import (
     result_record,
 )
 from orchestration import Agent, Team
+from orchestration.core.errors import ConfigError
 from orchestration.core.results import RoundRecord, RunResult, UsageReport
 from orchestration.core.usage import Usage
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 
 
 def _record(
@@ -366,6 +369,70 @@ def test_a_csv_results_file_reads_back_as_the_records_written(tmp_path: Any) -> 
         assert (got["status"], got["final_score"]) == (want["status"], want["final_score"])
 
 
+TEXT_IDS = ["007", "1e3", "True", "1.50", "-0", "'quoted", "''", "'=x", "NaN", " 7 "]
+
+
+def test_csv_ids_and_text_read_back_as_the_text_written(
+    tmp_path: Any, reliability: Reliability
+) -> None:
+    from duet.cli_results import ResultsFile, finished_records, read_records
+
+    path = tmp_path / "r.csv"
+    sink = ResultsFile(path)
+    for n, input_id in enumerate(TEXT_IDS):
+        sink.write({**RECORDS[0], "index": n, "id": input_id, "user_id": input_id,
+                    "output": input_id, "status": "approved"})  # fmt: skip
+    sink.finish()
+    back = list(read_records(path))
+    changed = [r["id"] for r, i in zip(back, TEXT_IDS, strict=True) if r["id"] != i]
+    reliability.record(
+        section=MODEL_OUTPUT, fault="CSV ids",
+        load=f"{len(TEXT_IDS)} ids that look like numbers, booleans or quoted text, "
+        "written to a CSV results file and read back",
+        lost=lost_of(len(changed), len(TEXT_IDS), "ids read back changed"),
+        before="`007` read back as `7`, `1e3` as `1000.0`: --resume-from ran them again",
+    )  # fmt: skip
+    assert [(r["id"], r["user_id"], r["output"]) for r in back] == [(i, i, i) for i in TEXT_IDS]
+    assert [r["index"] for r in back] == list(range(len(TEXT_IDS)))
+    assert isinstance(back[0]["usage"]["usd"], float)
+    assert sorted(finished_records(path)) == sorted(TEXT_IDS)
+
+
+def test_a_csv_results_file_with_a_long_output_is_written_and_read_back(tmp_path: Any) -> None:
+    from duet.cli_results import ResultsFile, read_records
+
+    before = csv.field_size_limit(131_072)  # the csv module's default, in a fresh process
+    try:
+        path = tmp_path / "r.csv"
+        sink = ResultsFile(path)
+        sink.write({**RECORDS[0], "output": "x" * 200_000})
+        sink.finish()
+        assert [len(r["output"]) for r in read_records(path)] == [200_000]
+    finally:
+        csv.field_size_limit(before)
+
+
+def test_a_results_line_too_deep_or_too_long_is_refused_naming_it(tmp_path: Any) -> None:
+    from duet.cli_results import read_records
+
+    deep = '{"a": ' * 1000 + "1" + "}" * 1000
+    jsonl = tmp_path / "r.jsonl"
+    jsonl.write_text(json.dumps(RECORDS[0]) + "\n" + '{"metadata": ' + deep + "}\n")
+    with pytest.raises(ConfigError, match=r"r.jsonl:2: not a results record: nested deeper"):
+        list(read_records(jsonl))
+    longer = {**RECORDS[0], "output": "x" * 1_000}
+    jsonl.write_text(json.dumps(RECORDS[0]) + "\n" + json.dumps(longer) + "\n")
+    with pytest.raises(ConfigError, match=r"r.jsonl:2: not a results record: [0-9,]+ bytes, over"):
+        list(read_records(jsonl, max_line_bytes=len(json.dumps(RECORDS[0])) + 1))
+    table = tmp_path / "r.csv"
+    with table.open("w", newline="") as fh:
+        csv.writer(fh).writerows(
+            [["id", "status", "usd", "metadata"], ["a", "approved", "0", deep]]
+        )
+    with pytest.raises(ConfigError, match=r"r.csv:2: metadata: nested deeper than 64 levels"):
+        list(read_records(table))
+
+
 @pytest.mark.parametrize(
     ("input_id", "written"),
     [
@@ -377,12 +444,15 @@ def test_a_csv_results_file_reads_back_as_the_records_written(tmp_path: Any) -> 
         ("a//b", "a/b"),
         ("c:\\\\windows", None),
         ("", None),
+        (".", None),
+        ("./", None),
+        ("a/./b", "a/b"),
     ],
 )
 def test_output_dir_writes_inside_the_folder_only(
     tmp_path: Any, input_id: str, written: str | None
 ) -> None:
-    from duet.cli_results import write_outputs
+    from duet.outputs import write_outputs
 
     folder = tmp_path / "out"
     record = {"id": input_id, "status": "approved", "output": "fixed"}
@@ -393,5 +463,49 @@ def test_output_dir_writes_inside_the_folder_only(
         else []
     )
     assert (count, files) == ((1, [written]) if written else (0, []))
-    assert refused == ([] if written else [input_id])
+    assert [r.id for r in refused] == ([] if written else [input_id])
     assert not (tmp_path / "escape.py").exists()
+
+
+def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
+    tmp_path: Any, reliability: Reliability
+) -> None:
+    from duet.outputs import write_outputs
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("keep me")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "link").symlink_to(outside)
+    (folder / "victim").symlink_to(outside / "victim")
+    (folder / "pipe").mkdir()
+    os.mkfifo(folder / "pipe" / "fifo")
+    traps = {
+        "link/x.py": "a symlink is in its way: not followed",
+        "victim": "a symlink is in its way: not followed",
+        "n" * 300: "a name in it is longer than the file system allows",
+        "a.py/b.py": "a file is in the way of its folder",
+        "pkg": "a folder of that name is there",
+        "pipe/fifo": "not a regular file there",
+        ".": "not a path inside the folder",
+        "..": "not a path inside the folder",
+    }
+    good = ["a.py", "pkg/b.py", "deep/" * 10 + "c.py"]
+    records = [{"id": i, "status": "approved", "output": f"fixed {i}"} for i in [*good, *traps]]
+    records.append({"id": "broken", "status": "approved", "output": "a lone \ud800"})
+    traps["broken"] = "the output is not Unicode text (a lone surrogate)"
+    count, missed = write_outputs(records, folder)
+    escaped = (outside / "victim").read_text() != "keep me" or (outside / "x.py").exists()
+    reliability.record(
+        section=MODEL_OUTPUT, fault="symlinked output dir",
+        load=f"--output-dir with {len(traps)} trap ids (symlinks out of DIR, a FIFO, a name "
+        "over NAME_MAX, file/folder clashes, `.`, `..`) among 3 good ids",
+        lost=lost_of(3 - count, 3, "good outputs") + ("; wrote outside DIR" if escaped else ""),
+        before="the symlink was followed out of DIR; a long id, a clash or `.` ended the "
+        "write with a traceback",
+    )  # fmt: skip
+    assert count == 3 and not escaped
+    assert {m.id: m.reason for m in missed} == traps
+    assert (folder / "pkg" / "b.py").read_text() == "fixed pkg/b.py"
+    assert not (folder / "broken").exists()

@@ -43,8 +43,8 @@ def sending(redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch) 
     def send(direct: bool, name: str, args: tuple[str, Any], batch: str | None) -> dict[str, Any]:
         monkeypatch.setattr(app_module, "_direct_push", direct)
         runtime.send(name, args, batch)
-        raw = redis_client.lpop(keys.TASK_QUEUES[name])
-        assert raw is not None and redis_client.llen(keys.TASK_QUEUES[name]) == 0
+        raw = redis_client.lpop(keys.queue_key(keys.TASK_QUEUES[name]))
+        assert raw is not None and redis_client.llen(keys.queue_key(keys.TASK_QUEUES[name])) == 0
         return dict(json.loads(raw))
 
     yield send

@@ -290,6 +290,7 @@ CLUSTER_COMMANDS = [
     ["resume", "b1"],
     ["worker"],
     ["sweep"],
+    ["dead", "ls"],
 ]
 
 

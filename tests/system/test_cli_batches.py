@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from duet import DISTRIBUTION
 from duet.cli import app
 from tests.support import wait_for
 
@@ -157,12 +158,27 @@ def test_report_on_an_input_file_exits_2_naming_it(tmp_path: Path) -> None:
     assert not (tmp_path / "r.html").exists()
 
 
+def test_python_dash_m_duet_is_the_duet_command() -> None:
+    from importlib.metadata import version
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "duet", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (shown.returncode, shown.stdout.strip()) == (0, f"duet {version(DISTRIBUTION)}"), (
+        shown.stderr
+    )
+
+
 def test_version_and_top_level_help_examples() -> None:
     from importlib.metadata import version
 
     runner = CliRunner()
     shown = runner.invoke(app, ["--version"])
-    assert (shown.exit_code, shown.stdout.strip()) == (0, f"duet {version('duet')}")
+    assert (shown.exit_code, shown.stdout.strip()) == (0, f"duet {version(DISTRIBUTION)}")
     for args in (["--help"], ["budget", "--help"], ["ls", "--help"]):
         helped = runner.invoke(app, args)
         assert helped.exit_code == 0

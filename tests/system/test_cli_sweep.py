@@ -33,7 +33,7 @@ LONG_AGO = 10_000.0
 
 def _strand(client: redis.Redis, queue: str, run_id: str) -> None:
     """Lose the run's message (its queue emptied) and note it has not moved for hours."""
-    client.delete(queue)
+    client.delete(keys.queue_key(queue))
     _long_ago(client, run_id)
 
 
@@ -59,7 +59,11 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         # A coordinator-only worker sends the step; the step's message is then lost.
         with celery_worker(server.url, queues="coordinator", name="coord"):
             at_step = team.submit("stranded at its first step")
-            wait_for(lambda: client.llen(keys.QUEUE_ACTOR) == 1, 30, "the step to be sent")
+            wait_for(
+                lambda: client.llen(keys.queue_key(keys.QUEUE_ACTOR)) == 1,
+                30,
+                "the step to be sent",
+            )
         _strand(client, keys.QUEUE_ACTOR, at_step.run_id)
 
         once = subprocess.run([sys.executable, "-m", "duet.cli", "sweep"], env=env,
@@ -69,7 +73,10 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         assert f"sent on run {queued.run_id}: transition 0" in lines
         assert f"sent on run {at_step.run_id}: step r0.generate" in lines
         assert lines[-1] == "swept: 2 run(s) sent on (stale after 600 s)"
-        assert (client.llen(keys.QUEUE_COORDINATOR), client.llen(keys.QUEUE_ACTOR)) == (1, 1)
+        assert (
+            client.llen(keys.queue_key(keys.QUEUE_COORDINATOR)),
+            client.llen(keys.queue_key(keys.QUEUE_ACTOR)),
+        ) == (1, 1)
         # Sent on, they count as moved: a second sweep leaves them alone.
         again = subprocess.run([sys.executable, "-m", "duet.cli", "sweep"], env=env,
                                capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -81,11 +88,11 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         )  # fmt: skip
         try:
             later = team.submit("stranded while the sweeper runs")
-            client.lrem(keys.QUEUE_COORDINATOR, 0, *[
-                m for m in client.lrange(keys.QUEUE_COORDINATOR, 0, -1) if later.run_id in m
+            client.lrem(keys.queue_key(keys.QUEUE_COORDINATOR), 0, *[
+                m for m in client.lrange(keys.queue_key(keys.QUEUE_COORDINATOR), 0, -1) if later.run_id in m
             ])  # fmt: skip
             _long_ago(client, later.run_id)
-            wait_for(lambda: client.llen(keys.QUEUE_COORDINATOR) == 2, 30,
+            wait_for(lambda: client.llen(keys.queue_key(keys.QUEUE_COORDINATOR)) == 2, 30,
                      "the looping sweep to send the run on")  # fmt: skip
             looping.send_signal(signal.SIGTERM)
             out, err = looping.communicate(timeout=20)

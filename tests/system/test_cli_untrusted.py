@@ -138,3 +138,59 @@ def test_show_prints_hostile_ids_and_model_output_as_text(
     assert "\x1b[2J" not in shown.stdout, "no screen clear from the output"
     assert link in shown.stdout, "the id is shown as written"
     assert "\\x1b]8;;https://evil.example\\x07hidden" in shown.stdout, "escapes made visible"
+
+
+APPROVING_CONFIG = FAST_CONFIG.replace(
+    'model = "sim"\n\n[loop]', 'model = "sim:critic?scores=0.95"\n\n[loop]'
+)
+C1_ID = "c1\x9b2J\x9d8;;https://evil.example\x07"
+
+
+def test_text_ids_resume_from_csv_c1_output_dir_and_deep_lines_through_duet_run(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "approving.toml"
+    config.write_text(APPROVING_CONFIG + "\n[inputs]\nmax_line_bytes = 10000\n")
+    inputs = tmp_path / "in.jsonl"
+    ids = ["007", "1e3", "True", C1_ID, "link/x.py"]
+    lines = [json.dumps({"id": i, "prompt": f"Review {i}: eval(x)"}) for i in ids]
+    deep = '{"a": ' * 1_000 + "1" + "}" * 1_000
+    lines.insert(3, '{"id": "deep", "prompt": "x", "metadata": ' + deep + "}")
+    lines.append(json.dumps({"id": "huge", "prompt": "y" * 20_000}))
+    inputs.write_text("\n".join(lines) + "\n")
+    outside, folder = tmp_path / "outside", tmp_path / "approved"
+    outside.mkdir()
+    folder.mkdir()
+    (folder / "link").symlink_to(outside)
+    first = tmp_path / "first.csv"
+    done = _duet("run", config, "-i", inputs, "-o", first, "--output-dir", folder, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # the deep line is rejected, the rest ran
+    assert "Traceback" not in done.stderr
+    assert "in.jsonl:4" in done.stderr and "nested deeper than 64 levels" in done.stderr
+    assert "output of 'link/x.py' not written" in done.stderr and "symlink" in done.stderr
+    assert list(outside.iterdir()) == [], "nothing written through the symlink"
+    assert (folder / "007").read_text() and (folder / "1e3").is_file()
+    shown = done.stdout + done.stderr
+    assert not [c for c in shown if 0x80 <= ord(c) <= 0x9F], "no raw C1 control on screen"
+    with first.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["id"], r["status"]) for r in rows] == [
+        *[(i, "approved") for i in ids[:3]], ("", "rejected"), *[(i, "approved") for i in ids[3:]],
+        ("", "rejected"),  # the deep line and the huge one, read no further: no id
+    ]  # fmt: skip
+    assert [r["reason"] for r in rows if r["status"] == "rejected"] == [
+        "nested deeper than 64 levels",
+        "line is 20,029 bytes, over the limit of 10,000 bytes: not read",
+    ]
+    ran = {r["id"]: r for r in rows}
+
+    again = tmp_path / "again.csv"
+    resumed = _duet("run", config, "-i", inputs, "-o", again, "--resume-from", first, cwd=tmp_path)
+    assert resumed.returncode == 1, resumed.stderr
+    with again.open(newline="") as fh:
+        carried = {r["id"]: r["run_id"] for r in csv.DictReader(fh) if r["status"] == "approved"}
+    assert carried == {i: ran[i]["run_id"] for i in ids}, "no approved input ran again"
+
+    listed = _duet("results", first, cwd=tmp_path)
+    assert not [c for c in listed.stdout if 0x80 <= ord(c) <= 0x9F], "duet results escapes C1"
+    assert C1_ID in [json.loads(line)["id"] for line in listed.stdout.splitlines()]

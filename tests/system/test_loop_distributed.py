@@ -14,7 +14,14 @@ from orchestration import Agent, RunResult, Team
 from orchestration.client.handles import RunHandle, producer, store
 from orchestration.core import events as ev
 from orchestration.state.broker import UNACKED_SUFFIX
-from orchestration.state.keys import ALL_QUEUES, TASK_COORDINATE, TASK_CRITIQUE, TASK_GENERATE
+from orchestration.state.keys import (
+    ALL_QUEUES,
+    BROKER_PREFIX,
+    TASK_COORDINATE,
+    TASK_CRITIQUE,
+    TASK_GENERATE,
+    queue_key,
+)  # fmt: skip
 from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
@@ -125,7 +132,9 @@ def test_workers_send_each_message_in_the_script_that_calls_for_it(
         batch = team.submit_batch([f"code {i}" for i in range(6)])
         results = list(batch.results(timeout=60))
     assert {r.status for r in results} == {"approved"}
-    pushes = [(kind, key) for kind, cmd, key in seen if cmd == "lpush" and key in ALL_QUEUES]
+    queue_keys = {queue_key(q): q for q in ALL_QUEUES}
+    pushes = [(kind, queue_keys[key]) for kind, cmd, key in seen
+              if cmd == "lpush" and key in queue_keys]  # fmt: skip
     # Each run: 4 steps (generate, critique, refine, critique), each made by a transition
     # and each stored; the first coordinator message is the client's submission.
     in_scripts = [key for kind, key in pushes if kind == "lua"]
@@ -135,8 +144,10 @@ def test_workers_send_each_message_in_the_script_that_calls_for_it(
 
 
 def _queues_drained(client: Any) -> bool:
-    unacked = client.hlen("unacked") + client.zcard(f"unacked_index{UNACKED_SUFFIX}")
-    return all(client.llen(q) == 0 for q in ALL_QUEUES) and not unacked
+    unacked = client.hlen(f"{BROKER_PREFIX}unacked") + client.zcard(
+        f"{BROKER_PREFIX}unacked_index{UNACKED_SUFFIX}"
+    )
+    return all(client.llen(queue_key(q)) == 0 for q in ALL_QUEUES) and not unacked
 
 
 def test_step_delivered_twice_calls_the_model_once(
@@ -303,7 +314,7 @@ def test_messages_carry_ids_only(redis_client: Any, redis_url: str) -> None:
             actor=Agent("SECRET-INSTRUCTIONS", model="sim"), critic=Agent("Review.", model="sim")
         )
         handle = team.submit("TOP-SECRET-PROMPT sk-live-123", user_id="alice")
-        raw = redis_client.lrange("coordinator", 0, -1)
+        raw = redis_client.lrange(queue_key("coordinator"), 0, -1)
         assert len(raw) == 1
         import base64
         import json

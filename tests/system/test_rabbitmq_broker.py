@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from orchestration import Agent, Team
+from orchestration.state.keys import queue_key
 from tests.support import celery_worker, client_pointed_at
 
 pytestmark = pytest.mark.system
@@ -34,4 +35,6 @@ def test_runs_through_a_rabbitmq_broker(redis_url: str, redis_client: Any) -> No
             )
             results = [h.result(timeout=60) for h in [team.submit(f"x{i}") for i in range(5)]]
         assert [(r.status, len(r.rounds)) for r in results] == [("approved", 2)] * 5
-        assert not redis_client.llen("coordinator"), "messages went to Redis, not RabbitMQ"
+        assert not redis_client.llen(queue_key("coordinator")), (
+            "messages went to Redis, not RabbitMQ"
+        )

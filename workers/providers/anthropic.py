@@ -42,6 +42,8 @@ _STOP_REASONS: dict[str | None, StopReason] = {
     "stop_sequence": "end",
     "max_tokens": "max_tokens",
     "tool_use": "end",  # the forced critique tool was called
+    "refusal": "refusal",
+    "model_context_window_exceeded": "context_window",
 }
 #: The tool a structured critique is written with.
 CRITIQUE_TOOL = {
@@ -112,6 +114,10 @@ class AnthropicProvider(SDKProvider):
             )
             if not structured:
                 native = None
+            stop = _STOP_REASONS.get(data.get("stop_reason"), "other")
+            if stop == "refusal":  # the model declined: no critique, the refusal's words
+                native = None
+                text = text or str((data.get("stop_details") or {}).get("explanation") or "")
             if native is not None and not text:
                 text = json.dumps(native)  # the conversation keeps the critique as text
             usage = data.get("usage") or {}
@@ -126,7 +132,7 @@ class AnthropicProvider(SDKProvider):
                 output_tokens=int(usage.get("output_tokens") or 0),
                 cached_input_tokens=cached,
                 cache_write_tokens=written,
-                stop_reason=_STOP_REASONS.get(data.get("stop_reason"), "other"),
+                stop_reason=stop,
                 raw_stop_reason=data.get("stop_reason"),
                 structured=native,
             )

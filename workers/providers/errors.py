@@ -31,6 +31,13 @@ STATUS_KINDS: dict[int, tuple[str, bool]] = {
     529: ("overloaded", True),
 }
 
+#: Vendor error codes of a 400 that mean the conversation overflowed the model's context
+#: window (OpenAI's ``context_length_exceeded``): kind ``context_window``, which
+#: interrupts the agent with that reason rather than as a provider error.
+CONTEXT_WINDOW_CODES = frozenset({"context_length_exceeded"})
+#: ...and how Anthropic's 400 for a prompt longer than the context window begins.
+CONTEXT_WINDOW_TEXT = "prompt is too long"
+
 #: Exception type names (anywhere in the MRO) that mean the call timed out...
 _TIMEOUT_NAMES = frozenset(
     {"APITimeoutError", "TimeoutException", "ReadTimeout", "ConnectTimeout", "WriteTimeout",
@@ -103,9 +110,13 @@ def error_for_status(
     *,
     provider: str,
     secrets: Iterable[str | None] = (),
+    code: object = None,
 ) -> ProviderError:
-    """The :class:`ProviderError` for an HTTP error response."""
+    """The :class:`ProviderError` for an HTTP error response; ``code`` is the vendor's
+    error code when the body has one (``error.code``)."""
     kind, transient = kind_for_status(status)
+    if status == 400 and (code in CONTEXT_WINDOW_CODES or message.startswith(CONTEXT_WINDOW_TEXT)):
+        kind = "context_window"
     retry_after = parse_retry_after(headers) if transient else None
     text = f"{provider}: HTTP {status} ({kind})"
     if message:
@@ -152,7 +163,8 @@ def classify_exception(
     if status is not None:
         headers = getattr(getattr(exc, "response", None), "headers", None)
         message = getattr(exc, "message", None) or str(exc)
-        return error_for_status(status, headers, message, provider=provider, secrets=secrets)
+        return error_for_status(status, headers, message, provider=provider, secrets=secrets,
+                                code=getattr(exc, "code", None))  # fmt: skip
     names = _type_names(exc)
     detail = f"{type(exc).__name__}: {exc}"
     cause = exc.__cause__

@@ -50,6 +50,8 @@ _STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tok
 #: The endpoint the requests of a vendor batch go to.
 BATCH_ENDPOINT = "/v1/chat/completions"
 _ENDED = {"completed", "failed", "expired", "cancelled"}
+#: A reply the vendor's filter stopped is an outcome (a refusal is ``message.refusal``).
+_STOP_REASONS["content_filter"] = "content_filter"
 
 
 class OpenAIProvider(SDKProvider):
@@ -96,15 +98,20 @@ class OpenAIProvider(SDKProvider):
             choice = data["choices"][0]
             usage = data.get("usage") or {}
             details = usage.get("prompt_tokens_details") or {}
-            text = (choice.get("message") or {}).get("content") or ""
+            message = choice.get("message") or {}
+            text = message.get("content") or ""
+            stop = _STOP_REASONS.get(choice.get("finish_reason"), "other")
+            refusal = message.get("refusal")
+            if refusal:  # the model declined: its refusal text, never a reply to read
+                text, stop = str(refusal), "refusal"
             return Completion(
                 text=text,
                 input_tokens=int(usage.get("prompt_tokens") or 0),
                 output_tokens=int(usage.get("completion_tokens") or 0),
                 cached_input_tokens=int(details.get("cached_tokens") or 0),
-                stop_reason=_STOP_REASONS.get(choice.get("finish_reason"), "other"),
+                stop_reason=stop,
                 raw_stop_reason=choice.get("finish_reason"),
-                structured=_json_object(text) if structured else None,
+                structured=_json_object(text) if structured and stop == "end" else None,
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc
@@ -170,7 +177,10 @@ class OpenAIProvider(SDKProvider):
         if not status:
             return ProviderError(f"{self.name}: {message or 'request failed in its batch'}",
                                  kind="batch_failed", transient=False)  # fmt: skip
-        return error_for_status(status, None, message, provider=self.name, secrets=[self._key])
+        code = (body.get("error") or {}).get("code")
+        return error_for_status(
+            status, None, message, provider=self.name, secrets=[self._key], code=code
+        )
 
 
 def _status(batch: Any) -> BatchStatus:

@@ -34,6 +34,15 @@ from workers.providers.errors import classify_exception, error_for_status
 
 _T = TypeVar("_T")
 
+#: Headers that carry a credential: none goes to a server no key is configured for.
+AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
+#: What the SDK client is built with when no key is to be sent (its auth header is then
+#: removed from every request): an SDK with no key argument would read one from the
+#: environment or look for credentials files.
+NO_KEY = "no-key-configured"
+#: The statuses that mean the server wants a (valid) key.
+_AUTH_STATUSES = (401, 403)
+
 #: What reading an unexpected reply shape raises (a missing key, a wrong type...).
 REPLY_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
@@ -53,6 +62,9 @@ class SDKProvider(Provider):
         self._endpoint: Endpoint | None = None
         self._key: str | None = None
         self._lock = threading.Lock()
+        #: A server that is not the vendor's (a ``base_url``) with no key variable named
+        #: (:func:`orchestration.core.agents.default_key_env`): it gets no credential.
+        self.keyless = api_key_env is None and base_url is not None
 
     def client(self) -> Any:
         """The adapter's client, created on first use (``max_retries=0``: retries are ours)."""
@@ -61,11 +73,15 @@ class SDKProvider(Provider):
             return client
         with self._lock:
             if self._client is None:
-                key = os.environ.get(self.api_key_env) if self.api_key_env else None
-                self._key = key or self._missing_key()
-                http = self._new_http({"request": [self._learn_endpoint]})
+                hooks: list[Callable[[Any], None]] = [self._learn_endpoint]
+                if self.keyless:
+                    key, hooks = NO_KEY, [_without_credentials, *hooks]
+                else:
+                    found = os.environ.get(self.api_key_env) if self.api_key_env else None
+                    key = self._key = found or self._missing_key()
+                http = self._new_http({"request": hooks})
                 self._http = http
-                self._client = self._new_client(self._key, http)
+                self._client = self._new_client(key, http)
             return self._client
 
     def _learn_endpoint(self, request: Any) -> None:
@@ -202,9 +218,10 @@ class SDKProvider(Provider):
         status errors are classified."""
         status = int(response.status_code)
         if status >= 400:
-            raise error_for_status(status, response.headers, _error_message(response),
-                                   provider=self.name,
-                                   secrets=[self._key, *secrets.key_values()])  # fmt: skip
+            raise self._explained(error_for_status(
+                status, response.headers, _error_message(response), provider=self.name,
+                secrets=[self._key, *secrets.key_values()], code=_error_code(response),
+            ))  # fmt: skip
         try:
             return response.json()
         except ValueError as exc:
@@ -220,9 +237,20 @@ class SDKProvider(Provider):
 
     def classify(self, exc: Exception) -> ProviderError:
         # The key in use, and every other configured key, is scrubbed from the message.
-        return classify_exception(
-            exc, provider=self.name, secrets=[self._key, *secrets.key_values()]
+        return self._explained(
+            classify_exception(exc, provider=self.name, secrets=[self._key, *secrets.key_values()])
         )
+
+    def _explained(self, error: ProviderError) -> ProviderError:
+        """``error``, saying how to send a key when a server given none asks for one."""
+        if not self.keyless or error.status_code not in _AUTH_STATUSES:
+            return error
+        return ProviderError(
+            f"{error}; no key was sent to {self.base_url}, as it is not {self.name}'s own API: "
+            "set api_key_env to the environment variable holding its key",
+            kind=error.kind, transient=error.transient, retry_after=error.retry_after,
+            status_code=error.status_code,
+        )  # fmt: skip
 
     def warm(self) -> None:
         # A missing key is reported by complete(), on the run; here it is not an error.
@@ -240,6 +268,13 @@ class SDKProvider(Provider):
             client.close()
 
 
+def _without_credentials(request: Any) -> None:
+    """Remove every credential header from ``request`` (an HTTP client request hook, run
+    before the endpoint learns the headers, so later calls carry none either)."""
+    for name in AUTH_HEADERS:
+        request.headers.pop(name, None)
+
+
 def _error_message(response: Reply) -> str:
     """The vendor's message in an error response (``{"error": {"message": ...}}`` at
     OpenAI and Anthropic), else the start of its body."""
@@ -251,3 +286,13 @@ def _error_message(response: Reply) -> str:
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
     return json.dumps(data)[:500]
+
+
+def _error_code(response: Reply) -> object:
+    """The vendor's ``error.code`` in an error response, or None."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    return error.get("code") if isinstance(error, dict) else None

@@ -19,6 +19,9 @@ the agent's place when it is left out. Options (any role):
 ``fail``         ...of this kind: ``auth`` (permanent), ``server_error`` (transient),
                  ``rate_limited`` (transient), ``bad_request`` (permanent)
 ``words``        length of an actor draft in words (default 60)
+``refuse_at``    stop the reply as a vendor would when working on this revision...
+``refuse``       ...with this outcome: ``refusal`` (default; the text is the refusal),
+                 ``content_filter`` or ``context_window`` (the text is cut in half)
 
 The actor marks each revision (``[revision N]``); the critic scores by the revision it
 reads. Both depend only on their input, so any worker — or the stand-in HTTP server —
@@ -49,6 +52,9 @@ _FAILURES = {
     "server_error": (True, 500),
     "rate_limited": (True, 429),
 }
+_REFUSALS = ("refusal", "content_filter", "context_window")
+#: What the simulated model says when it refuses.
+REFUSAL_TEXT = "I can't help with that request."
 _TOPICS = (
     "input validation",
     "error handling",
@@ -74,6 +80,8 @@ class SimOptions:
     fail_at: int | None = None
     fail: str = "server_error"
     words: int = 60
+    refuse_at: int | None = None
+    refuse: str = "refusal"
 
 
 @lru_cache(maxsize=256)
@@ -101,11 +109,15 @@ def parse_sim_model(model: str) -> SimOptions:
                 if value not in ("before", "after"):
                     raise ValueError("before or after")
                 opts[key] = value
-            elif key in ("truncate_at", "fail_at", "words"):
+            elif key in ("truncate_at", "fail_at", "words", "refuse_at"):
                 opts[key] = int(value)
             elif key == "fail":
                 if value not in _FAILURES:
                     raise ValueError(f"one of {', '.join(_FAILURES)}")
+                opts[key] = value
+            elif key == "refuse":
+                if value not in _REFUSALS:
+                    raise ValueError(f"one of {', '.join(_REFUSALS)}")
                 opts[key] = value
             else:
                 raise ValueError("unknown option")
@@ -228,6 +240,9 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
     )
     if tokens(text) > limit:
         text, stop = text[: limit * 4], "max_tokens"
+    if opts.refuse_at is not None and opts.refuse_at == revision:
+        stop = opts.refuse
+        text = REFUSAL_TEXT if stop == "refusal" else text[: len(text) // 2]
     prompt_chars = len(system) + sum(len(m["content"]) for m in messages)
     return Completion(
         text=text,
