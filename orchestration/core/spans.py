@@ -4,7 +4,7 @@ A critic's reply is prose, code and JSON mixed. Decoding from every ``{`` is qua
 (each failed attempt rescans the rest of the text), so :func:`find_objects` walks the
 text once by bracket and string state, notes every balanced ``{...}``, and decodes only
 the outermost ones; an outer span that is not an object (prose in braces) gives way to
-the spans inside it. Nesting beyond :data:`MAX_DEPTH` or a span over :data:`MAX_CHARS`
+the spans inside it. Nesting beyond ``jsonlimits.MAX_DEPTH`` or a span over :data:`MAX_CHARS`
 is never decoded: such a span is skipped, with a note saying why.
 """
 
@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Deepest nesting of ``{}``/``[]`` a span may have and still be decoded.
-MAX_DEPTH = 64
+# The same depth limit as every other reader of untrusted JSON.
+from orchestration.core.jsonlimits import MAX_DEPTH, depth_reason
+
 #: Longest span decoded, in characters.
 MAX_CHARS = 100_000
 
@@ -142,7 +143,7 @@ def find_objects(text: str) -> Found:
     while todo:
         span = todo.pop()
         if span.depth > MAX_DEPTH:
-            skipped[f"a JSON object nested deeper than {MAX_DEPTH} levels was ignored"] = None
+            skipped[f"a JSON object {depth_reason()} was ignored"] = None
             ignored.append((span.start, span.end))
             continue
         size = span.end - span.start

@@ -19,7 +19,8 @@ from orchestration.core.critique import (
     read_critique,
     read_score,
 )
-from orchestration.core.spans import MAX_DEPTH, find_objects
+from orchestration.core.jsonlimits import MAX_DEPTH
+from orchestration.core.spans import find_objects
 from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 
 

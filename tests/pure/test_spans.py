@@ -8,7 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from orchestration.core.spans import MAX_CHARS, MAX_DEPTH, find_objects, scan
+from orchestration.core.jsonlimits import MAX_DEPTH
+from orchestration.core.spans import MAX_CHARS, find_objects, scan
 
 
 def _values(text: str) -> list[object]:
