@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from orchestration.client import handles
 from orchestration.client.backend import ensure_backend
 from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id
+from orchestration.core import quoting
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import (
     DEFAULT_APPROVAL_THRESHOLD,
@@ -194,6 +196,8 @@ class Team:
             input_id=input_id,
             metadata=metadata,
             budget_scopes=tuple(scopes),
+            # Unpredictable, as the reviewed text must not be able to guess it.
+            boundary=secrets.token_hex(quoting.TOKEN_BYTES),
         )
 
     def submit(

@@ -1,21 +1,24 @@
 """What the critic returns (:class:`CriticOutput`) and how its reply is read. Pure, no I/O.
 
 Critic models are asked for strict JSON, but they wrap it in prose, put it in a code fence,
-write the score on a 10-point scale, or return no JSON at all. :func:`parse_critique` reads
-all of those and never raises, so a sloppy critic costs one round, not the whole run.
+write the score on a 10-point scale, quote the output they review, or return no JSON at
+all. :func:`parse_critique` reads all of those and never raises, so a sloppy critic costs
+one round, not the whole run. The verdict is the critic's *last* word: text it quotes
+comes before it (or between the run's markers, see :mod:`orchestration.core.quoting`), so
+nothing in the reviewed output can stand in for it. See docs/verdicts.md.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from decimal import Decimal
-from itertools import islice
 from numbers import Real
 from typing import Any, NamedTuple, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from orchestration.core.quoting import unquoted
+from orchestration.core.spans import Located, find_objects
 
 
 class CriticOutput(BaseModel):
@@ -47,25 +50,17 @@ _GAP = rf"{_PUNCT}(?:(?:is|was|of|at|would\s+be|will\s+be)\b{_PUNCT})?"
 # "Score: 9/10", "score = 0.85", "**Rating:** 85%", '"score": 0.8' (a truncated JSON reply).
 _SCORE_AFTER_WORD = re.compile(rf"\b(?:score|rating)s?\b{_GAP}(?P<val>{_VALUE})", re.IGNORECASE)
 # "I'd give it 8/10 as a score": a fraction or percentage shortly before the word.
+# The value must not start inside a longer number: trying every digit of a long run as a
+# start, each failing only after the whole run, made a reply of digits quadratic.
 _SCORE_BEFORE_WORD = re.compile(
-    rf"(?P<val>{_NUM}\s*(?:%|(?:/|\bout\s+of\b)\s*{_NUM}))[^\n]{{0,40}}?\b(?:score|rating)",
+    rf"(?<![\d.])(?P<val>{_NUM}\s*(?:%|(?:/|\bout\s+of\b)\s*{_NUM}))"
+    rf"[^\n]{{0,40}}?\b(?:score|rating)",
     re.IGNORECASE,
 )
-_FENCE = re.compile(r"```[ \t]*(?:json[c5]?)?[ \t]*\r?\n?(.*?)```", re.IGNORECASE | re.DOTALL)
-_TRAILING_COMMA = re.compile(r",\s*([}\]])")
-# Where a JSON object with keys can start, and where a Python-style dict literal can.
-_OBJECT_START = re.compile(r'\{(?=\s*")')
-_LITERAL_START = re.compile(r"\{(?=\s*[\"'])")
 
 _SCORE_KEYS = ("score", "rating")
 _ISSUE_TEXT_KEYS = ("description", "issue", "text", "message")
-#: Bounds on the scan, so a hostile or huge reply still parses in milliseconds.
-_STRICT_MAX_FAILURES = 1_000
-_LENIENT_MAX_CHARS = 8_000
-_LENIENT_MAX_TRIES = 20
 _SUMMARY_MAX_CHARS = 200
-
-_decoder = json.JSONDecoder()
 
 
 #: What :func:`parse_score` reads, named in the issue added for a score it cannot read.
@@ -154,42 +149,112 @@ class Reading(NamedTuple):
     """A critic reply as read: the critique, and whether it held a whole scored object."""
 
     critique: CriticOutput
-    #: The reply holds a complete JSON object with a score key, so a reply cut at
+    #: The verdict is a complete JSON object with a score key, so a reply cut at
     #: ``max_tokens`` still said everything it meant to (see :func:`loop.interruption`).
     complete: bool
 
 
-def parse_critique(text: object) -> CriticOutput:
+def parse_critique(text: object, boundary: str | None = None) -> CriticOutput:
     """Read a critic's reply into a :class:`CriticOutput`. Never raises.
 
-    The JSON object is looked for in a fenced code block first, then anywhere in the
-    reply (the first object that parses and has a ``"score"`` or ``"rating"`` key wins).
-    Trailing commas and Python-style single quotes are tolerated. With no such object the
-    whole reply becomes the single issue, the summary is its first line and the score is
-    read from the text (``Score: 9/10``), or is 0.0 when there is none. A score that is
-    not on any scale :func:`parse_score` reads is 0.0, and an issue says so.
+    The verdict is the *last* complete JSON object in the reply with a ``"score"`` or
+    ``"rating"`` key (at its top or nested in a wrapper), fenced or not: a critic quotes
+    the output it reviews before it gives its verdict. A prose score after that object
+    (``Score: 2/10``) that says otherwise is the verdict instead, read as prose. Text
+    between the run's ``boundary`` markers is quoted and never read. Objects with
+    different scores add an issue saying so; an object nested too deep or too long is
+    not decoded, and an issue says so. Trailing commas and Python-style single quotes are
+    tolerated. With no scored object the whole reply becomes the single issue, the
+    summary is its first line and the score is the last one written in the text
+    (``Score: 9/10``), or 0.0 when there is none. A score that is not on any scale
+    :func:`parse_score` reads is 0.0, and an issue says so.
 
     Args:
         text: the critic's reply. Non-strings are converted with ``str()``; ``None`` and
             bytes that are not UTF-8 are handled too.
+        boundary: the run's quoting token (see :mod:`orchestration.core.quoting`), if any.
 
     Returns:
         The parsed critique.
     """
-    return read_critique(text).critique
+    return read_critique(text, boundary).critique
 
 
-def read_critique(text: object) -> Reading:
+def read_critique(text: object, boundary: str | None = None) -> Reading:
     """:func:`parse_critique`, also saying whether the reply held a whole scored object."""
     try:
-        reply = _as_text(text)
-        found = _find_object(reply)
-        if found is not None:
-            return Reading(_from_object(found, reply), _has_score(found))
-        return Reading(_from_prose(reply), False)
+        return _read(unquoted(_as_text(text), boundary))
     except Exception as e:  # last line of defence: the loop must keep going
         issue = f"unreadable critic reply ({type(e).__name__})"
         return Reading(CriticOutput(score=0.0, issues=[issue]), False)
+
+
+def _read(reply: str) -> Reading:
+    found = find_objects(reply)
+    notes = list(found.skipped)
+    # What was too deep or too long to decode is no verdict, nor is a score written in it.
+    reply = _blanked(reply, found.ignored)
+    verdicts = [(loc, v) for loc in found.objects if (v := _scored(loc.value)) is not None]
+    if not verdicts:
+        with_issues = [o.value for o in found.objects if _key(o.value, ("issues",)) is not None]
+        critique = _from_object(with_issues[-1], reply) if with_issues else _from_prose(reply)
+        return Reading(_with_notes(critique, notes), False)
+    last, verdict = verdicts[-1]
+    scores = [read_score(v[_key(v, _SCORE_KEYS) or ""]) for _, v in verdicts]
+    critique, complete = _from_object(verdict, reply), True
+    after = _after(reply, last, found.objects)
+    prose = _last_prose_score(after)
+    if prose is not None and read_score(prose) != scores[-1]:
+        critique, complete = _from_prose(reply, score_text=after), False
+        scores.append(read_score(prose))
+    shown = list(dict.fromkeys(f"{s:g}" for s in scores if s is not None))
+    if len(shown) > 1:
+        notes.insert(0, f"the reply held conflicting scores ({', '.join(shown)}); the "
+                        f"critic's last one, {critique.score:g}, was read as its verdict")  # fmt: skip
+    return Reading(_with_notes(critique, notes), complete)
+
+
+def _scored(value: dict[str, Any]) -> dict[str, Any] | None:
+    """``value`` when it has a score, else the first object nested in it that has one."""
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if _has_score(item):
+                return item
+            todo.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            todo.extend(reversed(item))
+    return None
+
+
+def _after(reply: str, last: Located, objects: tuple[Located, ...]) -> str:
+    """The reply after ``last``, leaving out the objects that follow it."""
+    parts, pos = [], last.end
+    for obj in objects:
+        if obj.start >= pos:
+            parts.append(reply[pos : obj.start])
+            pos = obj.end
+    parts.append(reply[pos:])
+    return "\n".join(parts)
+
+
+def _blanked(reply: str, spans: tuple[tuple[int, int], ...]) -> str:
+    """``reply`` with each of ``spans`` turned to spaces (the positions stay)."""
+    if not spans:
+        return reply
+    parts, pos = [], 0
+    for start, end in spans:
+        parts += [reply[pos:start], " " * (end - start)]
+        pos = end
+    parts.append(reply[pos:])
+    return "".join(parts)
+
+
+def _with_notes(critique: CriticOutput, notes: list[str]) -> CriticOutput:
+    if not notes:
+        return critique
+    return critique.model_copy(update={"issues": [*critique.issues, *notes]})
 
 
 def read_object(obj: dict[str, Any]) -> Reading:
@@ -208,107 +273,6 @@ def _as_text(text: object) -> str:
     if isinstance(text, (bytes, bytearray)):
         return bytes(text).decode("utf-8", errors="replace")
     return text if isinstance(text, str) else str(text)
-
-
-def _find_object(reply: str) -> dict[str, Any] | None:
-    stripped = reply.strip()
-    # Fast path: the critic did as told and the whole reply is one JSON object.
-    if stripped.startswith("{"):
-        try:
-            obj = json.loads(stripped)
-        except (ValueError, RecursionError):
-            pass
-        else:
-            if _has_score(obj):
-                return obj
-    # A fenced block is the critic's own statement of "this is the answer", so it wins
-    # over objects quoted in the surrounding prose.
-    fallback = None
-    for text in (*_FENCE.findall(reply), reply):
-        scored, with_issues = _scan(text)
-        if scored is not None:
-            return scored
-        fallback = fallback or with_issues
-    # No object with a score: an object with issues still beats reading prose.
-    return fallback
-
-
-def _scan(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The first object in ``text`` with a score, and the first with issues (fallback)."""
-    with_issues = None
-
-    def check(obj: object) -> bool:
-        nonlocal with_issues
-        if not isinstance(obj, dict):
-            return False
-        if _key(obj, _SCORE_KEYS) is not None:
-            return True
-        if with_issues is None and _key(obj, ("issues",)) is not None:
-            with_issues = obj
-        return False
-
-    # raw_decode fails within a few characters on prose and code, and starting inside
-    # objects also finds a score nested in a wrapper. A failure costs O(position) (the
-    # error computes a line number), so only '{"' starts are tried and failures are capped.
-    failures = 0
-    for match in _OBJECT_START.finditer(text):
-        try:
-            obj, _ = _decoder.raw_decode(text, match.start())
-        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
-            failures += 1
-            if failures >= _STRICT_MAX_FAILURES:
-                break
-            continue
-        if check(obj):
-            return obj, with_issues
-    # The lenient pass walks characters in Python, so it only tries objects that open like
-    # a dict literal ("{'" or '{"'), and only a bounded number of them.
-    for match in islice(_LITERAL_START.finditer(text), _LENIENT_MAX_TRIES):
-        obj = _lenient(text, match.start())
-        if check(obj):
-            return obj, with_issues
-    return None, with_issues
-
-
-def _lenient(text: str, start: int) -> dict[str, Any] | None:
-    span = _balanced(text, start)
-    if span is None:
-        return None
-    fixed = _TRAILING_COMMA.sub(r"\1", span)
-    try:
-        obj = json.loads(fixed)
-    except (ValueError, RecursionError):
-        try:
-            # Single-quoted dicts are Python literals; literal_eval evaluates no code.
-            obj = ast.literal_eval(span)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _balanced(text: str, start: int) -> str | None:
-    """The ``{...}`` starting at ``start``, skipping braces inside quoted strings."""
-    depth = 0
-    quote = ""
-    escaped = False
-    for i in range(start, min(len(text), start + _LENIENT_MAX_CHARS)):
-        ch = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return None
 
 
 def _has_score(obj: object) -> TypeGuard[dict[str, Any]]:
@@ -370,17 +334,30 @@ def _issue_text(item: object) -> str:
     return str(item)
 
 
-def _from_prose(reply: str) -> CriticOutput:
+def _from_prose(reply: str, score_text: str | None = None) -> CriticOutput:
+    """The whole reply as the one issue; the score read from ``score_text`` (default: the
+    reply)."""
     stripped = reply.strip()
     if not stripped:
         return CriticOutput(score=0.0, issues=[], summary="")
     first_line = stripped.splitlines()[0].strip()
     if len(first_line) > _SUMMARY_MAX_CHARS:
         first_line = first_line[: _SUMMARY_MAX_CHARS - 1].rstrip() + "…"
-    score, unreadable = _score_from_text(stripped)
+    score, unreadable = _score_from_text(stripped if score_text is None else score_text)
     return CriticOutput(score=score, issues=[stripped, *unreadable], summary=first_line)
 
 
 def _score_from_text(text: str) -> tuple[float, list[str]]:
-    match = _SCORE_AFTER_WORD.search(text) or _SCORE_BEFORE_WORD.search(text)
-    return _score_of(match["val"]) if match else (0.0, [])
+    value = _last_prose_score(text)
+    return _score_of(value) if value is not None else (0.0, [])
+
+
+def _last_prose_score(text: str) -> str | None:
+    """The score written last in ``text`` (``Score: 9/10``, ``8/10 as a score``), as
+    written; None when there is none."""
+    best: re.Match[str] | None = None
+    for pattern in (_SCORE_AFTER_WORD, _SCORE_BEFORE_WORD):
+        for match in pattern.finditer(text):
+            if best is None or match.start("val") > best.start("val"):
+                best = match
+    return None if best is None else best["val"]

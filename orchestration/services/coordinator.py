@@ -181,8 +181,10 @@ class Coordinator:
         if action.phase == "generate":
             prompt = run["prompt"]
         elif action.phase == "critique":
+            # Runs queued before boundaries existed use their id as the token.
+            boundary = run.get("boundary") or run["run_id"]
             prompt = render_critique_prompt(
-                spec.critique_template, prompt=run["prompt"], output=current
+                spec.critique_template, prompt=run["prompt"], output=current, boundary=boundary
             )
         else:
             critique = self._full(run_id, steps, step_key("critique", action.round))
@@ -195,6 +197,8 @@ class Coordinator:
             )
         key = step_key(action.phase, action.round)
         step_input = {"phase": action.phase, "round": action.round, "prompt": prompt}
+        if action.phase == "critique":
+            step_input["boundary"] = boundary  # the step reads the reply's quotes by it
         step_input.update(_reads_for(spec, ROLE_OF[action.phase], run))
         noted = {k: steps[k] for k in view.unnoted}  # the record notes their outcomes now
         dispatch = Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1, run.get("batch_id"))

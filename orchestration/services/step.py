@@ -159,6 +159,8 @@ class Park:
     scopes: list[str]
     claimant: str
     batch_id: str | None
+    #: The run's quoting token, for reading a critique's reply.
+    boundary: str | None = None
 
 
 StepOutcome = Handover | RetryLater | Park | None
@@ -238,6 +240,7 @@ class StepService:
         prompt: str = start.input["prompt"]
         messages: list[Message] = [{"role": "user", "content": prompt}]
         conv = (start.input.get("conv") or "") if seat.turns else ""
+        boundary: str | None = start.input.get("boundary")
         if conv and start.history is not None:
             # The history the begin script read, bounded by tokens: earlier runs' oldest
             # turns go first, this run's own stay.
@@ -248,7 +251,8 @@ class StepService:
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
         if seat.agent.execution == "vendor_batch":
             return Park(run_id, key, seat, start.spec_id, messages, prompt, conv,
-                        list(start.scopes), claimant, store.batch_of(run_id))  # fmt: skip
+                        list(start.scopes), claimant, store.batch_of(run_id),
+                        boundary)  # fmt: skip
         # From here to the stored answer the claim (and the budget hold, once made) is
         # renewed: a slow SDK start or a slow call keeps the step; a dead worker's lapses.
         # Scopes without any limit hold nothing: the call's usage is only counted.
@@ -257,12 +261,13 @@ class StepService:
         with self.leases.held(hold):
             return self._answer(run_id, key, claimant, seat, messages, prompt, conv,
                                 start.scopes, start.limited, start.paused_s, failures,
-                                handover)  # fmt: skip
+                                handover, boundary=boundary)  # fmt: skip
 
     def _answer(
         self, run_id: str, key: str, claimant: str, seat: Seat, messages: list[Message],
         prompt: str, conv: str, scopes: tuple[str, ...], limited: bool,
-        paused_s: float | None, failures: int, handover: Handover,
+        paused_s: float | None, failures: int, handover: Handover, *,
+        boundary: str | None = None,
     ) -> Handover | RetryLater:  # fmt: skip
         """Call the model and store its answer (or learn to retry). ``limited``: some of
         ``scopes`` has a limit (the call holds its worst case in all of them first);
@@ -270,7 +275,8 @@ class StepService:
         store = self.store
         phase, round_ = parse_step_key(key)
         held = list(scopes) if limited else []
-        call = self._call(run_id, key, claimant, seat, messages, held, paused_s, failures)
+        call = self._call(run_id, key, claimant, seat, messages, held, paused_s, failures,
+                          boundary=boundary)  # fmt: skip
         if isinstance(call, RetryLater):
             return replace(call, claim=claimant)
         result, completion, settle = call
@@ -362,7 +368,7 @@ class StepService:
             "messages": parking.messages, "prompt": parking.prompt, "conv": parking.conv_key,
             "structured": parking.seat.structured, "scopes": parking.scopes,
             "claimant": parking.claimant, "batch_id": parking.batch_id, "parked_at": began,
-            "attempts": 0, "max_tokens": agent.max_tokens,
+            "attempts": 0, "max_tokens": agent.max_tokens, "boundary": parking.boundary,
         }  # fmt: skip
 
     def agent_of(self, request: dict[str, Any]) -> AgentSpec:
@@ -404,7 +410,8 @@ class StepService:
             result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
                                   finished_at=time.time(), model=seat.agent.model,
                                   scrub=self.scrub_output,
-                                  vendor_batch=vendor_batch)  # fmt: skip
+                                  vendor_batch=vendor_batch,
+                                  boundary=request.get("boundary"))  # fmt: skip
             used = Amount(input_tokens=outcome.input_tokens,
                           output_tokens=outcome.output_tokens, usd=result["usd"], calls=1)  # fmt: skip
             settle = self.budgets.settle_calls(sid, scopes, used)
@@ -475,6 +482,8 @@ class StepService:
         scopes: list[str],
         paused_s: float | None,
         failures: int,
+        *,
+        boundary: str | None = None,
     ) -> tuple[dict[str, Any], Completion | None, list[Any]] | RetryLater:
         """Call the model within the fleet's rate limits and the run's budgets.
 
@@ -544,7 +553,7 @@ class StepService:
         # What the call teaches the token estimate; a Redis blip here loses only a sample.
         with contextlib.suppress(*INFRA_ERRORS):
             budgets.learn(agent, messages, seat.structured, completion.input_tokens)
-        result = _result_from(completion, phase, key, seat, started_at=began,
+        result = _result_from(completion, phase, key, seat, boundary=boundary, started_at=began,
                               finished_at=time.time(), model=agent.model,
                               scrub=self.scrub_output)  # fmt: skip
         for observer in self.observers:
@@ -597,6 +606,7 @@ def _result_from(
     *,
     batch: bool = False,
     scrub: Scrub | None = None,
+    boundary: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     usd = 0.0
@@ -623,7 +633,9 @@ def _result_from(
     complete = False
     if phase == "critique":
         native = read_structured(completion.structured)
-        critique, complete = native if native is not None else read_critique(completion.text)
+        critique, complete = (
+            native if native is not None else read_critique(completion.text, boundary)
+        )
         issues, summary = critique.issues, critique.summary
         if scrub is not None:  # what parsing decoded (a key as JSON escapes) is scrubbed too
             issues, summary = _scrubbed(issues, scrub), scrub(summary)

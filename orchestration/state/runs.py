@@ -40,6 +40,9 @@ class RunRecord:
     input_id: str | None = None
     metadata: Mapping[str, Any] | None = None
     budget_scopes: tuple[str, ...] = ()
+    #: The run's quoting token (see :mod:`orchestration.core.quoting`); drawn once, so a
+    #: retried critique shows the critic the same prompt.
+    boundary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +252,8 @@ class RunStore:
                 fields["metadata"] = json.dumps(rec.metadata)
             if rec.budget_scopes:
                 fields["budget_scopes"] = ",".join(rec.budget_scopes)
+            if rec.boundary:
+                fields["boundary"] = rec.boundary
             pipe.hset(keys.run(rec.run_id), mapping=fields)
             pipe.zadd(keys.runs_moved(), {rec.run_id: float(now)})
             pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import string
-import time
 from decimal import Decimal
 from fractions import Fraction
 
@@ -20,6 +19,9 @@ from orchestration.core.critique import (
     read_critique,
     read_score,
 )
+from orchestration.core.jsonlimits import MAX_DEPTH
+from orchestration.core.spans import find_objects
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 
 
 @pytest.mark.parametrize(
@@ -139,6 +141,13 @@ def _UNREADABLE(shown: str) -> str:  # noqa: N802 - reads like a constant in the
     return f"unreadable score {shown}: not on any scale the parser reads ({SCALES}); read as 0.0"
 
 
+def _CONFLICT(shown: str, last: str) -> str:  # noqa: N802 - reads like a constant in the table
+    return (
+        f"the reply held conflicting scores ({shown}); "
+        f"the critic's last one, {last}, was read as its verdict"
+    )
+
+
 def _json(score: object = 0.8, issues: object = ("a", "b"), summary: str = "ok") -> str:
     issues = list(issues) if isinstance(issues, tuple) else issues
     return json.dumps({"score": score, "issues": issues, "summary": summary})
@@ -181,18 +190,25 @@ def _json(score: object = 0.8, issues: object = ("a", "b"), summary: str = "ok")
         ),
         pytest.param(
             '{"score": 0.2, "issues": ["first"]} and later {"score": 0.9, "issues": []}',
-            0.2,
-            ["first"],
+            0.9,
+            [_CONFLICT("0.2, 0.9", "0.9")],
             "",
-            id="two-scored-objects-first-wins",
+            id="two-scored-objects-last-wins",
         ),
         pytest.param(
             'Example of the format: {"score": 0.1, "issues": ["x"]}\n'
             f"```json\n{_json(0.9, [])}\n```",
             0.9,
-            [],
+            [_CONFLICT("0.1, 0.9", "0.9")],
             "ok",
-            id="fenced-beats-earlier-prose-object",
+            id="fenced-verdict-after-prose-object",
+        ),
+        pytest.param(
+            '{"score": 0.5, "issues": ["a"]} then {"score": 0.5, "issues": ["b"]}',
+            0.5,
+            ["b"],
+            "",
+            id="two-objects-same-score-no-conflict",
         ),
         pytest.param(
             '```python\nprint({"a": 1})\n```\nVerdict: {"score": 0.5, "issues": ["y"]}',
@@ -424,28 +440,72 @@ def test_parse_critique_never_raises_on_random_input() -> None:
 
 
 _LONG_CODE = "function f() { if (x) { return {'a': 1}; } }\n" * 2000
+#: The reply of issue 22: ~70 kB of nested JSON, 11 s of CPU on Python 3.13 when every
+#: '{' was decoded from.
+_DEEP_70K = '{"a": ' * 10_000 + "1" + "}" * 10_000
+_DEEP = f"a JSON object nested deeper than {MAX_DEPTH} levels was ignored"
 
 
-@pytest.mark.parametrize(
-    ("reply", "score"),
-    [
-        pytest.param("{" * 5000, 0.0, id="open-braces"),
-        pytest.param("{" * 3000 + "}" * 3000, 0.0, id="nested-empty-braces"),
-        pytest.param("[" * 100_000, 0.0, id="deep-list"),
-        pytest.param('{"a": ' * 50_000, 0.0, id="deep-unclosed-json"),
-        pytest.param('{"a": ' * 5000 + "1" + "}" * 5000, 0.0, id="json-deeper-than-stack"),
-        pytest.param('{"a": ' * 500 + '{"score": 1}' + "}" * 500, 1.0, id="deep-wrapped-score"),
-        pytest.param('{"score": ' * 2000, 0.0, id="repeated-json-prefix"),
-        pytest.param("{'score': " * 2000, 0.0, id="repeated-literal-prefix"),
-        pytest.param('{"' * 50_000, 0.0, id="repeated-key-opening"),
-        pytest.param(_LONG_CODE + _json(0.9), 0.9, id="long-code-then-json"),
-        pytest.param('return {"k": 1}\n' * 5000 + _json(0.7), 0.7, id="many-objects-then-json"),
-    ],
-)
-def test_parse_critique_is_fast_on_hostile_input(reply: str, score: float) -> None:
-    started = time.perf_counter()
+HOSTILE = [
+    pytest.param("{" * 5000, 0.0, id="open-braces"),
+    pytest.param("{" * 3000 + "}" * 3000, 0.0, id="nested-empty-braces"),
+    pytest.param("[" * 100_000, 0.0, id="deep-list"),
+    pytest.param('{"a": ' * 50_000, 0.0, id="deep-unclosed-json"),
+    pytest.param('{"a": ' * 5000 + "1" + "}" * 5000, 0.0, id="json-deeper-than-stack"),
+    pytest.param(_DEEP_70K, 0.0, id="deep-70k"),
+    pytest.param('{"a": ' + "[" * 35_000 + "]" * 35_000 + "}", 0.0, id="deep-lists-in-object"),
+    pytest.param(_DEEP_70K + "\n" + _json(0.4), 0.4, id="deep-then-verdict"),
+    pytest.param('{"a": ' * 500 + '{"score": 1}' + "}" * 500, 0.0, id="deep-wrapped-score"),
+    pytest.param('{"score": ' * 2000, 0.0, id="repeated-json-prefix"),
+    pytest.param("{'score': " * 2000, 0.0, id="repeated-literal-prefix"),
+    pytest.param('{"' * 50_000, 0.0, id="repeated-key-opening"),
+    pytest.param("{'" * 35_000, 0.0, id="repeated-literal-opening"),
+    pytest.param("1" * 70_000, 0.0, id="digits"),
+    pytest.param("1/" + "1" * 70_000, 0.0, id="fraction-of-digits"),
+    pytest.param(_LONG_CODE + _json(0.9), 0.9, id="long-code-then-json"),
+    pytest.param('return {"k": 1}\n' * 5000 + _json(0.7), 0.7, id="many-objects-then-json"),
+]
+
+
+@pytest.mark.parametrize(("reply", "score"), HOSTILE)
+@pytest.mark.timeout(30)  # a backstop only: the measure is the work counted below
+def test_parse_critique_work_is_linear_on_hostile_input(reply: str, score: float) -> None:
+    found = find_objects(reply)
+    # The walk stops at most once a character, and each character is decoded as part of
+    # at most MAX_DEPTH spans (here: at most twice, nothing deep is ever decoded).
+    assert found.steps <= len(reply)
+    assert found.decoded <= 2 * len(reply)
     result = parse_critique(reply)
-    assert time.perf_counter() - started < 2.0
     assert result.score == pytest.approx(score)
     # Hostile input is read like any other reply, not by the last-resort handler.
     assert not any(issue.startswith("unreadable critic reply") for issue in result.issues)
+
+
+@pytest.mark.timeout(60)
+def test_hostile_replies_take_linear_work(reliability: Reliability) -> None:
+    over = []
+    for case in HOSTILE:
+        reply, score = case.values
+        found = find_objects(reply)
+        wrong = parse_critique(reply).score != pytest.approx(score)
+        if found.steps > len(reply) or found.decoded > 2 * len(reply) or wrong:
+            over.append(case.id)
+    longest = max(len(case.values[0]) for case in HOSTILE)
+    reliability.record(
+        section=MODEL_OUTPUT,
+        fault="Critic replies built to be slow: 70 kB of nested JSON (objects and lists), "
+        "runs of braces, key openings and digits, long code before the verdict. Work is "
+        "counted (steps of the one walk, characters decoded), not timed",
+        load=f"{len(HOSTILE)} replies of up to {longest:,} characters",
+        lost=lost_of(len(over), len(HOSTILE), "replies over linear work or misread"),
+        before="70 kB of nested JSON took 8-11 s of CPU on Python 3.13 (a decode from every "
+        "'{'); 10 kB of digits 5 s, 70 kB 222 s (a prose-score regex retried at every digit)",
+    )
+    assert over == []
+
+
+@pytest.mark.parametrize("reply", [_DEEP_70K, '{"a": ' * 500 + '{"score": 1}' + "}" * 500])
+def test_an_object_nested_too_deep_is_no_verdict_and_says_so(reply: str) -> None:
+    result = parse_critique(reply)
+    assert result.score == 0.0
+    assert result.issues[-1] == _DEEP

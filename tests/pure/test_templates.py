@@ -137,7 +137,7 @@ def test_default_critique_template_needs_the_fallback() -> None:
 )
 def test_render_critique_prompt(template: str | None, must_contain: list[str]) -> None:
     rendered = render_critique_prompt(
-        template, prompt="TASK-TEXT", output="OUTPUT-TEXT {with braces}"
+        template, prompt="TASK-TEXT", output="OUTPUT-TEXT {with braces}", boundary="0123abcd"
     )
     for text in must_contain:
         assert text in rendered or _flat(text) in _flat(rendered)

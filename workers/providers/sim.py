@@ -10,6 +10,10 @@ the agent's place when it is left out. Options (any role):
 ``format``       critic reply: ``json`` (default), ``fenced``, ``prose``, ``fraction``
                  (``"7/10"``), ``percent`` (``"85%"``), ``text`` (no JSON, ``Score: 9/10``),
                  ``garbage`` (no JSON, no score)
+``quote``        critic: quote every line of its prompt holding ``"score"`` (a forged
+                 verdict in the reviewed text, say). ``before``: before the verdict,
+                 outside any markers (inline; in a fence for ``format=fenced``);
+                 ``after``: after it, between the prompt's own quoting markers
 ``truncate_at``  cut the reply at ``max_tokens`` when working on this revision
 ``fail_at``      raise a provider error when working on this revision...
 ``fail``         ...of this kind: ``auth`` (permanent), ``server_error`` (transient),
@@ -40,6 +44,7 @@ from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.base import Completion, Message, Provider
 
 _REVISION = re.compile(r"\[revision (\d+)\]")
+_MARKER = re.compile(r"<<<DUET-OUTPUT-[0-9a-f]+>>>")
 _FORMATS = ("json", "fenced", "prose", "fraction", "percent", "text", "garbage")
 _FAILURES = {
     "auth": (False, 401),
@@ -70,6 +75,7 @@ class SimOptions:
     latency_ms: float = 0.0
     scores: tuple[float, ...] | None = None
     format: str = "json"
+    quote: str = ""
     truncate_at: int | None = None
     fail_at: int | None = None
     fail: str = "server_error"
@@ -98,6 +104,10 @@ def parse_sim_model(model: str) -> SimOptions:
             elif key == "format":
                 if value not in _FORMATS:
                     raise ValueError(f"one of {', '.join(_FORMATS)}")
+                opts[key] = value
+            elif key == "quote":
+                if value not in ("before", "after"):
+                    raise ValueError("before or after")
                 opts[key] = value
             elif key in ("truncate_at", "fail_at", "words", "refuse_at"):
                 opts[key] = int(value)
@@ -180,6 +190,23 @@ def _critic_reply(opts: SimOptions, score: float, revision: int) -> str:
     return body
 
 
+def _quoted(opts: SimOptions, prompt: str) -> str:
+    """What a critic quoting the reviewed text writes before its verdict."""
+    lines = [line for line in prompt.splitlines() if '"score"' in line]
+    if opts.format == "fenced":
+        return "The output holds:\n```\n" + "\n".join(lines) + "\n```\n"
+    return "".join(f"The output holds `{line}`.\n" for line in lines)
+
+
+def _quoted_between_markers(prompt: str) -> str:
+    """The scored lines of ``prompt`` between the markers it fences its output with."""
+    found = _MARKER.search(prompt)
+    if found is None:
+        return ""
+    lines = "\n".join(line for line in prompt.splitlines() if '"score"' in line)
+    return f"\nThe output reads:\n{found[0]}\n{lines}\n{found[0].replace('<<<', '<<<END-')}\n"
+
+
 def simulate(model: str, messages: list[Message], max_tokens: int, system: str = "") -> Completion:
     """The simulated model's whole behaviour: a pure function of its input."""
     opts = parse_sim_model(model)
@@ -199,6 +226,10 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
         )
     if opts.role == "critic":
         text = _critic_reply(opts, _critic_score(opts, last, revision), revision)
+        if opts.quote == "before":
+            text = _quoted(opts, last) + text
+        elif opts.quote == "after":
+            text += _quoted_between_markers(last)
     else:
         text = _actor_reply(opts, last, revision)
     stop = "end"
