@@ -191,6 +191,21 @@ def check_servers() -> None:
 
 
 @worker_init.connect(weak=False)
+def _register_key_variables(**_: object) -> None:
+    """Secret from the first task: the key-shaped variables of the environment and every
+    variable a stored spec names (:mod:`workers.spec_keys`)."""
+    from orchestration.state import connection
+    from workers import secrets, spec_keys
+
+    secrets.scan_environment()
+    away: tuple[type[BaseException], ...] = (*connection.INFRA_ERRORS, ConfigError)
+    try:
+        spec_keys.register_stored(connection.get_redis())
+    except away as exc:  # Redis away: each adapter still registers its own
+        log.warning("the stored specs' key variables not read at start: %s", exc)
+
+
+@worker_init.connect(weak=False)
 def _serve_metrics(**_: object) -> None:
     """Serve Prometheus metrics on DUET_METRICS_PORT (``duet worker --metrics-port``)."""
     port = get_settings().metrics_port
