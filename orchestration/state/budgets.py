@@ -94,6 +94,10 @@ def _check_scopes(scopes: list[str]) -> list[str]:
     return list(scopes)
 
 
+#: The interruption reason of a run stopped because a budget scope lost its limit.
+LIMIT_LOST = "budget:limit_lost"
+
+
 class LimitLost(DuetError):
     """A budget scope had a limit set and Redis no longer has it (its hash evicted or
     deleted): an error, never "unlimited", so the cap is not silently gone."""
