@@ -154,6 +154,12 @@ def test_an_unknown_scheme_is_one_line(url: str, reliability: Reliability) -> No
     assert "DUET_REDIS_URL=" in err and "redis://" in err
 
 
+def test_an_unknown_scheme_is_refused_by_a_worker() -> None:
+    code, out = worker("sentinel://127.0.0.1:26379/0")
+    assert code == 2, out[-3000:]
+    assert "sentinel:// is not a Redis URL Duet serves" in out
+
+
 def test_a_server_that_will_not_say_is_let_through_with_a_warning() -> None:
     """A user without INFO and CONFIG (as some managed services give): unknown, warned."""
     from orchestration.state import preflight

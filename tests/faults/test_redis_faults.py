@@ -112,8 +112,8 @@ ROWS = {
             "which acks too)"),
     "misconf": (f"Redis unable to persist (a failed snapshot: every write refused with "
                 f"`MISCONF`, as on a full disk) for {MISCONF_S:g} s mid-batch",
-                "both workers exited (`MISCONF` was taken for a bug, not an outage); runs "
-                "stuck after the fault was removed"),
+                "both workers exited (`MISCONF` was taken for a bug, not an outage); issue "
+                "23: 50 runs stuck 150 s after the disk had room again"),
     "frozen": (f"Redis frozen (`SIGSTOP`) for {FROZEN_S:g} s mid-batch, socket timeout "
                f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop (an idle consumer's "
                "`BLMPOP`) that the frozen server answers after its client gave up loses its "
