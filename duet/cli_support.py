@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
 import typer
 from kombu.exceptions import OperationalError
 from rich.console import Console
@@ -26,6 +27,7 @@ from orchestration.state.connection import (
     first_line,
     unreachable,
 )
+from orchestration.state.preflight import check_scheme, check_server
 
 #: Exit codes.
 OK, SOME_FAILED, BAD_USAGE, INTERRUPTED = 0, 1, 2, 130
@@ -193,14 +195,24 @@ def connect(*, embedded_ok: bool = False) -> str:
     settings = get_settings()
     url = settings.redis_url
     if url:
-        # One quick PING each: a dead, frozen or refusing server is one line, in seconds.
+        # One quick PING each: a dead, frozen or refusing server is one line, in seconds;
+        # then the server is checked for what Duet needs (preflight: one line, exit 2).
+        check_scheme(url, "DUET_REDIS_URL")
         check_reachable(url, "DUET_REDIS_URL")
+        servers = [(url, "DUET_REDIS_URL")]
         broker = settings.broker_url
         if broker and broker != url:
             if broker.split("://", 1)[0] in ("redis", "rediss"):
                 check_reachable(broker, "DUET_BROKER_URL")
+                servers.append((broker, "DUET_BROKER_URL"))
             else:
                 check_broker_reachable(broker, "DUET_BROKER_URL")
+        for server, variable in servers:
+            try:
+                for warning in check_server(server, variable):
+                    warn(warning)
+            except (redis.RedisError, OSError) as exc:
+                raise unreachable(server, variable, exc) from None
         connection.use_redis(url)
         return url
     if not embedded_ok:

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     #: ``timeout_s``) not shorter than the visibility timeout. Off only to try such calls
     #: on purpose: the step claim still keeps each to one call.
     check_timeouts: bool = True
+    #: Accept a Redis whose ``maxmemory-policy`` may evict keys (``DUET_ALLOW_EVICTION=1``):
+    #: at ``maxmemory`` it then drops runs, batches and budget limits. Off: refused at start.
+    allow_eviction: bool = False
     #: Seconds to wait for a connection to Redis or the broker (and, for a command-line
     #: client, for Redis's first answer) before giving up.
     redis_connect_timeout_s: float = Field(default=5.0, gt=0)

@@ -10,6 +10,7 @@ import importlib
 import logging
 import sys
 
+import redis
 from celery import Celery
 from celery.signals import (
     after_setup_logger,
@@ -26,6 +27,8 @@ from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.broker import broker_config, visibility_timeout_of
 from workers import celery_ext, publish
+
+log = logging.getLogger(__name__)
 
 # An untested Celery or kombu fails here, at start, rather than mid-batch.
 celery_ext.check_versions()
@@ -160,9 +163,50 @@ def _check_at_start(**_: object) -> None:
     try:
         check_visibility_timeout()
         endpoint.check_versions()
+        check_servers()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+
+
+def check_servers() -> None:
+    """Refuse a Redis that cannot keep Duet's state (:mod:`orchestration.state.preflight`);
+    one that cannot be reached now is checked by nothing more (the worker waits for it).
+
+    Raises:
+        ConfigError: the URL's scheme, the server's eviction policy, a cluster.
+    """
+    from orchestration.state import preflight
+
+    settings = get_settings()
+    servers = {settings.redis_url: "DUET_REDIS_URL"}
+    broker = settings.broker_url
+    if broker and broker.split("://", 1)[0] in ("redis", "rediss"):
+        servers.setdefault(broker, "DUET_BROKER_URL")
+    for url, variable in servers.items():
+        if not url:
+            continue
+        try:
+            for warning in preflight.check_server(url, variable):
+                log.warning("%s", warning)
+        except (redis.RedisError, OSError) as exc:
+            log.warning("%s not checked at start (%s): Duet needs maxmemory-policy "
+                        "noeviction and no cluster", variable, exc)  # fmt: skip
+
+
+@worker_init.connect(weak=False)
+def _register_key_variables(**_: object) -> None:
+    """Secret from the first task: the key-shaped variables of the environment and every
+    variable a stored spec names (:mod:`workers.spec_keys`)."""
+    from orchestration.state import connection
+    from workers import secrets, spec_keys
+
+    secrets.scan_environment()
+    away: tuple[type[BaseException], ...] = (*connection.INFRA_ERRORS, ConfigError)
+    try:
+        spec_keys.register_stored(connection.get_redis())
+    except away as exc:  # Redis away: each adapter still registers its own
+        log.warning("the stored specs' key variables not read at start: %s", exc)
 
 
 @worker_init.connect(weak=False)

@@ -1,8 +1,10 @@
 """Which values are secrets in this worker process, and text cleaned of them.
 
 The secrets are the values of the API-key variables: ``OPENAI_API_KEY``,
-``ANTHROPIC_API_KEY`` and every variable a spec names with ``api_key_env`` (registered
-when its adapter is made, before its first call). :func:`redact` removes each value,
+``ANTHROPIC_API_KEY``, every key-shaped variable of the environment (``*_API_KEY``,
+``*_TOKEN``, ``*_SECRET``: :data:`KEY_NAME`, from the first use on) and every variable a
+spec names with ``api_key_env`` (the stored specs' at worker start, a new spec's when its
+adapter is made, before its first call). :func:`redact` removes each value,
 whatever it looks like, plus anything shaped like a key or an auth header
 (:func:`scrub`). Everything a task lets out — run errors, events, Celery's task events
 (exception and traceback) and the worker's log — passes through it. Model output passes
@@ -27,6 +29,8 @@ from functools import lru_cache
 
 #: Key variables every worker treats as secret, named by a spec or not.
 DEFAULT_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+#: Names of environment variables whose values are secrets, named by a spec or not.
+KEY_NAME = re.compile(r"(?i)(?:^|_)(?:API_KEY|TOKEN|SECRET)$")
 #: Values shorter than this are not searched for (a placeholder such as "x" would
 #: otherwise be cut out of every message); real keys are far longer.
 MIN_SECRET_CHARS = 6
@@ -151,6 +155,17 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
 
 _lock = threading.Lock()
 _variables: set[str] = set(DEFAULT_KEY_VARIABLES)
+_environment_scanned = False
+
+
+def scan_environment() -> None:
+    """Treat every key-shaped variable of the environment (:data:`KEY_NAME`) as a key
+    variable (done on the first :func:`key_values`; again for variables set since)."""
+    global _environment_scanned
+    names = [name for name in list(os.environ) if KEY_NAME.search(name)]
+    with _lock:
+        _variables.update(names)
+        _environment_scanned = True
 
 
 def register_key_variable(name: str | None) -> None:
@@ -162,6 +177,8 @@ def register_key_variable(name: str | None) -> None:
 
 def key_values() -> list[str]:
     """The current values of every key variable (long enough to search for)."""
+    if not _environment_scanned:
+        scan_environment()
     with _lock:
         names = list(_variables)
     values = {os.environ.get(name) or "" for name in names}

@@ -7,6 +7,12 @@ Every worker runs it in a daemon thread started when the worker is ready
 that dies loses its turn after two intervals; another takes it. ``duet sweep`` runs the
 same sweep once, or as a process of its own (``--every``), for deployments that want the
 sweeper apart from the workers; it takes turns with them.
+
+The thread also asks Redis every :data:`RESTART_CHECK_S` which server it is (``INFO
+server``'s ``run_id``): after a restart (or a failover) it sweeps, :data:`RESTART_GRACE_S`
+after the server came back, the runs that have not moved since, whatever
+``DUET_SWEEP_AFTER_S`` says (a restart may lose messages: the broker's, and, with
+``appendfsync everysec``, the last second of writes), on every worker, without the turn.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from celery.signals import worker_ready
 
 from orchestration.services.coordinator import Dispatch
-from orchestration.services.sweeper import Sweeper, Transition
+from orchestration.services.sweeper import RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
 from orchestration.state.fleet import take_sweeper_turn
 from workers.runtime import INFRA_ERRORS, coordinator_send, dispatch, get_store
@@ -32,6 +39,11 @@ _thread: threading.Thread | None = None
 
 #: What one sweep sent on: the coordinator's transition or the step again, per run.
 Sends = list[Dispatch | Transition]
+#: Seconds between two checks of which Redis server this is (at most the sweep interval).
+RESTART_CHECK_S = 2.0
+#: Seconds after Redis came back before the runs that have not moved since are swept:
+#: the tasks that met it down retry with backoff meanwhile, and move their runs.
+RESTART_GRACE_S = 8.0
 
 
 def holder_id() -> str:
@@ -67,20 +79,66 @@ def sweep_every(
     after_s: float | None = None,
     sent: Callable[[Sends], None] | None = None,
 ) -> None:
-    """Sweep on ``holder``'s turns every ``interval_s`` seconds until ``stop`` is set;
-    ``sent`` is told what each sweep sent on. Redis or the broker away skips a sweep."""
+    """Sweep on ``holder``'s turns every ``interval_s`` seconds until ``stop`` is set, and
+    after a Redis restart (see the module's docstring); ``sent`` is told what each sweep
+    sent on. Redis or the broker away skips a sweep."""
     interval = get_settings().sweep_interval_s if interval_s is None else interval_s
-    while not stop.wait(interval):
-        try:
+    tick = min(interval, RESTART_CHECK_S)
+    watch = RestartWatch()
+    came_back: float | None = None  # a restart whose sweep is still to do
+    next_sweep = time.monotonic() + interval
+    with _quietly("the first check of the Redis server"):
+        _check_server(watch)
+    while not stop.wait(tick):
+        with _quietly("the check of the Redis server"):
+            back = _check_server(watch)
+            if back is not None:
+                log.warning("Redis came back (a new server process): sweeping the runs that "
+                            "do not move again within %gs", RESTART_GRACE_S)  # fmt: skip
+                came_back = back
+        if came_back is not None and time.time() >= came_back + RESTART_GRACE_S:
+            with _quietly("the sweep after a restart"):
+                sends = sweep_once(None, after_s=max(0.0, time.time() - came_back))
+                came_back = None
+                if sends and sent is not None:
+                    sent(sends)
+        if time.monotonic() < next_sweep:
+            continue
+        next_sweep = time.monotonic() + interval
+        with _quietly("sweep"):
             sends = sweep_once(holder, after_s=after_s, interval_s=interval)
-        except INFRA_ERRORS as exc:  # Redis or the broker away: next interval
-            log.warning("sweep skipped: %s: %s", type(exc).__name__, exc)
-            continue
-        except Exception:  # noqa: BLE001 - the sweeper must outlive a bad record
-            log.exception("sweep failed")
-            continue
-        if sends and sent is not None:
-            sent(sends)
+            if sends and sent is not None:
+                sent(sends)
+
+
+def _check_server(watch: RestartWatch) -> float | None:
+    """When the Redis server came back, if it is a new one since the last check."""
+    info = get_store().r.info("server")
+    return watch.seen(str(info["run_id"]), float(info["uptime_in_seconds"]), time.time())
+
+
+class _quietly:
+    """Log and swallow what stops one turn of the sweep thread (Redis or the broker away,
+    a bad record): the thread must outlive it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> bool:
+        if exc is None:
+            return False
+        if isinstance(exc, INFRA_ERRORS):  # Redis or the broker away: next turn
+            log.warning("%s skipped: %s: %s", self.what, type(exc).__name__, exc)
+        elif isinstance(exc, Exception):
+            log.error("%s failed", self.what, exc_info=exc)
+        else:
+            return False
+        return True
 
 
 def start() -> None:

@@ -16,6 +16,7 @@ only decides what to ask them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -34,7 +35,9 @@ from orchestration.services.pauses import PauseMemory
 from orchestration.state import keys
 from orchestration.state.budgets import (
     DEFAULT_SETTLED_TTL_S,
+    LIMIT_LOST,
     BudgetLedger,
+    LimitLost,
     Spend,
     spend_of,
     warning_flag,
@@ -44,6 +47,8 @@ from orchestration.state.ratelimits import RateLimiter, load_rate_limits
 from orchestration.state.runs import Once
 from orchestration.state.scripts import ScriptCall
 from orchestration.state.tokenratio import TokenRatios
+
+log = logging.getLogger(__name__)
 
 #: How long the per-process copy of the fleet's rate-limit table is trusted.
 RATE_TABLE_TTL_S = 5.0
@@ -140,7 +145,11 @@ class Budgets:
         Each warning is a :class:`Once` on its :func:`warning_flag`: the transition that
         records it emits it if, and only if, that transition sets the flag.
         """
-        status = self.ledger.round_status(scopes)
+        try:
+            status = self.ledger.round_status(scopes)
+        except LimitLost as exc:  # the cap is gone from Redis: stop, never go on uncapped
+            log.error("run %s: %s", run["run_id"], exc)
+            return LIMIT_LOST, []
         warnings = [
             Once(
                 event_json(ev.BUDGET_WARNING, run["run_id"], scope=w.scope, unit=w.unit,

@@ -64,6 +64,7 @@ from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, step_id
 from orchestration.services.leases import Call, Leases
 from orchestration.settings import Settings
+from orchestration.state.budgets import LIMIT_LOST, LimitLost
 from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.conversations import keeps, messages_from, own_turns, turn_json
 from orchestration.state.events import event_json
@@ -509,9 +510,12 @@ class StepService:
             for observer in self.observers:
                 observer.step_waits(agent, "rate_limit", wait)
             return self._retry(wait, failures)
-        agent, worst, refusal = self._reserve(
-            agent, messages, seat.structured, sid, scopes, worst, settings.step_lease_s
-        )
+        try:
+            agent, worst, refusal = self._reserve(
+                agent, messages, seat.structured, sid, scopes, worst, settings.step_lease_s
+            )
+        except LimitLost as exc:  # the cap is gone from Redis: fail, never call uncapped
+            return _failure(key, LIMIT_LOST, str(exc), began, calls=0), None, []
         if refusal is not None:
             if not refusal.exhausted or clamped(agent, refusal, worst).wait:
                 # the room is held by calls in flight; it frees soon

@@ -65,4 +65,23 @@ class Sweeper:
         return sends
 
 
-__all__ = ["Sweeper", "Transition"]
+class RestartWatch:
+    """Tells when the Redis server became a new process (a new ``run_id`` in ``INFO
+    server``: restarted, failed over): the time it came back, so the runs that have not
+    moved since can be swept at once instead of after ``after_s``. Pure: the caller reads
+    ``INFO``."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+
+    def seen(self, run_id: str, uptime_s: float, now: float) -> float | None:
+        """Note the server's ``run_id`` and ``uptime_in_seconds`` read at ``now``: when it
+        came back (epoch seconds), if it is not the server seen last; else None (also
+        the first time: nothing to compare with)."""
+        previous, self.run_id = self.run_id, run_id
+        if previous is None or previous == run_id:
+            return None
+        return now - uptime_s
+
+
+__all__ = ["RestartWatch", "Sweeper", "Transition"]

@@ -62,10 +62,12 @@ from orchestration.core.envelope import envelope_problem, examine
 from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
 from orchestration.state import connection, deadletters, keys, scripts
+from orchestration.state.outages import OUTAGE_ERRORS
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
-#: Backoff while Redis refuses writes for lack of memory, seconds: first wait and cap.
+#: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
+#: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
 OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
 #: Seconds between two warnings while it lasts.
 OOM_WARN_EVERY_S = 30.0
@@ -219,8 +221,8 @@ class QoS(kombu_redis.QoS):
         The consumer has already popped the message from its queue; it is noted here, in
         the worker's event loop, where an error is fatal (the worker exits, "Unrecoverable
         error", and the message is lost). Redis refuses the write while at ``maxmemory``
-        (OOM): wait, with backoff, until it takes it again. Nothing else can be consumed
-        meanwhile anyway.
+        (OOM) or in another outage (``MISCONF``, ``READONLY`` ...): wait, with backoff,
+        until it takes it again. Nothing else can be consumed meanwhile anyway.
         """
         member = self._noted.pop(delivery_tag, None)
         if member is None:
@@ -267,7 +269,7 @@ class QoS(kombu_redis.QoS):
         self, delivery_tag: str, members: dict[str, float], acked: list[str] | None = None
     ) -> None:
         """ZADD ``members`` (after a ZREM of ``acked``, in the same round trip), waiting
-        with backoff while Redis refuses the ZADD for lack of memory."""
+        with backoff while Redis refuses the ZADD in an outage (OOM, MISCONF ...)."""
         delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
         key = self.unacked_messages_key
         while True:
@@ -278,25 +280,27 @@ class QoS(kombu_redis.QoS):
                         pipe.zrem(key, *acked)
                         pipe.zadd(key, members)
                         removed, added = pipe.execute(raise_on_error=False)
-                        acked = None  # a ZREM is never refused for memory
+                        if not isinstance(removed, Exception):
+                            acked = None  # a ZREM is never refused for memory
                         for reply in (removed, added):
                             if isinstance(reply, Exception):
                                 raise reply
                     else:
                         client.zadd(key, members)
                 break
-            except redis.exceptions.OutOfMemoryError:
+            except OUTAGE_ERRORS as exc:
                 if waited - warned >= OOM_WARN_EVERY_S or not waited:
                     warned = waited
                     log.warning(
-                        "Redis is at maxmemory (OOM): holding delivered message %s until "
-                        "it accepts writes (%.0fs so far)", delivery_tag, waited,
+                        "Redis refuses writes (%s): holding delivered message %s until "
+                        "it accepts them (%.0fs so far)", connection.first_line(exc),
+                        delivery_tag, waited,
                     )  # fmt: skip
                 time.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, OOM_MAX_WAIT_S)
         if waited:
-            log.warning("Redis accepts writes again after %.1fs at maxmemory", waited)
+            log.warning("Redis accepts writes again after %.1fs", waited)
 
     def ack(self, delivery_tag: str) -> None:
         """Free the message's credit now; remove it from the set with the next batch."""
@@ -359,15 +363,17 @@ class QoS(kombu_redis.QoS):
         """Put back on their queues the messages unacknowledged for longer than the
         visibility timeout (their worker died): kombu's scan, then this one's.
 
-        A Redis at ``maxmemory`` refuses the scan's lock (and the pushes): the scan is
-        skipped and runs again on the next cycle. (kombu lets the error out, and at a
-        worker's start or reconnect, when it scans first, that ends the worker.)
+        A Redis at ``maxmemory`` (or in another outage) refuses the scan's lock (and the
+        pushes): the scan is skipped and runs again on the next cycle. (kombu lets the
+        error out, and at a worker's start or reconnect, when it scans first, that ends
+        the worker.)
         """
         try:
             self._restore_visible(start, num, interval)
-        except redis.exceptions.OutOfMemoryError:
-            log.warning("Redis is at maxmemory (OOM): messages past the visibility timeout "
-                        "are put back on their queues on a later scan")  # fmt: skip
+        except OUTAGE_ERRORS as exc:
+            log.warning("Redis refuses writes (%s): messages past the visibility timeout "
+                        "are put back on their queues on a later scan",
+                        connection.first_line(exc))  # fmt: skip
 
     def _restore_visible(self, start: int, num: int | None, interval: int) -> None:
         count = self._vrestore_count  # kombu's throttle: scan every ``interval`` calls
@@ -437,6 +443,10 @@ class Channel(kombu_redis.Channel):
     _pop_noting: bool = False
     #: How many messages the pop in flight asked for.
     _pop_count: int = 0
+    #: The wait before the next pop while Redis refuses pops (an outage), and when the
+    #: last warning of it was logged (``time.monotonic``).
+    _outage_delay: float = 0.0
+    _outage_warned: float = float("-inf")
     #: The script pop in flight: the acks it removes and the queue of each key it pops.
     _popping: tuple[list[str], list[str]] | None = None
 
@@ -516,6 +526,11 @@ class Channel(kombu_redis.Channel):
             command = "BLMPOP" if popping is None else "EVALSHA"
             try:
                 reply = self.client.parse_response(self.client.connection, command, **options)
+            except OUTAGE_ERRORS as exc:  # nothing was popped: wait, as for a write
+                if popping is not None:
+                    self._pop_refused(exc, popping[0])
+                self._outage_pause(exc)
+                raise kombu_redis.Empty() from None
             except self.connection_errors:
                 if popping is not None:  # removed again with the next write if they were
                     self.qos.give_back_acks(popping[0])
@@ -527,6 +542,7 @@ class Channel(kombu_redis.Channel):
                     raise
                 self._pop_refused(exc, popping[0])
                 raise kombu_redis.Empty() from None
+            self._outage_delay = 0.0
             if not reply:
                 self._pop_noting = self._acks_go_with_note = False
                 raise kombu_redis.Empty()
@@ -618,7 +634,7 @@ class Channel(kombu_redis.Channel):
             raise kombu_redis.Empty()
         return payload
 
-    def _pop_refused(self, exc: redis.exceptions.ResponseError, acked: list[str]) -> None:
+    def _pop_refused(self, exc: redis.exceptions.RedisError, acked: list[str]) -> None:
         """``lua/pop_note.lua`` was refused (nothing was popped): the next pop is a
         ``BLMPOP``, whose note waits out a Redis at ``maxmemory``; a script the server
         does not know (restarted, flushed) is loaded for the pop after it."""
@@ -626,9 +642,22 @@ class Channel(kombu_redis.Channel):
         self._pop_noting = False
         if isinstance(exc, redis.exceptions.NoScriptError):
             self.client.script_load(self._pop_note.script)
-        elif not isinstance(exc, redis.exceptions.OutOfMemoryError):
+        elif not isinstance(exc, OUTAGE_ERRORS):
             log.warning("the broker refused a pop with its note (%s): popping the plain "
                         "way until the next messages come", exc)  # fmt: skip
+
+    def _outage_pause(self, exc: BaseException) -> None:
+        """A pop refused in an outage (``MISCONF``, ``READONLY`` ...): wait a little,
+        with backoff, before the next (the event loop has nothing else to do), and warn
+        at most every :data:`OOM_WARN_EVERY_S`."""
+        now = time.monotonic()
+        delay = self._outage_delay = min(max(self._outage_delay * 2, OOM_FIRST_WAIT_S),
+                                         OOM_MAX_WAIT_S)  # fmt: skip
+        if now - self._outage_warned >= OOM_WARN_EVERY_S:
+            self._outage_warned = now
+            log.warning("Redis refuses pops (%s): waiting until it takes writes again",
+                        connection.first_line(exc))  # fmt: skip
+        time.sleep(delay)
 
     def close(self) -> None:
         """Flush the acks still gathered, then close as kombu does (which puts back the
@@ -677,9 +706,12 @@ class Channel(kombu_redis.Channel):
 
 
 class Transport(kombu_redis.Transport):
-    """kombu's Redis transport with :class:`Channel`."""
+    """kombu's Redis transport with :class:`Channel`; an outage reply (``MISCONF``,
+    ``READONLY`` ...) is a connection error, which Celery's consumer reconnects on and
+    kombu's callers retry, not a channel error."""
 
     Channel = Channel
+    connection_errors = (*kombu_redis.Transport.connection_errors, *OUTAGE_ERRORS)
 
 
 class Connection(kombu.Connection):

@@ -37,7 +37,7 @@ from orchestration.core.budget import (
     Refusal,
     parse_scope,
 )
-from orchestration.core.errors import ConfigError
+from orchestration.core.errors import ConfigError, DuetError
 from orchestration.state import keys, scripts
 from orchestration.state.scripts import ScriptCall
 
@@ -92,6 +92,23 @@ def _check_scopes(scopes: list[str]) -> list[str]:
     if len(set(scopes)) != len(scopes):
         raise ConfigError(f"scopes must not repeat: {scopes!r}")
     return list(scopes)
+
+
+#: The interruption reason of a run stopped because a budget scope lost its limit.
+LIMIT_LOST = "budget:limit_lost"
+
+
+class LimitLost(DuetError):
+    """A budget scope had a limit set and Redis no longer has it (its hash evicted or
+    deleted): an error, never "unlimited", so the cap is not silently gone."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(
+            f"budget scope {scope} had a limit and Redis no longer has it (evicted, or its "
+            f"key deleted): its spending is not capped; set the limit again "
+            f"(`duet budget set {scope} ...`) or forget the scope"
+        )
+        self.scope = scope
 
 
 def _check_step(step_id: str) -> None:
@@ -190,7 +207,7 @@ class BudgetLedger:
                 args.append("")
             else:
                 args.append(str(_usd_down(limit) if unit == USD else int(limit)))
-        self._set_limits(keys=[keys.budget(scope)], args=args)
+        self._set_limits(keys=[keys.budget(scope), keys.budget_holds(scope)], args=args)
         if scope.startswith(INDEXED_KINDS):
             self.redis.sadd(keys.budget_index(), scope)
 
@@ -281,6 +298,9 @@ class BudgetLedger:
         Returns:
             ``None`` when the hold is in place, else a :class:`Refusal` naming the first
             scope and unit without room.
+
+        Raises:
+            LimitLost: a scope had a limit and Redis no longer has it.
         """
         _check_step(step_id)
         scopes = _check_scopes(scopes)
@@ -290,6 +310,8 @@ class BudgetLedger:
             keys=[*_scope_keys(scopes), keys.budget_settled(step_id)],
             args=[step_id, max(1, math.ceil(lease_s * 1000)), _wire(estimate), len(scopes)],
         )
+        if _s(reply[0]) == "lost":
+            raise LimitLost(scopes[int(reply[1])])
         if _s(reply[0]) != "refused":
             return None
         unit = _s(reply[2])
@@ -395,6 +417,8 @@ class BudgetLedger:
             keys=_scope_keys(scopes), args=[len(scopes), "1" if include_reserved else "0"]
         )
         index = int(reply[0])
+        if index < 0:
+            raise LimitLost(scopes[-index - 1])
         blocked = (scopes[index - 1], _s(reply[1])) if index else None
         warnings = [
             BudgetWarning(scopes[int(reply[i])], _s(reply[i + 1]), float(_s(reply[i + 2])))

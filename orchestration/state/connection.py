@@ -18,6 +18,7 @@ from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import Settings, get_settings
+from orchestration.state.outages import OUTAGE_ERRORS
 from orchestration.state.pinned import PinnedPool
 
 _lock = threading.Lock()
@@ -118,14 +119,12 @@ _QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
 
 
 #: Redis's own errors that say it could not do a command *now* (lost, frozen, restarting,
-#: full, a read-only replica), as opposed to a bug (a script error).
+#: full, unable to persist, a read-only replica: :mod:`~orchestration.state.outages`), as
+#: opposed to a bug (a script error).
 UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,  # BusyLoadingError (restarting) is one
     redis.exceptions.TimeoutError,
-    redis.exceptions.OutOfMemoryError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ClusterDownError,
+    *OUTAGE_ERRORS,
 )
 #: What a worker treats as "not now": those, and a socket's own error. The work that met
 #: one is tried again later, never dropped.

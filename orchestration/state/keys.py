@@ -191,7 +191,9 @@ def budget_reservations(scope: str) -> str:
 
 
 def budget_holds(scope: str) -> str:
-    """Hash: step id -> amount held by that step's open reservation in one scope."""
+    """Hash: step id -> amount held by that step's open reservation in one scope; and
+    ``!limit`` while the scope has a limit set (``lua/budget_common.lua``: a limit lost
+    from the budget hash is then an error, not "unlimited")."""
     return f"{PREFIX}:budget:{scope}:holds"
 
 

@@ -58,14 +58,16 @@ def private_redis() -> Iterator[EmbeddedRedis]:
 
 
 class DurableRedis:
-    """A redis-server with an append-only file (fsync on every write) in a directory of its
-    own, which a test can kill (SIGKILL) and start again on the same port and file."""
+    """A redis-server with an append-only file (fsync on every write, or ``appendfsync``
+    as given) in a directory of its own, which a test can kill (SIGKILL) and start again
+    on the same port and file."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, appendfsync: str = "always") -> None:
         from duet.embedded import free_port
 
         self.port = free_port()
         self.dir = directory
+        self.appendfsync = appendfsync
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -78,7 +80,7 @@ class DurableRedis:
         log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [find_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync,
              "--dir", self.dir, "--loglevel", "warning", "--maxclients", "10000"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -105,9 +107,10 @@ def _pings(client: redis.Redis) -> bool:
 
 
 @pytest.fixture
-def durable_redis(tmp_path) -> Iterator[DurableRedis]:  # type: ignore[no-untyped-def]
-    """A Redis with an append-only file, started; killed afterwards."""
-    server = DurableRedis(str(tmp_path))
+def durable_redis(tmp_path, request) -> Iterator[DurableRedis]:  # type: ignore[no-untyped-def]
+    """A Redis with an append-only file, started; killed afterwards. Indirect
+    parametrization gives its ``appendfsync`` (default ``always``)."""
+    server = DurableRedis(str(tmp_path), getattr(request, "param", "always"))
     server.start()
     try:
         yield server

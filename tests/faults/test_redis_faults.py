@@ -1,10 +1,12 @@
-"""Redis out of memory, or frozen, for a few seconds mid-batch: workers stay up, every
-run finishes.
+"""Redis out of memory, unable to persist, or frozen, for a few seconds mid-batch: workers
+stay up, every run finishes.
 
 Two real worker processes run a batch on a private redis-server. The test either sets
 ``maxmemory`` far below what Redis holds (every write refused with OOM) for a few
-seconds, or stops the server with SIGSTOP for longer than the socket timeout (every
-command times out), then undoes it, and waits for the batch without any manual resume.
+seconds, or makes its snapshots fail (a directory where the dump file goes: every write
+refused with ``MISCONF``, as on a full disk), or stops the server with SIGSTOP for longer
+than the socket timeout (every command times out), then undoes it, and waits for the
+batch without any manual resume.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ RUNS = 40
 OOM_S = 4.0
 #: How long Redis is frozen, and the socket timeout the workers use, seconds.
 FROZEN_S, SOCKET_TIMEOUT_S = 10.0, 6
+#: How long Redis refuses writes with MISCONF, seconds.
+MISCONF_S = 6.0
 #: How long the batch may take to finish once Redis takes writes again.
 FINISH_S = 60.0
 
@@ -56,6 +60,33 @@ def out_of_memory(admin: redis.Redis) -> Iterator[None]:
         admin.config_set("maxmemory", "0")
 
 
+def _bgsave_status(admin: redis.Redis, status: str) -> bool:
+    info = admin.info("persistence")
+    return not info["rdb_bgsave_in_progress"] and info["rdb_last_bgsave_status"] == status
+
+
+@contextlib.contextmanager
+def unable_to_persist(admin: redis.Redis) -> Iterator[None]:
+    """A failed snapshot with a save point set: Redis refuses every write with ``MISCONF``
+    (``stop-writes-on-bgsave-error``, on by default) until a snapshot succeeds again."""
+    config = admin.config_get("dir")
+    dump = Path(config["dir"]) / admin.config_get("dbfilename")["dbfilename"]
+    admin.config_set("save", "3600 1")
+    dump.unlink(missing_ok=True)
+    dump.mkdir()  # the rename of the finished snapshot onto it fails
+    try:
+        admin.bgsave()
+        wait_for(lambda: _bgsave_status(admin, "err"), 30, "the snapshot to fail")
+        with pytest.raises(redis.exceptions.ResponseError, match="unable to persist"):
+            admin.set("probe", "x")  # the fault is on
+        yield
+    finally:
+        dump.rmdir()
+        admin.bgsave()
+        wait_for(lambda: _bgsave_status(admin, "ok"), 30, "a snapshot to succeed")
+        admin.config_set("save", "")
+
+
 @contextlib.contextmanager
 def frozen(admin: redis.Redis) -> Iterator[None]:
     pid = int(admin.info("server")["process_id"])
@@ -66,7 +97,11 @@ def frozen(admin: redis.Redis) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-FAULTS = {"oom": (out_of_memory, OOM_S), "frozen": (frozen, FROZEN_S)}
+FAULTS = {
+    "oom": (out_of_memory, OOM_S),
+    "misconf": (unable_to_persist, MISCONF_S),
+    "frozen": (frozen, FROZEN_S),
+}
 WORKERS, THREADS = 2, 16
 #: Each fault as docs/RELIABILITY.md names it, and what it did before the fix.
 ROWS = {
@@ -75,6 +110,10 @@ ROWS = {
             "workers kept up, 28 of 40 runs stranded in `running` (a task whose own write failed "
             "was acked; Celery turns a retry it cannot publish into a `Reject(requeue=False)`, "
             "which acks too)"),
+    "misconf": (f"Redis unable to persist (a failed snapshot: every write refused with "
+                f"`MISCONF`, as on a full disk) for {MISCONF_S:g} s mid-batch",
+                "both workers exited (`MISCONF` was taken for a bug, not an outage); issue "
+                "23: 50 runs stuck 150 s after the disk had room again"),
     "frozen": (f"Redis frozen (`SIGSTOP`) for {FROZEN_S:g} s mid-batch, socket timeout "
                f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop (an idle consumer's "
                "`BLMPOP`) that the frozen server answers after its client gave up loses its "

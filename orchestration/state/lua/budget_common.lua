@@ -62,13 +62,28 @@ local function value(v, unit)
 end
 
 -- Whether budget hash `bkey` has any limit on.
-local function limited(bkey)
+local function has_limit(bkey)
   local r = redis.call('HMGET', bkey, 'limit:input_tokens', 'limit:output_tokens',
                        'limit:tokens', 'limit:usd', 'limit:calls')
   for k = 1, 5 do
     if r[k] then return true end
   end
   return false
+end
+
+-- The field of a scope's holds hash that says a limit was set on it (budget_set_limits
+-- keeps it). A scope with the mark and no limit lost its limit (its hash evicted or
+-- deleted): an error, never "unlimited".
+local LIMIT_MARK = '!limit'
+
+local function lost(bkey, hkey)
+  return redis.call('HEXISTS', hkey, LIMIT_MARK) == 1 and not has_limit(bkey)
+end
+
+-- Whether budget hash `bkey` has a limit on, or had one and lost it (a call there must
+-- reserve, which refuses). Its holds hash is `bkey` .. ':holds' (keys.budget_holds).
+local function limited(bkey)
+  return has_limit(bkey) or redis.call('HEXISTS', bkey .. ':holds', LIMIT_MARK) == 1
 end
 
 local function load(bkey)

@@ -8,6 +8,9 @@ local est = split(amount)
 local est_n = {tonumber(est[1]), tonumber(est[2]), tonumber(est[3]), tonumber(est[4])}
 local everywhere = true
 for i = 0, n - 1 do
+  if lost(KEYS[3 * i + 1], KEYS[3 * i + 3]) then return {'lost', i} end
+end
+for i = 0, n - 1 do
   purge(KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3], now)
   if redis.call('HEXISTS', KEYS[3 * i + 3], step) == 0 then everywhere = false end
 end

@@ -1,5 +1,5 @@
 --! include budget_common
--- KEYS: budget. ARGV: warn_at, then one limit per unit ('' = off). A changed limit or
+-- KEYS: budget, holds. ARGV: warn_at, then one limit per unit ('' = off). A changed limit or
 -- threshold re-arms its one-time warning; setting the same values again changes nothing.
 local bkey = KEYS[1]
 if redis.call('HGET', bkey, 'warn_at') ~= ARGV[1] then
@@ -14,5 +14,10 @@ for k, unit in ipairs(UNITS) do
     redis.call('HSET', bkey, 'limit:' .. unit, new)
     redis.call('HDEL', bkey, 'warned:' .. unit)
   end
+end
+if has_limit(bkey) then
+  redis.call('HSET', KEYS[2], LIMIT_MARK, '1')
+else
+  redis.call('HDEL', KEYS[2], LIMIT_MARK)
 end
 return 1

@@ -5,6 +5,7 @@
 -- warning does, in its own script (see ``warning_flag``), so a lost race emits nothing
 -- and loses nothing.
 -- A scope without any limit has nothing to check: neither the clock nor its holds are read.
+-- A scope that lost its limit (see budget_common's LIMIT_MARK) returns {-(index + 1)}.
 local n, with_reserved = tonumber(ARGV[1]), ARGV[2] == '1'
 local now = nil
 local out = {0, ''}
@@ -12,6 +13,7 @@ for i = 0, n - 1 do
   local bkey = KEYS[3 * i + 1]
   local limits, spent, reserved, warn_at = {}, nil, nil, nil
   if limited(bkey) then
+    if lost(bkey, KEYS[3 * i + 3]) then return {-(i + 1)} end
     now = now or now_ms()
     purge(bkey, KEYS[3 * i + 2], KEYS[3 * i + 3], now)
     limits, spent, reserved, warn_at = load(bkey)

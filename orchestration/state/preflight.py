@@ -1,0 +1,153 @@
+"""Refuse, at start and in one line, a Redis that cannot keep Duet's state.
+
+Workers and every ``duet`` command check the server once per process (per URL):
+
+- an unknown URL scheme (only :data:`SCHEMES` are served);
+- a ``maxmemory-policy`` other than ``noeviction``: at ``maxmemory`` Redis would evict
+  runs, batches, queues and budget limits (a budget without its limit is no cap), so it
+  is refused unless ``DUET_ALLOW_EVICTION=1`` says the risk is accepted;
+- a Redis Cluster node (``cluster_enabled:1``): Duet's scripts and transactions touch keys
+  in several hash slots, which a cluster refuses.
+
+A server that does not say (``INFO`` and ``CONFIG`` disabled, as some managed services
+do) is let through with one warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from orchestration.core.errors import ConfigError
+from orchestration.settings import get_settings
+from orchestration.state.connection import hide_password
+
+#: URL schemes Duet's Redis clients serve.
+SCHEMES = ("redis", "rediss", "unix")
+#: The one eviction policy that never drops a key.
+NO_EVICTION = "noeviction"
+#: The variable that accepts an evicting server.
+ALLOW_EVICTION_VAR = "DUET_ALLOW_EVICTION"
+
+
+class Refused(ConfigError):
+    """The Redis at a configured URL cannot keep Duet's state: why, and how to fix it."""
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What the check reads of a server; None where the server would not say."""
+
+    maxmemory_policy: str | None
+    cluster_enabled: bool | None
+
+
+def check_scheme(url: str, variable: str) -> None:
+    """Raise :class:`Refused` unless ``url`` has one of :data:`SCHEMES`."""
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    if scheme not in SCHEMES:
+        shown = f"{scheme}://" if scheme else "no scheme"
+        raise Refused(
+            f"{variable}={hide_password(url)}: {shown} is not a Redis URL Duet serves: "
+            f"use {', '.join(s + '://' for s in SCHEMES)}"
+        )
+
+
+def judge(facts: ServerFacts, where: str, allow_eviction: bool) -> tuple[str | None, list[str]]:
+    """The refusal (None for none) and the warnings for a server with ``facts``, named
+    ``where`` in the messages (pure)."""
+    if facts.cluster_enabled:
+        return (
+            f"{where} is a Redis Cluster node (cluster_enabled:1): Duet's scripts and "
+            "transactions use keys in several hash slots, which a cluster refuses; use a "
+            "standalone Redis (or one behind Sentinel)"
+        ), []
+    warnings: list[str] = []
+    policy = facts.maxmemory_policy
+    if policy is None:
+        warnings.append(
+            f"{where} does not say its maxmemory-policy (INFO and CONFIG refused): make "
+            f"sure it is {NO_EVICTION}, or Redis may evict runs and budget limits"
+        )
+    elif policy != NO_EVICTION:
+        if not allow_eviction:
+            return (
+                f"{where} has maxmemory-policy {policy}: at maxmemory it would evict "
+                f"runs, batches and budget limits; run `CONFIG SET maxmemory-policy "
+                f"{NO_EVICTION}` (and set it in redis.conf), or set {ALLOW_EVICTION_VAR}=1 "
+                "to accept the risk"
+            ), []
+        warnings.append(
+            f"{where} has maxmemory-policy {policy} ({ALLOW_EVICTION_VAR}=1): at "
+            "maxmemory it may evict runs, batches and budget limits"
+        )
+    return None, warnings
+
+
+def read_facts(client: redis.Redis) -> ServerFacts:
+    """``maxmemory-policy`` (``INFO memory``, else ``CONFIG GET``) and ``cluster_enabled``
+    (``INFO cluster``) of the server behind ``client``; None for what it refuses."""
+    policy: str | None = None
+    cluster: bool | None = None
+    with contextlib.suppress(redis.exceptions.ResponseError):
+        policy = client.info("memory").get("maxmemory_policy")
+    if policy is None:
+        with contextlib.suppress(redis.exceptions.ResponseError):
+            policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
+    with contextlib.suppress(redis.exceptions.ResponseError):
+        cluster = bool(int(client.info("cluster").get("cluster_enabled", 0)))
+    return ServerFacts(maxmemory_policy=_text(policy), cluster_enabled=cluster)
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_lock = threading.Lock()
+#: URLs already checked in this process (each is checked, and warned of, once).
+_checked: set[str] = set()
+
+
+def check_server(url: str, variable: str) -> list[str]:
+    """Check the Redis at ``url`` (from ``variable``) once per process: the warnings for
+    the caller to show (none after the first call).
+
+    Raises:
+        Refused: the scheme, the eviction policy or a cluster (one line, how to fix it).
+        redis.RedisError, OSError: the server cannot be reached (the caller says so).
+    """
+    with _lock:
+        if url in _checked:
+            return []
+    check_scheme(url, variable)
+    settings = get_settings()
+    timeout = settings.redis_connect_timeout_s
+    client = redis.Redis.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0), decode_responses=True,
+    )  # fmt: skip
+    try:
+        facts = read_facts(client)
+    finally:
+        client.close()
+    where = f"the Redis at {variable}={hide_password(url)}"
+    refusal, warnings = judge(facts, where, settings.allow_eviction)
+    if refusal is not None:
+        raise Refused(refusal)
+    with _lock:
+        _checked.add(url)
+    return warnings
+
+
+def forget() -> None:
+    """Check every URL again (tests, and a process that changed its server)."""
+    with _lock:
+        _checked.clear()
