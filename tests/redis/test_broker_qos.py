@@ -439,7 +439,8 @@ def test_kombus_half_open_pop_check_drops_a_pop_never_answered(
 
     with _consuming(url, 0, prefetch=4) as (conn, _, _got):
         channel = conn.default_channel
-        channel._brpop_start()  # a BLMPOP waiting on the empty queue: no reply yet
+        # As the event loop does: a BLMPOP waiting on the empty queue, no reply yet.
+        conn.transport.cycle._register_BRPOP(channel)
         assert channel._brpop_sent_at is not None and channel._in_poll is not None
         sock = channel.client.connection._sock
         assert sock is not None
@@ -449,3 +450,4 @@ def test_kombus_half_open_pop_check_drops_a_pop_never_answered(
         conn.transport.cycle.maybe_check_brpop_health()
         assert channel.client.connection._sock is None  # dropped: the loop reconnects
         channel._in_poll = None
+        conn.transport.cycle._unregister(channel, channel.client, "BRPOP")
