@@ -77,13 +77,16 @@ def test_httpx2_the_sdks_post_with_is_declared() -> None:
 
 
 @pytest.mark.parametrize("path", list(fastpaths.FAST_PATHS.values()), ids=lambda p: p.name)
-def test_the_installed_release_runs_each_fast_path(path: fastpaths.FastPath) -> None:
-    # The dev venv installs the tested releases: auto turns every fast path on there.
+def test_auto_runs_each_fast_path_exactly_on_its_tested_releases(path: fastpaths.FastPath) -> None:
+    # The dev venv installs the tested releases (every fast path on); the oldest-release
+    # job older ones (the stock paths, each with its notice).
     version = fastpaths.installed_version(path.package)
+    assert version is not None
     decision = fastpaths.decide(
         fastpaths.parse("auto"), path, version, fastpaths.missing_names(path)
     )
-    assert decision == fastpaths.Decision(True), decision.notice
+    assert decision.on is SpecifierSet(path.tested).contains(version), decision.notice
+    assert (decision.notice is None) is decision.on
 
 
 def test_the_image_copies_every_package_the_wheel_holds(reliability: Reliability) -> None:
