@@ -8,7 +8,7 @@ with and the private names it needs; every other case runs the stock library.
 ``auto,-endpoint`` or ``off,+pool``:
 
 * ``auto``: a fast path is on when the installed release is in its tested range and its
-  names exist; otherwise the stock library runs, with one logged line saying why;
+  names exist; otherwise the stock library runs, with one line logged (INFO) saying why;
 * ``on``: every fast path is on whatever the release (a missing name: ``ConfigError``);
 * ``off``: the stock libraries everywhere.
 
@@ -219,7 +219,7 @@ def enabled(name: str) -> bool:
                 missing_names(path),
             )
             if decision.notice:
-                log.warning(decision.notice)
+                log.info(decision.notice)
             _decided[name] = decision.on
         return _decided[name]
 

@@ -111,7 +111,7 @@ def test_enabled_decides_once_and_logs_the_notice_once(
 ) -> None:
     monkeypatch.setenv(fastpaths.SWITCH, "auto")
     monkeypatch.setattr(fastpaths, "installed_version", lambda package: "0.0.1")
-    with caplog.at_level(logging.WARNING, logger=fastpaths.__name__):
+    with caplog.at_level(logging.INFO, logger=fastpaths.__name__):
         first = [fastpaths.enabled("endpoint") for _ in range(3)]
     assert first == [False, False, False]
     notices = [r.getMessage() for r in caplog.records]

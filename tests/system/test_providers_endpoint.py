@@ -261,7 +261,7 @@ def test_an_untested_httpx2_posts_every_call_through_the_sdk_with_one_notice(
         return send(self, request, **kwargs)
 
     monkeypatch.setattr(httpx2.Client, "send", counting)
-    with caplog.at_level(logging.WARNING, logger=fastpaths.__name__):
+    with caplog.at_level(logging.INFO, logger=fastpaths.__name__):
         for _ in range(3):
             assert call(agent(provider)).stop_reason == "end"
     assert len(sent) == 3  # each through the SDK's client
