@@ -1,6 +1,6 @@
 """Instructions per model call, counted by valgrind: a figure the machine's load moves little.
 
-    python -m bench.instructions [--runs 24] [--against DIR] [--json]
+    python -m bench.instructions [--runs 24] [--against DIR] [--fast-paths] [--json]
 
 CPU seconds on these shared machines drift by 10-20 % between two runs of the same
 commit, more than most single changes on the hot path move them. Instructions executed
@@ -60,15 +60,17 @@ def _child(kind: str, runs: int) -> None:
                 wait_batch(team.submit_batch([prompt_for(k) for k in range(runs)]), 3600)
 
 
-def count(checkout: Path, kind: str, runs: int) -> int:
-    """Instructions valgrind counts in one child process of ``checkout`` doing ``runs``."""
+def count(checkout: Path, kind: str, runs: int, switch: str | None = None) -> int:
+    """Instructions valgrind counts in one child process of ``checkout`` doing ``runs``
+    (with ``DUET_FAST_PATHS=switch`` if given)."""
     child = (f"import runpy, sys; sys.path.insert(0, {str(checkout)!r}); "
              f"runpy.run_path({__file__!r}, run_name='counted')['_child']({kind!r}, {runs})")  # fmt: skip
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
          "-c", child],
         cwd=checkout, capture_output=True, text=True, timeout=3600,
-        env={**os.environ, "PYTHONPATH": str(checkout)},
+        env={**os.environ, "PYTHONPATH": str(checkout),
+             **({"DUET_FAST_PATHS": switch} if switch is not None else {})},
     )  # fmt: skip
     found = _COLLECTED.findall(out.stderr)
     if out.returncode != 0 or not found:
@@ -91,14 +93,47 @@ def per_call(checkouts: list[Path], runs: int) -> dict[str, dict[str, float]]:
     }
 
 
+def per_switch(switches: list[str], runs: int) -> dict[str, float]:
+    """Instructions per model call of Duet under each ``DUET_FAST_PATHS`` value, and of
+    the bare SDK (key ``sdk``)."""
+    jobs = [(ROOT, "duet", n, s) for s in switches for n in (0, runs)]
+    jobs += [(ROOT, "sdk", n, None) for n in (0, runs)]
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        counted = dict(zip(jobs, pool.map(lambda job: count(*job), jobs), strict=True))
+    calls = runs * CALLS_PER_RUN
+    figures = {s: (counted[(ROOT, "duet", runs, s)] - counted[(ROOT, "duet", 0, s)]) / calls
+               for s in switches}  # fmt: skip
+    figures["sdk"] = (counted[(ROOT, "sdk", runs, None)] - counted[(ROOT, "sdk", 0, None)]) / calls
+    return figures
+
+
+def fast_path_switches() -> list[str]:
+    """``on``, ``off`` and ``on`` with each fast path off in turn."""
+    from orchestration.state.fastpaths import FAST_PATHS
+
+    return ["on", "off", *(f"on,-{name}" for name in FAST_PATHS)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
     parser.add_argument("--runs", type=int, default=24)
     parser.add_argument("--against", help="another checkout to count the same in")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--fast-paths", action="store_true",
+                        help="count DUET_FAST_PATHS=on, off and on with each one off")  # fmt: skip
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (apt-get install valgrind)")
+    if args.fast_paths:
+        by_switch = per_switch(fast_path_switches(), args.runs)
+        if args.json:
+            print(json.dumps(by_switch))
+            return 0
+        on = by_switch["on"]
+        print(f"instructions per model call (valgrind), {args.runs * CALLS_PER_RUN} calls each:")
+        for switch, figure in by_switch.items():
+            print(f"  {switch:>14}: {figure / 1e6:6.2f} M  ({figure / on - 1:+.1%} against on)")
+        return 0
     checkouts = [ROOT] + ([Path(args.against).resolve()] if args.against else [])
     figures = per_call(checkouts, args.runs)
     if args.json:

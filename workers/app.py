@@ -15,6 +15,8 @@ from celery import Celery
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    after_task_publish,
+    before_task_publish,
     worker_init,
     worker_process_shutdown,
     worker_shutdown,
@@ -24,16 +26,13 @@ from kombu import Queue
 from orchestration.core.agents import DEFAULT_TIMEOUT_S, check_call_timeout
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
-from orchestration.state import keys
-from orchestration.state.broker import broker_config, visibility_timeout_of
+from orchestration.state import fastpaths, keys
+from orchestration.state.broker import broker_config, is_redis, visibility_timeout_of
 from workers import celery_ext, publish
 
 log = logging.getLogger(__name__)
 
-# An untested Celery or kombu fails here, at start, rather than mid-batch.
-celery_ext.check_versions()
-
-app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.AMQP)
+app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.amqp())
 
 
 def _config(broker_url: str | None) -> dict[str, object]:
@@ -56,7 +55,7 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,
-        "worker_consumer": celery_ext.CONSUMER,
+        "worker_consumer": celery_ext.consumer(),
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
         # On a lost broker connection, tasks in flight run to their end (a step's model
@@ -77,8 +76,10 @@ _direct_push = False
 
 def direct_push() -> bool:
     """Whether the tasks push their messages themselves (:mod:`workers.publish`: one
-    LPUSH, no ``send_task``): on Duet's Redis transport only (set by :func:`configure`)."""
-    return _direct_push
+    LPUSH, no ``send_task``): on a Redis broker while the ``publish`` fast path is on
+    (set by :func:`configure`) and no receiver is connected to Celery's
+    ``before_task_publish`` / ``after_task_publish``, which only ``send_task`` sends."""
+    return _direct_push and not (before_task_publish.receivers or after_task_publish.receivers)
 
 
 def configure(redis_url: str | None = None, broker_url: str | None = None) -> Celery:
@@ -88,12 +89,13 @@ def configure(redis_url: str | None = None, broker_url: str | None = None) -> Ce
     config = _config(broker_url or settings.broker_url or redis_url or settings.redis_url)
     app.conf.update(config)
     SEND_OPTIONS.clear()
-    _direct_push = config["broker_transport"] is not None
-    if _direct_push:  # our Redis transport
+    broker = config["broker_url"]
+    _direct_push = is_redis(broker) and fastpaths.enabled("publish")
+    if config["broker_transport"] is not None:  # our Redis transport
         SEND_OPTIONS["declare"] = []
     # Pools opened for the previous broker would keep sending there (as after a fork).
     celery_ext.forget_pools(app)
-    publish.use_broker(str(config["broker_url"]) if _direct_push else None)
+    publish.use_broker(str(broker) if _direct_push else None)
     return app
 
 
@@ -155,14 +157,12 @@ def check_visibility_timeout() -> None:
 
 @worker_init.connect(weak=False)
 def _check_at_start(**_: object) -> None:
-    # The timeouts, and the HTTP client release the vendor adapters post on (httpx2 is
-    # imported here, not by every process importing this module: ~0.14 s).
+    # The timeouts, and whether the endpoint fast path runs (its notice, if off, at start;
+    # httpx2 is imported here, not by every process importing this module: ~0.14 s).
     # Celery logs and ignores what a signal handler raises: exit (code 2) instead.
-    from workers.providers import endpoint
-
     try:
         check_visibility_timeout()
-        endpoint.check_versions()
+        fastpaths.enabled("endpoint")
         check_servers()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -1,11 +1,10 @@
-"""Every customisation of Celery that leans on its private names, and the version check.
+"""Duet's customisations of Celery: the consumer's event flush (a fast path), the
+broker connections' name, the redacted task events, and the app's pools.
 
-Duet overrides a few methods Celery does not document (the consumer's event flush, the
-app's connection pools) and swaps the class of its broker connections. They are tested with the Celery release pinned in
-``pyproject.toml``; another release may rename them silently, so :func:`check_versions`
-refuses to start a worker or client on an untested Celery (or kombu: its Redis transport
-is customised in :mod:`orchestration.state.broker`, which the client uses too and which
-checks its own kombu) with a message saying what to install.
+The consumer override leans on names Celery does not document; it runs only while the
+``consumer`` fast path is on (:mod:`orchestration.state.fastpaths`), else Celery's stock
+consumer does (:func:`consumer`). The redacting request is always used: it keeps secrets
+out of task events and calls only Celery's ``send_event``.
 """
 
 from __future__ import annotations
@@ -14,50 +13,19 @@ import math
 import time
 from typing import Any
 
-from celery import Celery
 from celery.app.amqp import AMQP as CeleryAMQP
 from celery.worker import consumer as celery_consumer
 from celery.worker.request import Request as CeleryRequest
 
-from orchestration.state import broker
-from orchestration.state.broker import Connection, check_release
+from orchestration.state import fastpaths
+from orchestration.state.broker import Connection
 from workers.secrets import may_hold_secret, redact
-
-#: The Celery releases the overrides below are tested with (pyproject.toml pins the same).
-CELERY_TESTED = ">=5.7,<5.8"
 
 #: Shortest interval between two publishes of buffered task events (seconds).
 EVENTS_FLUSH_INTERVAL_S = 0.05
 #: Task events a worker buffers before a task's thread publishes them itself (Celery: 24,
 #: which at ~200 tasks/s is a publish every ~40 ms besides the loop's timed ones).
 EVENTS_BUFFER_LIMIT = 256
-
-
-def check_versions() -> None:
-    """Refuse to run on a Celery or kombu release the overrides were not tested with.
-
-    Raises:
-        ConfigError: naming the package, the installed release, the tested range and the
-            private name that is missing, if any.
-    """
-    import celery
-
-    check_release("celery", celery.__version__, CELERY_TESTED, _missing_celery_names())
-    broker.check_versions()
-
-
-def _missing_celery_names() -> list[str]:
-    needed = [
-        (celery_consumer.Consumer, "_flush_events"),
-        (celery_consumer.Consumer, "on_send_event_buffered"),
-        (Celery, "_pool"),
-        (CeleryAMQP, "_producer_pool"),
-        (CeleryAMQP, "Connection"),
-        (CeleryRequest, "send_event"),
-    ]
-    return [
-        f"{cls.__module__}.{cls.__name__}.{name}" for cls, name in needed if not hasattr(cls, name)
-    ]
 
 
 class Consumer(celery_consumer.Consumer):
@@ -140,6 +108,20 @@ REQUEST = f"{__name__}:Request"
 
 #: Celery's ``worker_consumer`` value selecting :class:`Consumer`.
 CONSUMER = f"{__name__}:Consumer"
+#: Celery's default ``worker_consumer``: the stock consumer.
+STOCK_CONSUMER = "celery.worker.consumer:Consumer"
+
+
+def consumer() -> str:
+    """The ``worker_consumer`` setting: :class:`Consumer` while the ``consumer`` fast
+    path is on, else Celery's own."""
+    return CONSUMER if fastpaths.enabled("consumer") else STOCK_CONSUMER
+
+
+def amqp() -> type[CeleryAMQP]:
+    """The app's ``amqp`` class: :class:`AMQP` (its connections name Duet's transport)
+    while the ``transport`` fast path is on, else Celery's own."""
+    return AMQP if fastpaths.enabled("transport") else CeleryAMQP
 
 
 def forget_pools(app: Any) -> None:

@@ -63,7 +63,6 @@ def message(
     The text is written as ``json.dumps`` would write the message's dict (same keys, order
     and separators; ``tests/redis/test_publish.py``), but only its variable parts are
     encoded: ~8 us of CPU against ~30 for dumping the whole dict, twice per model call.
-    Its ids are drawn without a system call (:mod:`orchestration.state.ids`).
     """
     task_id, tag = uuid4_text(), uuid4_text()
     parent = app.current_worker_task

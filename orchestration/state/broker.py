@@ -33,8 +33,9 @@ These override methods kombu does not document (``Channel._create_client``,
 ``restore_visible``, and use ``Channel._do_restore_message``, ``Channel._queue_cycle``,
 ``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Channel.global_keyprefix``,
 ``Mutex``), tested with the kombu
-release pinned in ``pyproject.toml``; :func:`check_versions` refuses an untested kombu
-when the transport is chosen. This is the one place Duet customises kombu (the client uses
+release in the ``transport`` fast path's tested range (:mod:`orchestration.state.fastpaths`):
+on another release, or with ``DUET_FAST_PATHS=off``, kombu's stock Redis transport runs.
+This is the one place Duet customises kombu (the client uses
 the transport too, so it cannot live with the worker's Celery customisations in
 ``workers/celery_ext.py``).
 """
@@ -48,7 +49,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
-from types import ModuleType
 from typing import Any
 
 import kombu
@@ -59,9 +59,8 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
 from orchestration.core.envelope import envelope_problem, examine
-from orchestration.core.errors import ConfigError
 from orchestration.settings import Settings
-from orchestration.state import connection, deadletters, keys, scripts
+from orchestration.state import connection, deadletters, fastpaths, keys, scripts
 from orchestration.state.outages import OUTAGE_ERRORS
 
 #: Celery ``broker_transport`` value selecting this transport.
@@ -83,58 +82,6 @@ POP_MAX = 16
 ACK_BATCH = 32
 
 log = logging.getLogger(__name__)
-
-#: The kombu releases the overrides below are tested with (pyproject.toml pins the same).
-KOMBU_TESTED = ">=5.7,<5.8"
-
-
-def check_release(package: str, version: str, tested: str, missing: list[str]) -> None:
-    """Raise a :class:`ConfigError` if ``version`` of ``package`` is outside ``tested``
-    or a private name Duet overrides (``missing``) is gone."""
-    from packaging.specifiers import SpecifierSet
-
-    if version in SpecifierSet(tested) and not missing:
-        return
-    problem = f"{package} {version} is installed"
-    if missing:
-        problem += f" and lacks {', '.join(missing)}"
-    raise ConfigError(
-        f"{problem}, but Duet's customisations of it are tested with {package}{tested}: "
-        f"install that (pip install '{package}{tested}')"
-    )
-
-
-def _qualified(owner: Any) -> str:
-    if isinstance(owner, ModuleType):
-        return owner.__name__
-    return f"{owner.__module__}.{owner.__name__}"
-
-
-def check_versions() -> None:
-    """Refuse a kombu release the transport below was not tested with (ConfigError)."""
-    needed: list[tuple[Any, str]] = [
-        (kombu_redis.Channel, "_create_client"),
-        (kombu_redis.Channel, "_get_pool"),
-        (kombu_redis.Channel, "pool"),
-        (kombu_redis.Channel, "conn_or_acquire"),
-        (kombu_redis.Channel, "unacked_restore_throttle"),
-        (kombu_redis.QoS, "pipe_or_acquire"),
-        (kombu_redis.QoS, "append"),
-        (kombu_redis.QoS, "restore_by_tag"),
-        (kombu_redis.QoS, "restore_visible"),
-        (kombu_redis.Channel, "_do_restore_message"),
-        (kombu_redis.Channel, "_brpop_start"),
-        (kombu_redis.Channel, "_brpop_read"),
-        (kombu_redis.Channel, "_get"),
-        (kombu_redis.Channel, "_flush_brpop_reauth"),
-        (kombu_redis.Channel, "_in_poll"),
-        (kombu_redis.Channel, "global_keyprefix"),
-        (kombu_redis, "Mutex"),
-        (kombu_redis, "MutexHeld"),
-        (kombu.Connection, "resolve_aliases"),
-    ]
-    missing = [f"{_qualified(owner)}.{name}" for owner, name in needed if not hasattr(owner, name)]
-    check_release("kombu", kombu.__version__, KOMBU_TESTED, missing)
 
 
 def _member(payload: dict[str, Any]) -> str:
@@ -489,6 +436,8 @@ class Channel(kombu_redis.Channel):
         credit = self.qos.can_consume_max_estimate()
         count = self._pop_count = max(1, min(POP_MAX, POP_MAX if credit is None else credit))
         self._in_poll = self.client.connection
+        # kombu's half-open BRPOP check (maybe_check_brpop_health) reads when it went out.
+        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
         if self._popping is not None:  # a script pop whose reply was never read
             self.qos.give_back_acks(self._popping[0])  # removed again if they were
             self._popping = None
@@ -769,12 +718,13 @@ def visibility_timeout_of(settings: Settings) -> int | None:
 
 
 def transport_for(broker_url: str | None) -> str | None:
-    """Our transport for ``redis://`` / ``rediss://`` brokers; None keeps kombu's choice.
-
-    Raises:
-        ConfigError: the installed kombu is not a release the transport is tested with.
-    """
-    if broker_url and broker_url.split("://", 1)[0] in ("redis", "rediss"):
-        check_versions()
+    """Our transport for ``redis://`` / ``rediss://`` brokers while the ``transport`` fast
+    path is on; None keeps kombu's choice (its stock Redis transport for those)."""
+    if is_redis(broker_url) and fastpaths.enabled("transport"):
         return TRANSPORT
     return None
+
+
+def is_redis(broker_url: object) -> bool:
+    """Whether ``broker_url`` names a Redis broker."""
+    return bool(broker_url) and str(broker_url).split("://", 1)[0] in ("redis", "rediss")

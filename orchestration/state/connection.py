@@ -18,6 +18,7 @@ from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import Settings, get_settings
+from orchestration.state import fastpaths
 from orchestration.state.outages import OUTAGE_ERRORS
 from orchestration.state.pinned import PinnedPool
 
@@ -56,7 +57,8 @@ def redis_url() -> str:
 def get_redis() -> Any:
     """The process-wide client: a blocking pool sized for a threaded worker, in which each
     thread keeps a connection (:class:`~orchestration.state.pinned.PinnedPool`: up to
-    the worker's threads and 16 more keep one, 16 more are shared).
+    the worker's threads and 16 more keep one, 16 more are shared) while the ``pool``
+    fast path is on, else redis-py's stock ``BlockingConnectionPool``.
 
     Typed ``Any``: it decodes responses to ``str``, which redis-py's annotations
     (``bytes | str`` everywhere) cannot express.
@@ -67,7 +69,8 @@ def get_redis() -> Any:
         return client
     with _lock:
         if _client is None:
-            pool = PinnedPool.from_url(
+            pool_class = PinnedPool if fastpaths.enabled("pool") else redis.BlockingConnectionPool
+            pool = pool_class.from_url(
                 redis_url(),
                 max_connections=get_settings().worker_concurrency + 32,
                 timeout=30,

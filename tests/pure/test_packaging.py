@@ -1,5 +1,5 @@
 """Packaging: every dependency is pinned with an upper bound, the pins hold what is
-installed, and the Celery/kombu overrides refuse a release they were not tested with."""
+installed, and each fast path's tested range lies inside its package's pin."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import sys
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
-from orchestration.core.errors import ConfigError
-from orchestration.state import broker
+from orchestration.state import fastpaths
 from tests.reliability import PACKAGING, Reliability, lost_of
 from tests.support import ROOT
-from workers import celery_ext
-from workers.providers import endpoint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -66,64 +65,33 @@ def test_celery_comes_with_its_redis_extra() -> None:
     assert "redis" in celery.extras
 
 
-def test_the_checked_ranges_are_the_pinned_ones() -> None:
-    pins = {r.name: str(r.specifier) for r in _requirements()}
-
-    def norm(spec: str) -> set[str]:
-        return set(re.sub(r"\s", "", spec).split(","))
-
-    assert norm(pins["celery"]) == norm(celery_ext.CELERY_TESTED)
-    assert norm(pins["kombu"]) == norm(broker.KOMBU_TESTED)
-
-
-def test_the_installed_celery_and_kombu_pass_the_start_check() -> None:
-    celery_ext.check_versions()  # raises ConfigError otherwise
+@pytest.mark.parametrize("path", list(fastpaths.FAST_PATHS.values()), ids=lambda p: p.name)
+def test_each_fast_paths_tested_range_lies_inside_the_pin(path: fastpaths.FastPath) -> None:
+    # The pins are the stock path's range; a fast path's tested range is a part of it.
+    pins = {r.name: r.specifier for r in _requirements()}
+    tested = SpecifierSet(path.tested)
+    floor = next(s.version for s in tested if s.operator == ">=")
+    ceiling = next(s.version for s in tested if s.operator == "<")
+    pin = pins[path.package]
+    assert floor in pin, f"{path.name}: {path.package}{path.tested} vs the pin {pin}"
+    assert Version(ceiling) <= Version(next(s.version for s in pin if s.operator == "<"))
 
 
-def test_the_installed_httpx2_passes_the_start_check() -> None:
-    endpoint.check_versions()  # raises ConfigError otherwise
+def test_httpx2_the_sdks_post_with_is_declared() -> None:
+    assert "httpx2" in {r.name for r in _requirements()}
 
 
-def test_an_httpx2_lacking_a_private_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    import httpx2
-
-    monkeypatch.delattr(httpx2.Client, "_transport_for_url")
-    with pytest.raises(ConfigError, match="lacks httpx2.Client._transport_for_url"):
-        endpoint.check_versions()
-
-
-@pytest.mark.parametrize(
-    ("version", "missing", "message"),
-    [
-        ("5.8.0", [], "celery 5.8.0 is installed, but Duet's customisations of it are tested "
-                     "with celery>=5.7,<5.8: install that (pip install 'celery>=5.7,<5.8')"),
-        ("5.6.2", [], "celery 5.6.2 is installed"),
-        ("5.7.1", ["celery.worker.consumer.consumer.Consumer._flush_events"],
-         "celery 5.7.1 is installed and lacks celery.worker.consumer.consumer.Consumer._flush_events"),
-    ],
-    ids=["newer", "older", "lacking-a-name"],
-)  # fmt: skip
-def test_an_untested_release_is_refused_with_what_to_install(
-    reliability: Reliability, version: str, missing: list[str], message: str
-) -> None:
-    try:
-        broker.check_release("celery", version, celery_ext.CELERY_TESTED, missing)
-        refused = None
-    except ConfigError as exc:
-        refused = str(exc)
-    reliability.record(
-        section=PACKAGING,
-        fault="A Celery or kombu release outside the tested pins, or one missing a private "
-        "name Duet overrides, at the start of a worker or client",
-        load=f"celery {version}"
-        + (f" lacking `{missing[0].rsplit('.', 1)[-1]}`" if missing else ""),
-        lost=f"nothing: refused at start: `{refused}`" if refused else "started: not refused",
+@pytest.mark.parametrize("path", list(fastpaths.FAST_PATHS.values()), ids=lambda p: p.name)
+def test_auto_runs_each_fast_path_exactly_on_its_tested_releases(path: fastpaths.FastPath) -> None:
+    # The dev venv installs the tested releases (every fast path on); the oldest-release
+    # job older ones (the stock paths, each with its notice).
+    version = fastpaths.installed_version(path.package)
+    assert version is not None
+    decision = fastpaths.decide(
+        fastpaths.parse("auto"), path, version, fastpaths.missing_names(path)
     )
-    assert refused is not None and refused.startswith(message)
-
-
-def test_a_tested_release_passes() -> None:
-    broker.check_release("kombu", "5.7.3", broker.KOMBU_TESTED, [])
+    assert decision.on is SpecifierSet(path.tested).contains(version), decision.notice
+    assert (decision.notice is None) is decision.on
 
 
 def test_the_image_copies_every_package_the_wheel_holds(reliability: Reliability) -> None:

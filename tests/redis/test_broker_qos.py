@@ -427,3 +427,27 @@ def test_a_scan_refused_for_lack_of_memory_is_skipped() -> None:
             qos.restore_visible(num=None, interval=1)  # skipped, not raised
         finally:
             admin.config_set("maxmemory", "0")
+
+
+def test_kombus_half_open_pop_check_drops_a_pop_never_answered(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kombu's ``maybe_check_brpop_health`` drops a pop's connection once its reply is
+    overdue (a half-open socket never becomes readable): it needs the time the pop went
+    out, which Duet's pop sets as kombu's does."""
+    from kombu.transport import redis as kombu_redis
+
+    with _consuming(url, 0, prefetch=4) as (conn, _, _got):
+        channel = conn.default_channel
+        # As the event loop does: a BLMPOP waiting on the empty queue, no reply yet.
+        conn.transport.cycle._register_BRPOP(channel)
+        assert channel._brpop_sent_at is not None and channel._in_poll is not None
+        sock = channel.client.connection._sock
+        assert sock is not None
+        now = kombu_redis.monotonic()
+        overdue = channel.brpop_timeout + channel.health_check_interval + 1
+        monkeypatch.setattr(kombu_redis, "monotonic", lambda: now + overdue)
+        conn.transport.cycle.maybe_check_brpop_health()
+        assert channel.client.connection._sock is None  # dropped: the loop reconnects
+        channel._in_poll = None
+        conn.transport.cycle._unregister(channel, channel.client, "BRPOP")

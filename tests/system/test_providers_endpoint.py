@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import logging
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,7 @@ import pytest
 
 from duet.fake_llm import FakeLLM
 from orchestration.core.errors import ProviderError
+from orchestration.state import fastpaths
 from tests.system import test_providers_http as base
 from tests.system.test_providers_http import ANTHROPIC_KEY, OPENAI_KEY, PROVIDERS, agent, call
 from workers.providers import provider_for
@@ -103,7 +105,10 @@ def proxy(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxy]:
 
 def _lean(provider: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Make the first call (through the SDK); the requests the SDK's client sends from
-    then on (none if later calls go straight to its pool)."""
+    then on (none if later calls go straight to its pool). Skips where the endpoint
+    fast path is off (DUET_FAST_PATHS, or an untested httpx2)."""
+    if not fastpaths.enabled("endpoint"):
+        pytest.skip("the endpoint fast path is off here")
     assert call(agent(provider)).stop_reason == "end"
     adapter = provider_for(agent(provider).spec)
     assert adapter._endpoint is not None and adapter._endpoint.pool is not None
@@ -228,3 +233,44 @@ def test_a_connection_the_server_closes_is_made_anew(
     assert len(later) == 5
     assert len(set(later[:4])) == 4, f"a new connection after each closed one: {later}"
     assert later[4] == later[3]  # kept alive again: the same connection
+
+
+@pytest.fixture
+def untested_httpx2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``DUET_FAST_PATHS=auto`` with httpx2 reporting 2.14.0 (what Python 3.10 resolves)."""
+    real = fastpaths.installed_version
+    monkeypatch.setenv(fastpaths.SWITCH, "auto")
+    monkeypatch.setattr(
+        fastpaths, "installed_version", lambda p: "2.14.0" if p == "httpx2" else real(p)
+    )
+    fastpaths.reset()
+    yield
+    fastpaths.reset()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_untested_httpx2_posts_every_call_through_the_sdk_with_one_notice(
+    llm: FakeLLM,
+    untested_httpx2: None,
+    provider: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent: list[Any] = []
+    send = httpx2.Client.send
+
+    def counting(self: httpx2.Client, request: httpx2.Request, **kwargs: Any) -> Any:
+        sent.append(request)
+        return send(self, request, **kwargs)
+
+    monkeypatch.setattr(httpx2.Client, "send", counting)
+    with caplog.at_level(logging.INFO, logger=fastpaths.__name__):
+        for _ in range(3):
+            assert call(agent(provider)).stop_reason == "end"
+    assert len(sent) == 3  # each through the SDK's client
+    assert provider_for(agent(provider).spec)._endpoint is None
+    notices = [r.getMessage() for r in caplog.records if r.name == fastpaths.__name__]
+    assert notices == [
+        "fast path endpoint off: httpx2 2.14.0 is outside its tested >=2.16,<2.17; "
+        "running the stock library"
+    ]

@@ -22,8 +22,9 @@ decoding a compressed body, and a redirect (the call is sent again through the c
 which follows it). Cookies a vendor sets are not kept: model calls carry their auth in
 headers.
 
-The pool is reached through private names of ``httpx2``: :func:`check_versions` refuses
-a release they are not tested with, at worker start.
+The pool is reached through private names of ``httpx2``: the ``endpoint`` fast path
+(:mod:`orchestration.state.fastpaths`) runs only on the httpx2 releases it is tested with;
+otherwise every call goes through the SDK (``SDKProvider`` learns no endpoint).
 """
 
 from __future__ import annotations
@@ -33,33 +34,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestration.state.broker import check_release
-
-#: The httpx2 releases the private names below are tested with (the SDKs pull httpx2 in).
-HTTPX2_TESTED = ">=2.16,<2.17"
 #: Headers the first call carried that belong to it alone (lengths, the SDK's retry
 #: count and its timeouts, which a later call's own may differ from, its idempotency key):
 #: not sent again.
 PER_REQUEST_HEADERS = frozenset({b"content-length", b"transfer-encoding",
                                  b"x-stainless-retry-count", b"x-stainless-read-timeout",
                                  b"x-stainless-timeout", b"idempotency-key"})  # fmt: skip
-
-
-def check_versions() -> None:
-    """Refuse (ConfigError) an httpx2 release outside :data:`HTTPX2_TESTED` or one
-    lacking a private name :class:`Endpoint` uses."""
-    import httpx2
-    from httpx2._transports import default
-
-    present = {
-        "httpx2.Client._transport_for_url": hasattr(httpx2.Client, "_transport_for_url"),
-        "httpx2.HTTPTransport._pool": "_pool" in httpx2.HTTPTransport.__init__.__code__.co_names,
-        "httpx2._transports.default.map_httpcore_exceptions": hasattr(
-            default, "map_httpcore_exceptions"
-        ),
-    }
-    missing = [name for name, there in present.items() if not there]
-    check_release("httpx2", httpx2.__version__, HTTPX2_TESTED, missing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
+from orchestration.state import fastpaths
 from workers import secrets
 from workers.providers.base import Completion, Message, Provider
 from workers.providers.batch import (
@@ -90,6 +91,7 @@ class SDKProvider(Provider):
         if (
             self._endpoint is None
             and request.method == "POST"
+            and fastpaths.enabled("endpoint")  # else every call goes through the SDK
             and (request.url.path.endswith(self.path))
         ):
             self._endpoint = Endpoint.of(self._http, request)
