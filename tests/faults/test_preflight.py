@@ -110,14 +110,32 @@ def test_an_evicting_server_is_refused_by_a_command(
     assert "DUET_ALLOW_EVICTION=1" in err
 
 
-def test_an_evicting_server_is_refused_by_a_worker(evicting: str) -> None:
+def test_an_evicting_server_is_refused_by_a_worker(evicting: str, reliability: Reliability) -> None:
     code, out = worker(evicting)
+    reliability.record(
+        section=CLIENTS,
+        fault="`maxmemory-policy allkeys-lru`, at a worker's start",
+        load="`celery -A workers worker`",
+        lost="nothing: the worker exits 2 before taking a message"
+        if code == 2 and FIX in out
+        else f"the worker exited {code} without naming the fix",
+    )
     assert code == 2, out[-3000:]
     assert FIX in out
 
 
-def test_an_evicting_server_is_accepted_when_allowed(evicting: str) -> None:
+def test_an_evicting_server_is_accepted_when_allowed(
+    evicting: str, reliability: Reliability
+) -> None:
     code, out, err = duet(["ls"], evicting, DUET_ALLOW_EVICTION="1")
+    reliability.record(
+        section=CLIENTS,
+        fault="`maxmemory-policy allkeys-lru` with `DUET_ALLOW_EVICTION=1` (the risk accepted)",
+        load="`duet ls`",
+        lost="nothing: runs, with a warning naming the policy"
+        if code == 0 and "allkeys-lru" in err
+        else f"exit {code}: {err[-200:]}",
+    )
     assert code == 0, err
     assert "warning:" in err and "allkeys-lru" in err
 
@@ -154,15 +172,30 @@ def test_an_unknown_scheme_is_one_line(url: str, reliability: Reliability) -> No
     assert "DUET_REDIS_URL=" in err and "redis://" in err
 
 
-def test_an_unknown_scheme_is_refused_by_a_worker() -> None:
+def test_an_unknown_scheme_is_refused_by_a_worker(reliability: Reliability) -> None:
     code, out = worker("sentinel://127.0.0.1:26379/0")
+    reliability.record(
+        section=CLIENTS,
+        fault="`DUET_REDIS_URL=sentinel://…`, at a worker's start",
+        load="`celery -A workers worker`",
+        lost="nothing: the worker exits 2 with one line" if code == 2 else f"exit {code}",
+    )
     assert code == 2, out[-3000:]
     assert "sentinel:// is not a Redis URL Duet serves" in out
 
 
-def test_a_server_that_will_not_say_is_let_through_with_a_warning() -> None:
+def test_a_server_that_will_not_say_is_let_through_with_a_warning(
+    reliability: Reliability,
+) -> None:
     """A user without INFO and CONFIG (as some managed services give): unknown, warned."""
     from orchestration.state import preflight
+
+    reliability.record(
+        section=CLIENTS,
+        fault="a managed Redis that refuses `INFO` and `CONFIG` to Duet's user",
+        load="the start check, twice",
+        lost="nothing: let through with one warning that the policy is unknown",
+    )
 
     with EmbeddedRedis() as server, redis.Redis(port=server.port) as admin:
         admin.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
