@@ -212,3 +212,24 @@ def test_the_pre_commit_hook_reviews_staged_files(repo: Path) -> None:
     ]
     assert ids == ["staged.py"]
     assert _git(repo, "rev-parse", "HEAD") == head  # nothing committed
+
+
+def test_duet_run_takes_git_inputs_and_refuses_both_or_neither(repo: Path, tmp_path: Path) -> None:
+    config = tmp_path / "review.toml"
+    out = tmp_path / "run.jsonl"
+    done = _duet("run", config, "--git", "main..feature", "--repo", repo, "-o", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == [
+        "README.md",
+        "app.py",
+    ]
+    both = _duet("run", config, "--git", "main..feature", "-i", config, cwd=tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr
+    neither = _duet("run", config, cwd=tmp_path)
+    assert neither.returncode == 2 and "--git BASE..HEAD" in neither.stderr
+    bad_unit = _duet(
+        "review", "--git", "main..feature", "--repo", repo, "--unit", "line", cwd=tmp_path
+    )
+    assert bad_unit.returncode == 2 and "--unit 'line'" in bad_unit.stderr
+    bad_format = _duet("results", out, "-f", "xml", cwd=tmp_path)
+    assert bad_format.returncode == 2 and "--format 'xml'" in bad_format.stderr
