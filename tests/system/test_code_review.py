@@ -233,3 +233,25 @@ def test_duet_run_takes_git_inputs_and_refuses_both_or_neither(repo: Path, tmp_p
     assert bad_unit.returncode == 2 and "--unit 'line'" in bad_unit.stderr
     bad_format = _duet("results", out, "-f", "xml", cwd=tmp_path)
     assert bad_format.returncode == 2 and "--format 'xml'" in bad_format.stderr
+
+
+def test_on_a_cluster_results_of_a_batch_id_are_findings_too(
+    repo: Path, tmp_path: Path, worker: subprocess.Popen[bytes], system_redis_url: str
+) -> None:
+    env = {**_env(), "DUET_REDIS_URL": system_redis_url}
+    out = tmp_path / "cluster.jsonl"
+    run = [sys.executable, "-m", "duet.cli"]
+    done = subprocess.run([*run, "review", str(tmp_path / "review.toml"), "--git", "main..feature",
+                           "--repo", str(repo), "-o", str(out)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    batch = json.loads(out.read_text().splitlines()[0])["batch_id"]
+    sarif = subprocess.run([*run, "results", batch, "-f", "sarif", "--all"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert sarif.returncode == 0, sarif.stderr
+    log = json.loads(sarif.stdout)
+    jsonschema.validate(log, SCHEMA)
+    assert {r["properties"]["input"] for run_ in log["runs"] for r in run_["results"]} == {
+        "app.py",
+        "README.md",
+    }
