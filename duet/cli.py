@@ -27,7 +27,6 @@ from duet.cli_app import (
     ConfigArg,
     ExcludeOpt,
     IncludeOpt,
-    InputOpt,
     LogEveryOpt,
     StatusOpt,
     StrictOpt,
@@ -369,7 +368,13 @@ def _collect_while_watching(
 @fails_cleanly
 def submit(
     config: ConfigArg,
-    input: InputOpt,
+    input: Annotated[
+        Path | None,
+        typer.Option(
+            "--input", "-i", exists=True, show_default=False,
+            help="Inputs: a JSONL file, a CSV file, or a directory. Or give --git instead.",
+        ),
+    ] = None,
     rejected_to: Annotated[
         Path | None,
         typer.Option("--rejected", dir_okay=False, help="Also write rejected inputs here (JSONL)."),
@@ -378,7 +383,11 @@ def submit(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     vendor_batch: VendorBatchOpt = False,
-) -> None:
+    git_range: GitOpt = None,
+    repo: RepoOpt = Path("."),
+    unit: UnitOpt = "file",
+    context: ContextOpt = 10,
+) -> None:  # fmt: skip
     """Queue every input on the cluster and print the batch id; returns at once.
 
     Needs DUET_REDIS_URL (an embedded cluster would stop with the command). Follow the
@@ -392,16 +401,19 @@ def submit(
     connect()
     cfg = load_checked(config, embedded=False, vendor_batch=vendor_batch)
     intake = Intake()
-    reading = Reading(
-        cfg, input, intake, strict=strict, include=include or (), exclude=exclude or ()
-    )
+    git = GitSource(git_range, repo, unit, context)
+    source = input_source(input, git)
+    options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    if git.spec:
+        options = {"reader": git.reader(cfg, intake)}
+    reading = Reading(cfg, source, intake, **options)
     handle = submit_reading(cfg, reading)
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
             for r in intake.rejected:
                 sink.write(json_line(rejected_record(r)) + "\n")
     if handle is None:
-        raise ConfigError(f"{input}: every input was rejected: nothing queued")
+        raise ConfigError(f"{source}: every input was rejected: nothing queued")
     from orchestration.client.handles import queues_without_workers
 
     idle = queues_without_workers()

@@ -255,3 +255,19 @@ def test_on_a_cluster_results_of_a_batch_id_are_findings_too(
         "app.py",
         "README.md",
     }
+
+
+def test_submit_queues_a_git_range_on_a_cluster(
+    repo: Path, tmp_path: Path, worker: subprocess.Popen[bytes], system_redis_url: str
+) -> None:
+    env = {**_env(), "DUET_REDIS_URL": system_redis_url}
+    run = [sys.executable, "-m", "duet.cli"]
+    queued = subprocess.run([*run, "submit", str(tmp_path / "review.toml"), "--git", "main..feature",
+                             "--repo", str(repo)], env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=180)  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    batch = queued.stdout.strip()
+    summary = subprocess.run([*run, "results", batch, "-f", "markdown", "--timeout", "120"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert summary.returncode == 0, summary.stderr
+    assert "2 input(s) reviewed: 2 approved." in summary.stdout
