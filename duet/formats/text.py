@@ -60,7 +60,9 @@ def github_annotations(found: Iterable[Finding]) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """Model text as one table cell: one line, no HTML, no table breaks, no @-mentions."""
+    flat = " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return flat.replace("@", "@\u200b")
 
 
 def markdown_summary(records: list[dict[str, Any]], found: list[Finding]) -> str:

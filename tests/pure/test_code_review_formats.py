@@ -109,6 +109,9 @@ def test_rdjson_annotations_and_markdown() -> None:
     assert escape_property("x:y,z%") == "x%3Ay%2Cz%25"
     text = markdown_summary([_record(), _record(status="approved")], found)
     assert "1 approved, 1 max_rounds" in text and "| error | `a,b.py:2` |" in text
+    hostile = list(findings([_record(issues=["<img src=x> | @admins\nnew row"])]))
+    row = markdown_summary([], hostile).splitlines()[-1]
+    assert row == "| warning | `app.py` | &lt;img src=x&gt; \\| @\u200badmins new row |"
 
 
 def _repo(tmp_path: Path) -> Path:
