@@ -18,6 +18,7 @@ from duet.formats.text import escape_property, github_annotations, markdown_summ
 from duet.git_intake import Change, binary, fence, parse_name_status, split_range, vendored
 from orchestration.core.errors import ConfigError
 from orchestration.core.review_templates import review_config
+from tests.reliability import MODEL_OUTPUT
 from workers.providers.sim import parse_sim_model, simulate
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "data/sarif-schema-2.1.0.json").read_text())
@@ -109,9 +110,23 @@ def test_rdjson_annotations_and_markdown() -> None:
     assert escape_property("x:y,z%") == "x%3Ay%2Cz%25"
     text = markdown_summary([_record(), _record(status="approved")], found)
     assert "1 approved, 1 max_rounds" in text and "| error | `a,b.py:2` |" in text
-    hostile = list(findings([_record(issues=["<img src=x> | @admins\nnew row"])]))
+
+
+def test_hostile_issue_text_stays_in_its_cell_and_annotation(reliability) -> None:
+    hostile = list(findings([_record(issues=["<img src=x> | @admins\nnew row\n::error::forged"])]))
     row = markdown_summary([], hostile).splitlines()[-1]
-    assert row == "| warning | `app.py` | &lt;img src=x&gt; \\| @\u200badmins new row |"
+    assert (
+        row
+        == "| warning | `app.py` | &lt;img src=x&gt; \\| @\u200badmins new row ::error::forged |"
+    )
+    annotation = github_annotations(hostile)
+    assert annotation.count("\n") == 1 and "%0A::error::forged" in annotation
+    reliability.record(
+        section=MODEL_OUTPUT,
+        fault="a critic's issue with HTML, table pipes, @-mentions and a forged workflow command",
+        load="unit: one issue rendered as a PR-comment row and as a GitHub annotation",
+        lost="none: one escaped table row, one annotation line; no HTML, mention or command",
+    )
 
 
 def _repo(tmp_path: Path) -> Path:
