@@ -201,7 +201,8 @@ def run_loaded(
     intake = Intake(finished, limit)
     options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
     if git is not None and git.spec:
-        options = {"reader": git.reader(cfg, intake)}
+        # A change with nothing to review (only docs in vendor/, say) is not a failure.
+        options = {"reader": git.reader(cfg, intake), "empty_ok": True}
     if dry_run:
         reading = Reading(cfg, source, intake, **options)
         print_dry_run(cfg, reading)
@@ -231,7 +232,12 @@ def run_loaded(
     out.print(plain(f"results: {target}"))
     if output_dir is not None:
         _write_output_dir(read_records(target), output_dir)
-    raise typer.Exit(INTERRUPTED) if interrupted else exit_for(sink.summary)
+    if interrupted:
+        raise typer.Exit(INTERRUPTED)
+    if git is not None and git.spec and not sink.summary.total:
+        note(f"--git {git.spec}: no changed file to review")
+        raise typer.Exit(OK)
+    raise exit_for(sink.summary)
 
 
 @app.command(

@@ -145,8 +145,9 @@ class Reading:
     """The inputs read for one command: the reader, the intake and the first item."""
 
     def __init__(
-        self, cfg: ReviewConfig, path: Path, intake: Intake, reader: Any = None, **options: Any
-    ) -> None:
+        self, cfg: ReviewConfig, path: Path, intake: Intake, reader: Any = None,
+        empty_ok: bool = False, **options: Any,
+    ) -> None:  # fmt: skip
         self.path = path
         self.intake = intake
         #: An InputReader, or anything shaped like one (``duet.git_intake.GitChanges``).
@@ -156,7 +157,7 @@ class Reading:
             self.first = next(self.items, None)  # problems up to the first valid input
         if self.first is None:
             self._report()
-            if not intake.rejected and not intake.carried:
+            if not intake.rejected and not intake.carried and not empty_ok:
                 skipped = f" ({self._skipped()} skipped)" if self.reader.skipped else ""
                 raise ConfigError(f"{path}: no inputs found{skipped}: nothing to run")
 

@@ -271,3 +271,18 @@ def test_submit_queues_a_git_range_on_a_cluster(
                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)  # fmt: skip
     assert summary.returncode == 0, summary.stderr
     assert "2 input(s) reviewed: 2 approved." in summary.stdout
+
+
+def test_a_change_with_nothing_to_review_exits_0_with_empty_sarif(
+    repo: Path, tmp_path: Path
+) -> None:
+    _git(repo, "checkout", "-q", "-b", "vendor-only", "main")
+    (repo / "vendor/lib.py").write_text("x = 3\n")
+    _git(repo, "commit", "-qam", "vendor bump")
+    out = tmp_path / "empty.jsonl"
+    done = _duet("review", "--git", "main..vendor-only", "--repo", repo, "-o", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "1 vendored" in done.stderr and "no changed file to review" in done.stderr
+    sarif = _duet("results", out, "-f", "sarif", "--fail-on", "warning", cwd=tmp_path)
+    assert sarif.returncode == 0, sarif.stderr
+    jsonschema.validate(json.loads(sarif.stdout), SCHEMA)
