@@ -43,7 +43,6 @@ def _run(critic: str, items: list[Finding], version: str) -> dict[str, Any]:
             "driver": {
                 "name": "duet",
                 "version": version,
-                "informationUri": "https://github.com/duet-review/duet",
                 "rules": [{"id": r, "shortDescription": {"text": r}} for r in rules],
                 "properties": {"critic": critic},
             }
