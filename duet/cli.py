@@ -27,7 +27,6 @@ from duet.cli_app import (
     ConfigArg,
     ExcludeOpt,
     IncludeOpt,
-    InputOpt,
     LogEveryOpt,
     StatusOpt,
     StrictOpt,
@@ -57,6 +56,20 @@ from duet.cli_results import (
     collect,
     finished_records,
     read_records,
+)
+from duet.cli_review import (
+    AllOpt,
+    ContextOpt,
+    FailOnOpt,
+    FormatOpt,
+    GitOpt,
+    GitSource,
+    PatchOpt,
+    RepoOpt,
+    RootOpt,
+    UnitOpt,
+    input_source,
+    write_findings,
 )
 from duet.cli_support import (
     INTERRUPTED,
@@ -96,7 +109,14 @@ _MISSED_SHOWN = 20
 @fails_cleanly
 def run(
     config: ConfigArg,
-    input: InputOpt,
+    input: Annotated[
+        Path | None,
+        typer.Option(
+            "--input", "-i", exists=True, show_default=False,
+            help="Inputs: a JSONL file, a CSV file, or a directory (one input per file). "
+            "Or give --git instead.",
+        ),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -137,6 +157,10 @@ def run(
     ] = None,
     log_every: LogEveryOpt = LOG_EVERY_S,
     vendor_batch: VendorBatchOpt = False,
+    git_range: GitOpt = None,
+    repo: RepoOpt = Path("."),
+    unit: UnitOpt = "file",
+    context: ContextOpt = 10,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -152,19 +176,39 @@ def run(
     interruption or failure; 1 otherwise; 2 for a bad config, bad usage or no inputs;
     130 after Ctrl-C.
     """
-    started = time.monotonic()
     embedded = not get_settings().redis_url
     cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch)
-    target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
+    run_loaded(
+        cfg, input, output, strict=strict, include=include, exclude=exclude,
+        resume_from=resume_from, limit=limit, dry_run=dry_run, output_dir=output_dir,
+        log_every=log_every, git=GitSource(git_range, repo, unit, context),
+    )  # fmt: skip
+
+
+def run_loaded(
+    cfg: Any, input: Path | None, output: Path | None, *, strict: bool = False,
+    include: list[str] | None = None, exclude: list[str] | None = None,
+    resume_from: Path | None = None, limit: int | None = None, dry_run: bool = False,
+    output_dir: Path | None = None, log_every: float = LOG_EVERY_S,
+    git: GitSource | None = None,
+) -> None:  # fmt: skip
+    """``duet run`` once its config is loaded (``duet review`` comes in here too)."""
+    started = time.monotonic()
+    embedded = not get_settings().redis_url
+    source = input_source(input, git)
+    target = output or Path(f"{source.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
     intake = Intake(finished, limit)
-    options = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    if git is not None and git.spec:
+        # A change with nothing to review (only docs in vendor/, say) is not a failure.
+        options = {"reader": git.reader(cfg, intake), "empty_ok": True}
     if dry_run:
-        reading = Reading(cfg, input, intake, **options)
+        reading = Reading(cfg, source, intake, **options)
         print_dry_run(cfg, reading)
         return
     connect(embedded_ok=True)
-    reading = Reading(cfg, input, intake, **options)
+    reading = Reading(cfg, source, intake, **options)
     handle = submit_reading(cfg, reading)
     sink = ResultsFile(target)
     interrupted = False
@@ -188,7 +232,70 @@ def run(
     out.print(plain(f"results: {target}"))
     if output_dir is not None:
         _write_output_dir(read_records(target), output_dir)
-    raise typer.Exit(INTERRUPTED) if interrupted else exit_for(sink.summary)
+    if interrupted:
+        raise typer.Exit(INTERRUPTED)
+    if git is not None and git.spec and not sink.summary.total:
+        note(f"--git {git.spec}: no changed file to review")
+        raise typer.Exit(OK)
+    raise exit_for(sink.summary)
+
+
+@app.command(
+    epilog="Example: duet review --git main..feature -o review.jsonl && "
+    "duet results review.jsonl -f sarif -o duet.sarif"
+)
+@fails_cleanly
+def review(
+    config: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Review config (TOML). Default: the built-in code review on sim models "
+            "(--actor-model / --critic-model pick real ones).",
+            exists=True, dir_okay=False, show_default=False,
+        ),
+    ] = None,
+    git_range: Annotated[
+        str, typer.Option("--git", metavar="BASE..HEAD", help="The change to review.")
+    ] = "",
+    repo: RepoOpt = Path("."),
+    unit: UnitOpt = "file",
+    context: ContextOpt = 10,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", dir_okay=False, help="Results file (default review.results.jsonl)."),
+    ] = None,
+    actor_model: Annotated[
+        str, typer.Option("--actor-model", help="Built-in config: the actor's model.")
+    ] = "sim",
+    critic_model: Annotated[
+        str, typer.Option("--critic-model", help="Built-in config: the critic's model.")
+    ] = "sim",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the worst case; send nothing.")] = False,
+    log_every: LogEveryOpt = LOG_EVERY_S,
+) -> None:  # fmt: skip
+    """Review the files a git range changed (one input per file or hunk), like
+    ``duet run --git``; then ``duet results FILE -f sarif`` or ``--patch``.
+
+    Deleted, binary, vendored and .gitignored files are skipped and counted; renames are
+    followed. Exit codes as for ``duet run``.
+    """
+    from duet.cli_intake import check_loaded
+    from duet.config import parse_config
+    from orchestration.core import review_templates
+
+    if not git_range:
+        raise ConfigError("duet review needs --git BASE..HEAD (e.g. --git main..HEAD)")
+    embedded = not get_settings().redis_url
+    if config is None:
+        data = review_templates.review_config(actor_model, critic_model)
+        cfg = parse_config(data, source=review_templates.SOURCE, base_dir=Path.cwd())
+        cfg = check_loaded(cfg, embedded=embedded)
+    else:
+        cfg = load_checked(config, embedded=embedded)
+    run_loaded(
+        cfg, None, output, dry_run=dry_run, log_every=log_every,
+        git=GitSource(git_range, repo, unit, context),
+    )  # fmt: skip
 
 
 def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
@@ -267,7 +374,13 @@ def _collect_while_watching(
 @fails_cleanly
 def submit(
     config: ConfigArg,
-    input: InputOpt,
+    input: Annotated[
+        Path | None,
+        typer.Option(
+            "--input", "-i", exists=True, show_default=False,
+            help="Inputs: a JSONL file, a CSV file, or a directory. Or give --git instead.",
+        ),
+    ] = None,
     rejected_to: Annotated[
         Path | None,
         typer.Option("--rejected", dir_okay=False, help="Also write rejected inputs here (JSONL)."),
@@ -276,7 +389,11 @@ def submit(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     vendor_batch: VendorBatchOpt = False,
-) -> None:
+    git_range: GitOpt = None,
+    repo: RepoOpt = Path("."),
+    unit: UnitOpt = "file",
+    context: ContextOpt = 10,
+) -> None:  # fmt: skip
     """Queue every input on the cluster and print the batch id; returns at once.
 
     Needs DUET_REDIS_URL (an embedded cluster would stop with the command). Follow the
@@ -290,16 +407,19 @@ def submit(
     connect()
     cfg = load_checked(config, embedded=False, vendor_batch=vendor_batch)
     intake = Intake()
-    reading = Reading(
-        cfg, input, intake, strict=strict, include=include or (), exclude=exclude or ()
-    )
+    git = GitSource(git_range, repo, unit, context)
+    source = input_source(input, git)
+    options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    if git.spec:
+        options = {"reader": git.reader(cfg, intake)}
+    reading = Reading(cfg, source, intake, **options)
     handle = submit_reading(cfg, reading)
     if rejected_to is not None:
         with rejected_to.open("w", encoding="utf-8") as sink:
             for r in intake.rejected:
                 sink.write(json_line(rejected_record(r)) + "\n")
     if handle is None:
-        raise ConfigError(f"{input}: every input was rejected: nothing queued")
+        raise ConfigError(f"{source}: every input was rejected: nothing queued")
     from orchestration.client.handles import queues_without_workers
 
     idle = queues_without_workers()
@@ -366,6 +486,11 @@ def results(
     status: StatusOpt = None,
     timeout: TimeoutOpt = None,
     log_every: LogEveryOpt = LOG_EVERY_S,
+    format: FormatOpt = None,
+    everything: AllOpt = False,
+    fail_on: FailOnOpt = "never",
+    patch: PatchOpt = False,
+    root: RootOpt = Path("."),
 ) -> None:  # fmt: skip
     """Stream a batch's records in input order (rejected inputs in their places), each as
     soon as it (and those before it) finished; with --status and no --output, each match
@@ -375,6 +500,10 @@ def results(
     (or when the timeout passed).
     """
     check_status(status)
+    if format is not None or patch:
+        write_findings(batch, format, output, everything=everything, fail_on=fail_on,
+                       patch=patch, root=root, timeout=timeout)  # fmt: skip
+        return
     if Path(batch).is_file():
         records: Iterable[dict[str, Any]] = by_index(read_records(Path(batch)))
         _write_records(select_status(records, status), output)

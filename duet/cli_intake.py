@@ -43,7 +43,11 @@ SHOWN_PROBLEMS = 20
 def load_checked(config: Path, *, embedded: bool, vendor_batch: bool = False) -> ReviewConfig:
     """Load the config and check what only the worker side can check (sim options, keys);
     ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
-    cfg = load_config(config)
+    return check_loaded(load_config(config), embedded=embedded, vendor_batch=vendor_batch)
+
+
+def check_loaded(cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False) -> ReviewConfig:
+    """:func:`load_checked` for a config already loaded (a built-in one, say)."""
     if vendor_batch:
         cfg = _with_vendor_batch(cfg)
     spec = cfg.build_architecture().to_spec()
@@ -104,6 +108,14 @@ def _apply_rate_limits(cfg: ReviewConfig) -> None:
             )
 
 
+def prompt_limit(cfg: ReviewConfig) -> int:
+    """The longest prompt accepted: the settings' limit, or the config's when lower."""
+    limit = get_settings().max_prompt_chars
+    if cfg.inputs.max_prompt_chars is not None:
+        limit = min(limit, cfg.inputs.max_prompt_chars)
+    return limit
+
+
 def _reader(
     cfg: ReviewConfig,
     path: Path,
@@ -113,9 +125,7 @@ def _reader(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
 ) -> InputReader:
-    limit = get_settings().max_prompt_chars
-    if cfg.inputs.max_prompt_chars is not None:
-        limit = min(limit, cfg.inputs.max_prompt_chars)
+    limit = prompt_limit(cfg)
     return InputReader(
         path,
         prompt_column=cfg.inputs.prompt_column,
@@ -134,16 +144,20 @@ def _reader(
 class Reading:
     """The inputs read for one command: the reader, the intake and the first item."""
 
-    def __init__(self, cfg: ReviewConfig, path: Path, intake: Intake, **options: Any) -> None:
+    def __init__(
+        self, cfg: ReviewConfig, path: Path, intake: Intake, reader: Any = None,
+        empty_ok: bool = False, **options: Any,
+    ) -> None:  # fmt: skip
         self.path = path
         self.intake = intake
-        self.reader = _reader(cfg, path, intake, **options)
+        #: An InputReader, or anything shaped like one (``duet.git_intake.GitChanges``).
+        self.reader = reader if reader is not None else _reader(cfg, path, intake, **options)
         self.items = intake.items(self.reader)
         with err.status(plain(f"Reading {path}")):
             self.first = next(self.items, None)  # problems up to the first valid input
         if self.first is None:
             self._report()
-            if not intake.rejected and not intake.carried:
+            if not intake.rejected and not intake.carried and not empty_ok:
                 skipped = f" ({self._skipped()} skipped)" if self.reader.skipped else ""
                 raise ConfigError(f"{path}: no inputs found{skipped}: nothing to run")
 

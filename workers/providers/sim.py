@@ -22,6 +22,9 @@ the agent's place when it is left out. Options (any role):
 ``refuse_at``    stop the reply as a vendor would when working on this revision...
 ``refuse``       ...with this outcome: ``refusal`` (default; the text is the refusal),
                  ``content_filter`` or ``context_window`` (the text is cut in half)
+``issue``        critic: this issue text instead of the generated ones (while unapproved)
+``echo``         actor (``1``): reply with the last non-diff fenced block of the prompt, fenced
+``replace``      actor with ``echo``: ``OLD=>NEW`` replaced in the echoed text (a scripted fix)
 
 The actor marks each revision (``[revision N]``); the critic scores by the revision it
 reads. Both depend only on their input, so any worker — or the stand-in HTTP server —
@@ -82,6 +85,9 @@ class SimOptions:
     words: int = 60
     refuse_at: int | None = None
     refuse: str = "refusal"
+    issue: str = ""
+    echo: bool = False
+    replace: tuple[str, str] | None = None
 
 
 @lru_cache(maxsize=256)
@@ -115,6 +121,15 @@ def parse_sim_model(model: str) -> SimOptions:
                 if value not in _FAILURES:
                     raise ValueError(f"one of {', '.join(_FAILURES)}")
                 opts[key] = value
+            elif key == "issue":
+                opts[key] = value
+            elif key == "echo":
+                opts[key] = value in ("1", "true", "yes")
+            elif key == "replace":
+                old, sep, new = value.partition("=>")
+                if not sep or not old:
+                    raise ValueError("OLD=>NEW")
+                opts[key] = (old, new)
             elif key == "refuse":
                 if value not in _REFUSALS:
                     raise ValueError(f"one of {', '.join(_REFUSALS)}")
@@ -161,10 +176,24 @@ def _critic_score(opts: SimOptions, reviewed: str, revision: int) -> float:
     return round(min(1.0, base + 0.2 * max(revision, 0)), 2)
 
 
+_FENCED = re.compile(r"^(`{3,})([^\n`]*)\n(.*?)^\1[ \t]*$", re.S | re.M)
+
+
+def _echo_reply(opts: SimOptions, task: str, revision: int) -> str:
+    """The last fenced block of ``task`` that is not a diff, fenced again (``echo``)."""
+    blocks = [b for b in _FENCED.findall(task) if b[1].strip() != "diff"]
+    body = blocks[-1][2] if blocks else ""
+    if opts.replace is not None:
+        body = body.replace(*opts.replace)
+    return f"[revision {revision}]\n```\n{body}```\n"
+
+
 def _critic_reply(opts: SimOptions, score: float, revision: int) -> str:
     issues = (
         []
         if score >= 0.9
+        else [opts.issue]
+        if opts.issue
         else [
             f"{_TOPICS[(revision + i) % len(_TOPICS)].capitalize()} is incomplete (revision {revision})"
             for i in range(2 if score < 0.6 else 1)
@@ -231,7 +260,7 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
         elif opts.quote == "after":
             text += _quoted_between_markers(last)
     else:
-        text = _actor_reply(opts, last, revision)
+        text = (_echo_reply if opts.echo else _actor_reply)(opts, last, revision)
     stop = "end"
     limit = (
         max_tokens

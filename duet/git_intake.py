@@ -1,0 +1,296 @@
+"""Inputs from a git range (``duet review --git BASE..HEAD``): one per changed file or hunk.
+
+Git is run as plain plumbing through :func:`git` with hooks, external diff drivers and
+textconv filters off and no system config, so a repository under review runs none of its
+own code. Everything else is pure: parsing ``--name-status -z`` output, the hunks
+(``unidiff``), what is skipped (deleted, binary, vendored, ``.gitignore``\\ d) and the
+prompt each change is reviewed with.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from unidiff import PatchSet
+
+from duet.inputs import InputProblem, InputRecord
+from orchestration.core.errors import ConfigError
+
+UNITS = ("file", "hunk")
+#: Folders of code a change's author did not write, skipped like deleted files.
+VENDORED_DIRS = frozenset(
+    {
+        "vendor",
+        "vendors",
+        "node_modules",
+        "third_party",
+        "third-party",
+        "external",
+        "bower_components",
+    }
+)
+#: The whole file after the change is shown under the diff when it is at most this long.
+MAX_FILE_CHARS = 20_000
+_SNIFF = 8192
+_SAFE_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_EXTERNAL_DIFF": "",
+    "GIT_PAGER": "cat",
+    "LC_ALL": "C",
+}
+_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+                "-c", "diff.external=", "-c", "core.quotePath=false")  # fmt: skip
+
+
+class GitError(ConfigError):
+    """A git command failed, or the range is not in the repository."""
+
+
+def git(repo: Path, *args: str) -> bytes:
+    """Run ``git ARGS`` in ``repo`` with hooks, external diffs and system config off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+    try:
+        done = subprocess.run(
+            ["git", *_SAFE_CONFIG, "-C", str(repo), *args],
+            capture_output=True, env=env, check=False, timeout=120,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise GitError("git is not installed (needed for --git)") from None
+    if done.returncode != 0:
+        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(
+            f"git {' '.join(args[:3])} failed in {repo}: {reason[-1] if reason else done.returncode}"
+        )
+    return done.stdout
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of ``git diff --name-status``: status letter, path, path before a rename."""
+
+    status: str
+    path: str
+    old_path: str | None = None
+
+
+def split_range(spec: str) -> tuple[str, str, bool]:
+    """``BASE..HEAD`` (or ``BASE...HEAD``: from their merge base) as (base, head, merge_base)."""
+    for sep in ("...", ".."):
+        if sep in spec:
+            base, _, head = spec.partition(sep)
+            if base and head:
+                return base, head, sep == "..."
+    raise ConfigError(
+        f"--git {spec!r}: expected BASE..HEAD, e.g. main..feature or origin/main..HEAD"
+    )
+
+
+def parse_name_status(raw: bytes) -> list[Change]:
+    """Parse ``git diff --name-status -z``: renames and copies carry two paths."""
+    fields = raw.decode("utf-8", "surrogateescape").split("\0")
+    changes: list[Change] = []
+    at = 0
+    while at < len(fields) and fields[at]:
+        status = fields[at]
+        if status[0] in "RC":
+            changes.append(Change(status[0], fields[at + 2], fields[at + 1]))
+            at += 3
+        else:
+            changes.append(Change(status[0], fields[at + 1]))
+            at += 2
+    return changes
+
+
+def vendored(path: str) -> bool:
+    """Whether ``path`` lies in a folder of third-party code (:data:`VENDORED_DIRS`)."""
+    return any(part in VENDORED_DIRS for part in path.split("/")[:-1])
+
+
+def binary(data: bytes) -> bool:
+    """Git's own test: a NUL byte in the first 8 KiB."""
+    return b"\0" in data[:_SNIFF]
+
+
+def fence(text: str, info: str = "") -> str:
+    """``text`` in a Markdown code fence longer than any backtick run inside it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    body = text if text.endswith("\n") or not text else text + "\n"
+    return f"{ticks}{info}\n{body}{ticks}"
+
+
+def file_prompt(change: Change, spec: str, diff: str, content: str | None) -> str:
+    """What the reviewer sees of one changed file: the diff, then the whole new file."""
+    renamed = f" (renamed from {change.old_path})" if change.old_path else ""
+    parts = [
+        f"Review the change to {change.path}{renamed} in {spec}.",
+        "",
+        "## Diff",
+        fence(diff, "diff"),
+    ]
+    if content is not None:
+        parts += ["", f"## {change.path} after the change", fence(content)]
+    else:
+        parts += [
+            "",
+            f"({change.path} is over {MAX_FILE_CHARS:,} characters: only the diff is shown.)",
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def hunk_prompt(change: Change, spec: str, header: str, hunk: str) -> str:
+    """What the reviewer sees of one hunk: the file's diff header and the hunk."""
+    return (
+        f"Review this hunk of {change.path} in {spec}.\n\n## Diff\n{fence(header + hunk, 'diff')}\n"
+    )
+
+
+class GitChanges:
+    """The changed files of ``spec`` in ``repo`` as inputs, counting what is skipped.
+
+    Shaped like :class:`~duet.inputs.InputReader` (iterate, ``skipped``, ``skipped_by``)
+    so ``duet run`` reads it the same way.
+    """
+
+    def __init__(
+        self,
+        repo: Path,
+        spec: str,
+        *,
+        unit: str = "file",
+        context: int = 10,
+        max_prompt_chars: int | None = None,
+        on_problem: Callable[[InputProblem], None] | None = None,
+    ) -> None:
+        if unit not in UNITS:
+            raise ConfigError(f"--unit {unit!r}: expected one of {', '.join(UNITS)}")
+        if context < 0:
+            raise ConfigError(f"--context {context}: must be 0 or more lines")
+        self.repo, self.spec, self.unit, self.context = repo, spec, unit, context
+        self.source = f"git {spec}"
+        self.max_prompt_chars = max_prompt_chars
+        self.on_problem = on_problem
+        self.skipped_by: Counter[str] = Counter()
+        self.base, self.head, self.merge_base = split_range(spec)
+        if not (repo / ".git").exists() and not _is_repo(repo):
+            raise ConfigError(f"--repo {repo}: not a git repository")
+        self._check_commit(self.base, "BASE")
+        self._check_commit(self.head, "HEAD")
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skipped_by.values())
+
+    def _check_commit(self, ref: str, which: str) -> None:
+        try:
+            git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        except GitError:
+            shallow = git(self.repo, "rev-parse", "--is-shallow-repository").strip() == b"true"
+            hint = (
+                "this is a shallow clone: check out with `fetch-depth: 0` "
+                "(actions/checkout) or run `git fetch --unshallow`"
+                if shallow
+                else "fetch it first (in CI: actions/checkout with `fetch-depth: 0`)"
+            )
+            raise ConfigError(
+                f"--git {self.spec}: {which} {ref!r} is not in {self.repo}: {hint}"
+            ) from None
+
+    def _range_args(self) -> list[str]:
+        return [f"{self.base}...{self.head}"] if self.merge_base else [self.base, self.head]
+
+    def __iter__(self) -> Iterator[InputRecord]:
+        diff_opts = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "-M"]
+        changes = parse_name_status(
+            git(self.repo, *diff_opts, "--name-status", "-z", *self._range_args())
+        )
+        patch = git(self.repo, *diff_opts, f"-U{self.context}", *self._range_args())
+        files = {f.path: f for f in PatchSet(patch.decode("utf-8", "replace"))}
+        ignored = self._ignored([c.path for c in changes])
+        for change in changes:
+            reason = self._skip_reason(change, ignored)
+            if reason is None:
+                data = git(self.repo, "show", f"{self.head}:{change.path}")
+                reason = "binary" if binary(data) else None
+            if reason is not None:
+                self.skipped_by[reason] += 1
+                continue
+            patched = files.get(change.path)
+            if patched is None or not len(patched):
+                self.skipped_by["unchanged text"] += 1
+                continue
+            text = data.decode("utf-8", "replace")
+            yield from self._records(change, patched, text)
+
+    def _skip_reason(self, change: Change, ignored: set[str]) -> str | None:
+        if change.status == "D":
+            return "deleted"
+        if vendored(change.path):
+            return "vendored"
+        if change.path in ignored:
+            return "gitignored"
+        return None
+
+    def _ignored(self, paths: list[str]) -> set[str]:
+        if not paths:
+            return set()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+        done = subprocess.run(
+            ["git", *_SAFE_CONFIG, "-C", str(self.repo), "check-ignore", "--no-index", "-z", "--stdin"],
+            input="\0".join(paths).encode() + b"\0", capture_output=True, env=env, check=False,
+            timeout=120,
+        )  # fmt: skip
+        return {p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
+
+    def _records(self, change: Change, patched: Any, text: str) -> Iterator[InputRecord]:
+        header = "".join(
+            line for line in str(patched).splitlines(keepends=True)[: _header_lines(str(patched))]
+        )
+        meta = {"path": change.path, "git_range": self.spec, "unit": self.unit}
+        if change.old_path:
+            meta["old_path"] = change.old_path
+        if self.unit == "file":
+            content = text if len(text) <= MAX_FILE_CHARS else None
+            prompt = file_prompt(change, self.spec, str(patched), content)
+            yield from self._record(change.path, prompt, meta)
+            return
+        for n, hunk in enumerate(patched, 1):
+            lines = {
+                "line": hunk.target_start,
+                "end_line": hunk.target_start + max(hunk.target_length - 1, 0),
+            }
+            prompt = hunk_prompt(change, self.spec, header, str(hunk))
+            yield from self._record(f"{change.path}#hunk{n}", prompt, {**meta, **lines})
+
+    def _record(self, input_id: str, prompt: str, meta: dict[str, Any]) -> Iterator[InputRecord]:
+        """The input, or (a prompt over the limit) a problem passed to ``on_problem``."""
+        if self.max_prompt_chars is not None and len(prompt) > self.max_prompt_chars:
+            reason = f"prompt over {self.max_prompt_chars:,} characters"
+            if self.on_problem is not None:
+                self.on_problem(InputProblem(self.source, None, reason, input_id))
+            return
+        yield InputRecord(id=input_id, prompt=prompt, metadata=meta, source=self.source)
+
+
+def _header_lines(patch_text: str) -> int:
+    """How many lines of a file's diff come before its first hunk."""
+    for n, line in enumerate(patch_text.splitlines()):
+        if line.startswith("@@"):
+            return n
+    return 0
+
+
+def _is_repo(repo: Path) -> bool:
+    try:
+        return git(repo, "rev-parse", "--is-inside-work-tree").strip() == b"true"
+    except GitError:
+        return False
