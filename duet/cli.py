@@ -24,6 +24,7 @@ import typer
 
 from duet.cli_app import (
     BatchArg,
+    CacheOpt,
     ConfigArg,
     ExcludeOpt,
     IncludeOpt,
@@ -137,6 +138,7 @@ def run(
     ] = None,
     log_every: LogEveryOpt = LOG_EVERY_S,
     vendor_batch: VendorBatchOpt = False,
+    cache: CacheOpt = None,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -154,7 +156,7 @@ def run(
     """
     started = time.monotonic()
     embedded = not get_settings().redis_url
-    cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch)
+    cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch, cache=cache)
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
     intake = Intake(finished, limit)
@@ -276,6 +278,7 @@ def submit(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     vendor_batch: VendorBatchOpt = False,
+    cache: CacheOpt = None,
 ) -> None:
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -288,7 +291,7 @@ def submit(
     --strict with a bad input (nothing queued).
     """
     connect()
-    cfg = load_checked(config, embedded=False, vendor_batch=vendor_batch)
+    cfg = load_checked(config, embedded=False, vendor_batch=vendor_batch, cache=cache)
     intake = Intake()
     reading = Reading(
         cfg, input, intake, strict=strict, include=include or (), exclude=exclude or ()
@@ -453,7 +456,7 @@ class _RecordsWithProgress:
 
 
 # The other commands register themselves on the app as their modules are imported.
-from duet import cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
+from duet import cli_cache, cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")

@@ -112,6 +112,16 @@ StrictOpt = Annotated[
 ]  # fmt: skip
 
 
+CacheOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cache", is_flag=False, flag_value="7d", metavar="[TTL]",
+        help="Serve repeated model calls from the model-call cache (answers up to TTL old, "
+        "default 7d); a hit costs no budget and no vendor request. See docs/cache.md.",
+    ),
+]  # fmt: skip
+
+
 VendorBatchOpt = Annotated[
     bool,
     typer.Option(
