@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import time
+from dataclasses import replace
 from importlib import metadata
 from typing import Any
 
@@ -25,6 +26,8 @@ from orchestration.state.callcache import CallStore
 from orchestration.state.connection import INFRA_ERRORS
 
 log = logging.getLogger(__name__)
+#: Where a run's quoting boundary was, in keys and entries.
+_PLACEHOLDER = "\x00duet-boundary\x00"
 #: What a broken store raises; a lookup or a write that fails is a miss, never a failure.
 _STORE_ERRORS = (*INFRA_ERRORS, OSError, __import__("sqlite3").Error)
 
@@ -67,18 +70,26 @@ class CallCache:
         self.observers = observers
 
     def key(self, spec: CacheSpec | None, agent: AgentSpec, messages: list[Message],
-            structured: bool) -> str | None:  # fmt: skip
-        """The call's key; None when the loop has no cache or the agent refuses it."""
+            structured: bool, boundary: str | None = None) -> str | None:  # fmt: skip
+        """The call's key; None when the loop has no cache or the agent refuses it. The
+        run's quoting ``boundary`` (random per run) is keyed as a placeholder, so the
+        same critique of another run hits."""
         if spec is None or not agent.cache:
             return None
+        if boundary:
+            messages = [{**m, "content": _generic(m["content"], boundary)} for m in messages]
         return call_key(identity(agent, structured), messages)
 
-    def find(self, spec: CacheSpec, key: str, agent: AgentSpec) -> Completion | None:
-        """The cached answer of ``key`` no older than the spec's TTL (None: a miss)."""
+    def find(self, spec: CacheSpec, key: str, agent: AgentSpec,
+             boundary: str | None = None) -> Completion | None:  # fmt: skip
+        """The cached answer of ``key`` no older than the spec's TTL (None: a miss), with
+        this run's ``boundary`` back where the entry has the placeholder."""
         found = None
         try:
             text = self.store.get(key, spec.ttl_s)
             found = entry_from(text) if text is not None else None
+            if found is not None and boundary:
+                found = replace(found, text=found.text.replace(_PLACEHOLDER, boundary))
         except _STORE_ERRORS as exc:
             log.warning("model-call cache lookup failed (%s): calling the model",
                         type(exc).__name__)  # fmt: skip
@@ -87,15 +98,23 @@ class CallCache:
                 observer.call_cached(agent, found is not None)
         return found
 
-    def keep(self, spec: CacheSpec, key: str, completion: Completion) -> None:
+    def keep(self, spec: CacheSpec, key: str, completion: Completion,
+             boundary: str | None = None) -> None:  # fmt: skip
         """Store a whole answer (never a refusal or a cut reply); a failure only logs."""
         if not storable(completion):
             return
+        if boundary:
+            completion = replace(completion, text=_generic(completion.text, boundary))
         try:
             self.store.put(key, entry_json(completion), max_entries=spec.max_entries,
                            max_bytes=int(spec.max_mb * 1024 * 1024))  # fmt: skip
         except _STORE_ERRORS as exc:
             log.warning("model-call cache write failed (%s)", type(exc).__name__)
+
+
+def _generic(text: str, boundary: str) -> str:
+    """``text`` with the run's quoting boundary as :data:`_PLACEHOLDER`."""
+    return text.replace(boundary, _PLACEHOLDER)
 
 
 def hit_result(result: dict[str, Any]) -> dict[str, Any]:

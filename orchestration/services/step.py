@@ -485,18 +485,18 @@ class StepService:
         """
         return RetryLater(min(seconds, self.settings.visibility_timeout_s / 2), failures, reason)
 
-    def _cache_key(self, seat: Seat, messages: list[Message]) -> str | None:
+    def _cache_key(self, seat: Seat, messages: list[Message], boundary: str | None) -> str | None:
         """The call's model-call cache key; None when not cached."""
         if self.cache is None:
             return None
-        return self.cache.key(seat.cache, seat.agent, messages, seat.structured)
+        return self.cache.key(seat.cache, seat.agent, messages, seat.structured, boundary)
 
     def _from_cache(
         self, seat: Seat, cache_key: str, key: str, began: float, boundary: str | None
     ) -> tuple[dict[str, Any], Completion, list[Any]] | None:
         """The step's result from a cached answer (billed nothing); None on a miss."""
         assert self.cache is not None and seat.cache is not None
-        found = self.cache.find(seat.cache, cache_key, seat.agent)
+        found = self.cache.find(seat.cache, cache_key, seat.agent, boundary)
         if found is None:
             return None
         completion = self.cleaned(found)
@@ -532,7 +532,7 @@ class StepService:
         # or the broker delivered it twice) is a second call the vendor bills.
         sid = _hold_id(run_id, key, claimant)
         began = time.time()
-        cache_key = self._cache_key(seat, messages)
+        cache_key = self._cache_key(seat, messages, boundary)
         if cache_key is not None and (hit := self._from_cache(seat, cache_key, key, began,
                                                               boundary)) is not None:  # fmt: skip
             return hit  # before any rate-limit grant or budget hold: a hit costs neither
@@ -599,7 +599,7 @@ class StepService:
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
         if cache_key is not None and self.cache is not None and seat.cache is not None:
-            self.cache.keep(seat.cache, cache_key, completion)
+            self.cache.keep(seat.cache, cache_key, completion, boundary)
         return result, completion, budgets.settle_calls(sid, scopes, _used(completion, result))
 
 
