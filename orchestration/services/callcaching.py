@@ -3,7 +3,6 @@ or rate-limit grant, the result of a hit, and the store of a whole answer."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -93,9 +92,10 @@ class CallCache:
         except _STORE_ERRORS as exc:
             log.warning("model-call cache lookup failed (%s): calling the model",
                         type(exc).__name__)  # fmt: skip
-        for observer in self.observers:
-            with contextlib.suppress(AttributeError):
-                observer.call_cached(agent, found is not None)
+        for observer in self.observers:  # those that count lookups (metrics)
+            told = getattr(observer, "call_cached", None)
+            if told is not None:
+                told(agent, found is not None)
         return found
 
     def keep(self, spec: CacheSpec, key: str, completion: Completion,

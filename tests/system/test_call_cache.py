@@ -84,6 +84,9 @@ def test_a_rerun_with_the_cache_on_makes_no_vendor_request(
     a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
     assert [r["output"] for r in a] == [r["output"] for r in b], "the same answers"
+    assert all(r["usage"]["calls"] == 0 and r["usage"]["cached_calls"] > 0 for r in b)
+    assert sum(r["usage"]["saved_usd"] for r in b) == pytest.approx(
+        sum(r["usage"]["usd"] for r in a))  # fmt: skip
     stats = _run(["cache", "stats"], cache, tmp_path)
     assert stats.returncode == 0 and "hits" in stats.stdout, stats.stderr
     # without the cache (section off) the same batch pays again
