@@ -25,6 +25,7 @@ import typer
 from duet.cli_app import (
     BatchArg,
     CacheOpt,
+    CacheTtlOpt,
     ConfigArg,
     ExcludeOpt,
     IncludeOpt,
@@ -138,7 +139,8 @@ def run(
     ] = None,
     log_every: LogEveryOpt = LOG_EVERY_S,
     vendor_batch: VendorBatchOpt = False,
-    cache: CacheOpt = None,
+    cache: CacheOpt = False,
+    cache_ttl: CacheTtlOpt = None,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -156,7 +158,12 @@ def run(
     """
     started = time.monotonic()
     embedded = not get_settings().redis_url
-    cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch, cache=cache)
+    cfg = load_checked(
+        config,
+        embedded=embedded,
+        vendor_batch=vendor_batch,
+        cache=cache_ttl or ("7d" if cache else None),
+    )
     target = output or Path(f"{input.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
     intake = Intake(finished, limit)
@@ -278,7 +285,8 @@ def submit(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     vendor_batch: VendorBatchOpt = False,
-    cache: CacheOpt = None,
+    cache: CacheOpt = False,
+    cache_ttl: CacheTtlOpt = None,
 ) -> None:
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -291,7 +299,12 @@ def submit(
     --strict with a bad input (nothing queued).
     """
     connect()
-    cfg = load_checked(config, embedded=False, vendor_batch=vendor_batch, cache=cache)
+    cfg = load_checked(
+        config,
+        embedded=False,
+        vendor_batch=vendor_batch,
+        cache=cache_ttl or ("7d" if cache else None),
+    )
     intake = Intake()
     reading = Reading(
         cfg, input, intake, strict=strict, include=include or (), exclude=exclude or ()

@@ -32,7 +32,7 @@ def _store() -> CallStore:
     return RedisCallStore(connection.get_redis())
 
 
-@cache_app.command("stats")
+@cache_app.command("stats", epilog="Example: duet cache stats")
 @fails_cleanly
 def stats() -> None:
     """Entries, bytes, hits and misses, and the least recently used entry's age."""
@@ -46,7 +46,7 @@ def stats() -> None:
     out.print(table)
 
 
-@cache_app.command("clear")
+@cache_app.command("clear", epilog="Example: duet cache clear --older-than 7d")
 @fails_cleanly
 def clear(
     older_than: Annotated[

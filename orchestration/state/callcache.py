@@ -84,13 +84,19 @@ class DiskCallStore:
     """The embedded default's cache: a SQLite file that outlives the per-command Redis."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or default_path()
-        self._ready = False
+        self._path = path
+        self._ready: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        """The file: the one given, else :func:`default_path` as the environment says now."""
+        return self._path or default_path()
 
     def _create(self) -> None:
         """The file and its tables, on first use (a worker with no cache touches no disk)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        path = self.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=30, isolation_level=None)
         try:
             db.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, "
                        "value TEXT NOT NULL, stored REAL NOT NULL, used REAL NOT NULL, "
@@ -99,10 +105,10 @@ class DiskCallStore:
             db.execute("CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, n INTEGER)")
         finally:
             db.close()
-        self._ready = True
+        self._ready = path
 
     def _db(self) -> sqlite3.Connection:
-        if not self._ready:
+        if self._ready != self.path:
             self._create()
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
