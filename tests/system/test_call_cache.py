@@ -92,6 +92,10 @@ def test_a_rerun_with_the_cache_on_makes_no_vendor_request(
     # without the cache (section off) the same batch pays again
     config.write_text(_config(fake_llm.url, cache=""))
     assert _batch(fake_llm, tmp_path, config, "c.jsonl", cache) == first
+    # --cache on the command line turns it on for a config without [cache]
+    assert _batch(fake_llm, tmp_path, config, "d.jsonl", cache, "--cache") == 0
+    bad = _run(["run", str(config), "-i", "in.jsonl", "--cache-ttl", "soon"], cache, tmp_path)
+    assert bad.returncode == 2 and "--cache" in bad.stderr
 
 
 def test_another_key_variable_and_a_refusing_critic_do_not_hit(
