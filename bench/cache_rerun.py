@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from duet.fake_llm import FakeLLM
 
@@ -45,7 +46,7 @@ def _cpu_of(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
 
 def measure(
     name: str, inputs: Path, server: FakeLLM, rounds: int, scores: str
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """First run, rerun and ``duet results`` of one batch, in a fresh cache."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
