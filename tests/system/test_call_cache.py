@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.reliability import EMBEDDED, Reliability, lost_of
 from tests.support import wait_for
 
 pytestmark = pytest.mark.system
@@ -137,7 +138,9 @@ def test_an_expired_answer_is_paid_again(fake_llm: Any, tmp_path: Path, inputs: 
     assert _batch(fake_llm, tmp_path, config, "b.jsonl", cache) == first
 
 
-def test_ctrl_c_then_resume_pays_no_call_twice(fake_llm: Any, tmp_path: Path, inputs: Path) -> None:
+def test_ctrl_c_then_resume_pays_no_call_twice(
+    fake_llm: Any, tmp_path: Path, inputs: Path, reliability: Reliability
+) -> None:
     config = tmp_path / "c.toml"
     config.write_text(_config(fake_llm.url))
     whole = _batch(fake_llm, tmp_path, config, "whole.jsonl", tmp_path / "fresh")
@@ -167,4 +170,30 @@ def test_ctrl_c_then_resume_pays_no_call_twice(fake_llm: Any, tmp_path: Path, in
     resumed = _batch(fake_llm, tmp_path, config, "resumed.jsonl", cache,
                      "--resume-from", str(out))  # fmt: skip
     # the --resume-from rerun (and the first part) together pay each call once
+    reliability.record(
+        section=EMBEDDED,
+        fault="Ctrl-C mid-batch, then duet run --resume-from with the cache on",
+        load=f"{len(INPUTS.splitlines())} inputs, {whole} calls; interrupted after {made}",
+        lost=lost_of(made + resumed - whole, whole, "calls paid twice"),
+        before="the cancelled runs' calls were paid again (+54 % on a 77-file tree)",
+    )
     assert made + resumed == whole
+
+
+def test_a_hit_holds_no_budget(fake_llm: Any, tmp_path: Path, inputs: Path) -> None:
+    config = tmp_path / "c.toml"
+    cache = tmp_path / "cache"
+    config.write_text(_config(fake_llm.url))
+    assert _batch(fake_llm, tmp_path, config, "a.jsonl", cache) > 0
+    # a batch cap far below one call's worst case: every call made would be refused
+    config.write_text(_config(fake_llm.url) + "\n[budget]\nmax_usd = 0.000001\n")
+    assert _batch(fake_llm, tmp_path, config, "b.jsonl", cache) == 0
+    records = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    first = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == [r["status"] for r in first]
+    assert not any("budget" in str(r.get("reason")) for r in records)
+    # the same cap without the cache: the calls are refused
+    config.write_text(_config(fake_llm.url, cache="") + "\n[budget]\nmax_usd = 0.000001\n")
+    _batch(fake_llm, tmp_path, config, "c.jsonl", cache)
+    refused = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert any("budget" in str(r.get("reason")) for r in refused)
