@@ -24,6 +24,8 @@ import typer
 
 from duet.cli_app import (
     BatchArg,
+    CacheOpt,
+    CacheTtlOpt,
     ConfigArg,
     ExcludeOpt,
     IncludeOpt,
@@ -161,6 +163,8 @@ def run(
     repo: RepoOpt = Path("."),
     unit: UnitOpt = "file",
     context: ContextOpt = 10,
+    cache: CacheOpt = False,
+    cache_ttl: CacheTtlOpt = None,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -177,7 +181,10 @@ def run(
     130 after Ctrl-C.
     """
     embedded = not get_settings().redis_url
-    cfg = load_checked(config, embedded=embedded, vendor_batch=vendor_batch)
+    cfg = load_checked(
+        config, embedded=embedded, vendor_batch=vendor_batch,
+        cache=cache_ttl or ("7d" if cache else None),
+    )  # fmt: skip
     run_loaded(
         cfg, input, output, strict=strict, include=include, exclude=exclude,
         resume_from=resume_from, limit=limit, dry_run=dry_run, output_dir=output_dir,
@@ -393,6 +400,8 @@ def submit(
     repo: RepoOpt = Path("."),
     unit: UnitOpt = "file",
     context: ContextOpt = 10,
+    cache: CacheOpt = False,
+    cache_ttl: CacheTtlOpt = None,
 ) -> None:  # fmt: skip
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -405,7 +414,12 @@ def submit(
     --strict with a bad input (nothing queued).
     """
     connect()
-    cfg = load_checked(config, embedded=False, vendor_batch=vendor_batch)
+    cfg = load_checked(
+        config,
+        embedded=False,
+        vendor_batch=vendor_batch,
+        cache=cache_ttl or ("7d" if cache else None),
+    )
     intake = Intake()
     git = GitSource(git_range, repo, unit, context)
     source = input_source(input, git)
@@ -582,7 +596,7 @@ class _RecordsWithProgress:
 
 
 # The other commands register themselves on the app as their modules are imported.
-from duet import cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
+from duet import cli_cache, cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")

@@ -112,6 +112,23 @@ StrictOpt = Annotated[
 ]  # fmt: skip
 
 
+CacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cache",
+        help="Serve repeated model calls from the model-call cache (answers up to 7 days "
+        "old, or --cache-ttl); a hit costs no budget and no vendor request. docs/cache.md.",
+    ),
+]  # fmt: skip
+CacheTtlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cache-ttl", metavar="TTL",
+        help="Turn the cache on, serving answers up to TTL old (7d, 12h, seconds).",
+    ),
+]  # fmt: skip
+
+
 VendorBatchOpt = Annotated[
     bool,
     typer.Option(

@@ -25,9 +25,10 @@ from duet.cli_support import (
     record,
     warn,
 )
-from duet.config import ReviewConfig, load_config
+from duet.config import CacheConfig, ReviewConfig, load_config
 from duet.inputs import InputReader
 from orchestration.core.agents import resolve_model
+from orchestration.core.callcache import parse_ttl
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 
@@ -40,16 +41,29 @@ if TYPE_CHECKING:
 SHOWN_PROBLEMS = 20
 
 
-def load_checked(config: Path, *, embedded: bool, vendor_batch: bool = False) -> ReviewConfig:
+def load_checked(
+    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
+) -> ReviewConfig:
     """Load the config and check what only the worker side can check (sim options, keys);
     ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
-    return check_loaded(load_config(config), embedded=embedded, vendor_batch=vendor_batch)
+    return check_loaded(
+        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache
+    )
 
 
-def check_loaded(cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False) -> ReviewConfig:
-    """:func:`load_checked` for a config already loaded (a built-in one, say)."""
+def check_loaded(
+    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
+) -> ReviewConfig:
+    """:func:`load_checked` for a config already loaded (a built-in one, say); ``cache``
+    (a TTL) turns the model-call cache on over the config's ``[cache]``."""
     if vendor_batch:
         cfg = _with_vendor_batch(cfg)
+    if cache is not None:  # --cache [TTL]: over the config's [cache] ttl
+        parse_ttl(cache, "--cache")
+        section = cfg.cache or CacheConfig()
+        cfg = cfg.model_copy(
+            update={"cache": section.model_copy(update={"ttl": cache, "enabled": True})}
+        )
     spec = cfg.build_architecture().to_spec()
     for role in ("actor", "critic"):
         agent = getattr(spec, role)

@@ -39,6 +39,7 @@ from pydantic import (
 from orchestration.core.agents import Agent, AgentSettings, resolve_model
 from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
+from orchestration.core.callcache import DEFAULT_MAX_ENTRIES, CacheSpec, parse_ttl
 from orchestration.core.errors import ConfigError
 from orchestration.core.validation import key_path, problems
 from orchestration.prices import require_price
@@ -81,6 +82,7 @@ class AgentConfig(AgentSettings):
             price=self.price,
             structured_output=self.structured_output,
             execution=self.execution,
+            cache=self.cache,
             name=name,
         )
 
@@ -134,6 +136,26 @@ class RateLimitConfig(_Section):
         return self
 
 
+class CacheConfig(_Section):
+    """``[cache]``: serve repeated model calls from the model-call cache (docs/cache.md)."""
+
+    #: How old an answer may be and still be served: ``"7d"``, ``"12h"``, seconds.
+    ttl: str | int | float = "7d"
+    #: The store keeps at most this many answers (least recently used go first).
+    max_entries: int = Field(default=DEFAULT_MAX_ENTRIES, ge=1)
+    #: ...and at most this many MB of them.
+    max_mb: float = Field(default=512.0, gt=0)
+    #: ``false`` turns the section off (as if absent).
+    enabled: bool = True
+
+    def build(self, where: str) -> CacheSpec | None:
+        """The :class:`~orchestration.core.callcache.CacheSpec` of this section."""
+        if not self.enabled:
+            return None
+        ttl = parse_ttl(self.ttl, f"{where}: cache.ttl")
+        return CacheSpec(ttl_s=ttl, max_entries=self.max_entries, max_mb=self.max_mb)
+
+
 class InputsConfig(_Section):
     """``[inputs]``: how input files are read."""
 
@@ -170,6 +192,8 @@ class ReviewConfig(_Section):
     #: Model name -> limits, e.g. ``[rate_limits."gpt-4.1"] rpm = 500``.
     rate_limits: dict[str, RateLimitConfig] = Field(default_factory=dict)
     inputs: InputsConfig = InputsConfig()
+    #: The model-call cache; off when absent.
+    cache: CacheConfig | None = None
 
     _source: str = PrivateAttr(default="<config>")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -232,6 +256,7 @@ class ReviewConfig(_Section):
             update={
                 "critique_template": templates["critique"],
                 "refine_template": templates["refine"],
+                "cache": self.cache.build(self._source) if self.cache is not None else None,
             }
         )
         try:

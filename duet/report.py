@@ -47,7 +47,9 @@ def _iso(ts: float | None) -> str | None:
 
 def _usage(u: Any) -> dict[str, Any]:
     return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "calls": u.calls,
-            "usd": round(u.usd, 6)}  # fmt: skip
+            "usd": round(u.usd, 6),
+            **({"cached_calls": u.cached_calls, "saved_usd": round(u.saved_usd, 6)}
+               if getattr(u, "cached_calls", 0) else {})}  # fmt: skip
 
 
 def result_record(
@@ -163,6 +165,9 @@ class Summary:
     output_tokens: int = 0
     calls: int = 0
     usd: float = 0.0
+    #: Calls served from the model-call cache, and what they would have cost.
+    cached_calls: int = 0
+    saved_usd: float = 0.0
     #: Why inputs did not finish well: reason (or error) -> how many.
     reasons: Counter[str] = field(default_factory=Counter)
 
@@ -184,6 +189,8 @@ class Summary:
         self.output_tokens += int(usage.get("output_tokens") or 0)
         self.calls += int(usage.get("calls") or 0)
         self.usd += float(usage.get("usd") or 0.0)
+        self.cached_calls += int(usage.get("cached_calls") or 0)
+        self.saved_usd += float(usage.get("saved_usd") or 0.0)
 
     @property
     def total(self) -> int:
@@ -354,6 +361,17 @@ def _summary_html(summary: Summary, ran: list[Mapping[str, Any]]) -> str:
         ),
         ("model calls", f"{summary.calls:,}"),
         ("cost", _usd(summary.usd)),
+        *(
+            [
+                (
+                    "model-call cache",
+                    f"{summary.cached_calls:,} calls served from cache, "
+                    f"{_usd(summary.saved_usd)} saved",
+                )
+            ]
+            if summary.cached_calls
+            else []
+        ),
         ("mean run time", f"{sum(durations) / len(durations):.2f} s" if durations else "-"),
     ]
     body = "".join(f'<tr><th>{_e(k)}</th><td class="n">{_e(v)}</td></tr>' for k, v in items)

@@ -65,6 +65,16 @@ MODEL_CALLS = Counter(
     "Model calls made (answered or failed), by provider, model, role and outcome.",
     [*_CALL, "outcome"],
 )
+CACHE_HITS = Counter(
+    "duet_model_cache_hits_total",
+    "Model calls served from Duet's model-call cache.",
+    ["provider", "model"],
+)
+CACHE_MISSES = Counter(
+    "duet_model_cache_misses_total",
+    "Model-call cache lookups that found nothing.",
+    ["provider", "model"],
+)
 INPUT_TOKENS = Counter(
     "duet_model_input_tokens_total", "Input tokens billed (cached ones included).", _CALL
 )
@@ -175,6 +185,13 @@ def call_failed(agent: Any, phase: str, kind: str, *, retried: bool) -> None:
         RETRIES.labels(c.provider, c.model, kind).inc()
 
 
+def call_cached(agent: Any, hit: bool) -> None:
+    """A model-call cache lookup: ``hit`` served the answer (no call made), else a miss."""
+    (CACHE_HITS if hit else CACHE_MISSES).labels(
+        agent.provider, model_label(agent.model_name)
+    ).inc()
+
+
 def step_waits(agent: Any, reason: str, seconds: float) -> None:
     """A step is re-scheduled to wait ``seconds`` for a rate limit or budget room."""
     model = model_label(agent.model_name)
@@ -193,6 +210,9 @@ class StepObserver:
 
     def call_answered(self, agent: Any, phase: str, result: Mapping[str, Any]) -> None:
         call_answered(agent, phase, result)
+
+    def call_cached(self, agent: Any, hit: bool) -> None:
+        call_cached(agent, hit)
 
 
 class RunObserver:

@@ -19,10 +19,12 @@ from celery.exceptions import Reject, Retry
 from celery.signals import worker_ready
 
 from orchestration.services.budgeting import Budgets
+from orchestration.services.callcaching import CallCache
 from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.liveness import Liveness
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
+from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE, queue_key
@@ -39,6 +41,12 @@ _store: RunStore | None = None
 _coordinator: Coordinator | None = None
 _steps: StepService | None = None
 _liveness: Liveness | None = None
+
+
+def open_call_store(client: Any) -> CallStore:
+    """The model-call cache's store: the cluster's Redis when DUET_REDIS_URL is set, else
+    the disk file (the embedded Redis lives only as long as one command)."""
+    return RedisCallStore(client) if get_settings().redis_url else DiskCallStore()
 
 
 def get_store() -> RunStore:
@@ -72,6 +80,7 @@ def _build() -> tuple[Coordinator, StepService]:
                 store, budgets, provider_for, get_settings(), redact,
                 observers=tuple(m.StepObserver() for m in watchers), scrub_output=scrub_output,
                 handover_message=handover_message,
+                cache=CallCache(open_call_store(store.r), tuple(m.StepObserver() for m in watchers)),
             )  # fmt: skip
         return _coordinator, _steps
 

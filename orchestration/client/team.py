@@ -22,6 +22,7 @@ from orchestration.core.architecture import (
     LoopSettings,
 )
 from orchestration.core.budget import Budget, scope
+from orchestration.core.callcache import CacheSpec, cache_spec
 from orchestration.core.errors import ConfigError
 from orchestration.core.jsonlimits import depth_reason, value_too_deep
 from orchestration.core.memory import (
@@ -115,6 +116,7 @@ class Team:
         memory: Memory | None = None,
         conversation_turns: int = DEFAULT_CONVERSATION_TURNS,
         conversation_max_tokens: int = DEFAULT_CONVERSATION_MAX_TOKENS,
+        cache: CacheSpec | bool | str | float | None = None,
     ) -> Team:
         """A team whose actor and critic review each other's work.
 
@@ -134,6 +136,8 @@ class Team:
             conversation_turns: turns kept per conversation (oldest dropped first).
             conversation_max_tokens: about how many tokens of history a call carries;
                 earlier runs' oldest turns are dropped first, the run's own turns kept.
+            cache: serve repeated model calls from the model-call cache: True, a TTL
+                (``"7d"``) or a :class:`~orchestration.core.callcache.CacheSpec`.
         """
         settings = checked(
             LoopSettings,
@@ -147,6 +151,7 @@ class Team:
                 "memory": memory,
                 "conversation_turns": conversation_turns,
                 "conversation_max_tokens": conversation_max_tokens,
+                "cache": cache_spec(cache),
             },
         )
         return cls(

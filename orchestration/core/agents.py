@@ -160,6 +160,9 @@ class AgentSettings(BaseModel):
     structured_output: bool | None = None
     """As a critic, ask for the critique's shape natively; ``None``: when the model is known
     to support it (see :mod:`orchestration.core.structured`)."""
+    cache: bool = True
+    """``False``: this agent's calls are never served from, nor stored in, the model-call
+    cache, even when the loop turns it on."""
     execution: Literal["sync", "vendor_batch"] = "sync"
     """``sync``: each step calls the model. ``vendor_batch``: steps are sent together
     through the vendor's batch API, at its batch price, answered within its window (see
@@ -310,6 +313,7 @@ class Agent:
         price: Price | dict[str, Any] | None = None,
         structured_output: bool | None = None,
         execution: Literal["sync", "vendor_batch"] = "sync",
+        cache: bool = True,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -326,6 +330,7 @@ class Agent:
                 "price": price,
                 "structured_output": structured_output,
                 "execution": execution,
+                "cache": cache,
             },
         )
         if architecture is not None:

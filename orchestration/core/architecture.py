@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration.core.agents import Agent, AgentSpec, check_call_timeout, team_for
+from orchestration.core.callcache import CacheSpec, cache_spec
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
@@ -41,6 +42,8 @@ class LoopShape(BaseModel):
     """Prompt for refinement; the built-in one when ``None``."""
     persistent_subagents: bool = DEFAULT_PERSISTENT_SUBAGENTS
     """Actor and critic each keep a conversation per team and user, across rounds and runs."""
+    cache: CacheSpec | None = None
+    """The model-call cache (see :mod:`orchestration.core.callcache`); off when ``None``."""
 
 
 class LoopSettings(ConversationSettings, LoopShape):
@@ -128,6 +131,7 @@ class ActorCritic:
         refine_template: str | None = None,
         worker_registry: dict[str, Any] | None = None,
         role_to_worker_id: dict[str, str] | None = None,
+        cache: CacheSpec | bool | str | float | None = None,
     ) -> None:
         settings = checked(
             LoopSettings,
@@ -149,6 +153,8 @@ class ActorCritic:
         self.refine_template = settings.refine_template
         self.worker_registry = worker_registry
         self.role_to_worker_id = role_to_worker_id
+        #: The model-call cache of the loop's runs; None: off.
+        self.cache = cache_spec(cache)
 
     @classmethod
     def from_settings(cls, *, actor: Agent, critic: Agent, settings: LoopSettings) -> ActorCritic:
@@ -165,6 +171,7 @@ class ActorCritic:
             refine_template=settings.refine_template,
             worker_registry=registry,
             role_to_worker_id={role: role for role in registry} if registry else None,
+            cache=settings.cache,
         )
 
     @property
@@ -235,6 +242,7 @@ class ActorCritic:
             critique_template=self.critique_template,
             refine_template=self.refine_template,
             persistent_subagents=self.persistent_subagents,
+            cache=self.cache,
             coordinator=coordinator,
             worker_ids=dict(self.role_to_worker_id or {r: r for r in ROLES}),
             **{field: getattr(memory, field) for field in ConversationSettings.model_fields},

@@ -169,6 +169,8 @@ def step_usage(step: Mapping[str, Any]) -> Usage:
         cache_write_tokens=step.get("cache_write_tokens", 0),
         calls=step.get("calls", 1),
         usd=step.get("usd", 0.0),
+        cached_calls=1 if step.get("cached") else 0,
+        saved_usd=step.get("saved_usd", 0.0),
     )
 
 
@@ -177,7 +179,8 @@ def run_usage(steps: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     total = Usage()
     for step in steps.values():
         total = total + step_usage(step)
-    return total.model_dump()
+    # the cache's counts only where it served something (most runs have none)
+    return total.model_dump(exclude=set() if total.cached_calls else {"cached_calls", "saved_usd"})
 
 
 def _json_dict(raw: str | None) -> dict[str, Any]:

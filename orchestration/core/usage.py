@@ -18,6 +18,10 @@ class Usage(BaseModel):
     """The part of ``input_tokens`` written to a prompt cache."""
     calls: int = 0
     usd: float = 0.0
+    cached_calls: int = 0
+    """Calls served from Duet's model-call cache (billed nothing; not in ``calls``)."""
+    saved_usd: float = 0.0
+    """What those calls would have cost."""
 
     @property
     def total_tokens(self) -> int:
@@ -31,4 +35,6 @@ class Usage(BaseModel):
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             calls=self.calls + other.calls,
             usd=round(self.usd + other.usd, 10),
+            cached_calls=self.cached_calls + other.cached_calls,
+            saved_usd=round(self.saved_usd + other.saved_usd, 10),
         )

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.budget import Amount, Refusal
+from orchestration.core.callcache import CacheSpec
 from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Message, refusal_error
 from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
@@ -62,6 +63,7 @@ from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, step_id
+from orchestration.services.callcaching import CallCache, hit_result
 from orchestration.services.leases import Call, Leases
 from orchestration.settings import Settings
 from orchestration.state.budgets import LIMIT_LOST, LimitLost
@@ -143,6 +145,8 @@ class Seat:
     max_tokens: int
     #: Whether the model is asked for the critique's shape natively (critics only).
     structured: bool = False
+    #: The loop's model-call cache; None when off or the agent refuses it.
+    cache: CacheSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +185,11 @@ class StepService:
         leases: Leases | None = None,
         scrub_output: Scrub | None = None,
         handover_message: HandoverMessage | None = None,
+        cache: CallCache | None = None,
     ) -> None:
         self.store = store
+        #: The model-call cache's store (None: no call is ever cached).
+        self.cache = cache
         self.handover_message = handover_message
         self.leases = leases or Leases(store, budgets.ledger, settings.step_lease_s)
         self.budgets = budgets
@@ -282,7 +289,7 @@ class StepService:
             return replace(call, claim=claimant)
         result, completion, settle = call
         spend = None
-        if not limited and completion is not None:
+        if not limited and completion is not None and not result.get("cached"):
             spend = self.budgets.spend(list(scopes), _used(completion, result))
         conversation = None
         # A reply cut at max_tokens, or refused, is not a turn the model should build on.
@@ -449,7 +456,12 @@ class StepService:
             turns = spec.conversation_turns if spec.persistent_subagents else 0
             structured = role == "critic" and structured_critique(agent)
             seat = self._seats[(spec_id, role)] = Seat(
-                agent, price_for(agent), max(turns, 0), spec.conversation_max_tokens, structured
+                agent,
+                price_for(agent),
+                max(turns, 0),
+                spec.conversation_max_tokens,
+                structured,
+                spec.cache if agent.cache else None,
             )
         return seat
 
@@ -472,6 +484,26 @@ class StepService:
         obeyed, as the fleet-wide pause makes the step wait again when it comes back.
         """
         return RetryLater(min(seconds, self.settings.visibility_timeout_s / 2), failures, reason)
+
+    def _cache_key(self, seat: Seat, messages: list[Message], boundary: str | None) -> str | None:
+        """The call's model-call cache key; None when not cached."""
+        if self.cache is None:
+            return None
+        return self.cache.key(seat.cache, seat.agent, messages, seat.structured, boundary)
+
+    def _from_cache(
+        self, seat: Seat, cache_key: str, key: str, began: float, boundary: str | None
+    ) -> tuple[dict[str, Any], Completion, list[Any]] | None:
+        """The step's result from a cached answer (billed nothing); None on a miss."""
+        assert self.cache is not None and seat.cache is not None
+        found = self.cache.find(seat.cache, cache_key, seat.agent, boundary)
+        if found is None:
+            return None
+        completion = self.cleaned(found)
+        result = hit_result(_result_from(completion, parse_step_key(key)[0], key, seat,
+                                         boundary=boundary, started_at=began,
+                                         model=seat.agent.model, scrub=self.scrub_output))  # fmt: skip
+        return result, completion, []
 
     def _call(
         self,
@@ -499,8 +531,12 @@ class StepService:
         # The hold is this delivery's: a second call of the step (its first caller died,
         # or the broker delivered it twice) is a second call the vendor bills.
         sid = _hold_id(run_id, key, claimant)
-        worst = budgets.estimate(agent, messages, seat.structured)
         began = time.time()
+        cache_key = self._cache_key(seat, messages, boundary)
+        if cache_key is not None and (hit := self._from_cache(seat, cache_key, key, began,
+                                                              boundary)) is not None:  # fmt: skip
+            return hit  # before any rate-limit grant or budget hold: a hit costs neither
+        worst = budgets.estimate(agent, messages, seat.structured)
         provider = self.providers(agent)
         # Ready the HTTP client before taking a rate permit, so the permit is spent at once.
         provider.warm()
@@ -562,6 +598,8 @@ class StepService:
                               scrub=self.scrub_output)  # fmt: skip
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
+        if cache_key is not None and self.cache is not None and seat.cache is not None:
+            self.cache.keep(seat.cache, cache_key, completion, boundary)
         return result, completion, budgets.settle_calls(sid, scopes, _used(completion, result))
 
 

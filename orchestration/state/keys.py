@@ -67,6 +67,13 @@ DEFAULT_STEP_LEASE_S = 60
 DEFAULT_PROCESS_TTL_S = 10
 
 
+def call_cache(part: str) -> str:
+    """The model-call cache (:mod:`orchestration.state.callcache`), one hash tag for all:
+    ``entries`` (hash key -> answer), ``used`` / ``stored`` (sorted sets key -> last use /
+    written), ``stats`` (hash: hits, misses, bytes)."""
+    return f"{PREFIX}:{{cache}}:{part}"
+
+
 def spec(spec_id: str) -> str:
     """JSON of an immutable, content-addressed loop spec (agents, rounds, templates)."""
     return f"{PREFIX}:spec:{spec_id}"

@@ -84,7 +84,7 @@ def test_actor_critic_has_the_spec_signature() -> None:
     params = inspect.signature(ActorCritic.__init__).parameters
     assert list(params)[1:] == [
         "actor", "critic", "max_rounds", "approval_threshold", "critique_template",
-        "refine_template", "worker_registry", "role_to_worker_id",
+        "refine_template", "worker_registry", "role_to_worker_id", "cache",
     ]  # fmt: skip
     assert all(
         p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in params.items() if name != "self"
@@ -223,7 +223,7 @@ def test_worker_ids_name_the_conversations_and_identify_the_team() -> None:
 CALL_SETTINGS = [
     ("base_url", "http://x"), ("api_key_env", "K"), ("temperature", 0.2), ("max_tokens", 10),
     ("timeout_s", 5.0), ("price", {"input_per_mtok": 1.0, "output_per_mtok": 2.0}),
-    ("structured_output", True), ("execution", "vendor_batch"),
+    ("structured_output", True), ("execution", "vendor_batch"), ("cache", False),
 ]  # fmt: skip
 
 

@@ -1,0 +1,64 @@
+"""``duet cache``: the model-call cache's size and hits, and clearing it: the cluster's
+(in its Redis) when DUET_REDIS_URL is set, else the disk file of the embedded default."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from duet.cli import app
+from duet.cli_support import connect, fails_cleanly, out, plain
+from orchestration.core.callcache import parse_ttl
+from orchestration.settings import get_settings
+from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
+
+cache_app = typer.Typer(
+    help="The model-call cache (docs/cache.md): stats, clear.",
+    epilog="Example: duet cache stats && duet cache clear --older-than 7d",
+    no_args_is_help=True,
+)
+
+
+def _store() -> CallStore:
+    """The cluster's cache when DUET_REDIS_URL is set, else the disk file."""
+    if not get_settings().redis_url:
+        return DiskCallStore()
+    connect()
+    from orchestration.state import connection
+
+    return RedisCallStore(connection.get_redis())
+
+
+@cache_app.command("stats", epilog="Example: duet cache stats")
+@fails_cleanly
+def stats() -> None:
+    """Entries, bytes, hits and misses, and the least recently used entry's age."""
+    s = _store().stats()
+    table = Table(title=f"model-call cache ({s.backend}: {s.where})", show_header=False)
+    oldest = "-" if s.oldest is None else dt.datetime.fromtimestamp(
+        s.oldest, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")  # fmt: skip
+    for name, value in (("entries", s.entries), ("bytes", s.bytes), ("hits", s.hits),
+                        ("misses", s.misses), ("oldest", oldest)):  # fmt: skip
+        table.add_row(name, str(value))
+    out.print(table)
+
+
+@cache_app.command("clear", epilog="Example: duet cache clear --older-than 7d")
+@fails_cleanly
+def clear(
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", metavar="TTL",
+                     help="Only entries written longer ago than this (7d, 12h, 90)."),
+    ] = None,
+) -> None:  # fmt: skip
+    """Drop cached answers: all, or those older than ``--older-than``."""
+    age = parse_ttl(older_than, "--older-than") if older_than is not None else None
+    n = _store().clear(age)
+    out.print(plain(f"cleared {n} cached answer(s)"))
+
+
+app.add_typer(cache_app, name="cache")

@@ -1,0 +1,182 @@
+"""Where the model-call cache keeps its entries: one interface, two backends.
+
+:class:`RedisCallStore` on a cluster (shared by the fleet; LRU over its own keys only, in
+Lua, so it never competes with run state), :class:`DiskCallStore` on the embedded default
+(a SQLite file under the user's cache dir, so a rerun on a laptop is free too).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestration.core.callcache import DEFAULT_MAX_ENTRIES, CacheStats
+from orchestration.state import keys
+from orchestration.state.scripts import register
+
+#: Default size cap of a store, bytes of answers.
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+_PARTS = ("entries", "used", "stored", "stats")
+
+
+class CallStore(Protocol):
+    """A store of cached answers by key."""
+
+    def get(self, key: str, ttl_s: float) -> str | None: ...
+
+    def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None: ...
+
+    def stats(self) -> CacheStats: ...
+
+    def clear(self, older_than_s: float | None = None) -> int: ...
+
+
+class RedisCallStore:
+    """The fleet's cache, in Redis under Duet's prefix (:func:`keys.call_cache`)."""
+
+    def __init__(self, client: Any) -> None:
+        self.r = client
+        self._keys = [keys.call_cache(p) for p in _PARTS]
+        self._get = register(client, "cache_get")
+        self._put = register(client, "cache_put")
+        self._clear = register(client, "cache_clear")
+
+    def get(self, key: str, ttl_s: float) -> str | None:
+        found = self._get(keys=self._keys, args=[key, time.time(), ttl_s])
+        return found.decode() if isinstance(found, bytes) else found
+
+    def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
+        self._put(keys=self._keys, args=[key, time.time(), value, max_entries, max_bytes])
+
+    def stats(self) -> CacheStats:
+        entries, used, _, stats = self._keys
+        counts = {k.decode() if isinstance(k, bytes) else k: int(v)
+                  for k, v in self.r.hgetall(stats).items()}  # fmt: skip
+        oldest = self.r.zrange(used, 0, 0, withscores=True)
+        return CacheStats("redis", keys.call_cache("*"), int(self.r.hlen(entries)),
+                          counts.get("bytes", 0), counts.get("hits", 0),
+                          counts.get("misses", 0), oldest[0][1] if oldest else None)  # fmt: skip
+
+    def clear(self, older_than_s: float | None = None) -> int:
+        if older_than_s is None:
+            n = int(self.r.hlen(self._keys[0]))
+            self.r.delete(*self._keys)
+            return n
+        cutoff, total = time.time() - older_than_s, 0
+        while (n := int(self._clear(keys=self._keys, args=[cutoff, 1000]))) > 0:
+            total += n
+        return total
+
+
+def default_path() -> Path:
+    """``$DUET_CACHE_DIR/calls.sqlite``, else under ``$XDG_CACHE_HOME`` or ``~/.cache``."""
+    folder = os.environ.get("DUET_CACHE_DIR")
+    if not folder:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        folder = str(Path(base) / "duet")
+    return Path(folder) / "calls.sqlite"
+
+
+class DiskCallStore:
+    """The embedded default's cache: a SQLite file that outlives the per-command Redis."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._ready: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        """The file: the one given, else :func:`default_path` as the environment says now."""
+        return self._path or default_path()
+
+    def _create(self) -> None:
+        """The file and its tables, on first use (a worker with no cache touches no disk)."""
+        path = self.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, "
+                       "value TEXT NOT NULL, stored REAL NOT NULL, used REAL NOT NULL, "
+                       "size INTEGER NOT NULL)")  # fmt: skip
+            db.execute("CREATE INDEX IF NOT EXISTS entries_used ON entries (used)")
+            db.execute("CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, n INTEGER)")
+        finally:
+            db.close()
+        self._ready = path
+
+    def _db(self) -> sqlite3.Connection:
+        if self._ready != self.path:
+            self._create()
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def _count(self, db: sqlite3.Connection, name: str) -> None:
+        db.execute("INSERT INTO stats VALUES (?, 1) ON CONFLICT(name) DO UPDATE SET n = n + 1",
+                   (name,))  # fmt: skip
+
+    def get(self, key: str, ttl_s: float) -> str | None:
+        now = time.time()
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT value FROM entries WHERE key = ? AND stored >= ?",
+                             (key, now - ttl_s)).fetchone()  # fmt: skip
+            if row is not None:
+                db.execute("UPDATE entries SET used = ? WHERE key = ?", (now, key))
+            self._count(db, "hits" if row is not None else "misses")
+            db.execute("COMMIT")
+            return str(row[0]) if row is not None else None
+        finally:
+            db.close()
+
+    def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
+        now = time.time()
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
+                       (key, value, now, now, len(value.encode())))  # fmt: skip
+            count, size = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries"
+            ).fetchone()
+            while count > max_entries or size > max_bytes:
+                row = db.execute("SELECT key, size FROM entries ORDER BY used LIMIT 1").fetchone()
+                if row is None:
+                    break
+                db.execute("DELETE FROM entries WHERE key = ?", (row[0],))
+                count, size = count - 1, size - row[1]
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    def stats(self) -> CacheStats:
+        db = self._db()
+        try:
+            count, size, oldest = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0), MIN(used) FROM entries").fetchone()  # fmt: skip
+            counts = dict(db.execute("SELECT name, n FROM stats").fetchall())
+        finally:
+            db.close()
+        return CacheStats("disk", str(self.path), count, size, counts.get("hits", 0),
+                          counts.get("misses", 0), oldest)  # fmt: skip
+
+    def clear(self, older_than_s: float | None = None) -> int:
+        db = self._db()
+        try:
+            if older_than_s is None:
+                n = db.execute("DELETE FROM entries").rowcount
+                db.execute("DELETE FROM stats")
+            else:
+                cutoff = time.time() - older_than_s
+                n = db.execute("DELETE FROM entries WHERE stored < ?", (cutoff,)).rowcount
+            return int(n)
+        finally:
+            db.close()
+
+
+__all__ = ["CallStore", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_ENTRIES", "DiskCallStore",
+           "RedisCallStore", "default_path"]  # fmt: skip

@@ -1,0 +1,199 @@
+"""The model-call cache end to end on the embedded default, against the stand-in: a rerun
+costs no vendor request, and Ctrl-C then --resume-from pays no call twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.reliability import EMBEDDED, Reliability, lost_of
+from tests.support import wait_for
+
+pytestmark = pytest.mark.system
+
+INPUTS = "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(6))
+
+
+def _config(url: str, *, critic_extra: str = "", cache: str = '[cache]\nttl = "7d"\n') -> str:
+    return f"""\
+[actor]
+instructions = "Fix the code."
+model = "openai:sim"
+base_url = "{url}"
+price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
+
+[critic]
+instructions = "Find security bugs."
+model = "openai:sim:critic?scores=0.1"
+base_url = "{url}"
+price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
+{critic_extra}
+[loop]
+max_rounds = 2
+
+{cache}"""
+
+
+def _env(cache_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
+    return {**env, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "DUET_CACHE_DIR": str(cache_dir)}
+
+
+def _run(args: list[str], cache_dir: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "duet.cli", *args], env=_env(cache_dir),
+                          cwd=cwd, capture_output=True, text=True, timeout=180)  # fmt: skip
+
+
+def _requests(fake_llm: Any) -> int:
+    return int(fake_llm.stats()["requests"])
+
+
+def _batch(fake_llm: Any, tmp_path: Path, config: Path, out: str, cache: Path,
+           *extra: str) -> int:  # fmt: skip
+    """Run the inputs with ``config``; the vendor requests it made."""
+    before = _requests(fake_llm)
+    result = _run(
+        ["run", str(config), "-i", str(tmp_path / "in.jsonl"), "-o", out, *extra], cache, tmp_path
+    )
+    assert result.returncode in (0, 1), result.stderr
+    return _requests(fake_llm) - before
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    path = tmp_path / "in.jsonl"
+    path.write_text(INPUTS)
+    return path
+
+
+def test_a_rerun_with_the_cache_on_makes_no_vendor_request(
+    fake_llm: Any, tmp_path: Path, inputs: Path
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(_config(fake_llm.url))
+    cache = tmp_path / "cache"
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    assert first > 0
+    assert _batch(fake_llm, tmp_path, config, "b.jsonl", cache) == 0
+    a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [r["output"] for r in a] == [r["output"] for r in b], "the same answers"
+    assert all(r["usage"]["calls"] == 0 and r["usage"]["cached_calls"] > 0 for r in b)
+    assert sum(r["usage"]["saved_usd"] for r in b) == pytest.approx(
+        sum(r["usage"]["usd"] for r in a))  # fmt: skip
+    stats = _run(["cache", "stats"], cache, tmp_path)
+    assert stats.returncode == 0 and "hits" in stats.stdout, stats.stderr
+    # without the cache (section off) the same batch pays again
+    config.write_text(_config(fake_llm.url, cache=""))
+    assert _batch(fake_llm, tmp_path, config, "c.jsonl", cache) == first
+    # --cache on the command line turns it on for a config without [cache]
+    assert _batch(fake_llm, tmp_path, config, "d.jsonl", cache, "--cache") == 0
+    bad = _run(["run", str(config), "-i", "in.jsonl", "--cache-ttl", "soon"], cache, tmp_path)
+    assert bad.returncode == 2 and "--cache" in bad.stderr
+
+
+def test_another_key_variable_and_a_refusing_critic_do_not_hit(
+    fake_llm: Any, tmp_path: Path, inputs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.toml"
+    cache = tmp_path / "cache"
+    config.write_text(_config(fake_llm.url))
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    # the critic refuses the cache: its calls are paid again, the actor's are not
+    config.write_text(_config(fake_llm.url, critic_extra="cache = false\n"))
+    critic_calls = _batch(fake_llm, tmp_path, config, "b.jsonl", cache)
+    assert 0 < critic_calls < first
+    # another tenant's key variable: nothing of the first tenant's is served
+    monkeypatch.setenv("TENANT_B_KEY", "sk-test-b")
+    config.write_text(_config(fake_llm.url).replace(
+        'base_url = "', 'api_key_env = "TENANT_B_KEY"\nbase_url = "'))  # fmt: skip
+    env_b = _env(cache)
+    before = _requests(fake_llm)
+    run = subprocess.run([sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs),
+                          "-o", "c.jsonl"], env={**env_b, "TENANT_B_KEY": "sk-test-b"},
+                         cwd=tmp_path, capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert run.returncode in (0, 1), run.stderr
+    assert _requests(fake_llm) - before == first
+
+
+def test_an_expired_answer_is_paid_again(fake_llm: Any, tmp_path: Path, inputs: Path) -> None:
+    config = tmp_path / "c.toml"
+    cache = tmp_path / "cache"
+    config.write_text(_config(fake_llm.url))
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    from orchestration.state.callcache import DiskCallStore
+
+    store = DiskCallStore(cache / "calls.sqlite")
+    db = store._db()  # age every entry by two days, as time would
+    db.execute("UPDATE entries SET stored = stored - 172800")
+    db.close()
+    config.write_text(_config(fake_llm.url, cache='[cache]\nttl = "1d"\n'))
+    assert _batch(fake_llm, tmp_path, config, "b.jsonl", cache) == first
+
+
+def test_ctrl_c_then_resume_pays_no_call_twice(
+    fake_llm: Any, tmp_path: Path, inputs: Path, reliability: Reliability
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(_config(fake_llm.url))
+    whole = _batch(fake_llm, tmp_path, config, "whole.jsonl", tmp_path / "fresh")
+    cache = tmp_path / "cache"
+    out = tmp_path / "out.jsonl"
+    fake_llm.set_faults(latency_ms=300)
+    try:
+        before = _requests(fake_llm)
+        with subprocess.Popen(
+            [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs), "-o", str(out)],
+            env={**_env(cache), "DUET_WORKER_CONCURRENCY": "2"}, cwd=tmp_path,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        ) as proc:  # fmt: skip
+            assert proc.stderr is not None
+            for line in proc.stderr:  # from here on Ctrl-C cancels the batch
+                if "run(s), results ->" in line:
+                    break
+            # half the calls made (breadth-first: records come near the end of a batch)
+            wait_for(lambda: _requests(fake_llm) - before >= whole // 2, 120, "half the calls")
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        assert proc.returncode == 130, proc.stderr.read()
+        made = _requests(fake_llm) - before
+        assert 0 < made < whole, "interrupted part-way"
+    finally:
+        fake_llm.set_faults(latency_ms=0)
+    resumed = _batch(fake_llm, tmp_path, config, "resumed.jsonl", cache,
+                     "--resume-from", str(out))  # fmt: skip
+    # the --resume-from rerun (and the first part) together pay each call once
+    reliability.record(
+        section=EMBEDDED,
+        fault="Ctrl-C mid-batch, then duet run --resume-from with the cache on",
+        load=f"{len(INPUTS.splitlines())} inputs, {whole} calls; interrupted after {made}",
+        lost=lost_of(made + resumed - whole, whole, "calls paid twice"),
+        before="the cancelled runs' calls were paid again (+54 % on a 77-file tree)",
+    )
+    assert made + resumed == whole
+
+
+def test_a_hit_holds_no_budget(fake_llm: Any, tmp_path: Path, inputs: Path) -> None:
+    config = tmp_path / "c.toml"
+    cache = tmp_path / "cache"
+    config.write_text(_config(fake_llm.url))
+    assert _batch(fake_llm, tmp_path, config, "a.jsonl", cache) > 0
+    # a batch cap far below one call's worst case: every call made would be refused
+    config.write_text(_config(fake_llm.url) + "\n[budget]\nmax_usd = 0.000001\n")
+    assert _batch(fake_llm, tmp_path, config, "b.jsonl", cache) == 0
+    records = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    first = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == [r["status"] for r in first]
+    assert not any("budget" in str(r.get("reason")) for r in records)
+    # the same cap without the cache: the calls are refused
+    config.write_text(_config(fake_llm.url, cache="") + "\n[budget]\nmax_usd = 0.000001\n")
+    _batch(fake_llm, tmp_path, config, "c.jsonl", cache)
+    refused = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert any("budget" in str(r.get("reason")) for r in refused)
