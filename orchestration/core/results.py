@@ -24,6 +24,10 @@ class RoundRecord(BaseModel):
     round: int
     score: float | None = None
     issues: list[str] = Field(default_factory=list)
+    #: The issues as objects (``message``, ``path``, ``line``, ``end_line``, ``severity``,
+    #: ``rule``) when the critic gave locations (see orchestration/core/findings.py);
+    #: empty for string-only critiques and records stored before findings existed.
+    findings: list[dict[str, Any]] = Field(default_factory=list)
     summary: str = ""
     #: The output the critic judged.
     judged_output: str | None = None
@@ -121,6 +125,7 @@ def build_result(
             rec.update(
                 score=step.get("score"),
                 issues=step.get("issues") or [],
+                findings=step.get("findings") or [],
                 summary=step.get("summary") or "",
                 judged_output=output,
                 critic_reply=text,

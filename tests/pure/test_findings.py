@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jsonschema
 import pytest
 
@@ -13,6 +15,7 @@ from orchestration.core.findings import (
     parse_finding,
     parse_findings,
 )
+from orchestration.core.results import build_result
 from orchestration.core.structured import CRITIQUE_SCHEMA, FINDING_SCHEMA
 
 
@@ -94,3 +97,15 @@ def test_schema_accepts_strings_and_objects_and_is_strict() -> None:
         jsonschema.validate({**sample, "issues": [{"message": "m"}]}, CRITIQUE_SCHEMA)
     assert set(FINDING_SCHEMA["properties"]) == set(FINDING_SCHEMA["required"])
     assert FINDING_SCHEMA["additionalProperties"] is False
+
+
+def test_stored_steps_with_and_without_findings_build_results() -> None:
+    finding = Finding("bad query", "db.py", 3, severity="error").as_dict()
+    base: dict[str, Any] = {"text": "x", "input_tokens": 1, "output_tokens": 1}
+    old = {"key": "r1.critique", **base, "score": 0.2, "issues": ["a"], "summary": ""}
+    new = {"key": "r2.critique", **base, "score": 0.4, "issues": ["db.py:3: bad query"],
+           "summary": "", "findings": [finding]}  # fmt: skip
+    steps = {s["key"]: s for s in ({"key": "r0.generate", **base}, old, new)}
+    result = build_result({"run_id": "r", "status": "max_rounds_reached"}, steps, [])
+    assert [r.findings for r in result.rounds] == [[], [finding]]
+    assert [r.issues for r in result.rounds] == [["a"], ["db.py:3: bad query"]]
