@@ -75,12 +75,20 @@ def result_record(
         "scored_output_round": result.scored_output_round,
         "output_round": result.output_round,
         "rounds": [
-            {"round": r.round, "score": r.score, "issues": r.issues, "summary": r.summary}
+            {
+                "round": r.round,
+                "score": r.score,
+                "issues": r.issues,
+                "summary": r.summary,
+                "findings": r.findings,
+            }
             for r in result.rounds
-        ],
+        ],  # fmt: skip
         "n_rounds": len(result.rounds),
         #: The last critique's issues (what is still wrong with the output, if anything).
         "issues": list(result.rounds[-1].issues) if result.rounds else [],
+        #: The same issues as located findings, when the critic gave locations.
+        "findings": list(result.rounds[-1].findings) if result.rounds else [],
         "usage": {
             **_usage(total),
             "by_role": {role: _usage(u) for role, u in sorted(result.usage.by_role.items())},
@@ -129,6 +137,7 @@ def rejected_record(
         "rounds": [],
         "n_rounds": 0,
         "issues": [],
+        "findings": [],
         "usage": {"input_tokens": 0, "output_tokens": 0, "calls": 0, "usd": 0.0},
         "reason": problem["reason"],
         "error": None,

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestration.core.findings import Finding, parse_findings
 from orchestration.core.quoting import unquoted
 from orchestration.core.spans import Located, find_objects
 
@@ -32,6 +33,9 @@ class CriticOutput(BaseModel):
     """Specific problems the actor should address, one per entry."""
     summary: str = ""
     """One-line overall assessment, passed to the actor as ``{critique}``."""
+    findings: list[Finding] = []
+    """Every issue as a :class:`Finding` when the critic gave any with a location,
+    severity or rule (:mod:`orchestration.core.findings`); ``issues`` holds each as text."""
 
 
 # A number as critics write it: "8", "8.5", ".5", "-3", "1e-1".
@@ -59,7 +63,6 @@ _SCORE_BEFORE_WORD = re.compile(
 )
 
 _SCORE_KEYS = ("score", "rating")
-_ISSUE_TEXT_KEYS = ("description", "issue", "text", "message")
 _SUMMARY_MAX_CHARS = 200
 
 
@@ -297,11 +300,13 @@ def _from_object(obj: dict[str, Any], reply: str) -> CriticOutput:
     issues_key = _key(obj, ("issues",))
     summary_key = _key(obj, ("summary",))
     summary = obj[summary_key] if summary_key is not None else None
-    issues = _issues(obj[issues_key]) if issues_key is not None else []
+    findings = parse_findings(obj[issues_key]) if issues_key is not None else []
     return CriticOutput(
         score=score,
-        issues=issues + unreadable,
+        issues=[f.as_text() for f in findings] + unreadable,
         summary="" if summary is None else str(summary).strip(),
+        # Only located findings are kept as objects: string issues stay the seed's shape.
+        findings=findings if any(f != Finding(f.message) for f in findings) else [],
     )
 
 
@@ -309,29 +314,6 @@ def _score_of(value: object) -> tuple[float, list[str]]:
     """The score and, when the value is not a score, the one issue saying so."""
     score = read_score(value)
     return (0.0, [unreadable_score_issue(value)]) if score is None else (score, [])
-
-
-def _issues(raw: object) -> list[str]:
-    items = raw if isinstance(raw, (list, tuple)) else [raw]
-    issues = []
-    for item in items:
-        text = _issue_text(item).strip()
-        if text:
-            issues.append(text)
-    return issues
-
-
-def _issue_text(item: object) -> str:
-    if item is None:
-        return ""
-    if isinstance(item, str):
-        return item
-    if isinstance(item, dict):
-        key = _key(item, _ISSUE_TEXT_KEYS)
-        text = item[key] if key is not None else None
-        if isinstance(text, str) and text.strip():
-            return text
-    return str(item)
 
 
 def _from_prose(reply: str, score_text: str | None = None) -> CriticOutput:

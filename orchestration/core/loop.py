@@ -20,6 +20,9 @@ Phase = Literal["generate", "critique", "refine"]
 Role = Literal["actor", "critic"]
 Status = Literal["approved", "max_rounds_reached", "interrupted", "failed", "cancelled"]
 
+#: The reason of a run ended early because its score stopped rising (``min_improvement``).
+PLATEAU = "plateau"
+
 ROLE_OF: dict[str, Role] = {"generate": "actor", "critique": "critic", "refine": "actor"}
 
 
@@ -105,6 +108,9 @@ class LoopState:
     cancelled: bool = False
     #: ``budget:<scope>:<unit>`` when a budget scope of the run has no room left.
     budget_blocked: str | None = None
+    #: Plateau stop: a critique whose score rose less than this over the previous one
+    #: ends the run (``max_rounds_reached``, reason :data:`PLATEAU`); None never stops.
+    min_improvement: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +177,8 @@ def decide(state: LoopState) -> Action:
     if last.phase == "critique":
         if last.score is not None and last.score >= state.approval_threshold:
             return Finish("approved")
+        if _plateaued(state, last):
+            return Finish("max_rounds_reached", PLATEAU)
         return Refine(last.round)
     next_round = last.round + 1
     if next_round > state.max_rounds:
@@ -178,3 +186,11 @@ def decide(state: LoopState) -> Action:
     if state.budget_blocked:
         return Finish("interrupted", state.budget_blocked)
     return Critique(next_round)
+
+
+def _plateaued(state: LoopState, last: StepOutcome) -> bool:
+    """Whether ``last``'s score rose less than ``min_improvement`` over the critique before."""
+    if state.min_improvement is None or last.score is None:
+        return False
+    before = [s.score for s in state.steps[:-1] if s.phase == "critique" and s.score is not None]
+    return bool(before) and last.score - before[-1] < state.min_improvement

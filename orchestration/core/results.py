@@ -24,9 +24,15 @@ class RoundRecord(BaseModel):
     round: int
     score: float | None = None
     issues: list[str] = Field(default_factory=list)
+    #: The issues as objects (``message``, ``path``, ``line``, ``end_line``, ``severity``,
+    #: ``rule``) when the critic gave locations (see orchestration/core/findings.py);
+    #: empty for string-only critiques and records stored before findings existed.
+    findings: list[dict[str, Any]] = Field(default_factory=list)
     summary: str = ""
     #: The output the critic judged.
     judged_output: str | None = None
+    #: The round whose actor step wrote ``judged_output`` (0 for the first draft).
+    judged_output_round: int | None = None
     #: The actor's revision after this critique (None when approved or stopped).
     revision: str | None = None
     critic_reply: str | None = None
@@ -98,6 +104,28 @@ def _step_order(key: str) -> tuple[int, int]:
     return round_, {"generate": 0, "critique": 1, "refine": 2}[phase]
 
 
+def keep_best(result: RunResult) -> RunResult:
+    """``result`` with its ``output`` the highest-scored revision (``[loop] keep = "best"``):
+    for a run not approved, the output the best critique judged (the earliest on a tie),
+    with ``output_round``/``scored_output_round`` naming its round. Approved runs and runs
+    with no scored round are returned as they are."""
+    if result.approved:
+        return result
+    scored = [r for r in result.rounds if r.score is not None and r.judged_output is not None]
+    if not scored:
+        return result
+    best = max(scored, key=lambda r: r.score or 0.0)  # max keeps the first of equal scores
+    judged_round = best.judged_output_round
+    return result.model_copy(
+        update={
+            "output": best.judged_output,
+            "output_round": judged_round,
+            "final_score": best.score,
+            "scored_output_round": judged_round,
+        }
+    )
+
+
 def build_result(
     run: Mapping[str, str], steps: Mapping[str, Mapping[str, Any]], events: list[Event]
 ) -> RunResult:
@@ -121,8 +149,10 @@ def build_result(
             rec.update(
                 score=step.get("score"),
                 issues=step.get("issues") or [],
+                findings=step.get("findings") or [],
                 summary=step.get("summary") or "",
                 judged_output=output,
+                judged_output_round=output_round,
                 critic_reply=text,
             )
             if step.get("score") is not None:

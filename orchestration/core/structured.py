@@ -20,6 +20,22 @@ from orchestration.core.critique import Reading, read_object
 CRITIQUE_NAME = "critique"
 #: What the tool is for, as the Anthropic model reads it.
 CRITIQUE_DESCRIPTION = "Record your review of the output: its score, its issues and a summary."
+_NULLABLE_STR = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+#: One finding with its location (strict mode: every key required, unknown ones null).
+FINDING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string"},
+        "path": _NULLABLE_STR,
+        "line": _NULLABLE_INT,
+        "end_line": _NULLABLE_INT,
+        "severity": {"type": ["string", "null"], "enum": ["error", "warning", "note", None]},
+        "rule": _NULLABLE_STR,
+    },
+    "required": ["message", "path", "line", "end_line", "severity", "rule"],
+    "additionalProperties": False,
+}
 #: The critique as a JSON schema (OpenAI strict mode: every key required, no others).
 CRITIQUE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -30,8 +46,9 @@ CRITIQUE_SCHEMA: dict[str, Any] = {
         },
         "issues": {
             "type": "array",
-            "items": {"type": "string"},
-            "description": "Specific problems to fix, one per entry; empty when none.",
+            "items": {"anyOf": [{"type": "string"}, FINDING_SCHEMA]},
+            "description": "Specific problems to fix, one per entry (a string, or an object "
+            "with the file and line); empty when none.",
         },
         "summary": {"type": "string", "description": "One-line overall assessment."},
     },

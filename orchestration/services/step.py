@@ -679,12 +679,15 @@ def _result_from(
             native if native is not None else read_critique(completion.text, boundary)
         )
         issues, summary = critique.issues, critique.summary
+        findings = [f.as_dict() for f in critique.findings]
         if scrub is not None:  # what parsing decoded (a key as JSON escapes) is scrubbed too
             issues, summary = _scrubbed(issues, scrub), scrub(summary)
+            findings = _scrubbed(findings, scrub)
         result.update(
             score=critique.score,
             issues=issues,
             summary=summary,
+            findings=findings,
             # read from the vendor's structured output, not searched for in the text
             structured=native is not None,
         )

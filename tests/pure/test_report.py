@@ -196,6 +196,10 @@ def test_summary_ok_means_every_input_accepted_and_finished_well(
     assert summary.ok is ok
 
 
+FINDING = {"message": "SQL injection", "path": "db.py", "line": 3, "end_line": None,
+           "severity": "error", "rule": None}  # fmt: skip
+
+
 def test_result_record_from_a_run_result() -> None:
     result = RunResult(
         run_id="r1",
@@ -205,7 +209,14 @@ def test_result_record_from_a_run_result() -> None:
         final_score=0.93,
         scored_output_round=1,
         rounds=[
-            RoundRecord(round=1, score=0.5, issues=["SQL injection"], summary="bad", revision="v1"),
+            RoundRecord(
+                round=1,
+                score=0.5,
+                issues=["db.py:3: SQL injection"],
+                summary="bad",
+                revision="v1",
+                findings=[FINDING],
+            ),
             RoundRecord(round=2, score=0.93, issues=[], summary="good"),
         ],
         usage=UsageReport(
@@ -236,11 +247,13 @@ def test_result_record_from_a_run_result() -> None:
         "scored_output_round": 1,
         "output_round": 1,
         "rounds": [
-            {"round": 1, "score": 0.5, "issues": ["SQL injection"], "summary": "bad"},
-            {"round": 2, "score": 0.93, "issues": [], "summary": "good"},
+            {"round": 1, "score": 0.5, "issues": ["db.py:3: SQL injection"], "summary": "bad",
+             "findings": [FINDING]},
+            {"round": 2, "score": 0.93, "issues": [], "summary": "good", "findings": []},
         ],
         "n_rounds": 2,
         "issues": [],
+        "findings": [],
         "usage": {
             "input_tokens": 10, "output_tokens": 5, "calls": 3, "usd": 0.000123,
             "by_role": {
