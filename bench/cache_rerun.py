@@ -44,9 +44,7 @@ def _cpu_of(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
 
 
-def measure(
-    name: str, inputs: Path, server: FakeLLM, rounds: int, scores: str
-) -> dict[str, Any]:
+def measure(name: str, inputs: Path, server: FakeLLM, rounds: int, scores: str) -> dict[str, Any]:
     """First run, rerun and ``duet results`` of one batch, in a fresh cache."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -62,7 +62,9 @@ def fake_redis() -> Iterator[object]:
 
 
 @pytest.fixture(autouse=True)
-def _own_call_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _own_call_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each test its own model-call cache file (never the user's ~/.cache/duet), so one
     test's cached answers are never served to another (DUET_CACHE_DIR)."""
     monkeypatch.setenv("DUET_CACHE_DIR", str(tmp_path_factory.mktemp("call-cache")))

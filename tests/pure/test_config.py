@@ -300,7 +300,9 @@ def test_defaults_agree_with_the_core_settings() -> None:
             if name in model.model_fields and param.default is not inspect.Parameter.empty:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
-    assert compared == 9 + 5 + 10  # cache= in each; Team.actor_critic: the loop's 6, the conversations' 4
+    assert (
+        compared == 9 + 5 + 10
+    )  # cache= in each; Team.actor_critic: the loop's 6, the conversations' 4
     config = parse_config({"actor": {"instructions": "a", "model": "sim"},
                            "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
     for name in LoopSettings.model_fields:
