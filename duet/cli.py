@@ -48,6 +48,7 @@ from duet.cli_batch import (
     worker_watch,
 )
 from duet.cli_budget import budget_app
+from duet.cli_cache import cache_app
 from duet.cli_dead import dead_app
 from duet.cli_intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.cli_limits import limits_app
@@ -596,11 +597,12 @@ class _RecordsWithProgress:
 
 
 # The other commands register themselves on the app as their modules are imported.
-from duet import cli_cache, cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
+from duet import cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")
 app.add_typer(dead_app, name="dead")
+app.add_typer(cache_app, name="cache")
 
 
 def main() -> None:

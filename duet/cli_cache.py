@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.cli import app
 from duet.cli_support import connect, fails_cleanly, out, plain
 from orchestration.core.callcache import parse_ttl
 from orchestration.settings import get_settings
@@ -59,6 +58,3 @@ def clear(
     age = parse_ttl(older_than, "--older-than") if older_than is not None else None
     n = _store().clear(age)
     out.print(plain(f"cleared {n} cached answer(s)"))
-
-
-app.add_typer(cache_app, name="cache")
