@@ -18,6 +18,7 @@ from orchestration.state import fastpaths
 from orchestration.state.broker import UNACKED_SUFFIX
 from orchestration.state.keys import (
     ALL_QUEUES,
+    QUEUE_PRIORITIES,
     BROKER_PREFIX,
     TASK_COORDINATE,
     TASK_CRITIQUE,
@@ -162,7 +163,7 @@ def test_workers_send_each_message_in_the_script_that_calls_for_it(
         batch = team.submit_batch([f"code {i}" for i in range(6)])
         results = list(batch.results(timeout=60))
     assert {r.status for r in results} == {"approved"}
-    queue_keys = {queue_key(q): q for q in ALL_QUEUES}
+    queue_keys = {queue_key(q, p): q for q in ALL_QUEUES for p in QUEUE_PRIORITIES}
     pushes = [(kind, queue_keys[key]) for kind, cmd, key in seen
               if cmd == "lpush" and key in queue_keys]  # fmt: skip
     # Each run: 4 steps (generate, critique, refine, critique), each made by a transition
