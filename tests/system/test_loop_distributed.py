@@ -18,8 +18,8 @@ from orchestration.state import fastpaths
 from orchestration.state.broker import UNACKED_SUFFIX
 from orchestration.state.keys import (
     ALL_QUEUES,
-    QUEUE_PRIORITIES,
     BROKER_PREFIX,
+    QUEUE_PRIORITIES,
     TASK_COORDINATE,
     TASK_CRITIQUE,
     TASK_GENERATE,
