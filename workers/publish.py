@@ -50,6 +50,22 @@ _own: Any = None
 _origin: tuple[int, str] | None = None
 
 
+def priority(name: str) -> int:
+    """kombu's priority of task ``name``'s messages: drafts after every later step under
+    depth-first scheduling (the default), all alike (FIFO) with ``DUET_SCHEDULING=breadth``."""
+    if name != keys.TASK_GENERATE:
+        return 0
+    mode = os.environ.get("DUET_SCHEDULING", "depth")
+    if mode not in ("depth", "breadth"):
+        raise ConfigError(f"DUET_SCHEDULING={mode!r}: use 'depth' or 'breadth'")
+    return keys.DRAFT_PRIORITY if mode == "depth" else 0
+
+
+def list_key(name: str, queue: str) -> str:
+    """The Redis list task ``name``'s message for ``queue`` is pushed on (its priority's)."""
+    return keys.queue_key(queue, priority(name))
+
+
 def message(
     app: Celery, name: str, args: tuple[Any, ...], headers: dict[str, Any] | None = None,
     queue: str | None = None,
@@ -89,7 +105,8 @@ def message(
         f'"stamped_headers": null, "stamps": {{}}{extra}}}, '
         f'"properties": {{"correlation_id": "{task_id}", "reply_to": {_json(app.thread_oid)}, '
         f'"argsrepr": {argsrepr}, "kwargsrepr": "{{}}", "delivery_mode": 2, '
-        f'"delivery_info": {{"exchange": "", "routing_key": {_json(queue)}}}, "priority": 0, '
+        f'"delivery_info": {{"exchange": "", "routing_key": {_json(queue)}}}, '
+        f'"priority": {priority(name)}, '
         f'"body_encoding": "base64", "delivery_tag": "{tag}"}}}}'
     )
     return queue, text
@@ -106,7 +123,7 @@ def push(
 ) -> None:  # fmt: skip
     """Send task ``name`` with ``args`` (and extra message ``headers``): one ``LPUSH``."""
     queue, text = message(app, name, args, headers, queue)
-    client().lpush(keys.queue_key(queue), text)
+    client().lpush(list_key(name, queue), text)
 
 
 def use_broker(url: str | None) -> None:
@@ -158,4 +175,13 @@ def origin() -> str:
     return known[1]
 
 
-__all__ = ["client", "message", "origin", "push", "shares_state_redis", "use_broker"]
+__all__ = [
+    "client",
+    "list_key",
+    "message",
+    "origin",
+    "priority",
+    "push",
+    "shares_state_redis",
+    "use_broker",
+]

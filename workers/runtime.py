@@ -27,7 +27,7 @@ from orchestration.settings import get_settings
 from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
-from orchestration.state.keys import TASK_COORDINATE, queue_key
+from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import Outgoing, RunStore
 from workers import metrics, publish, tracing
 from workers.app import SEND_OPTIONS, app, direct_push
@@ -147,7 +147,7 @@ def outgoing(name: str, args: tuple[str, str | int], batch_id: str | None = None
     if not (direct_push() and publish.shares_state_redis()):
         return None
     queue, text = publish.message(app, name, args, _headers(batch_id))
-    return Outgoing(queue_key(queue), text)
+    return Outgoing(publish.list_key(name, queue), text)
 
 
 def handover_message(run_id: str, seq: int) -> Outgoing | None:
@@ -172,6 +172,15 @@ def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) ->
     headers = _headers(batch_id)
     if direct_push():
         publish.push(app, name, args, headers)
+        return
+    priority = publish.priority(name)
+    if priority:  # a draft under depth-first scheduling (kombu's own priority lists)
+        options = {
+            **SEND_OPTIONS,
+            "priority": priority,
+            **({"headers": headers} if headers else {}),
+        }
+        app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **options)
     elif headers:
         options = {**SEND_OPTIONS, "headers": headers}
         app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}", **options)

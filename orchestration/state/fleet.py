@@ -36,8 +36,11 @@ def queue_depths(broker: Any, queues: Iterable[str] = keys.ALL_QUEUES) -> dict[s
     names = list(queues)
     pipe = broker.pipeline(transaction=False)
     for name in names:
-        pipe.llen(keys.queue_key(name))
-    return {name: int(n) for name, n in zip(names, pipe.execute(), strict=True)}
+        for priority in keys.QUEUE_PRIORITIES:  # drafts wait in a list of their own
+            pipe.llen(keys.queue_key(name, priority))
+    lengths = [int(n) for n in pipe.execute()]
+    step = len(keys.QUEUE_PRIORITIES)
+    return {name: sum(lengths[i * step : (i + 1) * step]) for i, name in enumerate(names)}
 
 
 def open_runs(client: Any) -> tuple[int, float | None]:

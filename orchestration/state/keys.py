@@ -22,9 +22,18 @@ ALL_QUEUES = (QUEUE_ACTOR, QUEUE_CRITIC, QUEUE_COORDINATOR)
 BROKER_PREFIX = f"{PREFIX}."
 
 
-def queue_key(queue: str) -> str:
-    """List: the messages waiting in broker queue ``queue`` (kombu pushes on the left)."""
-    return f"{BROKER_PREFIX}{queue}"
+def queue_key(queue: str, priority: int = 0) -> str:
+    """List: the messages waiting in broker queue ``queue`` (kombu pushes on the left);
+    a non-zero kombu ``priority`` has its own list, ``queue\\x06\\x16<priority>``, popped
+    after the plain one (on Redis, lower is sooner)."""
+    return f"{BROKER_PREFIX}{queue}\x06\x16{priority}" if priority else f"{BROKER_PREFIX}{queue}"
+
+
+#: kombu's priority of a run's first actor step under depth-first scheduling: its list is
+#: popped after the later steps of runs already started (kombu's last ``priority_steps``).
+DRAFT_PRIORITY = 9
+#: Every list a queue's messages can wait in: the plain one and the drafts'.
+QUEUE_PRIORITIES = (0, DRAFT_PRIORITY)
 
 
 def dead_letters() -> str:

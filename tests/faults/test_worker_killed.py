@@ -192,7 +192,7 @@ def test_a_worker_killed_before_its_acks_were_written(
     unacknowledged. After the visibility timeout another worker gets them back; each finds
     its step done or its run over and calls no model."""
     from orchestration.state.broker import UNACKED_SUFFIX
-    from orchestration.state.keys import ALL_QUEUES, BROKER_PREFIX, queue_key
+    from orchestration.state.keys import ALL_QUEUES, BROKER_PREFIX, QUEUE_PRIORITIES, queue_key
 
     runs = 8
     env = {"OPENAI_API_KEY": "sk-test-acks", "DUET_VISIBILITY_TIMEOUT_S": "5",
@@ -214,7 +214,7 @@ def test_a_worker_killed_before_its_acks_were_written(
         requests = llm.stats()["requests"]
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
         wait_for(lambda: admin.zcard(unacked) == 0
-                 and all(admin.llen(queue_key(q)) == 0 for q in ALL_QUEUES),
+                 and all(admin.llen(queue_key(q, p)) == 0 for q in ALL_QUEUES for p in QUEUE_PRIORITIES),
                  60, "the noted messages to come back and be taken")  # fmt: skip
         after = llm.stats()["requests"]
         stored = stored_calls(server.url, batch.run_ids())

@@ -121,9 +121,13 @@ def test_dockerfile_runs_a_non_root_threads_worker_on_every_queue() -> None:
 
 
 def test_keda_lists_are_the_celery_queue_names_by_text() -> None:
-    names = re.findall(r"^\s*listName:\s*['\"]?([\w.-]+)", (K8S / "keda.yaml").read_text(), re.M)
+    text = (K8S / "keda.yaml").read_text()
+    names = re.findall(r"^\s*listName:\s*['\"]?([\w.-]+)['\"]?$", text, re.M)
     assert sorted(names) == sorted(keys.queue_key(q) for q in QUEUES)
     assert {keys.queue_key(q) for q in keys.ALL_QUEUES} == set(names)
+    # the drafts' list (depth-first scheduling), as YAML's escapes write it
+    drafts = keys.queue_key(keys.QUEUE_ACTOR, keys.DRAFT_PRIORITY).replace("\x06\x16", "\\x06\\x16")
+    assert f'listName: "{drafts}"' in text
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -326,11 +330,14 @@ def test_keda_scales_each_pool_on_its_queue_list(yaml: Any) -> None:
     seen = set()
     for obj in scaled:
         target = obj["spec"]["scaleTargetRef"]["name"]
-        (trigger,) = obj["spec"]["triggers"]
+        # one trigger per list of the pool's queue: the plain one, and the drafts' (actor)
+        trigger, *drafts = obj["spec"]["triggers"]
         assert trigger["type"] == "redis"
         meta = trigger["metadata"]
         list_name = meta["listName"].removeprefix(keys.BROKER_PREFIX)
         assert list_name in QUEUES and meta["listName"] == keys.queue_key(list_name)
+        want = [keys.queue_key(list_name, keys.DRAFT_PRIORITY)] if list_name == "actor" else []
+        assert [d["metadata"]["listName"] for d in drafts] == want
         assert pools[list_name][0] == target, f"{target} scales on the wrong list {list_name}"
         assert int(meta["listLength"]) > 0
         assert meta.get("address") or meta.get("addressFromEnv") or meta.get("host")

@@ -45,8 +45,11 @@ def sending(redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch) 
     def send(direct: bool, name: str, args: tuple[str, Any], batch: str | None) -> dict[str, Any]:
         monkeypatch.setattr(app_module, "_direct_push", direct)
         runtime.send(name, args, batch)
-        raw = redis_client.lpop(keys.queue_key(keys.TASK_QUEUES[name]))
-        assert raw is not None and redis_client.llen(keys.queue_key(keys.TASK_QUEUES[name])) == 0
+        from workers import publish
+
+        key = publish.list_key(name, keys.TASK_QUEUES[name])  # a draft's: its priority's list
+        raw = redis_client.lpop(key)
+        assert raw is not None and redis_client.llen(key) == 0
         return dict(json.loads(raw))
 
     yield send

@@ -33,7 +33,7 @@ LONG_AGO = 10_000.0
 
 def _strand(client: redis.Redis, queue: str, run_id: str) -> None:
     """Lose the run's message (its queue emptied) and note it has not moved for hours."""
-    client.delete(keys.queue_key(queue))
+    client.delete(*(keys.queue_key(queue, p) for p in keys.QUEUE_PRIORITIES))
     _long_ago(client, run_id)
 
 
@@ -60,7 +60,7 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         with celery_worker(server.url, queues="coordinator", name="coord"):
             at_step = team.submit("stranded at its first step")
             wait_for(
-                lambda: client.llen(keys.queue_key(keys.QUEUE_ACTOR)) == 1,
+                lambda: client.llen(keys.queue_key(keys.QUEUE_ACTOR, keys.DRAFT_PRIORITY)) == 1,
                 30,
                 "the step to be sent",
             )
@@ -75,7 +75,7 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         assert lines[-1] == "swept: 2 run(s) sent on (stale after 600 s)"
         assert (
             client.llen(keys.queue_key(keys.QUEUE_COORDINATOR)),
-            client.llen(keys.queue_key(keys.QUEUE_ACTOR)),
+            client.llen(keys.queue_key(keys.QUEUE_ACTOR, keys.DRAFT_PRIORITY)),  # a draft
         ) == (1, 1)
         # Sent on, they count as moved: a second sweep leaves them alone.
         again = subprocess.run([sys.executable, "-m", "duet.cli", "sweep"], env=env,

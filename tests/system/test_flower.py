@@ -18,7 +18,7 @@ import pytest
 
 from duet.embedded import free_port
 from orchestration import Agent, Team
-from orchestration.state.keys import queue_key
+from orchestration.state.keys import DRAFT_PRIORITY, queue_key
 from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
@@ -166,7 +166,8 @@ def test_flower_broker_api_counts_each_queue_behind_a_login(
             wait_for(lambda: workers_seen() == {"actor", "critic", "coordinator"}, 30,
                      "Flower to see both pools")  # fmt: skip
         handles = [team.submit(f"x{i}") for i in range(n)]
-        wait_for(lambda: redis_client.llen(queue_key("actor")) == n, 30, "the actor backlog")
+        drafts = queue_key("actor", DRAFT_PRIORITY)  # Flower counts kombu's priority lists too
+        wait_for(lambda: redis_client.llen(drafts) == n, 30, "the actor backlog")
         assert lengths() == {"actor": n, "critic": 0, "coordinator": 0}
         status, page = _get(port, "/broker", login)
         assert status == 200

@@ -19,6 +19,7 @@ from orchestration.state.broker import UNACKED_SUFFIX
 from orchestration.state.keys import (
     ALL_QUEUES,
     BROKER_PREFIX,
+    QUEUE_PRIORITIES,
     TASK_COORDINATE,
     TASK_CRITIQUE,
     TASK_GENERATE,
@@ -162,7 +163,9 @@ def test_workers_send_each_message_in_the_script_that_calls_for_it(
         batch = team.submit_batch([f"code {i}" for i in range(6)])
         results = list(batch.results(timeout=60))
     assert {r.status for r in results} == {"approved"}
-    queue_keys = {queue_key(q): q for q in ALL_QUEUES}
+    # every list of each queue, as MONITOR writes it (\x06 escaped): drafts have their own
+    queue_keys = {queue_key(q, p).encode("unicode_escape").decode(): q
+                  for q in ALL_QUEUES for p in QUEUE_PRIORITIES}  # fmt: skip
     pushes = [(kind, queue_keys[key]) for kind, cmd, key in seen
               if cmd == "lpush" and key in queue_keys]  # fmt: skip
     # Each run: 4 steps (generate, critique, refine, critique), each made by a transition

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from orchestration import Agent, Team
-from orchestration.state.keys import queue_key
+from orchestration.state.keys import DRAFT_PRIORITY, queue_key
 from tests.support import client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
@@ -92,7 +92,8 @@ def test_a_run_is_one_trace_with_a_span_per_step(
 
 
 def _queued_headers(redis_client: Any, queue: str) -> list[dict[str, Any]]:
-    return [json.loads(raw)["headers"] for raw in redis_client.lrange(queue_key(queue), 0, -1)]
+    lists = [queue_key(queue), queue_key(queue, DRAFT_PRIORITY)]  # later steps, drafts
+    return [json.loads(raw)["headers"] for key in lists for raw in redis_client.lrange(key, 0, -1)]
 
 
 @pytest.mark.parametrize("on", [False, True])
@@ -105,9 +106,10 @@ def test_trace_context_rides_in_headers_only_when_on(
     team = Team.actor_critic(actor=Agent("Fix.", model="sim"), critic=Agent("R.", model="sim"))
     with client_pointed_at(redis_url), InProcessWorker(redis_url, queues=("coordinator",)):
         handle = team.submit("x")
-        wait_for(lambda: redis_client.llen(queue_key("actor")) == 1, 30, "the dispatched step")
+        drafts = queue_key("actor", DRAFT_PRIORITY)  # a draft waits in the drafts' list
+        wait_for(lambda: redis_client.llen(drafts) == 1, 30, "the dispatched step")
     (headers,) = _queued_headers(redis_client, "actor")
-    (raw,) = redis_client.lrange(queue_key("actor"), 0, -1)
+    (raw,) = redis_client.lrange(drafts, 0, -1)
     body = json.loads(raw)
     assert headers["argsrepr"] == repr((handle.run_id, "r0.generate"))  # ids only
     assert "traceparent" not in body["body"]

@@ -1,0 +1,76 @@
+"""Depth-first scheduling on a real worker: later steps of started runs go before drafts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestration import Agent, Team
+from orchestration.client.handles import RunHandle
+from orchestration.core import events as ev
+from tests.support import celery_worker
+
+pytestmark = pytest.mark.system
+
+SLOTS = 4
+
+
+@pytest.fixture
+def small_worker(system_redis_url: str) -> Iterator[Any]:
+    """A worker with few threads, so a batch is many times its slots."""
+    with celery_worker(system_redis_url, concurrency=SLOTS, name="sched") as proc:
+        yield proc
+
+
+def _team() -> Team:
+    return Team.actor_critic(
+        actor=Agent("Fix.", model="sim?latency_ms=20"),
+        critic=Agent("Review.", model="sim?scores=0.3,0.95&latency_ms=20"),
+    )
+
+
+def _timeline(run_ids: list[str]) -> tuple[list[float], list[float], list[tuple[float, float]]]:
+    """Each run's draft start, finish, and (draft start, finish) span, from its events."""
+    drafts, finishes, spans = [], [], []
+    for run_id in run_ids:
+        events = list(RunHandle(run_id).events(follow=False))
+        draft = min(e.ts for e in events if e.type == ev.ACTOR_STARTED and e.round == 0)
+        finish = max(e.ts for e in events if e.type == ev.RUN_FINISHED)
+        drafts.append(draft)
+        finishes.append(finish)
+        spans.append((draft, finish))
+    return drafts, finishes, spans
+
+
+def _peak_in_flight(spans: list[tuple[float, float]]) -> int:
+    """Most runs with a draft started and no finish at any one moment."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_first_runs_finish_before_the_last_draft_starts(small_worker: Any, client_on: str) -> None:
+    batch = _team().submit_batch([f"print({n})" for n in range(40)])
+    batch.wait(timeout=120)
+    drafts, finishes, spans = _timeline(batch.run_ids())
+    assert min(finishes) < max(drafts)  # results stream: not all drafts first
+    # The first finished run is done before most drafts have started.
+    assert sum(d < min(finishes) for d in drafts) <= len(drafts) // 4
+    assert _peak_in_flight(spans) <= 2 * SLOTS
+
+
+def test_a_second_batch_starts_before_the_first_finishes(small_worker: Any, client_on: str) -> None:
+    team = _team()
+    first = team.submit_batch([f"print({n})" for n in range(30)])
+    second = team.submit_batch([f"print({n})" for n in range(5)])
+    first.wait(timeout=120)
+    second.wait(timeout=120)
+    _, first_finishes, _ = _timeline(first.run_ids())
+    second_drafts, _, _ = _timeline(second.run_ids())
+    # Drafts are FIFO among themselves: the old batch's refinements never starve them.
+    assert min(second_drafts) < max(first_finishes)
