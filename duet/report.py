@@ -511,8 +511,8 @@ def _batch_html(rows: list[Mapping[str, Any]]) -> str:
         ("critic model", seen(lambda r: (r.get("models") or {}).get("critic"))),
         ("max rounds", seen(lambda r: (r.get("loop") or {}).get("max_rounds"))),
         ("approval threshold", seen(lambda r: (r.get("loop") or {}).get("approval_threshold"))),
-        ("first submitted", min(created) if created else "-"),
-        ("last finished", max(finished) if finished else "-"),
+        ("first submitted", readable_date(min(created)) if created else "-"),
+        ("last finished", readable_date(max(finished)) if finished else "-"),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
     roles: dict[str, Counter[str]] = {}
@@ -548,17 +548,17 @@ def _reasons_table(summary: Summary) -> str:
 
 
 def _issues_table(ran: list[Mapping[str, Any]]) -> str:
-    """The issues critics raised most, counting each at most once per input."""
+    """The issues still open at the end, counting each at most once per input: final-round
+    issues only, so issues a later round fixed do not count."""
     counts: Counter[str] = Counter()
     wording: dict[str, str] = {}
     for record in ran:
         seen: set[str] = set()
-        for rnd in record.get("rounds") or []:
-            for issue in rnd.get("issues") or []:
-                key = " ".join(str(issue).split()).casefold()
-                if key and key not in seen:
-                    seen.add(key)
-                    wording.setdefault(key, str(issue))
+        for issue in _final_issues(record):
+            key = " ".join(str(issue).split()).casefold()
+            if key and key not in seen:
+                seen.add(key)
+                wording.setdefault(key, str(issue))
         counts.update(seen)
     if not counts:
         return '<p class="muted">No issues raised.</p>'
@@ -567,6 +567,18 @@ def _issues_table(ran: list[Mapping[str, Any]]) -> str:
         for key, n in counts.most_common(_TOP)
     )
     return f'<table><tr><th>issue</th><th class="n">inputs</th></tr>{body}</table>'
+
+
+def readable_date(iso: str) -> str:
+    """An ISO timestamp as people read it (``2026-12-02 13:20 UTC``); text that is not one
+    is returned as it is."""
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _why(record: Mapping[str, Any]) -> str:

@@ -329,7 +329,7 @@ def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() 
     ] + [RECORDS[-1]]
     records[2]["rounds"][-1]["issues"] = [issue, "No tests"]  # pickle: out of rounds
     records[2]["issues"] = [issue, "No tests"]
-    records[0]["rounds"][0]["issues"] = [issue.upper()]  # the same issue, other wording
+    records[0]["rounds"][0]["issues"] = [issue.upper()]  # an earlier round's: not counted
     page = render_report(records, title="t")
     parser = _StrictHTML()
     parser.feed(page)
@@ -342,14 +342,15 @@ def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() 
         "0.71" in pickle_row and "Input &lt;b&gt;validation&lt;/b&gt; is incomplete" in pickle_row
     )
     frequent = page.split('id="most-frequent-issues"', 1)[1].split("</section>", 1)[0]
-    # Counted once per input, whatever the wording's case; shown as first written.
+    # Final-round issues only, counted once per input.
     assert (
-        '<td>INPUT &lt;B&gt;VALIDATION&lt;/B&gt; IS INCOMPLETE</td><td class="n">2</td>' in frequent
+        '<td>Input &lt;b&gt;validation&lt;/b&gt; is incomplete</td><td class="n">1</td>' in frequent
     )
+    assert "INPUT &lt;B&gt;" not in frequent
     assert '<td>No tests</td><td class="n">1</td>' in frequent
     batch = page.split('id="batch"', 1)[1].split("</section>", 1)[0]
-    for text in ("b-42", "claude-opus-4-7", "gpt-4o", "2026-11-30T10:00:00+00:00",
-                 "2026-11-30T10:05:00+00:00", "Spend by role", "$0.0500", "$0.0125"):  # fmt: skip
+    for text in ("b-42", "claude-opus-4-7", "gpt-4o", "2026-11-30 10:00 UTC",
+                 "2026-11-30 10:05 UTC", "Spend by role", "$0.0500", "$0.0125"):  # fmt: skip
         assert text in batch, text
     why = page.split('id="why-inputs-did-not-finish-well"', 1)[1].split("</section>", 1)[0]
     assert "budget:batch:usd" in why and "rejected: malformed JSON" in why
@@ -522,3 +523,24 @@ def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
     assert {m.id: m.reason for m in missed} == traps
     assert (folder / "pkg" / "b.py").read_text() == "fixed pkg/b.py"
     assert not (folder / "broken").exists()
+
+
+def test_frequent_issues_count_only_final_round_issues() -> None:
+    """An issue a later round fixed is not among the most frequent issues."""
+    from duet.report import _issues_table
+
+    fixed = {"status": "approved", "issues": [],
+             "rounds": [{"round": 0, "score": 0.2, "issues": ["FIXEDISSUE"]},
+                        {"round": 1, "score": 0.9, "issues": []}]}  # fmt: skip
+    still = {"status": "max_rounds_reached", "issues": ["OPENISSUE"],
+             "rounds": [{"round": 0, "score": 0.2, "issues": ["OPENISSUE"]}]}  # fmt: skip
+    table = _issues_table([fixed, still])
+    assert "OPENISSUE" in table
+    assert "FIXEDISSUE" not in table
+
+
+def test_readable_date_drops_microseconds() -> None:
+    from duet.report import readable_date
+
+    assert readable_date("2026-12-02T13:20:05.123456+00:00") == "2026-12-02 13:20 UTC"
+    assert readable_date("not a date") == "not a date"
