@@ -193,9 +193,11 @@ def test_without_a_terminal_run_logs_progress_lines_and_flushes_records_as_runs_
     config = _config(tmp_path, actor="sim?latency_ms=400", critic="sim?latency_ms=400")
     inputs = _inputs(tmp_path, 12)
     out = tmp_path / "out.jsonl"
-    # stderr is a pipe: no live bar, one line per interval.
+    # stderr is a pipe: no live bar, one line per interval. Three worker threads: the runs
+    # finish in waves, never all in one poll interval of this test.
+    env = _env(DUET_WORKER_CONCURRENCY="3")
     with _start(
-        "run", config, "-i", inputs, "-o", out, "--log-every", "0.3", env=_env(), cwd=tmp_path
+        "run", config, "-i", inputs, "-o", out, "--log-every", "0.3", env=env, cwd=tmp_path
     ) as proc:
         lines = _Lines(proc)
         seen_midway = wait_for(

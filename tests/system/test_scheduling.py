@@ -6,21 +6,29 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from orchestration import Agent, Team
 from orchestration.client.handles import RunHandle
 from orchestration.core import events as ev
-from tests.support import celery_worker
+from tests.support import celery_worker, client_pointed_at
 
 pytestmark = pytest.mark.system
 
 SLOTS = 4
 
 
+#: A db of their own: the session's 32-thread worker (on the system db) must not take drafts.
+SCHED_DB = 10
+
+
 @pytest.fixture
-def small_worker(system_redis_url: str) -> Iterator[Any]:
-    """A worker with few threads, so a batch is many times its slots."""
-    with celery_worker(system_redis_url, concurrency=SLOTS, name="sched") as proc:
+def small_worker(redis_url: str) -> Iterator[Any]:
+    """A worker with few threads, so a batch is many times its slots, and the client on
+    its db (the only worker there)."""
+    url = f"{redis_url.rpartition('/')[0]}/{SCHED_DB}"
+    redis.Redis.from_url(url).flushdb()
+    with celery_worker(url, concurrency=SLOTS, name="sched") as proc, client_pointed_at(url):
         yield proc
 
 
@@ -54,7 +62,7 @@ def _peak_in_flight(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
-def test_first_runs_finish_before_the_last_draft_starts(small_worker: Any, client_on: str) -> None:
+def test_first_runs_finish_before_the_last_draft_starts(small_worker: Any) -> None:
     batch = _team().submit_batch([f"print({n})" for n in range(40)])
     batch.wait(timeout=120)
     drafts, finishes, spans = _timeline(batch.run_ids())
@@ -64,7 +72,7 @@ def test_first_runs_finish_before_the_last_draft_starts(small_worker: Any, clien
     assert _peak_in_flight(spans) <= 2 * SLOTS
 
 
-def test_a_second_batch_starts_before_the_first_finishes(small_worker: Any, client_on: str) -> None:
+def test_a_second_batch_starts_before_the_first_finishes(small_worker: Any) -> None:
     team = _team()
     first = team.submit_batch([f"print({n})" for n in range(30)])
     second = team.submit_batch([f"print({n})" for n in range(5)])
