@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -59,18 +60,29 @@ def evicting() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def cluster_node() -> Iterator[str]:
-    """A redis-server started with ``cluster-enabled yes`` (one node, no slots)."""
-    port = free_port()
+    """A redis-server started with ``cluster-enabled yes`` (one node, no slots).
+
+    A free port can be taken by another server between the pick and the bind: a node that
+    exits at start is started again on a new port (its log says why it exited)."""
     with tempfile.TemporaryDirectory() as directory:
-        proc = subprocess.Popen(
-            [find_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--cluster-enabled", "yes", "--dir", directory, "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
+        for attempt in range(3):
+            port = free_port()
+            log = Path(directory) / f"node-{attempt}.log"
+            proc = subprocess.Popen(
+                [find_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                 "--dir", directory, "--loglevel", "warning", "--logfile", str(log)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
             client = redis.Redis(port=port, socket_timeout=1)
-            wait_for(lambda: _pings(client), 30, "the cluster node to answer")
+            wait_for(lambda p=proc, c=client: p.poll() is not None or _pings(c), 60,
+                     "the cluster node to answer or exit")  # fmt: skip
             client.close()
+            if proc.poll() is None:
+                break
+        else:
+            raise AssertionError(f"the cluster node never started: {log.read_text()[-500:]}")
+        try:
             yield f"redis://127.0.0.1:{port}/0"
         finally:
             proc.kill()

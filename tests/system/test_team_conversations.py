@@ -134,9 +134,15 @@ def test_batch_with_per_user_memory_shares_a_users_conversation(llm: FakeLLM) ->
     batch_tag, user = tag(), f"team-payments-{tag()}"
     marker = re.compile(rf"item-{batch_tag}-\d\d")
     team = Team.actor_critic(**agents(llm), max_rounds=1, memory="per_user")
-    _batch(team, batch_tag, 6, user)
-    mentions = [{m for text in texts(r) for m in marker.findall(text)} for r in llm.last_requests]
-    assert max(len(found) for found in mentions) > 1  # later inputs read earlier ones
+    _batch(team, batch_tag, 2, user)
+    # Runs in flight together may interleave their turns (docs/providers.md): the second
+    # batch starts after the first is done, so each of its calls reads the first's turns.
+    later_tag = tag()
+    llm.reset()
+    _batch(team, later_tag, 4, user)
+    for request in llm.last_requests:
+        assert marker.search(" ".join(texts(request)[:-1])), texts(request)
+    assert len(llm.last_requests) == 8  # a draft and a critique for each later input
 
 
 # --- bounded by tokens ---------------------------------------------------------------
