@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +34,7 @@ def small_worker(redis_url: str) -> Iterator[Any]:
     url = f"{redis_url.rpartition('/')[0]}/{SCHED_DB}"
     redis.Redis.from_url(url).flushdb()
     with celery_worker(url, concurrency=SLOTS, name="sched") as proc, client_pointed_at(url):
+        proc.redis_url = url
         yield proc
 
 
@@ -82,3 +88,22 @@ def test_a_second_batch_starts_before_the_first_finishes(small_worker: Any) -> N
     second_drafts, _, _ = _timeline(second.run_ids())
     # Drafts are FIFO among themselves: the old batch's refinements never starve them.
     assert min(second_drafts) < max(first_finishes)
+
+
+def test_duet_watch_on_1000_inputs_shows_finished_runs_within_its_first_tenth(
+    small_worker: Any, tmp_path: Path
+) -> None:
+    """Issue 26's bar, as a user sees it: ``duet watch`` (no terminal: a line every 0.2 s)
+    counts finished runs before a tenth of its lines have gone by."""
+    batch = _team().submit_batch([f"print({n})" for n in range(1000)])
+    env = {k: v for k, v in os.environ.items() if k != "DUET_BROKER_URL"}
+    env |= {"DUET_REDIS_URL": small_worker.redis_url, "PYTHONUNBUFFERED": "1"}
+    watch = subprocess.run(
+        [sys.executable, "-m", "duet.cli", "watch", batch.batch_id, "--log-every", "0.2"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert watch.returncode == 0, watch.stderr[-2000:]
+    done = [int(m.group(1)) for m in re.finditer(r" (\d+)/1000 done", watch.stderr)]
+    assert done[-1] == 1000 and len(done) >= 20, watch.stderr[-2000:]
+    first_with_finished = next(n for n, count in enumerate(done) if count > 0)
+    assert first_with_finished <= len(done) // 10, done[: len(done) // 10 + 1]
