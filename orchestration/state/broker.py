@@ -65,6 +65,9 @@ from orchestration.state.outages import OUTAGE_ERRORS
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
+#: The value selecting kombu's stock Redis transport, outages counted as connection
+#: errors (:class:`StockTransport`), when the ``transport`` fast path is off.
+STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
 #: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
 #: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
 OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
@@ -663,6 +666,15 @@ class Transport(kombu_redis.Transport):
     connection_errors = (*kombu_redis.Transport.connection_errors, *OUTAGE_ERRORS)
 
 
+class StockTransport(kombu_redis.Transport):
+    """kombu's stock Redis transport, unchanged but for its documented
+    ``connection_errors``: an outage reply (``READONLY``, ``MISCONF`` ...) is one, so
+    Celery logs a failed ack and its consumer reconnects, instead of ending the worker
+    ("Unrecoverable error: ReadOnlyError", found with ``DUET_FAST_PATHS=off``)."""
+
+    connection_errors = Transport.connection_errors
+
+
 class Connection(kombu.Connection):
     """kombu's connection, writing :data:`TRANSPORT` as ``redis`` in its URL and info.
 
@@ -671,7 +683,8 @@ class Connection(kombu.Connection):
     (``as_uri``, ``info``), never which transport it uses.
     """
 
-    resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis"}
+    resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis",
+                       STOCK_TRANSPORT: "redis"}  # fmt: skip
 
 
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
@@ -699,7 +712,7 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "unacked_restore_throttle": 1,
             # Every broker key (queues, kombu's unacked and binding keys) under Duet's
             # prefix: another app's keys in the same database are never read or popped.
-            **({"global_keyprefix": keys.BROKER_PREFIX} if transport else {}),
+            **({"global_keyprefix": keys.BROKER_PREFIX} if transport == TRANSPORT else {}),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },
@@ -719,10 +732,11 @@ def visibility_timeout_of(settings: Settings) -> int | None:
 
 def transport_for(broker_url: str | None) -> str | None:
     """Our transport for ``redis://`` / ``rediss://`` brokers while the ``transport`` fast
-    path is on; None keeps kombu's choice (its stock Redis transport for those)."""
-    if is_redis(broker_url) and fastpaths.enabled("transport"):
-        return TRANSPORT
-    return None
+    path is on, else kombu's stock one (:data:`STOCK_TRANSPORT`); None for another
+    broker (kombu's choice)."""
+    if not is_redis(broker_url):
+        return None
+    return TRANSPORT if fastpaths.enabled("transport") else STOCK_TRANSPORT
 
 
 def is_redis(broker_url: object) -> bool:

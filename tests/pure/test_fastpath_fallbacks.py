@@ -49,8 +49,9 @@ def _channel_class(transport: str | None) -> Any:
 def test_off_the_broker_is_kombus_stock_redis_transport(switch: Any, value: str) -> None:
     switch(value)
     config = broker.broker_config(URL, Settings())
-    assert config["broker_transport"] is None
+    assert config["broker_transport"] == broker.STOCK_TRANSPORT
     assert _channel_class(config["broker_transport"]) is kombu_redis.Channel
+    assert "global_keyprefix" not in config["broker_transport_options"]
     assert celery_ext.amqp() is CeleryAMQP
 
 
@@ -70,7 +71,7 @@ def test_an_untested_kombu_runs_the_stock_transport(
     monkeypatch.setattr(
         fastpaths, "installed_version", lambda p: "5.8.0" if p == "kombu" else real(p)
     )
-    assert broker.broker_config(URL, Settings())["broker_transport"] is None
+    assert broker.broker_config(URL, Settings())["broker_transport"] == broker.STOCK_TRANSPORT
 
 
 @pytest.mark.parametrize(("value", "consumer"), [("off", celery_ext.STOCK_CONSUMER),
