@@ -670,9 +670,13 @@ class StockTransport(kombu_redis.Transport):
     """kombu's stock Redis transport, unchanged but for its documented
     ``connection_errors``: an outage reply (``READONLY``, ``MISCONF`` ...) is one, so
     Celery logs a failed ack and its consumer reconnects, instead of ending the worker
-    ("Unrecoverable error: ReadOnlyError", found with ``DUET_FAST_PATHS=off``)."""
+    ("Unrecoverable error: ReadOnlyError", found with ``DUET_FAST_PATHS=off``); so is a
+    popped text that is not JSON (or not UTF-8), which kombu's read raises in the event
+    loop: the consumer reconnects past it (it is gone, the error logged), as kombu's
+    read already does for JSON without ``properties`` (a ``KeyError``). Dead-lettering
+    needs Duet's read (:class:`Channel`)."""
 
-    connection_errors = Transport.connection_errors
+    connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
 
 
 class Connection(kombu.Connection):
