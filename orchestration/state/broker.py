@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import kombu
 import redis
@@ -721,7 +722,27 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             **connection.socket_options(broker_url, settings),
         },
         "broker_connection_timeout": settings.redis_connect_timeout_s,
+        # Also for Flower, which reads the queues with a client of its own and takes TLS
+        # from here only (the URL kombu writes back out has no query).
+        **({"broker_use_ssl": tls} if (tls := tls_options(broker_url)) else {}),
     }
+
+
+#: redis-py's TLS arguments a ``rediss://`` URL may give in its query (file paths and
+#: checks; a key file's password is not taken from a URL).
+TLS_QUERY = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+             "ssl_check_hostname")  # fmt: skip
+
+
+def tls_options(broker_url: str | None) -> dict[str, str] | None:
+    """Celery's ``broker_use_ssl`` for a ``rediss://`` URL: its query's :data:`TLS_QUERY`
+    arguments, the certificate required unless it says otherwise; None for another URL."""
+    if not broker_url or broker_url.split("://", 1)[0] != "rediss":
+        return None
+    query = parse_qs(urlsplit(broker_url).query)
+    options = {name: query[name][-1] for name in TLS_QUERY if name in query}
+    options.setdefault("ssl_cert_reqs", "required")
+    return options
 
 
 def visibility_timeout_of(settings: Settings) -> int | None:
