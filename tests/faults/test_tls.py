@@ -28,7 +28,7 @@ import redis
 from duet.embedded import find_server_binary, free_port
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability, lost_of
-from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
+from tests.support import ROOT, celery_worker, client_pointed_at, stock_libraries, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
@@ -143,9 +143,11 @@ def flower(url: str, log_path: Path) -> Iterator[int]:
         proc.wait(10)
 
 
+@pytest.mark.parametrize("transport", ["duet", "stock"])
 def test_worker_cli_and_flower_on_tls_with_an_acl_user(
-    tls_redis: TlsRedis, tmp_path: Path, reliability: Reliability
+    tls_redis: TlsRedis, tmp_path: Path, reliability: Reliability, transport: str
 ) -> None:
+    """On Duet's broker transport, and on kombu's stock one (``DUET_FAST_PATHS=off``)."""
     url = tls_redis.url
     team = Team.actor_critic(
         actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95"),
@@ -153,6 +155,7 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
     )  # fmt: skip
     flower_log = tmp_path / "flower.log"
     with (
+        stock_libraries() if transport == "stock" else contextlib.nullcontext(),
         client_pointed_at(url),
         celery_worker(url, concurrency=8, name="tls") as worker,
         flower(url, flower_log) as port,
@@ -175,14 +178,17 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
         "Flower's log": flower_log.read_text(errors="replace"),
     }
     leaked = sorted(where for where, text in shown.items() if PASSWORD in text)
-    print(f"TLS + ACL: {approved}/{RUNS} approved; duet ls exit {listed.returncode}; Flower "
+    print(f"TLS + ACL ({transport}): {approved}/{RUNS} approved; duet ls exit {listed.returncode}; Flower "
           f"/api/queues/length {lengths_status}, /broker {broker_status}; password in "
           f"{leaked or 'nothing'}")  # fmt: skip
     reliability.record(
         section=CLIENTS,
         fault="`rediss://` with a CA file and a client certificate, an ACL user and the default "
         "user off (a real TLS-only redis-server): a worker, a batch, `duet ls`, Flower's Broker "
-        "page and `/api/queues/length`",
+        "page and `/api/queues/length`"
+        + (
+            ", with `DUET_FAST_PATHS=off` (kombu's stock transport)" if transport == "stock" else ""
+        ),
         load=f"{RUNS} one-round runs on 1 worker × 8 threads",
         lost=f"{lost_of(RUNS - approved, RUNS, 'runs unfinished')}: `duet ls` exit "
         f"{listed.returncode}, Flower's Broker page {broker_status} and `/api/queues/length` "

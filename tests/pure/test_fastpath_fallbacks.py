@@ -10,7 +10,6 @@ from typing import Any
 import kombu
 import pytest
 import redis
-from celery.app.amqp import AMQP as CeleryAMQP
 from celery.signals import after_task_publish, before_task_publish
 from kombu.transport import redis as kombu_redis
 
@@ -52,7 +51,10 @@ def test_off_the_broker_is_kombus_stock_redis_transport(switch: Any, value: str)
     assert config["broker_transport"] == broker.STOCK_TRANSPORT
     assert _channel_class(config["broker_transport"]) is kombu_redis.Channel
     assert "global_keyprefix" not in config["broker_transport_options"]
-    assert celery_ext.amqp() is CeleryAMQP
+    # Shown as redis:// still (Flower picks its broker client by the scheme).
+    assert celery_ext.amqp() is celery_ext.AMQP
+    connection = celery_ext.AMQP.Connection(URL, transport=config["broker_transport"])
+    assert connection.as_uri().startswith("redis://")
 
 
 def test_on_the_broker_is_duets_transport(switch: Any) -> None:
