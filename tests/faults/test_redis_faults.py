@@ -97,20 +97,30 @@ def unable_to_persist(admin: redis.Redis) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def read_only(admin: redis.Redis) -> Iterator[None]:
+def read_only(admin: redis.Redis, stale: bool = True) -> Iterator[None]:
     """The server made a replica (``REPLICAOF``) of another local redis-server, one with a
     password it does not have: every write is refused with ``READONLY`` (and its blocked
     pops are ended with ``UNBLOCKED``), while its data stays (a replica replaces its data
-    only once a sync succeeds, and this one never does); then promoted (``REPLICAOF NO ONE``)."""
+    only once a sync succeeds, and this one never does); then promoted (``REPLICAOF NO ONE``).
+    Not ``stale``: ``replica-serve-stale-data no``, so reads are refused too, ``MASTERDOWN``."""
     with EmbeddedRedis() as other:
         redis.Redis(port=other.port).config_set("requirepass", "not-shared")
+        admin.config_set("replica-serve-stale-data", "yes" if stale else "no")
         admin.replicaof("127.0.0.1", str(other.port))
         try:
             with pytest.raises(redis.exceptions.ReadOnlyError):
                 admin.set("probe", "x")  # the fault is on
+            if not stale:
+                with pytest.raises(redis.exceptions.MasterDownError):
+                    admin.get("probe")
             yield
         finally:
             admin.replicaof("NO", "ONE")
+            admin.config_set("replica-serve-stale-data", "yes")
+
+
+def master_down(admin: redis.Redis) -> contextlib.AbstractContextManager[None]:
+    return read_only(admin, stale=False)
 
 
 @contextlib.contextmanager
@@ -129,6 +139,7 @@ FAULTS = {
     "frozen": (frozen, FROZEN_S),
     "readonly": (read_only, READONLY_S),
     "readonly-stock": (read_only, READONLY_S),
+    "masterdown": (master_down, READONLY_S),
 }
 #: Faults run with ``DUET_FAST_PATHS=off`` (kombu's stock transport), workers and client.
 STOCK = {"readonly-stock"}
@@ -155,6 +166,10 @@ ROWS = {
                  f"write refused with `READONLY`, blocked pops ended with `UNBLOCKED`) for "
                  f"{READONLY_S:g} s mid-batch, then promoted (`REPLICAOF NO ONE`)",
                  "issue 23: `READONLY` ended workers"),
+    "masterdown": (f"Redis made a replica that serves no stale data (`replica-serve-stale-data "
+                   f"no`, its primary unreachable: writes refused with `READONLY`, reads with `MASTERDOWN`) "
+                   f"for {READONLY_S:g} s mid-batch, then promoted",
+                   "not tried before (issue 23 names `MASTERDOWN` among the outages)"),
     "readonly-stock": (f"the same read-only replica for {READONLY_S:g} s, with "
                        "`DUET_FAST_PATHS=off` (kombu's stock Redis transport)",
                        "issue 23: `READONLY` ended workers"),
