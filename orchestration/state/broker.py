@@ -34,7 +34,8 @@ These override methods kombu does not document (``Channel._create_client``,
 ``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Channel.global_keyprefix``,
 ``Mutex``), tested with the kombu
 release in the ``transport`` fast path's tested range (:mod:`orchestration.state.fastpaths`):
-on another release, or with ``DUET_FAST_PATHS=off``, kombu's stock Redis transport runs.
+on another release, or with ``DUET_FAST_PATHS=off``, kombu's stock Redis transport runs
+(:class:`StockTransport`: only its ``connection_errors`` extended).
 This is the one place Duet customises kombu (the client uses
 the transport too, so it cannot live with the worker's Celery customisations in
 ``workers/celery_ext.py``).
