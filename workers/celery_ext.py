@@ -78,7 +78,7 @@ class Consumer(celery_consumer.Consumer):
 
 
 class AMQP(CeleryAMQP):
-    """Celery's messaging setup, with connections that name Duet's transport ``redis``
+    """Celery's messaging setup, with connections that name Duet's transports ``redis``
     in their URL (so Flower shows the Broker page and queue lengths)."""
 
     Connection = Connection
@@ -119,9 +119,10 @@ def consumer() -> str:
 
 
 def amqp() -> type[CeleryAMQP]:
-    """The app's ``amqp`` class: :class:`AMQP` (its connections name Duet's transport)
-    while the ``transport`` fast path is on, else Celery's own."""
-    return AMQP if fastpaths.enabled("transport") else CeleryAMQP
+    """The app's ``amqp`` class: :class:`AMQP`, whose connections name both of Duet's
+    Redis transports (its own, and kombu's stock one it selects when the ``transport``
+    fast path is off) ``redis``; only the name they are shown by changes."""
+    return AMQP
 
 
 def forget_pools(app: Any) -> None:

@@ -34,7 +34,8 @@ These override methods kombu does not document (``Channel._create_client``,
 ``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Channel.global_keyprefix``,
 ``Mutex``), tested with the kombu
 release in the ``transport`` fast path's tested range (:mod:`orchestration.state.fastpaths`):
-on another release, or with ``DUET_FAST_PATHS=off``, kombu's stock Redis transport runs.
+on another release, or with ``DUET_FAST_PATHS=off``, kombu's stock Redis transport runs
+(:class:`StockTransport`: only its ``connection_errors`` extended).
 This is the one place Duet customises kombu (the client uses
 the transport too, so it cannot live with the worker's Celery customisations in
 ``workers/celery_ext.py``).
@@ -50,6 +51,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import kombu
 import redis
@@ -65,6 +67,9 @@ from orchestration.state.outages import OUTAGE_ERRORS
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
+#: The value selecting kombu's stock Redis transport, outages counted as connection
+#: errors (:class:`StockTransport`), when the ``transport`` fast path is off.
+STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
 #: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
 #: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
 OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
@@ -663,6 +668,19 @@ class Transport(kombu_redis.Transport):
     connection_errors = (*kombu_redis.Transport.connection_errors, *OUTAGE_ERRORS)
 
 
+class StockTransport(kombu_redis.Transport):
+    """kombu's stock Redis transport, unchanged but for its documented
+    ``connection_errors``: an outage reply (``READONLY``, ``MISCONF`` ...) is one, so
+    Celery logs a failed ack and its consumer reconnects, instead of ending the worker
+    ("Unrecoverable error: ReadOnlyError", found with ``DUET_FAST_PATHS=off``); so is a
+    popped text that is not JSON (or not UTF-8), which kombu's read raises in the event
+    loop: the consumer reconnects past it (it is gone, the error logged), as kombu's
+    read already does for JSON without ``properties`` (a ``KeyError``). Dead-lettering
+    needs Duet's read (:class:`Channel`)."""
+
+    connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
+
+
 class Connection(kombu.Connection):
     """kombu's connection, writing :data:`TRANSPORT` as ``redis`` in its URL and info.
 
@@ -671,7 +689,8 @@ class Connection(kombu.Connection):
     (``as_uri``, ``info``), never which transport it uses.
     """
 
-    resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis"}
+    resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis",
+                       STOCK_TRANSPORT: "redis"}  # fmt: skip
 
 
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
@@ -699,12 +718,32 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "unacked_restore_throttle": 1,
             # Every broker key (queues, kombu's unacked and binding keys) under Duet's
             # prefix: another app's keys in the same database are never read or popped.
-            **({"global_keyprefix": keys.BROKER_PREFIX} if transport else {}),
+            **({"global_keyprefix": keys.BROKER_PREFIX} if transport == TRANSPORT else {}),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },
         "broker_connection_timeout": settings.redis_connect_timeout_s,
+        # Also for Flower, which reads the queues with a client of its own and takes TLS
+        # from here only (the URL kombu writes back out has no query).
+        **({"broker_use_ssl": tls} if (tls := tls_options(broker_url)) else {}),
     }
+
+
+#: redis-py's TLS arguments a ``rediss://`` URL may give in its query (file paths and
+#: checks; a key file's password is not taken from a URL).
+TLS_QUERY = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+             "ssl_check_hostname")  # fmt: skip
+
+
+def tls_options(broker_url: str | None) -> dict[str, str] | None:
+    """Celery's ``broker_use_ssl`` for a ``rediss://`` URL: its query's :data:`TLS_QUERY`
+    arguments, the certificate required unless it says otherwise; None for another URL."""
+    if not broker_url or broker_url.split("://", 1)[0] != "rediss":
+        return None
+    query = parse_qs(urlsplit(broker_url).query)
+    options = {name: query[name][-1] for name in TLS_QUERY if name in query}
+    options.setdefault("ssl_cert_reqs", "required")
+    return options
 
 
 def visibility_timeout_of(settings: Settings) -> int | None:
@@ -719,10 +758,11 @@ def visibility_timeout_of(settings: Settings) -> int | None:
 
 def transport_for(broker_url: str | None) -> str | None:
     """Our transport for ``redis://`` / ``rediss://`` brokers while the ``transport`` fast
-    path is on; None keeps kombu's choice (its stock Redis transport for those)."""
-    if is_redis(broker_url) and fastpaths.enabled("transport"):
-        return TRANSPORT
-    return None
+    path is on, else kombu's stock one (:data:`STOCK_TRANSPORT`); None for another
+    broker (kombu's choice)."""
+    if not is_redis(broker_url):
+        return None
+    return TRANSPORT if fastpaths.enabled("transport") else STOCK_TRANSPORT
 
 
 def is_redis(broker_url: object) -> bool:

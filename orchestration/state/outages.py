@@ -3,7 +3,8 @@
 A server that cannot persist (``MISCONF``), a read-only replica (``READONLY``), one still
 loading its data (``LOADING``), a replica without its primary (``MASTERDOWN``), a cluster
 slot in flux (``TRYAGAIN``, ``CLUSTERDOWN``), too few replicas to write (``NOREPLICAS``) and
-a full one (``OOM``) refuse a command *before* running it: the work is tried again later,
+a full one (``OOM``) refuse a command *before* running it, and a blocked pop the server ends
+as it turns replica (``UNBLOCKED``) took nothing: the work is tried again later,
 like a lost connection, never failed. redis-py maps some of these prefixes to classes of
 its own and the rest to a plain ``ResponseError``; :func:`register` gives those a class
 (in redis-py's own prefix table, so every client in the process, kombu's included, raises
@@ -24,6 +25,11 @@ class NoReplicasError(redis.exceptions.ResponseError):
     """``NOREPLICAS``: fewer replicas than ``min-replicas-to-write`` are connected."""
 
 
+class UnblockedError(redis.exceptions.ResponseError):
+    """``UNBLOCKED``: a blocked command (a pop) ended by the server, unserved, as it
+    became a replica (``REPLICAOF``, a failover) or ``CLIENT UNBLOCK ... ERROR``."""
+
+
 #: Each outage prefix and the class its reply is raised as.
 OUTAGE_CLASSES: dict[str, type[redis.exceptions.RedisError]] = {
     "MISCONF": DiskError,
@@ -34,6 +40,7 @@ OUTAGE_CLASSES: dict[str, type[redis.exceptions.RedisError]] = {
     "TRYAGAIN": redis.exceptions.TryAgainError,
     "CLUSTERDOWN": redis.exceptions.ClusterDownError,
     "OOM": redis.exceptions.OutOfMemoryError,
+    "UNBLOCKED": UnblockedError,
 }
 #: The error classes of an outage reply (``except OUTAGE_ERRORS``).
 OUTAGE_ERRORS: tuple[type[redis.exceptions.RedisError], ...] = tuple(

@@ -1,10 +1,11 @@
-"""Redis out of memory, unable to persist, or frozen, for a few seconds mid-batch: workers
-stay up, every run finishes.
+"""Redis out of memory, unable to persist, frozen, or a read-only replica, for a few seconds
+mid-batch: workers stay up, every run finishes (on Duet's broker transport, and on kombu's
+stock one for the replica).
 
 Two real worker processes run a batch on a private redis-server. The test either sets
 ``maxmemory`` far below what Redis holds (every write refused with OOM) for a few
 seconds, or makes its snapshots fail (a directory where the dump file goes: every write
-refused with ``MISCONF``, as on a full disk), or stops the server with SIGSTOP for longer
+refused with ``MISCONF``, as on a full disk), or makes it a replica (``READONLY``), or stops the server with SIGSTOP for longer
 than the socket timeout (every command times out), then undoes it, and waits for the
 batch without any manual resume.
 """
@@ -25,7 +26,13 @@ import redis
 from duet.embedded import EmbeddedRedis
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability, lost_of
-from tests.support import celery_worker, client_pointed_at, swept_runs, wait_for
+from tests.support import (
+    celery_worker,
+    client_pointed_at,
+    stock_libraries,
+    swept_runs,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -36,6 +43,8 @@ OOM_S = 4.0
 FROZEN_S, SOCKET_TIMEOUT_S = 10.0, 6
 #: How long Redis refuses writes with MISCONF, seconds.
 MISCONF_S = 6.0
+#: How long Redis is a read-only replica, seconds.
+READONLY_S = 6.0
 #: How long the batch may take to finish once Redis takes writes again.
 FINISH_S = 60.0
 
@@ -88,6 +97,33 @@ def unable_to_persist(admin: redis.Redis) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def read_only(admin: redis.Redis, stale: bool = True) -> Iterator[None]:
+    """The server made a replica (``REPLICAOF``) of another local redis-server, one with a
+    password it does not have: every write is refused with ``READONLY`` (and its blocked
+    pops are ended with ``UNBLOCKED``), while its data stays (a replica replaces its data
+    only once a sync succeeds, and this one never does); then promoted (``REPLICAOF NO ONE``).
+    Not ``stale``: ``replica-serve-stale-data no``, so reads are refused too, ``MASTERDOWN``."""
+    with EmbeddedRedis() as other:
+        redis.Redis(port=other.port).config_set("requirepass", "not-shared")
+        admin.config_set("replica-serve-stale-data", "yes" if stale else "no")
+        admin.replicaof("127.0.0.1", str(other.port))
+        try:
+            with pytest.raises(redis.exceptions.ReadOnlyError):
+                admin.set("probe", "x")  # the fault is on
+            if not stale:
+                with pytest.raises(redis.exceptions.MasterDownError):
+                    admin.get("probe")
+            yield
+        finally:
+            admin.replicaof("NO", "ONE")
+            admin.config_set("replica-serve-stale-data", "yes")
+
+
+def master_down(admin: redis.Redis) -> contextlib.AbstractContextManager[None]:
+    return read_only(admin, stale=False)
+
+
+@contextlib.contextmanager
 def frozen(admin: redis.Redis) -> Iterator[None]:
     pid = int(admin.info("server")["process_id"])
     os.kill(pid, signal.SIGSTOP)
@@ -101,7 +137,12 @@ FAULTS = {
     "oom": (out_of_memory, OOM_S),
     "misconf": (unable_to_persist, MISCONF_S),
     "frozen": (frozen, FROZEN_S),
+    "readonly": (read_only, READONLY_S),
+    "readonly-stock": (read_only, READONLY_S),
+    "masterdown": (master_down, READONLY_S),
 }
+#: Faults run with ``DUET_FAST_PATHS=off`` (kombu's stock transport), workers and client.
+STOCK = {"readonly-stock"}
 WORKERS, THREADS = 2, 16
 #: Each fault as docs/RELIABILITY.md names it, and what it did before the fix.
 ROWS = {
@@ -121,6 +162,17 @@ ROWS = {
                "backlog notes what it takes in the same script, so those come back after the "
                "visibility timeout)",
                "6 of 40 stranded"),
+    "readonly": (f"Redis made a read-only replica (`REPLICAOF` another local server: every "
+                 f"write refused with `READONLY`, blocked pops ended with `UNBLOCKED`) for "
+                 f"{READONLY_S:g} s mid-batch, then promoted (`REPLICAOF NO ONE`)",
+                 "issue 23: `READONLY` ended workers"),
+    "masterdown": (f"Redis made a replica that serves no stale data (`replica-serve-stale-data "
+                   f"no`, its primary unreachable: writes refused with `READONLY`, reads with `MASTERDOWN`) "
+                   f"for {READONLY_S:g} s mid-batch, then promoted",
+                   "not tried before (issue 23 names `MASTERDOWN` among the outages)"),
+    "readonly-stock": (f"the same read-only replica for {READONLY_S:g} s, with "
+                       "`DUET_FAST_PATHS=off` (kombu's stock Redis transport)",
+                       "issue 23: `READONLY` ended workers"),
 }  # fmt: skip
 
 
@@ -134,6 +186,8 @@ def redis_fault_mid_batch(request: pytest.FixtureRequest) -> Iterator[Outcome]:
         env = {"DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
                "DUET_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
                "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
+        if request.param in STOCK:
+            env.update(stack.enter_context(stock_libraries()))
         workers = [stack.enter_context(celery_worker(server.url, env=env, concurrency=THREADS,
                                                      name=f"oom{n}")) for n in range(WORKERS)]  # fmt: skip
         stack.enter_context(client_pointed_at(server.url))

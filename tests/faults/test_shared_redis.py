@@ -27,7 +27,7 @@ from orchestration import Agent, Team
 from orchestration.state import deadletters, keys
 from tests.faults.conftest import Monitor
 from tests.reliability import CLIENTS, Reliability, lost_of
-from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
+from tests.support import ROOT, celery_worker, client_pointed_at, stock_libraries, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
@@ -166,3 +166,47 @@ def test_a_foreign_apps_keys_in_the_same_database_are_untouched(
         )
         assert statuses == ["approved"] * runs
         assert changed == [] and all(alive) and strays == []
+
+
+def test_poison_messages_on_kombus_stock_transport_do_not_end_the_worker(
+    reliability: Reliability,
+) -> None:
+    """With ``DUET_FAST_PATHS=off`` (kombu's stock transport, one message a pop, no
+    prefix) a poison message cannot be dead-lettered, but it must not end the worker."""
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        env = stack.enter_context(stock_libraries())
+        stack.enter_context(client_pointed_at(server.url))
+        admin = stack.enter_context(redis.Redis.from_url(server.url, decode_responses=True))
+        team = _team()
+        first = team.submit_batch([f"task {n}" for n in range(RUNS // 2)])
+        for text in POISON.values():
+            admin.lpush(keys.QUEUE_COORDINATOR, text)  # kombu's stock key: no prefix
+        second = team.submit_batch([f"task {n}" for n in range(RUNS // 2, RUNS)])
+        started = time.monotonic()
+        worker = stack.enter_context(
+            celery_worker(server.url, concurrency=16, name="poisoned-stock", env=env)
+        )
+        statuses = [r.status for b in (first, second) for r in b.results(timeout=90)]
+        took = time.monotonic() - started
+        alive = worker.poll() is None
+        log = Path(worker.log_path).read_text(errors="replace")
+        finished = statuses.count("approved")
+        left = admin.lrange(keys.QUEUE_COORDINATOR, 0, -1)
+        print(f"stock transport: {len(POISON)} poison messages among {RUNS} runs: {finished} "
+              f"approved in {took:.1f} s; worker alive: {alive}; left queued: {left}")  # fmt: skip
+        reliability.record(
+            section=CLIENTS,
+            fault="The same two poison messages among a batch's, with `DUET_FAST_PATHS=off` "
+            "(kombu's stock Redis transport: no dead-letter list, it pops one message at a "
+            "time)",
+            load=f"{RUNS} one-round runs queued before 1 worker × 16 threads starts",
+            lost=f"{lost_of(RUNS - finished, RUNS, 'runs unfinished')}: the worker stayed up "
+            f"(its consumer reconnects past each poison message, which is dropped with an "
+            f"error in the log); {finished} of {RUNS} runs approved {took:.0f} s after the "
+            "worker was started",
+            before="issue 23: the non-JSON message ended the worker",
+        )
+        assert alive, log[-3000:]
+        assert statuses == ["approved"] * RUNS
+        assert "Unrecoverable error" not in log
+        assert "JSONDecodeError" in log and "KeyError" in log  # each poison message named

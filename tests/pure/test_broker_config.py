@@ -7,7 +7,7 @@ import pytest
 
 from orchestration.settings import Settings
 from orchestration.state import fastpaths
-from orchestration.state.broker import TRANSPORT, broker_config
+from orchestration.state.broker import STOCK_TRANSPORT, TRANSPORT, broker_config
 
 SETTINGS = Settings(redis_socket_timeout_s=7, redis_connect_timeout_s=2)
 
@@ -32,7 +32,8 @@ def test_a_redis_broker_gets_redis_py_timeouts(url: str) -> None:
     assert (options["socket_timeout"], options["socket_connect_timeout"]) == (7, 2)
     assert not {"read_timeout", "write_timeout"} & set(options)
     # Duet's transport where its fast path runs (tested kombu), else kombu's own.
-    assert config["broker_transport"] == (TRANSPORT if fastpaths.enabled("transport") else None)
+    stock = STOCK_TRANSPORT
+    assert config["broker_transport"] == (TRANSPORT if fastpaths.enabled("transport") else stock)
 
 
 def test_every_broker_key_is_under_duets_prefix() -> None:
@@ -41,3 +42,16 @@ def test_every_broker_key_is_under_duets_prefix() -> None:
 
     options = broker_config("redis://cache:6379/0", SETTINGS)["broker_transport_options"]
     assert options["global_keyprefix"] == keys.BROKER_PREFIX == f"{keys.PREFIX}."
+
+
+def test_a_rediss_url_gives_celery_its_tls_options() -> None:
+    """Flower takes TLS from ``broker_use_ssl`` only (kombu's URL back out has no query)."""
+    url = ("rediss://u:pw@cache:6380/0?ssl_ca_certs=/etc/ca.crt&ssl_certfile=/etc/c.crt"
+           "&ssl_keyfile=/etc/c.key&ssl_password=nope&other=1")  # fmt: skip
+    assert broker_config(url, SETTINGS)["broker_use_ssl"] == {
+        "ssl_ca_certs": "/etc/ca.crt", "ssl_certfile": "/etc/c.crt",
+        "ssl_keyfile": "/etc/c.key", "ssl_cert_reqs": "required",
+    }  # fmt: skip
+    relaxed = broker_config("rediss://cache:6380/0?ssl_cert_reqs=none", SETTINGS)
+    assert relaxed["broker_use_ssl"] == {"ssl_cert_reqs": "none"}
+    assert "broker_use_ssl" not in broker_config("redis://cache:6379/0", SETTINGS)

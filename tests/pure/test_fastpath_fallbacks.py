@@ -10,7 +10,6 @@ from typing import Any
 import kombu
 import pytest
 import redis
-from celery.app.amqp import AMQP as CeleryAMQP
 from celery.signals import after_task_publish, before_task_publish
 from kombu.transport import redis as kombu_redis
 
@@ -49,9 +48,13 @@ def _channel_class(transport: str | None) -> Any:
 def test_off_the_broker_is_kombus_stock_redis_transport(switch: Any, value: str) -> None:
     switch(value)
     config = broker.broker_config(URL, Settings())
-    assert config["broker_transport"] is None
+    assert config["broker_transport"] == broker.STOCK_TRANSPORT
     assert _channel_class(config["broker_transport"]) is kombu_redis.Channel
-    assert celery_ext.amqp() is CeleryAMQP
+    assert "global_keyprefix" not in config["broker_transport_options"]
+    # Shown as redis:// still (Flower picks its broker client by the scheme).
+    assert celery_ext.amqp() is celery_ext.AMQP
+    connection = celery_ext.AMQP.Connection(URL, transport=config["broker_transport"])
+    assert connection.as_uri().startswith("redis://")
 
 
 def test_on_the_broker_is_duets_transport(switch: Any) -> None:
@@ -70,7 +73,7 @@ def test_an_untested_kombu_runs_the_stock_transport(
     monkeypatch.setattr(
         fastpaths, "installed_version", lambda p: "5.8.0" if p == "kombu" else real(p)
     )
-    assert broker.broker_config(URL, Settings())["broker_transport"] is None
+    assert broker.broker_config(URL, Settings())["broker_transport"] == broker.STOCK_TRANSPORT
 
 
 @pytest.mark.parametrize(("value", "consumer"), [("off", celery_ext.STOCK_CONSUMER),

@@ -1,6 +1,7 @@
 """Every outage reply (MISCONF, READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN,
-NOREPLICAS, OOM) is "not now" for the worker and the broker transport, never a bug: sent
-by a real server (a script's ``redis.error_reply``), from a command and from a pipeline."""
+NOREPLICAS, OOM, UNBLOCKED) is "not now" for the worker and both broker transports (Duet's,
+kombu's stock one), never a bug: sent by a real server (a script's ``redis.error_reply``),
+from a command, a pipeline and a transaction."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ def test_an_outage_reply_is_unavailable(redis_url: str, prefix: str) -> None:
         client.eval(REPLY, 0, f"{prefix} the server says no")
     assert isinstance(raised.value, INFRA_ERRORS)
     assert isinstance(raised.value, broker.Transport.connection_errors)
+    assert isinstance(raised.value, broker.StockTransport.connection_errors)
     assert is_outage(raised.value)
-    pipe = client.pipeline(transaction=False)
-    pipe.eval(REPLY, 0, f"{prefix} the server says no")
-    with pytest.raises(UNAVAILABLE_ERRORS):
-        pipe.execute()
+    for transaction in (False, True):  # kombu's stock acks and notes are transactions
+        pipe = client.pipeline(transaction=transaction)
+        pipe.eval(REPLY, 0, f"{prefix} the server says no")
+        with pytest.raises(broker.StockTransport.connection_errors) as raised:
+            pipe.execute()
+        assert isinstance(raised.value, UNAVAILABLE_ERRORS)
     client.close()
 
 
@@ -35,6 +39,7 @@ def test_a_script_bug_is_not_an_outage(redis_url: str) -> None:
         client.eval(REPLY, 0, "ERR a bug in a script")
     assert not isinstance(raised.value, UNAVAILABLE_ERRORS)
     assert not isinstance(raised.value, broker.Transport.connection_errors)
+    assert not isinstance(raised.value, broker.StockTransport.connection_errors)
     assert not is_outage(raised.value)
     client.close()
 

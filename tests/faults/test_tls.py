@@ -1,0 +1,206 @@
+"""Duet on a TLS Redis with an ACL user and the default user off, all real processes: a
+worker and a batch, the CLI and Flower's Broker page all through one ``rediss://`` URL
+(CA file, client certificate), the password shown nowhere.
+
+The test makes its own CA, server and client certificates (``openssl``) and starts a
+redis-server that listens on TLS only and requires a client certificate.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+import redis
+
+from duet.embedded import find_server_binary, free_port
+from orchestration import Agent, Team
+from tests.reliability import CLIENTS, Reliability, lost_of
+from tests.support import ROOT, celery_worker, client_pointed_at, stock_libraries, wait_for
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
+
+RUNS = 20
+USER, PASSWORD = "duet-app", "tls-ACL-pw-9f3k2"
+FLOWER_LOGIN = "ops:flower-login-7q"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_certificates(directory: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by it."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+             "-out", "ca.crt", "-days", "1", "-subj", "/CN=duet-test-ca", cwd=directory)  # fmt: skip
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, extra in (("server", ["-extfile", "san.cnf"]), ("client", [])):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", "-subj", f"/CN=duet-test-{name}", cwd=directory)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "1", *extra, cwd=directory)  # fmt: skip
+
+
+@dataclass
+class TlsRedis:
+    port: int
+    dir: Path
+
+    @property
+    def url(self) -> str:
+        query = urlencode({"ssl_ca_certs": self.dir / "ca.crt",
+                           "ssl_certfile": self.dir / "client.crt",
+                           "ssl_keyfile": self.dir / "client.key"})  # fmt: skip
+        return f"rediss://{USER}:{PASSWORD}@127.0.0.1:{self.port}/0?{query}"
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
+    """A redis-server on TLS only (client certificate required), one ACL user, the default
+    user off."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make certificates with")
+    make_certificates(tmp_path)
+    (tmp_path / "users.acl").write_text(
+        f"user default off\nuser {USER} on >{PASSWORD} ~* &* +@all\n"
+    )
+    server = TlsRedis(free_port(), tmp_path)
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [find_server_binary(), "--port", "0", "--tls-port", str(server.port),
+         "--bind", "127.0.0.1", "--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
+         "--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "yes", "--aclfile", "users.acl",
+         "--save", "", "--appendonly", "no", "--dir", str(tmp_path), "--loglevel", "warning"],
+        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        client = redis.Redis.from_url(server.url, socket_timeout=2)
+        wait_for(lambda: proc.poll() is not None or _pings(client), 30, "the TLS Redis")
+        if proc.poll() is not None:
+            text = (tmp_path / "server.log").read_text(errors="replace")
+            if "tls" in text.lower() and "not" in text.lower():
+                pytest.skip(f"this redis-server has no TLS: {text[-300:]}")
+            raise AssertionError(f"the TLS redis-server exited: {text[-1000:]}")
+        client.close()
+        yield server
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    token = base64.b64encode(FLOWER_LOGIN.encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+@contextlib.contextmanager
+def flower(url: str, log_path: Path) -> Iterator[int]:
+    """``celery -A workers flower`` on ``url`` (as deploy/compose.yaml starts it), its port."""
+    port = free_port()
+    env = {**os.environ, "DUET_REDIS_URL": url, "FLOWER_BASIC_AUTH": FLOWER_LOGIN}
+    env.pop("DUET_BROKER_URL", None)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
+             "--address=127.0.0.1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: proc.poll() is not None or _get(port, "/healthcheck")[0] == 200, 30,
+                 "Flower to answer")  # fmt: skip
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("transport", ["duet", "stock"])
+def test_worker_cli_and_flower_on_tls_with_an_acl_user(
+    tls_redis: TlsRedis, tmp_path: Path, reliability: Reliability, transport: str
+) -> None:
+    """On Duet's broker transport, and on kombu's stock one (``DUET_FAST_PATHS=off``)."""
+    url = tls_redis.url
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95"),
+        max_rounds=1,
+    )  # fmt: skip
+    flower_log = tmp_path / "flower.log"
+    with (
+        stock_libraries() if transport == "stock" else contextlib.nullcontext(),
+        client_pointed_at(url),
+        celery_worker(url, concurrency=8, name="tls") as worker,
+        flower(url, flower_log) as port,
+    ):
+        batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
+        statuses = [r.status for r in batch.results(timeout=90)]
+        listed = subprocess.run(
+            [sys.executable, "-m", "duet.cli", "ls"], cwd=ROOT, capture_output=True, text=True,
+            timeout=60, env={**os.environ, "DUET_REDIS_URL": url},
+        )  # fmt: skip
+        lengths_status, lengths = _get(port, "/api/queues/length")
+        broker_status, page = _get(port, "/broker")
+        worker_log = Path(worker.log_path).read_text(errors="replace")
+    approved = statuses.count("approved")
+    shown = {
+        "worker log": worker_log,
+        "duet ls": listed.stdout + listed.stderr,
+        "Flower /api/queues/length": lengths.decode(errors="replace"),
+        "Flower /broker": page.decode(errors="replace"),
+        "Flower's log": flower_log.read_text(errors="replace"),
+    }
+    leaked = sorted(where for where, text in shown.items() if PASSWORD in text)
+    print(f"TLS + ACL ({transport}): {approved}/{RUNS} approved; duet ls exit {listed.returncode}; Flower "
+          f"/api/queues/length {lengths_status}, /broker {broker_status}; password in "
+          f"{leaked or 'nothing'}")  # fmt: skip
+    reliability.record(
+        section=CLIENTS,
+        fault="`rediss://` with a CA file and a client certificate, an ACL user and the default "
+        "user off (a real TLS-only redis-server): a worker, a batch, `duet ls`, Flower's Broker "
+        "page and `/api/queues/length`"
+        + (
+            ", with `DUET_FAST_PATHS=off` (kombu's stock transport)" if transport == "stock" else ""
+        ),
+        load=f"{RUNS} one-round runs on 1 worker × 8 threads",
+        lost=f"{lost_of(RUNS - approved, RUNS, 'runs unfinished')}: `duet ls` exit "
+        f"{listed.returncode}, Flower's Broker page {broker_status} and `/api/queues/length` "
+        f"{lengths_status}; the password in {', '.join(leaked) or 'no log, output or page'}",
+        before="issue 23: Flower's Broker page and `/api/queues/length` answered 500 (the "
+        "transport alias turned `rediss` into plain `redis`, without TLS)",
+    )
+    assert statuses == ["approved"] * RUNS
+    assert listed.returncode == 0, listed.stderr
+    assert lengths_status == 200, lengths[:500]
+    queues = {q["name"]: q["messages"] for q in json.loads(lengths)["active_queues"]}
+    assert queues == {"actor": 0, "critic": 0, "coordinator": 0}, queues
+    assert broker_status == 200, page[-1000:]
+    assert b"<td>coordinator</td>" in page
+    assert leaked == []
