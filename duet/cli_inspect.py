@@ -38,8 +38,8 @@ from duet.report import (
     OUTCOMES,
     Summary,
     by_index,
-    render_report,
 )
+from duet.report_html import render_report
 from duet.short_ids import shortest_unique
 from orchestration.core.completion import refusal_line
 from orchestration.core.errors import ConfigError, RunTimeout
