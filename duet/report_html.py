@@ -106,8 +106,8 @@ details.input .id{font-weight:600}.rank{color:#777;font-variant-numeric:tabular-
 ol.issues li{margin:.15rem 0}details details{margin:.3rem 0}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:.5rem;
 max-height:36rem;overflow:auto;font-size:.85em}
-.diff .add{background:#e6ffec;display:block}.diff .del{background:#ffebe9;display:block}
-.diff .hunk{color:#6f42c1;display:block}.diff .file{color:#777;display:block}
+.diff span{display:block}.diff .add{background:#e6ffec}.diff .del{background:#ffebe9}
+.diff .hunk{color:#6f42c1}.diff .file{color:#777}
 """
 )
 

@@ -71,11 +71,15 @@ class Triage:
         return Ref(f"#{rank} {label}" if rank else label, self.anchor(record))
 
     def links(self, keys: Sequence[str]) -> str:
-        refs = [self.ref(k) for k in keys[:LINKED]]
+        """The inputs named, worst first (those not approved by rank, then the rest)."""
+        ranked = sorted(
+            keys, key=lambda k: self._rank.get(id(self.rows[int(k)]), len(self.rows) + 1)
+        )
+        refs = [self.ref(k) for k in ranked[:LINKED]]
         shown = ", ".join(
             f'<a href="#{r.anchor}">{esc(r.label)}</a>' if r.anchor else esc(r.label) for r in refs
         )
-        more = len(keys) - len(refs)
+        more = len(ranked) - len(refs)
         return shown + (f' <span class="muted">and {more:,} more</span>' if more > 0 else "")
 
 
@@ -233,7 +237,7 @@ def _diff(triage: Triage, record: Mapping[str, Any]) -> str:
     added = sum(1 for x in lines[2:] if x.startswith("+"))
     removed = sum(1 for x in lines[2:] if x.startswith("-"))
     shown, cut = clipped_lines(lines, DIFF_LINES)
-    body = "\n".join(_diff_line(x) for x in shown)
+    body = "".join(_diff_line(x) for x in shown)  # each line a block of its own
     note = f'\n<span class="muted">… {cut:,} more lines</span>' if cut else ""
     return (
         f"<details><summary>Diff from the input (+{added:,} −{removed:,})</summary>"
@@ -245,4 +249,4 @@ def _diff_line(line: str) -> str:
     kind = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1])
     if line.startswith(("+++", "---")):
         kind = "file"
-    return f'<span class="{kind}">{esc(line)}</span>' if kind else esc(line)
+    return f'<span class="{kind or "same"}">{esc(line)}</span>'
