@@ -38,8 +38,8 @@ from duet.report import (
     OUTCOMES,
     Summary,
     by_index,
-    render_report,
 )
+from duet.report_html import render_report
 from duet.short_ids import shortest_unique
 from orchestration.core.completion import refusal_line
 from orchestration.core.errors import ConfigError, RunTimeout
@@ -212,16 +212,26 @@ def report(
         Path, typer.Option("--output", "-o", dir_okay=False, help="The HTML file to write.")
     ] = Path("report.html"),
     timeout: TimeoutOpt = None,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--inputs",
+            exists=True,
+            help="The input file or folder the results came from, for each output's diff "
+            "from its input (a batch on the cluster has its inputs already).",
+        ),
+    ] = None,
 ) -> None:
-    """Write one self-contained HTML page about a batch: outcomes, why inputs did not finish
-    well, the most frequent issues, every input not approved with its last score and
-    issues, scores, rounds, cost, time, models and dates.
+    """Write one self-contained HTML page to triage a batch from: every input not approved,
+    worst first, with its final-round issues, final output and diff from its input; issues
+    and reasons grouped across inputs; outcomes, scores, rounds, cost, time, models, dates.
 
     Reads a results file directly (no cluster needed), or a batch on the cluster,
     waiting for it to finish. Exit code 0 once the page is written (whatever the batch's
     outcomes: `duet results` and `duet watch` exit by those), 1 on a timeout, 2 when the
     file is not a results file.
     """
+    prompts: dict[str, str] = {}
     if Path(batch).is_file():
         records: list[dict[str, Any]] = list(by_index(read_records(Path(batch))))
         title = f"Duet report: {Path(batch).name}"
@@ -235,13 +245,39 @@ def report(
                 error(str(exc))
                 raise typer.Exit(SOME_FAILED) from None
         title = f"Duet report: batch {handle.batch_id}"
+        prompts = _stored_prompts(records)
     if not records:
         raise ConfigError(f"{batch}: no records to report on")
+    if inputs is not None:
+        prompts.update(_file_prompts(inputs))
     summary = Summary()
     for rec in records:
         summary.add(rec)
-    output.write_text(render_report(records, title=title), encoding="utf-8")
+    output.write_text(render_report(records, title=title, inputs=prompts), encoding="utf-8")
     note(f"report: {output} ({summary.total} input(s))")
+
+
+def _stored_prompts(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Input id -> prompt, read from the cluster for the runs not approved (the diffs)."""
+    from orchestration.client.handles import store
+    from orchestration.state import keys
+
+    wanted = [r for r in records if r.get("status") != "approved" and r.get("run_id")]
+    pipe = store().r.pipeline(transaction=False)
+    for record in wanted:
+        pipe.hget(keys.run(str(record["run_id"])), "prompt")
+    return {
+        str(r["id"]): prompt
+        for r, prompt in zip(wanted, pipe.execute(), strict=True)
+        if prompt is not None and r.get("id") is not None
+    }
+
+
+def _file_prompts(path: Path) -> dict[str, str]:
+    """Input id -> prompt, from an input file or folder (its readable inputs only)."""
+    from duet.inputs import InputReader
+
+    return {record.id: record.prompt for record in InputReader(path)}
 
 
 @app.command(epilog="Example: duet cancel 4c9e34663fac4c9d8513fd84d3ff8b17")

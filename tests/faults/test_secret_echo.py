@@ -32,7 +32,8 @@ import redis
 
 from duet.embedded import EmbeddedRedis, free_port
 from duet.fake_llm import FakeLLM
-from duet.report import csv_row, render_report, result_record
+from duet.report import csv_row, result_record
+from duet.report_html import render_report
 from orchestration import Agent, Team
 from orchestration.core import events as ev
 from tests.faults.conftest import Monitor

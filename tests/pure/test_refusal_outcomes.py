@@ -137,7 +137,7 @@ def test_sim_agent_accepts_the_options() -> None:
 
 
 def test_report_says_a_run_was_refused_with_the_models_words_escaped() -> None:
-    from duet.report import render_report
+    from duet.report_html import render_report
 
     refused = {"id": "r", "status": "interrupted", "final_score": None, "rounds": [],
                "n_rounds": 0, "usage": {}, "reason": "critic:round_1:refusal",

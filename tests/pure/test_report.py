@@ -20,9 +20,9 @@ from duet.report import (
     csv_cell,
     csv_row,
     rejected_record,
-    render_report,
     result_record,
 )
+from duet.report_html import render_report
 from orchestration import Agent, Team
 from orchestration.core.errors import ConfigError
 from orchestration.core.results import RoundRecord, RunResult, UsageReport
@@ -333,11 +333,11 @@ def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() 
     page = render_report(records, title="t")
     parser = _StrictHTML()
     parser.feed(page)
-    section = page.split('id="inputs-not-approved"', 1)[1]
+    section = page.split('id="inputs-not-approved"', 1)[1].split("</section>", 1)[0]
     for id_ in ("pickle", "jwt", "&lt;script&gt;alert(1)&lt;/script&gt;", "malformed JSON"):
         assert id_ in section
     assert "sql-fstring" not in section and "shell-true" not in section
-    pickle_row = section.split("pickle", 1)[1].split("</tr>", 1)[0]
+    pickle_row = section.split('data-id="pickle"', 1)[1].split('<details class="input"', 1)[0]
     assert (
         "0.71" in pickle_row and "Input &lt;b&gt;validation&lt;/b&gt; is incomplete" in pickle_row
     )
@@ -527,16 +527,15 @@ def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
 
 def test_frequent_issues_count_only_final_round_issues() -> None:
     """An issue a later round fixed is not among the most frequent issues."""
-    from duet.report import _issues_table
-
     fixed = {"status": "approved", "issues": [],
              "rounds": [{"round": 0, "score": 0.2, "issues": ["FIXEDISSUE"]},
                         {"round": 1, "score": 0.9, "issues": []}]}  # fmt: skip
     still = {"status": "max_rounds_reached", "issues": ["OPENISSUE"],
              "rounds": [{"round": 0, "score": 0.2, "issues": ["OPENISSUE"]}]}  # fmt: skip
-    table = _issues_table([fixed, still])
+    page = render_report([fixed, still])
+    table = page.split('id="most-frequent-issues"', 1)[1].split("</section>", 1)[0]
     assert "OPENISSUE" in table
-    assert "FIXEDISSUE" not in table
+    assert "FIXEDISSUE" not in page
 
 
 def test_readable_date_drops_microseconds() -> None:

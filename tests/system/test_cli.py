@@ -383,7 +383,13 @@ def test_submit_watch_results_show_report_on_a_cluster(
     page = tmp_path / "report.html"
     reported = _duet("report", batch, "-o", page, env=cluster_env, cwd=tmp_path)
     assert reported.returncode == 0, reported.stderr
-    assert page.read_text().count("<svg") >= 4  # outcomes, scores, by round, cost (+ approvals)
+    html = page.read_text()
+    assert html.count("<svg") >= 4  # outcomes, scores, by round, cost (+ approvals)
+    # Each input not approved has its block, its diff taken from the prompt on the cluster.
+    for record in records:
+        if record["status"] != "approved":
+            assert f'data-id="{record["id"]}"' in html
+    assert "the input is not at hand" not in html
 
     cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
     assert (cancelled.returncode, cancelled.stdout.strip()) == (

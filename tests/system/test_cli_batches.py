@@ -158,6 +158,26 @@ def test_report_on_an_input_file_exits_2_naming_it(tmp_path: Path) -> None:
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_with_inputs_diffs_each_output_not_approved_from_its_input(
+    tmp_path: Path,
+) -> None:
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"id": "a", "prompt": "```py\nx = eval(s)\n```"}) + "\n")
+    results = tmp_path / "r.jsonl"
+    record = {"id": "a", "status": "max_rounds_reached", "final_score": 0.4, "index": 0,
+              "output": "```py\nx = int(s)\n```", "issues": ["still <unsafe>"], "rounds": [],
+              "usage": {"usd": 0.0}}  # fmt: skip
+    results.write_text(json.dumps(record) + "\n")
+    page = tmp_path / "r.html"
+    result = CliRunner().invoke(
+        app, ["report", str(results), "--inputs", str(inputs), "-o", str(page)]
+    )
+    assert result.exit_code == 0, result.stderr
+    html = page.read_text()
+    assert "-x = eval(s)" in html and "+x = int(s)" in html
+    assert "still &lt;unsafe&gt;" in html
+
+
 def test_python_dash_m_duet_is_the_duet_command() -> None:
     from importlib.metadata import version
 
