@@ -64,6 +64,7 @@ def check_loaded(
         cfg = cfg.model_copy(
             update={"cache": section.model_copy(update={"ttl": cache, "enabled": True})}
         )
+    prompt_limit(cfg)
     spec = cfg.build_architecture().to_spec()
     for role in ("actor", "critic"):
         agent = getattr(spec, role)
@@ -123,11 +124,23 @@ def _apply_rate_limits(cfg: ReviewConfig) -> None:
 
 
 def prompt_limit(cfg: ReviewConfig) -> int:
-    """The longest prompt accepted: the settings' limit, or the config's when lower."""
-    limit = get_settings().max_prompt_chars
-    if cfg.inputs.max_prompt_chars is not None:
-        limit = min(limit, cfg.inputs.max_prompt_chars)
-    return limit
+    """The longest prompt accepted: the config's ``[inputs] max_prompt_chars``, else the
+    process cap ``DUET_MAX_PROMPT_CHARS``.
+
+    Raises:
+        ConfigError: the config asks for more than the cap (which would silently win).
+    """
+    cap = get_settings().max_prompt_chars
+    wanted = cfg.inputs.max_prompt_chars
+    if wanted is None:
+        return cap
+    if wanted > cap:
+        raise ConfigError(
+            f"{cfg.source}: inputs.max_prompt_chars: {wanted:,} is above this process's cap "
+            f"of {cap:,} characters (DUET_MAX_PROMPT_CHARS); raise the cap "
+            f"(export DUET_MAX_PROMPT_CHARS={wanted}) or lower the key"
+        )
+    return wanted
 
 
 def _reader(

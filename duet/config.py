@@ -163,7 +163,8 @@ class InputsConfig(_Section):
     prompt_column: str = Field(default="prompt", min_length=1)
     #: CSV column holding the input id (row number when the column is absent or empty).
     id_column: str = Field(default="id", min_length=1)
-    #: Longest prompt accepted; longer inputs are rejected (DUET_MAX_PROMPT_CHARS caps it).
+    #: Longest prompt accepted; longer inputs are rejected. Not above DUET_MAX_PROMPT_CHARS
+    #: (a config asking for more is refused at load).
     max_prompt_chars: int | None = Field(default=None, ge=1)
     #: Longest JSONL line (bytes) or CSV row (characters) read; a longer one is rejected
     #: unread. Default: room for the longest prompt, JSON-escaped, and 1 MiB of metadata.

@@ -74,6 +74,13 @@ def interruption(phase: str, stop_reason: str | None, complete_critique: bool) -
     return "max_tokens"
 
 
+def budget_cut(interrupted: str | None, lowered_by: str | None) -> str | None:
+    """A step's interruption once its budget is known: a reply cut at a ``max_tokens``
+    the budget lowered (``lowered_by``, ``budget:<scope>:<unit>``) was cut by that budget,
+    not by the agent's own limit, so the run ends with the budget's reason."""
+    return lowered_by if lowered_by is not None and interrupted == "max_tokens" else interrupted
+
+
 def error_interruption(kind: str) -> str:
     """The interruption of a provider error of ``kind``: ``provider_error:<kind>``, or the
     kind itself when it is an outcome of :data:`REFUSED` (a 400 for a context overflow)."""

@@ -52,6 +52,7 @@ from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import (
     ROLE_OF,
+    budget_cut,
     earlier_of_role,
     error_interruption,
     interruption,
@@ -327,23 +328,26 @@ class StepService:
     def _reserve(
         self, agent: AgentSpec, messages: list[Message], structured: bool, sid: str,
         scopes: list[str], worst: Amount, lease_s: float,
-    ) -> tuple[AgentSpec, Amount, Refusal | None]:  # fmt: skip
+    ) -> tuple[AgentSpec, Amount, Refusal | None, str | None]:  # fmt: skip
         """Reserve the call's worst case. A budget that cannot hold it may still hold a
         shorter answer: ``max_tokens`` is lowered to what is left (a reply cut there
-        interrupts the agent, as documented). The agent as it will call, its worst case,
-        and the refusal when nothing fits."""
+        interrupts the run with that budget's reason). The agent as it will call, its
+        worst case, the refusal when nothing fits, and the reason of the budget that
+        lowered ``max_tokens`` (None when none did)."""
         budgets = self.budgets
         refusal = budgets.reserve(sid, scopes, worst, lease_s)
+        lowered_by: str | None = None
         for _ in range(_FITS):
             if refusal is None or not refusal.exhausted:
                 break
             fit = clamped(agent, refusal, worst)
             if fit.max_tokens is None:
                 break
+            lowered_by = lowered_by or refusal.reason
             agent = agent.model_copy(update={"max_tokens": fit.max_tokens})
             worst = budgets.estimate(agent, messages, structured)
             refusal = budgets.reserve(sid, scopes, worst, lease_s)
-        return agent, worst, refusal
+        return agent, worst, refusal, lowered_by
 
     # --- vendor batch execution (the rest is in workers/vendor_batches.py) ----------
     def reserve_parked(
@@ -357,7 +361,7 @@ class StepService:
         began = time.time()
         structured = parking.seat.structured
         worst = self.budgets.estimate(agent, parking.messages, structured)
-        agent, worst, refusal = self._reserve(
+        agent, worst, refusal, lowered_by = self._reserve(
             agent, parking.messages, structured, step_id(run_id, key), parking.scopes, worst,
             hold_s,
         )  # fmt: skip
@@ -377,6 +381,7 @@ class StepService:
             "structured": parking.seat.structured, "scopes": parking.scopes,
             "claimant": parking.claimant, "batch_id": parking.batch_id, "parked_at": began,
             "attempts": 0, "max_tokens": agent.max_tokens, "boundary": parking.boundary,
+            "lowered_by": lowered_by,
         }  # fmt: skip
 
     def agent_of(self, request: dict[str, Any]) -> AgentSpec:
@@ -420,6 +425,7 @@ class StepService:
                                   scrub=self.scrub_output,
                                   vendor_batch=vendor_batch,
                                   boundary=request.get("boundary"))  # fmt: skip
+            result["interrupted"] = budget_cut(result["interrupted"], request.get("lowered_by"))
             used = Amount(input_tokens=outcome.input_tokens,
                           output_tokens=outcome.output_tokens, usd=result["usd"], calls=1)  # fmt: skip
             settle = self.budgets.settle_calls(sid, scopes, used)
@@ -547,7 +553,7 @@ class StepService:
                 observer.step_waits(agent, "rate_limit", wait)
             return self._retry(wait, failures)
         try:
-            agent, worst, refusal = self._reserve(
+            agent, worst, refusal, lowered_by = self._reserve(
                 agent, messages, seat.structured, sid, scopes, worst, settings.step_lease_s
             )
         except LimitLost as exc:  # the cap is gone from Redis: fail, never call uncapped
@@ -596,6 +602,7 @@ class StepService:
         result = _result_from(completion, phase, key, seat, boundary=boundary, started_at=began,
                               finished_at=time.time(), model=agent.model,
                               scrub=self.scrub_output)  # fmt: skip
+        result["interrupted"] = budget_cut(result["interrupted"], lowered_by)
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
         if cache_key is not None and self.cache is not None and seat.cache is not None:

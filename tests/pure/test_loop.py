@@ -11,6 +11,7 @@ from orchestration.core.loop import (
     LoopState,
     Refine,
     StepOutcome,
+    budget_cut,
     decide,
     earlier_of_role,
     interruption,
@@ -185,6 +186,27 @@ def test_parse_step_key_rejects(bad: str) -> None:
 )
 def test_interruption(phase: str, stop_reason: str | None, complete: bool, expected: str | None):
     assert interruption(phase, stop_reason, complete) == expected
+
+
+@pytest.mark.parametrize(
+    ("interrupted", "lowered_by", "expected"),
+    [
+        ("max_tokens", "budget:run:tokens", "budget:run:tokens"),
+        ("max_tokens", None, "max_tokens"),
+        # only the cut is the budget's: a whole answer or a refusal stays what it was
+        (None, "budget:run:tokens", None),
+        ("refusal", "budget:global:usd", "refusal"),
+    ],
+)
+def test_a_cut_at_a_budget_lowered_limit_is_the_budgets(
+    interrupted: str | None, lowered_by: str | None, expected: str | None
+) -> None:
+    assert budget_cut(interrupted, lowered_by) == expected
+
+
+def test_a_budget_cut_step_ends_the_run_with_the_budget_reason() -> None:
+    cut = StepOutcome("generate", 0, interrupted=budget_cut("max_tokens", "budget:run:tokens"))
+    assert decide(state(cut)) == Finish("interrupted", "budget:run:tokens")
 
 
 @pytest.mark.parametrize(

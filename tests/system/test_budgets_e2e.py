@@ -47,10 +47,9 @@ def test_twenty_runs_share_a_5000_token_cap(
     assert state.reserved.tokens == 0
     interrupted = [r for r in results if r.status == "interrupted"]
     assert interrupted, "a 5,000-token cap cannot hold 20 worst-case runs"
-    # Stopped by the cap, or by an answer cut where max_tokens was lowered to what was left.
+    # Stopped by the cap, or by an answer cut where the cap lowered max_tokens: the same reason.
     reasons = {r.interruption_reason for r in interrupted}
-    assert "budget:global:tokens" in reasons
-    assert all(r == "budget:global:tokens" or r.endswith(":max_tokens") for r in reasons)
+    assert reasons == {"budget:global:tokens"}
     warnings = [e for r in results for e in r.events if e.type == ev.BUDGET_WARNING]
     assert len(warnings) == 1
     assert warnings[0].data["scope"] == f"global:{name}"
@@ -71,6 +70,28 @@ def test_a_call_bigger_than_the_budget_runs_with_max_tokens_lowered(
     assert result.status == "approved", result.error
     assert result.usage.total.calls == 2
     assert result.usage.total.total_tokens <= 1500
+
+
+def test_a_reply_cut_where_the_budget_lowered_max_tokens_names_the_budget(
+    worker: Any, client_on: str
+) -> None:
+    """A 600-token draft, a run budget leaving room for about 250 output tokens: the
+    call goes with ``max_tokens`` lowered, its reply is cut there, and the run reads
+    ``budget:run:tokens`` — not ``actor:round_0:max_tokens``, which would blame the
+    agent's own limit of 4,000."""
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim?words=400", max_tokens=4000),
+        critic=Agent("Review.", model="sim?scores=0.95", max_tokens=4000),
+        max_rounds=1,
+        budget=Budget(max_tokens=400),
+    )
+    result = team.run_sync(f"print({uuid.uuid4().hex[:8]})", timeout=30)
+    assert result.status == "interrupted", (result.status, result.error)
+    assert result.interruption_reason == "budget:run:tokens"
+    # the call did run, lowered, and was cut: one call, its partial draft kept
+    assert result.usage.total.calls == 1
+    assert result.usage.total.total_tokens <= 400
+    assert result.output
 
 
 def test_a_user_without_a_limit_holds_nothing_and_is_charged_exactly(

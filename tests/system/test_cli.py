@@ -207,6 +207,9 @@ BAD_CONFIGS = [
     (FAST_CONFIG.replace('model = "sim"', 'model = "llama-3"', 1), "actor.model: unknown model 'llama-3'"),
     (FAST_CONFIG.replace('model = "sim"', 'model = "sim?colour=red"', 1), "actor.model: sim model"),
     ("[actor]\nmodel = \n", "line 2, column 9: invalid TOML"),
+    (FAST_CONFIG + "\n[inputs]\nmax_prompt_chars = 300000\n",
+     "inputs.max_prompt_chars: 300,000 is above this process's cap of 200,000 characters "
+     "(DUET_MAX_PROMPT_CHARS)"),
 ]  # fmt: skip
 
 
