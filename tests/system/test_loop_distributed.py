@@ -102,19 +102,7 @@ def test_fifty_runs_end_right(worker: Any, client_on: str) -> None:
         check_run(handle.result(timeout=60), status, rounds, calls)
 
 
-@pytest.fixture(
-    params=[
-        "auto",
-        pytest.param(
-            "off",
-            marks=pytest.mark.xfail(
-                reason="known bug: kombu's stock transport with the duet. global_keyprefix "
-                "answers no ping here (issue 24 note); the stock path ran before the prefix",
-                strict=False,
-            ),
-        ),
-    ]
-)
+@pytest.fixture(params=["auto", "off"])
 def fast_paths(request: pytest.FixtureRequest, redis_url: str) -> Iterator[str]:
     """The session's worker (``DUET_FAST_PATHS`` as the suite runs it), or a worker of its
     own with ``DUET_FAST_PATHS=off`` on a db of its own; the client pointed at its Redis
