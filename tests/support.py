@@ -71,9 +71,8 @@ def celery_worker(
 
     probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
     # The workers' broker keys (and so their control channels) are under Duet's prefix,
-    # on Duet's transport (kombu's stock one, with DUET_FAST_PATHS=off, has none).
-    if _duet_transport(full_env.get("DUET_FAST_PATHS", "auto")):
-        probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
+    # on Duet's transport and kombu's stock one alike.
+    probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis
@@ -97,16 +96,6 @@ def celery_worker(
         log.close()
         with contextlib.suppress(OSError):
             os.unlink(log.name)
-
-
-def _duet_transport(switch: str) -> bool:
-    """Whether a process with ``DUET_FAST_PATHS=switch`` runs Duet's broker transport."""
-    from orchestration.state import fastpaths
-
-    path = fastpaths.FAST_PATHS["transport"]
-    version = fastpaths.installed_version(path.package)
-    return fastpaths.decide(fastpaths.parse(switch), path, version,
-                            fastpaths.missing_names(path)).on  # fmt: skip
 
 
 @contextlib.contextmanager

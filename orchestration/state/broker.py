@@ -696,10 +696,9 @@ class Connection(kombu.Connection):
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
     """The Celery settings every process that talks to the broker shares (workers and
     clients): where it is, which transport, JSON only, routes, the visibility timeout."""
-    transport = transport_for(broker_url)
     return {
         "broker_url": broker_url,
-        "broker_transport": transport,
+        "broker_transport": transport_for(broker_url),
         # Messages carry ids only, so JSON is all we need; pickle is never accepted.
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -718,7 +717,9 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             "unacked_restore_throttle": 1,
             # Every broker key (queues, kombu's unacked and binding keys) under Duet's
             # prefix: another app's keys in the same database are never read or popped.
-            **({"global_keyprefix": keys.BROKER_PREFIX} if transport == TRANSPORT else {}),
+            # Set on Redis whichever transport runs (Duet's or kombu's stock one), so the
+            # processes of one deployment agree on key names whatever their kombu release.
+            **({"global_keyprefix": keys.BROKER_PREFIX} if is_redis(broker_url) else {}),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },

@@ -36,11 +36,24 @@ def test_a_redis_broker_gets_redis_py_timeouts(url: str) -> None:
     assert config["broker_transport"] == (TRANSPORT if fastpaths.enabled("transport") else stock)
 
 
-def test_every_broker_key_is_under_duets_prefix() -> None:
-    """kombu's ``global_keyprefix``: queues, unacked and binding keys (issue 23)."""
+@pytest.mark.parametrize("switch", ["on", "off"])
+def test_every_broker_key_is_under_duets_prefix(
+    switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kombu's ``global_keyprefix``: queues, unacked and binding keys (issue 23), on
+    Duet's transport and kombu's stock one alike (issue 24: the stock path had lost it, so
+    its workers and clients used other keys than a fast-path process and the pings)."""
     from orchestration.state import keys
 
-    options = broker_config("redis://cache:6379/0", SETTINGS)["broker_transport_options"]
+    monkeypatch.setenv(fastpaths.SWITCH, switch)
+    fastpaths.reset()
+    try:
+        config = broker_config("redis://cache:6379/0", SETTINGS)
+    finally:
+        monkeypatch.undo()
+        fastpaths.reset()
+    assert config["broker_transport"] == (TRANSPORT if switch == "on" else STOCK_TRANSPORT)
+    options = config["broker_transport_options"]
     assert options["global_keyprefix"] == keys.BROKER_PREFIX == f"{keys.PREFIX}."
 
 
@@ -55,3 +68,9 @@ def test_a_rediss_url_gives_celery_its_tls_options() -> None:
     relaxed = broker_config("rediss://cache:6380/0?ssl_cert_reqs=none", SETTINGS)
     assert relaxed["broker_use_ssl"] == {"ssl_cert_reqs": "none"}
     assert "broker_use_ssl" not in broker_config("redis://cache:6379/0", SETTINGS)
+
+
+def test_an_amqp_broker_gets_no_key_prefix() -> None:
+    """``global_keyprefix`` is the Redis transport's option; AMQP has no keys."""
+    options = broker_config("amqp://rabbit//", SETTINGS)["broker_transport_options"]
+    assert "global_keyprefix" not in options
