@@ -171,8 +171,7 @@ def test_a_foreign_apps_keys_in_the_same_database_are_untouched(
 def test_poison_messages_on_kombus_stock_transport_do_not_end_the_worker(
     reliability: Reliability,
 ) -> None:
-    """With ``DUET_FAST_PATHS=off`` (kombu's stock transport, one message a pop, no
-    prefix) a poison message cannot be dead-lettered, but it must not end the worker."""
+    """With ``DUET_FAST_PATHS=off`` (kombu's stock transport, one message a pop) a poison message cannot be dead-lettered, but it must not end the worker."""
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         env = stack.enter_context(stock_libraries())
         stack.enter_context(client_pointed_at(server.url))
@@ -180,7 +179,7 @@ def test_poison_messages_on_kombus_stock_transport_do_not_end_the_worker(
         team = _team()
         first = team.submit_batch([f"task {n}" for n in range(RUNS // 2)])
         for text in POISON.values():
-            admin.lpush(keys.QUEUE_COORDINATOR, text)  # kombu's stock key: no prefix
+            admin.lpush(keys.queue_key(keys.QUEUE_COORDINATOR), text)  # prefixed on stock too
         second = team.submit_batch([f"task {n}" for n in range(RUNS // 2, RUNS)])
         started = time.monotonic()
         worker = stack.enter_context(
@@ -191,7 +190,7 @@ def test_poison_messages_on_kombus_stock_transport_do_not_end_the_worker(
         alive = worker.poll() is None
         log = Path(worker.log_path).read_text(errors="replace")
         finished = statuses.count("approved")
-        left = admin.lrange(keys.QUEUE_COORDINATOR, 0, -1)
+        left = admin.lrange(keys.queue_key(keys.QUEUE_COORDINATOR), 0, -1)
         print(f"stock transport: {len(POISON)} poison messages among {RUNS} runs: {finished} "
               f"approved in {took:.1f} s; worker alive: {alive}; left queued: {left}")  # fmt: skip
         reliability.record(

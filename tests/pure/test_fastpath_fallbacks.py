@@ -50,7 +50,8 @@ def test_off_the_broker_is_kombus_stock_redis_transport(switch: Any, value: str)
     config = broker.broker_config(URL, Settings())
     assert config["broker_transport"] == broker.STOCK_TRANSPORT
     assert _channel_class(config["broker_transport"]) is kombu_redis.Channel
-    assert "global_keyprefix" not in config["broker_transport_options"]
+    # The same key names as a fast-path process: one deployment, one set of queues.
+    assert config["broker_transport_options"]["global_keyprefix"] == "duet."
     # Shown as redis:// still (Flower picks its broker client by the scheme).
     assert celery_ext.amqp() is celery_ext.AMQP
     connection = celery_ext.AMQP.Connection(URL, transport=config["broker_transport"])
