@@ -260,15 +260,12 @@ def report(
 def _stored_prompts(records: list[dict[str, Any]]) -> dict[str, str]:
     """Input id -> prompt, read from the cluster for the runs not approved (the diffs)."""
     from orchestration.client.handles import store
-    from orchestration.state import keys
 
     wanted = [r for r in records if r.get("status") != "approved" and r.get("run_id")]
-    pipe = store().r.pipeline(transaction=False)
-    for record in wanted:
-        pipe.hget(keys.run(str(record["run_id"])), "prompt")
+    prompts = store().prompts([str(r["run_id"]) for r in wanted])
     return {
         str(r["id"]): prompt
-        for r, prompt in zip(wanted, pipe.execute(), strict=True)
+        for r, prompt in zip(wanted, prompts, strict=True)
         if prompt is not None and r.get("id") is not None
     }
 

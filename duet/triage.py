@@ -149,7 +149,8 @@ def group_reasons(items: Iterable[tuple[str, str]]) -> list[ReasonGroup]:
     """``(input key, reason)`` pairs grouped by :func:`reason_kind`, most inputs first."""
     groups: dict[str, ReasonGroup] = {}
     for input_key, reason in items:
-        group = groups.setdefault(reason_kind(reason), ReasonGroup(reason_kind(reason)))
+        kind = reason_kind(reason)
+        group = groups.setdefault(kind, ReasonGroup(kind))
         group.inputs.append(input_key)
         if reason not in group.examples:
             group.examples.append(reason)

@@ -18,6 +18,14 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pings(client: redis.Redis) -> bool:
+    """Whether the server behind ``client`` answers a ping now (not yet: False)."""
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
 def wait_for(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
     """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout

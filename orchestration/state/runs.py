@@ -605,6 +605,13 @@ class RunStore:
         """Drop a finished or vanished run from the index of unfinished runs."""
         self.r.zrem(keys.runs_moved(), run_id)
 
+    def prompts(self, run_ids: list[str]) -> list[str | None]:
+        """Each run's input prompt (None when the run is gone), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hget(keys.run(run_id), "prompt")
+        return list(pipe.execute())
+
     def batch_of(self, run_id: str) -> str | None:
         """The id of the batch run ``run_id`` belongs to, if any."""
         batch: str | None = self.r.hget(keys.run(run_id), "batch_id") or None

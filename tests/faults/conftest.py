@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from duet.embedded import EmbeddedRedis
-from tests.support import wait_for
+from tests.support import pings, wait_for
 
 
 class Monitor:
@@ -86,7 +86,7 @@ class DurableRedis:
         )  # fmt: skip
         log.close()
         client = redis.Redis(port=self.port, socket_timeout=1)
-        wait_for(lambda: _pings(client), 30, "the Redis server to answer")
+        wait_for(lambda: pings(client), 30, "the Redis server to answer")
         client.close()
 
     def kill(self) -> None:
@@ -97,13 +97,6 @@ class DurableRedis:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 @pytest.fixture

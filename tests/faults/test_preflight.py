@@ -17,7 +17,7 @@ import redis
 
 from duet.embedded import EmbeddedRedis, find_server_binary, free_port
 from tests.reliability import CLIENTS, Reliability
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, pings, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -75,7 +75,7 @@ def cluster_node() -> Iterator[str]:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             client = redis.Redis(port=port, socket_timeout=1)
-            wait_for(lambda p=proc, c=client: p.poll() is not None or _pings(c), 60,
+            wait_for(lambda p=proc, c=client: p.poll() is not None or pings(c), 60,
                      "the cluster node to answer or exit")  # fmt: skip
             client.close()
             if proc.poll() is None:
@@ -87,13 +87,6 @@ def cluster_node() -> Iterator[str]:
         finally:
             proc.kill()
             proc.wait()
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 def one_line_refusal(code: int | None, err: str) -> list[str]:

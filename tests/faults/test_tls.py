@@ -28,7 +28,7 @@ import redis
 from duet.embedded import find_server_binary, free_port
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability, lost_of
-from tests.support import ROOT, celery_worker, client_pointed_at, stock_libraries, wait_for
+from tests.support import ROOT, celery_worker, client_pointed_at, pings, stock_libraries, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
@@ -88,7 +88,7 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
     log.close()
     try:
         client = redis.Redis.from_url(server.url, socket_timeout=2)
-        wait_for(lambda: proc.poll() is not None or _pings(client), 30, "the TLS Redis")
+        wait_for(lambda: proc.poll() is not None or pings(client), 30, "the TLS Redis")
         if proc.poll() is not None:
             text = (tmp_path / "server.log").read_text(errors="replace")
             if "tls" in text.lower() and "not" in text.lower():
@@ -99,13 +99,6 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
     finally:
         proc.kill()
         proc.wait()
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except (redis.RedisError, OSError):
-        return False
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

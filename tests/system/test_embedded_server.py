@@ -15,16 +15,9 @@ import pytest
 import redis
 
 from duet.embedded import EmbeddedRedis
-from tests.support import wait_for
+from tests.support import pings, wait_for
 
 pytestmark = pytest.mark.system
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 def test_a_server_started_from_a_thread_outlives_the_thread() -> None:
@@ -39,7 +32,7 @@ def test_a_server_started_from_a_thread_outlives_the_thread() -> None:
         # A parent-death signal would arrive as the thread ended: the server stops within
         # milliseconds. It must not stop at all.
         with pytest.raises(AssertionError, match="timed out"):
-            wait_for(lambda: not _pings(client), 2.0, "the server to stop")
+            wait_for(lambda: not pings(client), 2.0, "the server to stop")
     finally:
         client.close()
         server.stop()
