@@ -81,6 +81,10 @@ def celery_worker(
     # The workers' broker keys (and so their control channels) are under Duet's prefix,
     # on Duet's transport and kombu's stock one alike.
     probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
+    if (broker_url or redis_url).startswith("sentinel://"):  # the primary's name
+        probe.conf.broker_transport_options["master_name"] = full_env.get(
+            "DUET_REDIS_SENTINEL_MASTER", "mymaster"
+        )
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis

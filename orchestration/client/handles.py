@@ -20,7 +20,7 @@ from orchestration.core.events import Event
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
-from orchestration.state import batches, connection, keys
+from orchestration.state import batches, connection, keys, replicas
 from orchestration.state.broker import broker_config
 from orchestration.state.runs import RunRecord, RunStore
 
@@ -83,7 +83,7 @@ def enqueue(
         st.create_runs(chunk, pipe)
         if batch is not None and chunk:
             pipe.rpush(keys.batch_runs(batch["batch_id"]), *(r.run_id for r in chunk))
-        pipe.execute()
+        replicas.execute(pipe)  # on a replica too, when one is asked for
         send_coordinate(r.run_id for r in chunk)
 
 

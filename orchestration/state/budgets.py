@@ -38,7 +38,7 @@ from orchestration.core.budget import (
     parse_scope,
 )
 from orchestration.core.errors import ConfigError, DuetError
-from orchestration.state import keys, scripts
+from orchestration.state import keys, replicas, scripts
 from orchestration.state.scripts import ScriptCall
 
 #: Seconds a settled-step marker lives (a redelivered step is charged once within it).
@@ -207,7 +207,8 @@ class BudgetLedger:
                 args.append("")
             else:
                 args.append(str(_usd_down(limit) if unit == USD else int(limit)))
-        self._set_limits(keys=[keys.budget(scope), keys.budget_holds(scope)], args=args)
+        call = ScriptCall(self._set_limits, [keys.budget(scope), keys.budget_holds(scope)], args)
+        replicas.run_durable(self.redis, [call])
         if scope.startswith(INDEXED_KINDS):
             self.redis.sadd(keys.budget_index(), scope)
 
@@ -306,10 +307,11 @@ class BudgetLedger:
         scopes = _check_scopes(scopes)
         if lease_s <= 0:
             raise ConfigError(f"lease_s must be > 0, got {lease_s!r}")
-        reply = self._reserve(
-            keys=[*_scope_keys(scopes), keys.budget_settled(step_id)],
-            args=[step_id, max(1, math.ceil(lease_s * 1000)), _wire(estimate), len(scopes)],
-        )
+        reply = replicas.run_durable(self.redis, [ScriptCall(
+            self._reserve,
+            [*_scope_keys(scopes), keys.budget_settled(step_id)],
+            [step_id, max(1, math.ceil(lease_s * 1000)), _wire(estimate), len(scopes)],
+        )])[0]  # fmt: skip
         if _s(reply[0]) == "lost":
             raise LimitLost(scopes[int(reply[1])])
         if _s(reply[0]) != "refused":

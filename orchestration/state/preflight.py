@@ -26,10 +26,10 @@ from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
-from orchestration.state.connection import hide_password
+from orchestration.state.connection import client_for, hide_password
 
 #: URL schemes Duet's Redis clients serve.
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "sentinel")
 #: The one eviction policy that never drops a key.
 NO_EVICTION = "noeviction"
 #: The variable that accepts an evicting server.
@@ -130,7 +130,7 @@ def check_server(url: str, variable: str) -> list[str]:
     check_scheme(url, variable)
     settings = get_settings()
     timeout = settings.redis_connect_timeout_s
-    client = redis.Redis.from_url(
+    client = client_for(
         url, socket_timeout=timeout, socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0), decode_responses=True,
     )  # fmt: skip
