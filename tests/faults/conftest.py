@@ -174,9 +174,10 @@ class SentinelSet:
             if not pings(client):
                 return False
             info = client.info("replication")
-            return bool(info.get("connected_slaves")) and info.get("slave0", {}).get(
-                "state"
-            ) == "online"
+            return (
+                bool(info.get("connected_slaves"))
+                and info.get("slave0", {}).get("state") == "online"
+            )
 
     def _sentinels_ready(self) -> bool:
         for n in range(len(self.sentinel_ports)):
