@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import signal
@@ -9,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,3 +185,45 @@ def swept_runs(logs: list[str]) -> int:
     import re
 
     return sum(int(n) for log in logs for n in re.findall(r"sweep: (\d+) runs had stopped", log))
+
+
+#: The login :func:`flower` starts Flower with.
+FLOWER_LOGIN = "ops:flower-login-7q"
+
+
+def flower_get(port: int, path: str) -> tuple[int, bytes]:
+    """Flower's answer to ``GET path`` (status, body), logged in; (0, b"") unreachable."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    token = base64.b64encode(FLOWER_LOGIN.encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+@contextlib.contextmanager
+def flower(url: str, log_path: Path) -> Iterator[int]:
+    """``celery -A workers flower`` on ``url`` (as deploy/compose.yaml starts it), its port."""
+    from duet.embedded import free_port
+
+    port = free_port()
+    env = {**os.environ, "DUET_REDIS_URL": url, "FLOWER_BASIC_AUTH": FLOWER_LOGIN}
+    env.pop("DUET_BROKER_URL", None)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
+             "--address=127.0.0.1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: proc.poll() is not None or flower_get(port, "/healthcheck")[0] == 200, 30,
+                 "Flower to answer")  # fmt: skip
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -175,15 +175,15 @@ def test_an_unknown_scheme_is_one_line(reliability: Reliability) -> None:
 
 
 def test_an_unknown_scheme_is_refused_by_a_worker(reliability: Reliability) -> None:
-    code, out = worker("http://127.0.0.1:6379/0")
+    code, out = worker("memory://127.0.0.1:6379/0")
     reliability.record(
         section=CLIENTS,
-        fault="`DUET_REDIS_URL=http://…`, at a worker's start",
+        fault="`DUET_REDIS_URL=memory://…` (a kombu transport, not Redis), at a worker's start",
         load="`celery -A workers worker`",
         lost="nothing: the worker exits 2 with one line" if code == 2 else f"exit {code}",
     )
     assert code == 2, out[-3000:]
-    assert "http:// is not a Redis URL Duet serves" in out
+    assert "memory:// is not a Redis URL Duet serves" in out
 
 
 def test_a_server_that_will_not_say_is_let_through_with_a_warning(
