@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     #: budget settlement, a transition, a budget hold, a submission) waits for (``WAIT``);
     #: fewer in time: the write is not acknowledged, an outage retried. 0: no wait.
     redis_min_replicas: int = Field(default=0, ge=0)
+    #: Such writes also wait until the primary and those replicas have them in their
+    #: append-only files on disk (``WAITAOF``: Redis 7.2+ or Valkey, ``appendonly yes``).
+    redis_wait_aof: bool = False
     #: Seconds such a write waits for its replicas before it counts as not acknowledged.
     redis_wait_timeout_s: float = Field(default=2.0, gt=0)
     #: Seconds finished runs (record, steps, events) are kept in Redis.
