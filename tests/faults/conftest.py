@@ -116,6 +116,8 @@ class SentinelSet:
     redis-server of its own on a free loopback port, in a directory of the test's."""
 
     MASTER = "mymaster"
+    COMMON = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning",
+              "--maxclients", "10000")  # fmt: skip
 
     def __init__(self, directory: str) -> None:
         from duet.embedded import free_port
@@ -124,28 +126,30 @@ class SentinelSet:
         self.ports = [free_port(), free_port()]  # primary, replica (they swap roles)
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.servers: dict[int, subprocess.Popen[bytes]] = {}  # by port
 
     @property
     def url(self) -> str:
         """The ``sentinel://`` URL of the three sentinels (database 0)."""
         return ";".join(f"sentinel://127.0.0.1:{p}" for p in self.sentinel_ports) + "/0"
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         from duet.embedded import find_server_binary
 
         log = open(os.path.join(self.dir, f"{name}.log"), "ab")  # noqa: SIM115
-        self.procs.append(subprocess.Popen(
+        proc = subprocess.Popen(
             [find_server_binary(), *args], cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
-        ))  # fmt: skip
+        )  # fmt: skip
         log.close()
+        self.procs.append(proc)
+        return proc
 
     def start(self) -> None:
         primary, replica = self.ports
-        common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                  "--loglevel", "warning", "--maxclients", "10000"]  # fmt: skip
-        self._spawn("primary", ["--port", str(primary), *common])
-        self._spawn("replica", ["--port", str(replica), *common,
+        common = self.COMMON
+        self.servers[primary] = self._spawn("primary", ["--port", str(primary), *common])
+        self.servers[replica] = self._spawn("replica", ["--port", str(replica), *common,
                                 "--replicaof", "127.0.0.1", str(primary)])  # fmt: skip
         for n, port in enumerate(self.sentinel_ports):
             conf = os.path.join(self.dir, f"sentinel{n}.conf")
@@ -189,15 +193,23 @@ class SentinelSet:
                     return False
         return True
 
-    def failover(self) -> tuple[int, int]:
-        """Have the sentinels promote the replica now (``SENTINEL FAILOVER``); the old
-        primary's port and the new one's, once every sentinel names the new one."""
+    def failover(self, kill: bool = False) -> tuple[int, int]:
+        """Have the sentinels promote the replica now (``SENTINEL FAILOVER``), or kill the
+        primary (SIGKILL: they promote the replica a second later, and the killed server,
+        started again empty, becomes the new one's replica); the old primary's port and
+        the new one's, once every sentinel names the new one."""
         old = self.primary_port()
-        with self.sentinel() as s:
-            s.execute_command("SENTINEL", "FAILOVER", self.MASTER)
+        if kill:
+            self.servers[old].kill()
+            self.servers[old].wait()
+        else:
+            with self.sentinel() as s:
+                s.execute_command("SENTINEL", "FAILOVER", self.MASTER)
         new = next(p for p in self.ports if p != old)
         wait_for(lambda: all(self._names(n) == new for n in range(3)), 30,
                  "every sentinel to name the new primary")  # fmt: skip
+        if kill:
+            self.servers[old] = self._spawn("restarted", ["--port", str(old), *self.COMMON])
         return old, new
 
     def _names(self, n: int) -> int | None:

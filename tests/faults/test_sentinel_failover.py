@@ -12,7 +12,10 @@ With ``DUET_REDIS_MIN_REPLICAS=1`` the writes that must survive (a stored answer
 settlement, a transition, a claim, a hold) wait for the replica (``WAIT``); on the old
 primary, whose replica left, they are not acknowledged and are tried again on the new
 one: no run lost, no call repeated, budget spent == calls made. With 0 (no wait) the row
-records what happens instead (measured, not asserted).
+records what happens instead (measured, not asserted). Also with the primary killed
+(SIGKILL) instead: the sentinels promote the replica a second later, and the killed server
+is started again (empty) to be the new primary's replica — without one, the writes that
+wait for a replica are retried until there is one.
 """
 
 from __future__ import annotations
@@ -78,10 +81,12 @@ def environment(values: dict[str, str]) -> Iterator[None]:
         get_settings.cache_clear()
 
 
-@pytest.mark.parametrize("min_replicas", [1, 0], ids=["wait", "no-wait"])
+@pytest.mark.parametrize(("min_replicas", "kill"), [(1, False), (0, False), (1, True)],
+                         ids=["wait", "no-wait", "wait-primary-killed"])  # fmt: skip
 def test_sentinel_failover_mid_batch(
-    sentinels: SentinelSet, llm: FakeLLM, min_replicas: int, reliability: Reliability
-) -> None:
+    sentinels: SentinelSet, llm: FakeLLM, min_replicas: int, kill: bool,
+    reliability: Reliability,
+) -> None:  # fmt: skip
     shared = {"DUET_REDIS_MIN_REPLICAS": str(min_replicas), "DUET_REDIS_WAIT_TIMEOUT_S": "1",
               "DUET_REDIS_SENTINEL_MASTER": SentinelSet.MASTER}  # fmt: skip
     env = {
@@ -108,7 +113,7 @@ def test_sentinel_failover_mid_batch(
         wait_for(lambda: batch.progress()["done"] >= BEFORE, 120, "a few runs to finish")
         in_flight = llm.stats()["requests"]
         started = time.monotonic()
-        old, new = sentinels.failover()
+        old, new = sentinels.failover(kill=kill)
         with contextlib.suppress(AssertionError):
             wait_for(lambda: _done(batch) >= RUNS, FINISH_S, "every run to finish", interval=0.5)
         took = time.monotonic() - started
@@ -125,7 +130,7 @@ def test_sentinel_failover_mid_batch(
     outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
     setting = (f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`"
                + (" (writes wait for the replica)" if min_replicas else " (no wait)"))  # fmt: skip
-    print(f"min_replicas={min_replicas}: failover {old}->{new} after {in_flight} requests; "
+    print(f"min_replicas={min_replicas} kill={kill}: failover {old}->{new} after {in_flight} requests; "
           f"{progress['done']}/{RUNS} runs finished ({outcomes}) {took:.0f}s after; "
           f"{requests} requests, {stored} stored calls, {charged} calls charged; "
           f"swept {swept_runs(logs)}; workers exited {exited}")  # fmt: skip
@@ -135,8 +140,11 @@ def test_sentinel_failover_mid_batch(
             lost_of(exited, WORKERS, "worker processes exited")]  # fmt: skip
     reliability.record(
         section=ENGINE,
-        fault=f"Sentinel failover (`SENTINEL FAILOVER`) mid-batch: a primary, its replica "
-        f"and 3 sentinels on loopback, `DUET_REDIS_URL=sentinel://…`; {setting}",
+        fault="Sentinel failover mid-batch ("
+        + ("the primary killed, `SIGKILL`, and started again empty once the replica is "
+           "promoted: it becomes the new primary's replica" if kill else "`SENTINEL FAILOVER`")
+        + f"): a primary, its replica and 3 sentinels on loopback, "
+        f"`DUET_REDIS_URL=sentinel://…`; {setting}",
         load=f"{RUNS} runs (4 calls each, a batch budget) on {WORKERS} worker processes × "
         f"{THREADS} threads, the real `openai` SDK against the stand-in (1 s calls); the "
         f"failover after {BEFORE} runs finished; the sweep after "
