@@ -141,8 +141,12 @@ def test_sentinel_failover_mid_batch(
     reliability.record(
         section=ENGINE,
         fault="Sentinel failover mid-batch ("
-        + ("the primary killed, `SIGKILL`, and started again empty once the replica is "
-           "promoted: it becomes the new primary's replica" if kill else "`SENTINEL FAILOVER`")
+        + (
+            "the primary killed, `SIGKILL`, and started again empty once the replica is "
+            "promoted: it becomes the new primary's replica"
+            if kill
+            else "`SENTINEL FAILOVER`"
+        )
         + f"): a primary, its replica and 3 sentinels on loopback, "
         f"`DUET_REDIS_URL=sentinel://…`; {setting}",
         load=f"{RUNS} runs (4 calls each, a batch budget) on {WORKERS} worker processes × "
