@@ -133,30 +133,41 @@ def stock_libraries() -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
-    """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,
-    and back to nothing afterwards."""
+def environment(values: dict[str, str | None]) -> Iterator[None]:
+    """``values`` in this process's environment (None: unset) and its settings read anew,
+    until the block ends; then as before."""
     from orchestration.settings import get_settings
-    from orchestration.state import connection
 
-    saved = {k: os.environ.get(k) for k in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
-    os.environ["DUET_REDIS_URL"] = redis_url
-    if broker_url:
-        os.environ["DUET_BROKER_URL"] = broker_url
-    else:
-        os.environ.pop("DUET_BROKER_URL", None)
+    saved = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     get_settings.cache_clear()
-    connection.use_redis(redis_url)
     try:
-        yield redis_url
+        yield
     finally:
-        connection.reset()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
         get_settings.cache_clear()
+
+
+@contextlib.contextmanager
+def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
+    """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,
+    and back to nothing afterwards."""
+    from orchestration.state import connection
+
+    with environment({"DUET_REDIS_URL": redis_url, "DUET_BROKER_URL": broker_url or None}):
+        connection.use_redis(redis_url)
+        try:
+            yield redis_url
+        finally:
+            connection.reset()
 
 
 def stored_calls(redis_url: str, run_ids: list[str]) -> int:
@@ -227,3 +238,19 @@ def flower(url: str, log_path: Path) -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def assert_flower_shows_empty_queues(
+    lengths: tuple[int, bytes], broker_page: tuple[int, bytes]
+) -> None:
+    """Flower's ``/api/queues/length`` and ``/broker`` answers (:func:`flower_get`) show
+    Duet's three queues, empty."""
+    import json
+
+    status, body = lengths
+    assert status == 200, body[:500]
+    queues = {q["name"]: q["messages"] for q in json.loads(body)["active_queues"]}
+    assert queues == {"actor": 0, "critic": 0, "coordinator": 0}, queues
+    status, page = broker_page
+    assert status == 200, page[-1000:]
+    assert b"<td>coordinator</td>" in page
