@@ -73,7 +73,10 @@ def test_sentinel_failover_mid_batch(
               "DUET_REDIS_SENTINEL_MASTER": SentinelSet.MASTER}  # fmt: skip
     env = {
         **shared, "OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "sk-test-sentinel",
-        "DUET_STEP_LEASE_S": "10", "DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
+        # The step lease at its default (60 s), longer than the failover stalls the calls
+        # in flight: a hold whose lease runs out is charged at its worst case, and its
+        # call's settlement charges the real usage as well (an over-count, by design).
+        "DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
         "DUET_REDIS_SOCKET_TIMEOUT_S": "6", "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
         # Without the wait a failover may lose a run's messages: the sweep sends it on
         # (with the wait nothing needs it: left at its default 10 min).
