@@ -382,7 +382,37 @@ class QoS(kombu_redis.QoS):
         client.transaction(restore, key)
 
 
-class Channel(kombu_redis.Channel):
+class LostConnectionGuard:
+    """Mixed into a kombu Redis channel (Duet's, and the Sentinel one): its pool, or a
+    connection error once its broker connection is gone (see :meth:`_get_pool`)."""
+
+    connection: Any
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        """kombu's pool for this channel, or a connection error once the channel's broker
+        connection is gone.
+
+        kombu rebuilds a channel's pool from its transport's connection details whenever
+        the channel needs one, also while closing (to put unacknowledged messages back) and
+        to ack. Celery's consumer, on a lost connection, first *collects* it, which drops
+        the transport's connection details (``Transport.client``), then closes it, which
+        closes the default channel again: if the channel's first close failed (its BRPOP
+        read met the dead socket) and another channel's close failed too (a fanout queue
+        it deletes on close), the channel is still open then, and kombu's rebuild fails
+        with ``'NoneType' object has no attribute 'hostname'``, which no one catches: the
+        worker exits. The same happens to a task finishing later that acks on that channel.
+        A connection error is what those callers expect: the close is ignored, the consumer
+        reconnects, the ack is logged as failed (the message comes back after the
+        visibility timeout, and steps are idempotent).
+        """
+        if self.connection.client is None:
+            raise redis.exceptions.ConnectionError(
+                "this broker channel's connection is closed (the consumer reconnects)"
+            )
+        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[misc]  # a mixin: the channel has it
+
+
+class Channel(LostConnectionGuard, kombu_redis.Channel):
     """A kombu Redis channel that reuses its synchronous client and takes up to
     :data:`POP_MAX` messages a pop."""
 
@@ -638,29 +668,6 @@ class Channel(kombu_redis.Channel):
             )
         return client
 
-    def _get_pool(self, asynchronous: bool = False) -> Any:
-        """kombu's pool for this channel, or a connection error once the channel's broker
-        connection is gone.
-
-        kombu rebuilds a channel's pool from its transport's connection details whenever
-        the channel needs one, also while closing (to put unacknowledged messages back) and
-        to ack. Celery's consumer, on a lost connection, first *collects* it, which drops
-        the transport's connection details (``Transport.client``), then closes it, which
-        closes the default channel again: if the channel's first close failed (its BRPOP
-        read met the dead socket) and another channel's close failed too (a fanout queue
-        it deletes on close), the channel is still open then, and kombu's rebuild fails
-        with ``'NoneType' object has no attribute 'hostname'``, which no one catches: the
-        worker exits. The same happens to a task finishing later that acks on that channel.
-        A connection error is what those callers expect: the close is ignored, the consumer
-        reconnects, the ack is logged as failed (the message comes back after the
-        visibility timeout, and steps are idempotent).
-        """
-        if self.connection.client is None:
-            raise redis.exceptions.ConnectionError(
-                "this broker channel's connection is closed (the consumer reconnects)"
-            )
-        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
-
 
 class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`; an outage reply (``MISCONF``,
@@ -684,11 +691,19 @@ class StockTransport(kombu_redis.Transport):
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
 
 
-class SentinelTransport(kombu_redis.SentinelTransport):
-    """kombu's stock Sentinel transport, its ``connection_errors`` extended as
-    :class:`StockTransport`'s: the old primary's ``READONLY`` after a failover is one,
-    so the consumer reconnects (to the new primary) instead of ending the worker."""
+class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel, a lost connection's close a connection error (which
+    ended a worker after a primary was killed: kombu's rebuild of the closed channel's
+    pool, ``'NoneType' object has no attribute 'hostname'``)."""
 
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's stock Sentinel transport with :class:`SentinelChannel`, its
+    ``connection_errors`` extended as :class:`StockTransport`'s: the old primary's
+    ``READONLY`` after a failover is one, so the consumer reconnects (to the new primary)
+    instead of ending the worker."""
+
+    Channel = SentinelChannel
     connection_errors = (*kombu_redis.SentinelTransport.connection_errors,
                          *StockTransport.connection_errors)  # fmt: skip
 
