@@ -51,6 +51,8 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(400)]
 
 RUNS = 50
 WORKERS, THREADS = 2, 8
+#: Seconds a run may stand still before the sweep sends it on (default 600).
+SWEEP_AFTER_S = 45
 #: Runs finished before the failover is triggered.
 BEFORE = 5
 #: How long the batch may take to finish, from the failover (about 30 s on an idle
@@ -79,9 +81,9 @@ def test_sentinel_failover_mid_batch(
         # call's settlement charges the real usage as well (an over-count, by design).
         "DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
         "DUET_REDIS_SOCKET_TIMEOUT_S": "6", "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
-        # Without the wait a failover may lose a run's messages: the sweep sends it on
-        # (with the wait nothing needs it: left at its default 10 min).
-        **({} if min_replicas else {"DUET_SWEEP_AFTER_S": "20", "DUET_SWEEP_INTERVAL_S": "5"}),
+        # A failover may lose a broker message (kombu's pops and acks wait for no replica;
+        # without the wait, a run's writes too): the sweep sends such a run on.
+        "DUET_SWEEP_AFTER_S": str(SWEEP_AFTER_S), "DUET_SWEEP_INTERVAL_S": "5",
     }  # fmt: skip
     url = sentinels.url
     with contextlib.ExitStack() as stack:
@@ -141,8 +143,7 @@ def test_sentinel_failover_mid_batch(
         f"`DUET_REDIS_URL=sentinel://…`; {setting}",
         load=f"{RUNS} runs (4 calls each, a batch budget) on {WORKERS} worker processes × "
         f"{THREADS} threads, the real `openai` SDK against the stand-in (1 s calls); the "
-        f"failover after {BEFORE} runs finished; the sweep after "
-        f"{'the default 10 min' if min_replicas else '20 s'}",
+        f"failover after {BEFORE} runs finished; the sweep after {SWEEP_AFTER_S} s",
         lost=f"{'; '.join(x for x in lost if x != 'nothing') or 'nothing'}: "
         f"{progress['done']} of {RUNS} runs finished ({outcomes}) within {took:.0f} s of the "
         f"failover, the sweep sending on {swept_runs(logs)} run(s); the stand-in served "
