@@ -23,9 +23,12 @@ All clocks are the Redis server's (``TIME``), never the caller's.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import redis
 
 from orchestration.core.budget import (
     UNITS,
@@ -307,11 +310,19 @@ class BudgetLedger:
         scopes = _check_scopes(scopes)
         if lease_s <= 0:
             raise ConfigError(f"lease_s must be > 0, got {lease_s!r}")
-        reply = replicas.run_durable(self.redis, [ScriptCall(
+        call = ScriptCall(
             self._reserve,
             [*_scope_keys(scopes), keys.budget_settled(step_id)],
             [step_id, max(1, math.ceil(lease_s * 1000)), _wire(estimate), len(scopes)],
-        )])[0]  # fmt: skip
+        )
+        try:
+            reply = replicas.run_durable(self.redis, [call])[0]
+        except replicas.NotReplicated:
+            # Not acknowledged, yet it may be there (a new primary with no replica yet): no
+            # call is made for it, so it goes, or its lease would charge it for nothing.
+            with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                self.release(step_id, scopes)
+            raise
         if _s(reply[0]) == "lost":
             raise LimitLost(scopes[int(reply[1])])
         if _s(reply[0]) != "refused":

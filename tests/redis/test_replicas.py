@@ -61,6 +61,9 @@ def test_without_a_replica_a_hold_is_not_acknowledged(
         ledger.reserve("step-1", ["global:x"], Amount(calls=1), lease_s=30)
     assert outages.is_outage(err.value)  # retried as Redis being away, never dropped
     assert "not on 1 replica(s)" in str(err.value) and "(got 0)" in str(err.value)
+    # The hold the primary kept anyway is dropped: no call is made for it, so its lease
+    # must not charge it.
+    assert ledger.get("global:x").reserved.calls == 0
 
 
 def test_with_a_replica_the_write_is_on_it_when_acknowledged(
