@@ -144,6 +144,8 @@ def write_findings(
         text = made.text
         for why, n in sorted(made.left_out.items()):
             note(f"left out of the patch: {n} approved input(s): {why}")
+        if made.not_approved:
+            note(f"left out of the patch: {made.not_approved} input(s) not approved")
         note(f"patch: {made.files} file(s)")
     elif fmt == "sarif":
         text = json.dumps(sarif_log(found, version=_version()), indent=2) + "\n"

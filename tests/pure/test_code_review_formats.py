@@ -150,6 +150,7 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
         _record(id="src/a.py#hunk1", status="approved", output="```\nz\n```"),
         _record(id="gone.py", status="approved", output="```\nz\n```"),
         _record(id="src/a.py", status="max_rounds", output="```\nq\n```"),
+        _record(id="c.py", status="rejected", output=None),
     ]
     read = lambda p: (repo / p).read_text() if (repo / p).is_file() else None  # noqa: E731
     made = build_patch(records, read)
@@ -157,6 +158,7 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
     assert made.left_out == {
         "not a whole file (no fenced code block)": 1, "hunk inputs": 1, "reviewed file not found": 1,
     }  # fmt: skip
+    assert made.not_approved == 1  # the rejected input never ran: not counted
     (tmp_path / "p.diff").write_text(made.text)
     subprocess.run(
         ["git", "-C", str(repo), "apply", "--check", str(tmp_path / "p.diff")], check=True
