@@ -124,14 +124,17 @@ def _pair() -> tuple[Agent, Agent]:
 def test_keep_and_min_improvement_are_in_the_spec_and_its_id_not_the_team() -> None:
     actor, critic = _pair()
     plain = Team.actor_critic(actor=actor, critic=critic).spec
-    team = Team.actor_critic(actor=actor, critic=critic, keep="best", min_improvement=0.05)
+    team = Team.actor_critic(
+        actor=actor, critic=critic, keep="best", min_improvement=0.05, cache="7d"
+    )
     assert (team.spec.keep, team.spec.min_improvement) == ("best", 0.05)
     assert (plain.keep, plain.min_improvement) == ("last", None)
     assert team.spec.spec_id != plain.spec_id  # workers read it by spec id
     assert team.spec.team_id == plain.team_id  # the same team, the same conversations
-    loop = ActorCritic(actor=actor, critic=critic, keep="best", min_improvement=0.05)
+    loop = ActorCritic(actor=actor, critic=critic, keep="best", min_improvement=0.05, cache="7d")
     assert loop.to_spec().keep == "best"
-    assert loop.persistent().to_spec() == team.spec  # ActorCritic(...).run runs the same
+    # ActorCritic(...).run runs what the team runs: its settings (the cache too) all kept.
+    assert loop.persistent().to_spec() == team.spec
     nested = Agent("coordinate", model="sim", architecture=loop)
     assert nested.architecture is not None and nested.architecture.keep == "best"
 
