@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from duet.config import parse_config
-from duet.formats.findings import DEFAULT_RULE, at_least, findings
+from duet.formats.findings import DEFAULT_RULE, at_least, findings, in_files
 from duet.formats.patch import build_patch, fenced_file
 from duet.formats.sarif import sarif_log
 from duet.formats.text import escape_property, github_annotations, markdown_summary, rdjson
@@ -77,6 +77,24 @@ def test_strings_and_objects_become_findings() -> None:
     everything = _record(id="ok.py", status="approved", rounds=[{"issues": ["r1"]}, {"issues": []}])
     assert [f.message for f in findings([everything], everything=True)] == ["r1"]
     assert at_least("error", "warning") and not at_least("note", "warning")
+
+
+def test_lines_are_checked_against_the_reviewed_file_and_findings_never_dropped() -> None:
+    records = [
+        _record(issues=["app.py:99: error: past the end", "app.py:2-40: a range running past",
+                        "app.py:3: inside", "gone.py:7: a file not at hand"]),
+    ]  # fmt: skip
+    files = {"app.py": "one\ntwo\nthree\n"}
+    got = list(in_files(findings(records), files.get))
+    assert [(f.path, f.line, f.end_line, f.message) for f in got] == [
+        ("app.py", None, None, "past the end"),  # kept, at file level
+        ("app.py", 2, 3, "a range running past"),
+        ("app.py", 3, None, "inside"),
+        ("gone.py", 7, None, "a file not at hand"),  # nothing to check it against
+    ]
+    result = sarif_log(got)["runs"][0]["results"][0]
+    assert "region" not in result["locations"][0]["physicalLocation"]
+    assert result["level"] == "error"
 
 
 def test_sarif_validates_against_the_oasis_schema_with_a_run_per_critic() -> None:
