@@ -84,6 +84,21 @@ def test_the_reviewed_repository_runs_none_of_its_own_code(repo: Path, tmp_path:
     assert "+line three" in records[0].prompt
 
 
+def test_files_with_any_name_are_read_at_head_by_one_batch_process(repo: Path) -> None:
+    names = ["spaced name.py", "ünïcode.py", "new\nline.py", " lead.py", "colon:x.py",
+             'tab\tq"uote\\.py', "bell\a.py", "del\x7f.py"]  # fmt: skip
+    for name in names:
+        (repo / name).write_text(f"print({name!r})\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "names")
+    (repo / "a.py").write_text("not committed\n")  # HEAD is read, not the working tree
+    records = {r.id: r.prompt for r in GitChanges(repo, "main..feature")}
+    assert set(records) == {"a.py", "big.txt", *names}
+    for name in names:
+        assert f"print({name!r})" in records[name], name
+    assert "not committed" not in records["a.py"] and "line thirty" in records["a.py"]
+
+
 def test_unknown_commits_and_bad_options_are_named(repo: Path) -> None:
     with pytest.raises(ConfigError, match="BASE 'nope' is not in .*fetch-depth: 0"):
         GitChanges(repo, "nope..feature")
