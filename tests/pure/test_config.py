@@ -14,18 +14,11 @@ from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state.ratelimits import RateLimit
+from tests.support import SIM_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BASE = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-"""
+BASE = SIM_CONFIG
 
 
 def _write(tmp_path: Path, text: str, name: str = "review.toml") -> Path:

@@ -15,16 +15,9 @@ from duet.report_html import render_report
 from orchestration import ActorCritic, Agent, Team
 from orchestration.core.loop import PLATEAU, Finish, LoopState, Refine, StepOutcome, decide
 from orchestration.core.results import RunResult, build_result, keep_best, kept
+from tests.support import SIM_CONFIG
 
-BASE = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-"""
+BASE = SIM_CONFIG
 
 
 def _run(scores: list[float], status: str = "max_rounds_reached") -> RunResult:
