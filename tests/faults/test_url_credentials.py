@@ -15,8 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,7 @@ from duet.fake_llm import FakeLLM
 from duet.report import result_record
 from orchestration import Agent, Team
 from tests.faults.conftest import Monitor
-from tests.faults.test_secret_echo import leaks_in, redis_values
+from tests.faults.test_secret_echo import duet_show, leaks_in, redis_values
 from tests.reliability import SECRETS, Reliability
 from tests.support import celery_worker, client_pointed_at
 
@@ -85,13 +83,7 @@ def test_a_url_password_comes_from_the_worker_and_is_stored_nowhere(
         log = Path(worker.log_path).read_text(errors="replace")
         stored = redis_values(url)
         runs = (served, retried, refused, missing)
-        shown = [
-            subprocess.run(
-                [sys.executable, "-m", "duet.cli", "show", run.run_id, "--full"],
-                env={**os.environ, "DUET_REDIS_URL": url}, cwd=tmp_path,
-                capture_output=True, text=True, timeout=120,
-            ) for run in (refused, missing)
-        ]  # fmt: skip
+        shown = duet_show(url, [refused.run_id, missing.run_id], tmp_path)
     captured = monitor.stop().decode("utf-8", errors="replace")
     records = [result_record(run) for run in runs]
     places = {
