@@ -170,3 +170,23 @@ def test_basic_credentials_and_url_passwords_are_scrubbed_from_messages() -> Non
     kept = ["see https://bob:${GW_PASS}@gw/v1", "a basic understanding", "Basic dGVzdA=="]
     for text in kept:
         assert secrets.redact(text) == text
+
+
+def test_duet_run_with_the_embedded_worker_names_an_unset_url_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from duet.cli_intake import load_checked
+
+    monkeypatch.delenv("DUET_TEST_UC_EMBEDDED", raising=False)
+    path = tmp_path / "review.toml"
+    path.write_text(
+        '[actor]\ninstructions = "Fix."\nmodel = "openai:m"\n'
+        "base_url = 'https://bot:${DUET_TEST_UC_EMBEDDED}@gw.example/v1'\n\n"
+        '[critic]\ninstructions = "Judge."\nmodel = "sim"\n'
+    )
+    with pytest.raises(ConfigError, match="actor: DUET_TEST_UC_EMBEDDED is not set, and the "):
+        load_checked(path, embedded=True)
+    monkeypatch.setenv("DUET_TEST_UC_EMBEDDED", "set-on-this-machine")
+    assert load_checked(path, embedded=True).actor.base_url == (
+        "https://bot:${DUET_TEST_UC_EMBEDDED}@gw.example/v1"
+    )
