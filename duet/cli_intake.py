@@ -27,6 +27,7 @@ from duet.cli_support import (
 )
 from duet.config import CacheConfig, ReviewConfig, load_config
 from duet.inputs import InputReader
+from orchestration.core import url_credentials
 from orchestration.core.agents import resolve_model
 from orchestration.core.callcache import parse_ttl
 from orchestration.core.errors import ConfigError
@@ -75,11 +76,16 @@ def check_loaded(
                 parse_sim_model(agent.model_name)
             except ConfigError as exc:
                 raise ConfigError(f"{cfg.source}: {role}.model: {exc}") from None
-        elif embedded and agent.api_key_env and not os.environ.get(agent.api_key_env):
-            raise ConfigError(
-                f"{cfg.source}: {role}: {agent.api_key_env} is not set, and the embedded worker "
-                "runs in this process; export it, or set DUET_REDIS_URL to use a cluster"
-            )
+        elif embedded:
+            named = [agent.api_key_env, *url_credentials.variables(agent.base_url)]
+            unset = [name for name in named if name and not os.environ.get(name)]
+            if unset:
+                verb = "is" if len(unset) == 1 else "are"
+                raise ConfigError(
+                    f"{cfg.source}: {role}: {' and '.join(unset)} {verb} not set, and the "
+                    "embedded worker runs in this process; export it, or set DUET_REDIS_URL "
+                    "to use a cluster"
+                )
     return cfg
 
 

@@ -244,6 +244,17 @@ def leaks_in(places: dict[str, str], keys: tuple[str, ...]) -> list[str]:
     return found
 
 
+def duet_show(url: str, run_ids: list[str], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """``duet show RUN --full`` of each run in the Redis at ``url``, as a user runs it."""
+    return [
+        subprocess.run(
+            [sys.executable, "-m", "duet.cli", "show", run_id, "--full"],
+            env={**os.environ, "DUET_REDIS_URL": url}, cwd=cwd,
+            capture_output=True, text=True, timeout=120,
+        ) for run_id in run_ids
+    ]  # fmt: skip
+
+
 def redis_values(url: str) -> str:
     """Every key and value in the Redis at ``url``, whatever its type, as text."""
     client = redis.Redis.from_url(url)
@@ -287,13 +298,7 @@ def test_a_key_decoded_from_a_critique_or_an_error_is_stored_nowhere(
         failed = team.run_sync("Write a lexer.", timeout=60)
         log = Path(worker.log_path).read_text(errors="replace")
         stored = redis_values(url)
-        shown = [
-            subprocess.run(
-                [sys.executable, "-m", "duet.cli", "show", run.run_id, "--full"],
-                env={**os.environ, "DUET_REDIS_URL": url}, cwd=tmp_path,
-                capture_output=True, text=True, timeout=120,
-            ) for run in (quoted, failed)
-        ]  # fmt: skip
+        shown = duet_show(url, [quoted.run_id, failed.run_id], tmp_path)
     captured = monitor.stop().decode("utf-8", errors="replace")
     assert quoted.status == "approved", (quoted.status, quoted.error)
     assert failed.status == "interrupted" and failed.error is not None

@@ -306,7 +306,8 @@ def test_a_password_in_a_base_url_is_refused_naming_where(
         f"; the password {'IS' if 'hunter2' in message else 'is not'} in the message)",
         before="the URL, password included, was stored with the spec in Redis",
     )
-    assert "critic.base_url: credentials in the URL; put the key in api_key_env" in message
+    assert "critic.base_url: credentials in the URL: a password written in it" in message
+    assert "as https://bob:${GATEWAY_PASSWORD}@gw.example/v1" in message  # how to fix it
     assert "hunter2" not in message
     with pytest.raises(ConfigError, match="base_url: credentials in the URL"):
         Agent("a", model="anthropic:c", base_url="http://user@gw.example")

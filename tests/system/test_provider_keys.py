@@ -7,6 +7,7 @@ own gets no ``Authorization`` / ``x-api-key`` unless the agent names ``api_key_e
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ _REPLIES = {
 class _Server(ThreadingHTTPServer):
     status = 200
     seen: list[dict[str, str]]
+    #: Where to redirect every call (307), if anywhere.
+    location: str | None = None
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -58,6 +61,12 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the http.server hook's name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.seen.append({k.lower(): v for k, v in self.headers.items()})
+        if self.server.location is not None:
+            self.send_response(307)
+            self.send_header("Location", self.server.location + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         status = self.server.status
         body = _REPLIES.get(self.path, {}) if status == 200 else {
             "type": "error", "error": {"type": "authentication_error", "message": "key needed"}
@@ -73,13 +82,17 @@ class _Recorder(BaseHTTPRequestHandler):
         return None
 
 
+def _serve() -> _Server:
+    httpd = _Server(("127.0.0.1", 0), _Recorder)
+    httpd.seen = []
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
     """The recording server, vendor keys in the environment, a fresh adapter registry."""
-    httpd = _Server(("127.0.0.1", 0), _Recorder)
-    httpd.seen = []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    httpd = _serve()
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv(OWN_KEY_ENV, OWN_KEY)
@@ -176,3 +189,33 @@ def test_the_vendor_host_keeps_its_default_key() -> None:
                    "https://api.anthropic.com/v1", "api.openai.com/v1"]  # fmt: skip
     for url in look_alikes:  # another host, plain HTTP, the other vendor, no scheme
         assert Agent("a", model="openai:m", base_url=url).spec.api_key_env is None, url
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_base_url_credentials_go_to_its_host_and_not_to_a_redirect(
+    server: _Server, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``USER:${VAR}@`` in a ``base_url``: the worker's value goes as basic auth, on the
+    SDK's first call and on the learned endpoint after it, never to another host."""
+    monkeypatch.setenv("DUET_TEST_GW_PASS", "gw-pass-71c0")
+    basic = "Basic " + base64.b64encode(b"bot:gw-pass-71c0").decode()
+    port = server.server_address[1]
+    path = "/v1" if provider == "openai" else ""
+    agent = Agent("Answer.", model=f"{provider}:m",
+                  base_url=f"http://bot:${{DUET_TEST_GW_PASS}}@127.0.0.1:{port}{path}")  # fmt: skip
+    adapter = provider_for(agent.spec)
+    for _ in range(2):
+        assert adapter.complete(agent.spec, TASK).text == "ok"
+    assert [_credentials(h) for h in server.seen] == [{"authorization": basic}] * 2
+    elsewhere = _serve()
+    try:
+        server.location = f"http://localhost:{elsewhere.server_address[1]}"
+        assert adapter.complete(agent.spec, TASK).text == "ok"  # followed to the other host
+        # (The learned endpoint hands a redirect to the client, which posts again.)
+        assert [_credentials(h) for h in server.seen[2:]] == [{"authorization": basic}] * (
+            len(server.seen) - 2
+        )
+        assert [_credentials(h) for h in elsewhere.seen] == [{}]
+    finally:
+        elsewhere.shutdown()
+        elsewhere.server_close()

@@ -78,7 +78,7 @@ class AnthropicProvider(SDKProvider):
 
         # An explicit api_key stops the SDK from looking for profiles or federation
         # settings; base_url None lets it read ANTHROPIC_BASE_URL.
-        return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0,
+        return anthropic.Anthropic(api_key=key, base_url=self.server_url, max_retries=0,
                                    http_client=http)  # fmt: skip
 
     def request(

@@ -69,7 +69,7 @@ class OpenAIProvider(SDKProvider):
         import openai
 
         # base_url None lets the SDK read OPENAI_BASE_URL, else api.openai.com.
-        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, http_client=http)
+        return openai.OpenAI(api_key=key, base_url=self.server_url, max_retries=0, http_client=http)
 
     def _missing_key(self) -> str:
         # A self-hosted OpenAI-compatible server (explicit base_url) often wants no key.
