@@ -1,0 +1,110 @@
+"""``duet resume --interrupted`` on a cluster: a batch stopped by its spent budget, run
+again once the budget is raised, pays no completed call twice and its spend never falls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+PRICE = "price = { input_per_mtok = 1000.0, output_per_mtok = 2000.0 }"
+
+
+def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _batch_usd(batch: str, env: dict[str, str], cwd: Path) -> float:
+    from orchestration.client.handles import BatchHandle
+    from tests.support import client_pointed_at
+
+    with client_pointed_at(env["DUET_REDIS_URL"]):
+        return float(BatchHandle(batch).progress()["usd"])
+
+
+def test_resume_interrupted_reruns_budget_stopped_runs_paying_no_stored_step_twice(
+    worker: Any, system_redis_url: str, fake_llm: Any, tmp_path: Path
+) -> None:
+    import os
+
+    env = {**os.environ, "DUET_REDIS_URL": system_redis_url, "COLUMNS": "200"}
+    config = tmp_path / "tight.toml"
+    config.write_text(
+        f"""\
+[actor]
+instructions = "Fix the code."
+model = "openai:sim"
+base_url = "{fake_llm.url}"
+{PRICE}
+
+[critic]
+instructions = "Find security bugs."
+model = "openai:sim:critic?scores=0.1"
+base_url = "{fake_llm.url}"
+{PRICE}
+
+[loop]
+max_rounds = 2
+
+[budget]
+max_usd = 2.0
+"""
+    )
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(8))
+    )
+    before = fake_llm.stats()
+    submitted = _duet("submit", config, "-i", inputs, env=env, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    batch = submitted.stdout.strip()
+    assert _duet("watch", batch, env=env, cwd=tmp_path).returncode == 1  # some interrupted
+    first = tmp_path / "first.jsonl"
+    _duet("results", batch, "-o", first, env=env, cwd=tmp_path)
+    stopped = [r for r in _records(first) if r["status"] == "interrupted"]
+    assert stopped and all(r["reason"].startswith("budget:") for r in stopped)
+    spent_first = _batch_usd(batch, env, tmp_path)
+
+    # The cause fixed: the batch's budget raised. Then only the interrupted runs move.
+    raised = _duet("budget", "set", f"batch:{batch}", "--max-usd", "1000", env=env, cwd=tmp_path)
+    assert raised.returncode == 0, raised.stderr
+    resumed = _duet("resume", batch[:10], "--interrupted", env=env, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"re-running {len(stopped)} interrupted run(s)" in resumed.stdout
+    watched = _duet("watch", batch, env=env, cwd=tmp_path)
+    assert watched.returncode == 0, watched.stderr + watched.stdout
+    final = tmp_path / "final.jsonl"
+    assert _duet("results", batch, "-o", final, env=env, cwd=tmp_path).returncode == 0
+    records = _records(final)
+    assert [r["status"] for r in records] == ["max_rounds_reached"] * 8
+    # Every completed step was kept: each run made its 5 calls once, plus at most the one
+    # call that was cut by the budget and ran again (still counted: it was paid).
+    after = fake_llm.stats()
+    made = after["requests"] - before["requests"]
+    calls = [r["usage"]["calls"] for r in records]
+    assert all(5 <= c <= 6 for c in calls), calls
+    assert made == sum(calls)
+    assert sum(calls) - 8 * 5 <= len(stopped)
+    # ...and the batch's spend is what the server billed: it rose, never fell.
+    sent_in = after["usage"]["input_tokens"] - before["usage"]["input_tokens"]
+    sent_out = after["usage"]["output_tokens"] - before["usage"]["output_tokens"]
+    billed = (sent_in * 1000.0 + sent_out * 2000.0) / 1_000_000
+    spent = _batch_usd(batch, env, tmp_path)
+    assert spent == pytest.approx(billed, abs=1e-6)
+    assert spent > spent_first
+    # A second --interrupted finds nothing to re-run.
+    again = _duet("resume", batch, "--interrupted", env=env, cwd=tmp_path)
+    assert "re-running 0 interrupted run(s)" in again.stdout
