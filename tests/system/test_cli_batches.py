@@ -514,3 +514,14 @@ def test_a_redis_url_without_a_scheme_is_one_line_exit_2(
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert "DUET_REDIS_URL=localhost:6379" in done.stderr and "redis://" in done.stderr
+
+
+def test_dry_run_lists_rejected_inputs_whole_at_80_columns(tmp_path: Path) -> None:
+    long_id = "a-long-input-id-that-goes-on-and-on-for-a-while/in/a/deep/tree/module.py"
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"id": long_id, "prompt": "x" * 30_000}) + "\n")
+    done = _duet("run", EXAMPLE_CONFIG, "-i", inputs, "-o", tmp_path / "never.jsonl",
+                 "--dry-run", env=_env(COLUMNS="80"), cwd=tmp_path)  # fmt: skip
+    assert "…" not in done.stdout + done.stderr
+    assert long_id in done.stdout + done.stderr
+    assert "prompt is 30,000 characters, over the limit of 20,000" in done.stdout + done.stderr
