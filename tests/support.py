@@ -178,3 +178,32 @@ def swept_runs(logs: list[str]) -> int:
     import re
 
     return sum(int(n) for log in logs for n in re.findall(r"sweep: (\d+) runs had stopped", log))
+
+
+#: ``duet`` commands that take a subcommand (``duet limits show``).
+DUET_GROUPS = ("limits", "budget", "cache", "dead")
+
+
+def duet_signature(argv: list[str]) -> tuple[str, ...]:
+    """What a ``duet`` command line does, without its ids and paths: the command (and
+    subcommand) and the options it gives (``results 88ead305 --status x`` -> ``results
+    --status``)."""
+    head = argv[:2] if argv and argv[0] in DUET_GROUPS else argv[:1]
+    return (*head, *sorted({a.split("=")[0] for a in argv[len(head) :] if a.startswith("-")}))
+
+
+def doc_commands(document: Path, section: str) -> list[tuple[str, ...]]:
+    """The signatures (:func:`duet_signature`) of the ``duet`` lines in the bash blocks of
+    ``section`` (a ``## `` heading) of a docs page, in order."""
+    import re
+    import shlex
+
+    text = document.read_text(encoding="utf-8")
+    part = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```$", part, flags=re.S | re.M)
+    return [
+        duet_signature(shlex.split(line)[1:])
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("duet ")
+    ]

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import ROOT, doc_commands
+
 pytestmark = pytest.mark.system
 
 PRICE = "price = { input_per_mtok = 1000.0, output_per_mtok = 2000.0 }"
@@ -105,6 +107,10 @@ max_usd = 2.0
     spent = _batch_usd(batch, env, tmp_path)
     assert spent == pytest.approx(billed, abs=1e-6)
     assert spent > spent_first
+    # docs/walkthrough.md shows these two commands for it.
+    assert doc_commands(ROOT / "docs" / "walkthrough.md", "After fixing a cause") == [
+        ("budget", "set", "--max-usd"), ("resume", "--interrupted"),
+    ]  # fmt: skip
     # A second --interrupted finds nothing to re-run.
     again = _duet("resume", batch, "--interrupted", env=env, cwd=tmp_path)
     assert "re-running 0 interrupted run(s)" in again.stdout

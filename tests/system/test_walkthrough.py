@@ -22,12 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import celery_worker, wait_for
+from tests.support import celery_worker, doc_commands, duet_signature, wait_for
 
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
+WALKTHROUGH = ROOT / "docs" / "walkthrough.md"
+#: The sections of the docs page this test runs (the last is test_resume_interrupted's).
+SECTIONS = ("Before: the fleet's rate limits", "Submit and follow", "Triage")
 WALK_DB = int(os.environ.get("DUET_WALK_REDIS_DB", "11"))
 N_FILES = 77
 PRICE = "price = { input_per_mtok = 3.0, output_per_mtok = 15.0 }"
@@ -77,7 +80,12 @@ def _env(url: str) -> dict[str, str]:
     return {**env, "DUET_REDIS_URL": url, "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
 
 
+#: What this test ran, as :func:`duet_signature` (checked against the docs page).
+RAN: list[tuple[str, ...]] = []
+
+
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    RAN.append(duet_signature([str(a) for a in args]))
     done = subprocess.run(
         [sys.executable, "-m", "duet.cli", *map(str, args)],
         env=env, cwd=cwd, capture_output=True, text=True, timeout=60,
@@ -192,6 +200,11 @@ def test_a_77_file_tree_from_submit_to_report_on_two_workers(cluster: str, tmp_p
 
     from duet.triage import final_issues, worst_first
 
+    # The inputs to look at, each as its run finishes (here: all finished).
+    not_approved = {r["run_id"] for r in records if r["status"] == "max_rounds_reached"}
+    matched = _duet("results", prefix, "--status", "max_rounds_reached", env=env, cwd=tmp_path)
+    assert {json.loads(ln)["run_id"] for ln in matched.stdout.splitlines()} == not_approved
+
     page = tmp_path / "report.html"
     reported = _duet("report", prefix, "-o", page, env=env, cwd=tmp_path)
     assert reported.returncode == 0, reported.stderr  # written: a success, whatever the runs did
@@ -201,6 +214,10 @@ def test_a_77_file_tree_from_submit_to_report_on_two_workers(cluster: str, tmp_p
     shown = _duet("show", shown_run, env=env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert worst[0]["run_id"] in shown.stdout and worst[0]["id"] in shown.stdout
+    # docs/walkthrough.md says what this test ran: each of its commands was run here.
+    for section in SECTIONS:
+        for command in doc_commands(WALKTHROUGH, section):
+            assert command in RAN, (section, command, RAN)
 
 
 def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
