@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -207,3 +208,37 @@ def doc_commands(document: Path, section: str) -> list[tuple[str, ...]]:
         for line in block.splitlines()
         if line.startswith("duet ")
     ]
+
+
+def stand_in_batch(
+    tmp_path: Path, base_url: str, *, price: tuple[float, float], max_usd: float, n: int = 8
+) -> tuple[Path, Path]:
+    """A config on the stand-in server (a critic that never approves, 2 rounds: 5 calls a
+    run; ``price`` per million input and output tokens, a batch budget of ``max_usd``)
+    and ``n`` inputs; their paths."""
+    agent = f'base_url = "{base_url}"\nprice = {{ input_per_mtok = {price[0]}, output_per_mtok = {price[1]} }}'
+    config = tmp_path / "stand-in.toml"
+    config.write_text(
+        f'[actor]\ninstructions = "Fix the code."\nmodel = "openai:sim"\n{agent}\n\n'
+        f'[critic]\ninstructions = "Find security bugs."\n'
+        f'model = "openai:sim:critic?scores=0.1"\n{agent}\n\n'
+        f"[loop]\nmax_rounds = 2\n\n[budget]\nmax_usd = {max_usd}\n"
+    )
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(n))
+    )
+    return config, inputs
+
+
+#: Debian's headless-capable Chromium (CI installs it; the browser tests skip without it).
+CHROMIUM = "/usr/bin/chromium"
+
+
+def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on a 1280x2000 window, its profile under ``tmp``."""
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip

@@ -204,6 +204,18 @@ def _renews_conversation(step_key: str) -> bool:
         return True
 
 
+def _reopen_keys(run_id: str, batch_id: str | None) -> list[str]:
+    """The keys of the scripts that re-open a finished run: its record, its batch's ('' for
+    none), its events, the open-runs index, then the run's other keys (steps first)."""
+    return [
+        keys.run(run_id),
+        keys.batch(batch_id) if batch_id else "",
+        keys.run_events(run_id),
+        keys.open_runs(),
+        *keys.run_keys(run_id)[1:],
+    ]
+
+
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
@@ -653,14 +665,7 @@ class RunStore:
         run = self.r.hmget(keys.run(run_id), "batch_id")
         batch_id = run[0]
         res = self._reopen(
-            keys=[
-                keys.run(run_id),
-                keys.batch(batch_id) if batch_id else "",
-                keys.run_events(run_id),
-                keys.open_runs(),
-                *keys.run_keys(run_id)[1:],
-            ],
-            args=[event_json(ev.RUN_RESUMED, run_id)],
+            keys=_reopen_keys(run_id, batch_id), args=[event_json(ev.RUN_RESUMED, run_id)]
         )
         what = res[0]
         if what not in ("queued", "running"):
@@ -697,14 +702,7 @@ class RunStore:
             role = ROLE_OF[parse_step_key(drop)[0]]
             carried[role] = carried.get(role, Usage()) + step_usage(steps[drop])
         res = self._rerun(
-            keys=[
-                keys.run(run_id),
-                keys.batch(batch_id) if batch_id else "",
-                keys.run_events(run_id),
-                keys.open_runs(),
-                keys.run_steps(run_id),
-                *keys.run_keys(run_id)[1:],
-            ],
+            keys=_reopen_keys(run_id, batch_id),
             args=[
                 seq,
                 again,

@@ -4,6 +4,7 @@ again once the budget is raised, pays no completed call twice and its spend neve
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT, doc_commands
+from tests.support import ROOT, doc_commands, stand_in_batch
 
 pytestmark = pytest.mark.system
-
-PRICE = "price = { input_per_mtok = 1000.0, output_per_mtok = 2000.0 }"
 
 
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -40,35 +39,8 @@ def _batch_usd(batch: str, env: dict[str, str], cwd: Path) -> float:
 def test_resume_interrupted_reruns_budget_stopped_runs_paying_no_stored_step_twice(
     worker: Any, system_redis_url: str, fake_llm: Any, tmp_path: Path
 ) -> None:
-    import os
-
     env = {**os.environ, "DUET_REDIS_URL": system_redis_url, "COLUMNS": "200"}
-    config = tmp_path / "tight.toml"
-    config.write_text(
-        f"""\
-[actor]
-instructions = "Fix the code."
-model = "openai:sim"
-base_url = "{fake_llm.url}"
-{PRICE}
-
-[critic]
-instructions = "Find security bugs."
-model = "openai:sim:critic?scores=0.1"
-base_url = "{fake_llm.url}"
-{PRICE}
-
-[loop]
-max_rounds = 2
-
-[budget]
-max_usd = 2.0
-"""
-    )
-    inputs = tmp_path / "in.jsonl"
-    inputs.write_text(
-        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(8))
-    )
+    config, inputs = stand_in_batch(tmp_path, fake_llm.url, price=(1000.0, 2000.0), max_usd=2.0)
     before = fake_llm.stats()
     submitted = _duet("submit", config, "-i", inputs, env=env, cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr

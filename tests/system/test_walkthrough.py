@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import celery_worker, doc_commands, duet_signature, wait_for
+from tests.support import CHROMIUM, celery_worker, chromium, doc_commands, duet_signature, wait_for
 
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
 WALKTHROUGH = ROOT / "docs" / "walkthrough.md"
 #: The sections of the docs page this test runs (the last is test_resume_interrupted's).
 SECTIONS = ("Before: the fleet's rate limits", "Submit and follow", "Triage")
@@ -220,21 +219,13 @@ def test_a_77_file_tree_from_submit_to_report_on_two_workers(cluster: str, tmp_p
             assert command in RAN, (section, command, RAN)
 
 
-def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
-
-
 def _check_report(page: Path, tmp: Path, worst: list[str], first_issues: list[str]) -> str:
     """The report, rendered by Chromium: inputs not approved worst first, the worst one's
     final issues in its block, and a screenshot that is a rendered page. Returns the run
     id (or prefix) the worst input's block shows."""
     if shutil.which(CHROMIUM) is None:
         pytest.skip(f"no {CHROMIUM}: install Debian's chromium to check the report in a browser")
-    dumped = _chromium(tmp, "--dump-dom", page.as_uri())
+    dumped = chromium(tmp, "--dump-dom", page.as_uri())
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     dom = _Inputs()
     dom.feed(dumped.stdout)
@@ -244,7 +235,7 @@ def _check_report(page: Path, tmp: Path, worst: list[str], first_issues: list[st
     run = re.search(r"\brun\s+([0-9a-f]{8,32})\b", text)
     assert run, text
     shot = tmp / "report.png"
-    done = _chromium(tmp, f"--screenshot={shot}", page.as_uri())
+    done = chromium(tmp, f"--screenshot={shot}", page.as_uri())
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 50_000  # text, tables and colour: not a blank page

@@ -1,7 +1,8 @@
 -- Re-open an interrupted run (``resume --interrupted``) at the transition ARGV[2], if it is
 -- still as the caller read it (interrupted, at transition ARGV[1]): drop the step that
 -- stopped it (ARGV[3], '' for none) and note what the dropped attempts spent (ARGV[4],
--- the record's ``retried``). Every other stored step is kept.
+-- the record's ``retried``). Every other stored step is kept. KEYS[5..]: the run's other
+-- keys, its steps first (see runs.py, _reopen_keys).
 local run, batch, events, open, steps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local st = redis.call('HMGET', run, 'status', 'seq', 'run_id', 'created_at', 'usage')
 if not st[1] then return {'gone'} end
