@@ -186,6 +186,7 @@ def test_a_77_file_tree_from_submit_to_report_on_two_workers(cluster: str, tmp_p
     assert watched.returncode in (0, 1), watched.stderr
     assert f"{N_FILES}/{N_FILES} done" in watched.stderr
     assert f"spent ${costs[-1]:.4f}" in watched.stderr
+    assert "rate limit" not in watched.stderr  # the limit cleared above held nothing up
 
     out = tmp_path / "results.jsonl"
     assert _duet("results", prefix, "-o", out, env=env, cwd=tmp_path).returncode in (0, 1)
