@@ -601,7 +601,10 @@ class StepService:
                     max_attempts=settings.max_attempts, wait=round(wait, 3),
                 ))  # fmt: skip
                 return self._retry(wait, failures + 1, f"{exc.kind}: {message}", failed=True)
-            return _failure(key, error_interruption(exc.kind), message, began), None, []
+            # No key: no request went out, so no call is counted (nor billed).
+            calls = 0 if exc.kind == "missing_key" else 1
+            stopped = _failure(key, error_interruption(exc.kind), message, began, calls=calls)
+            return stopped, None, []
         except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
             budgets.release(sid, scopes)
             message = self.scrub(f"{type(exc).__name__}: {exc}")

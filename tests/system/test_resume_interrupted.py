@@ -16,6 +16,11 @@ from tests.support import ROOT, doc_commands, stand_in_batch
 
 pytestmark = pytest.mark.system
 
+#: A db of its own for the test that swaps workers; the key variable those workers lack
+#: or have.
+RERUN_DB = int(os.environ.get("DUET_RERUN_REDIS_DB", "12"))
+KEY = "DUET_TEST_RERUN_KEY"
+
 
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -86,3 +91,51 @@ def test_resume_interrupted_reruns_budget_stopped_runs_paying_no_stored_step_twi
     # A second --interrupted finds nothing to re-run.
     again = _duet("resume", batch, "--interrupted", env=env, cwd=tmp_path)
     assert "re-running 0 interrupted run(s)" in again.stdout
+
+
+def test_resume_interrupted_after_the_key_is_set_on_the_workers(
+    redis_url: str, fake_llm: Any, tmp_path: Path
+) -> None:
+    """Runs stopped by a key missing on the workers finish once a worker has it: the
+    stopped step (no call was made) runs again, nothing else does."""
+    import redis
+
+    from tests.support import celery_worker
+
+    url = f"{redis_url.rpartition('/')[0]}/{RERUN_DB}"
+    redis.Redis.from_url(url).flushdb()
+    env = {**os.environ, "DUET_REDIS_URL": url, "COLUMNS": "200"}
+    env.pop(KEY, None)
+    config = tmp_path / "keyed.toml"
+    config.write_text(
+        f'[actor]\ninstructions = "Fix."\nmodel = "claude-haiku-4-5"\n'
+        f'base_url = "{fake_llm.anthropic_url}"\napi_key_env = "{KEY}"\n\n'
+        f'[critic]\ninstructions = "Review."\nmodel = "openai:sim:critic?scores=0.95"\n'
+        f'base_url = "{fake_llm.url}"\n\n[loop]\nmax_rounds = 1\n'
+    )
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"k{i}", "prompt": f"x{i}"}) + "\n" for i in range(3))
+    )
+    before = fake_llm.stats()["requests"]
+    with celery_worker(url, name="nokey", env={KEY: ""}):
+        submitted = _duet("submit", config, "-i", inputs, env=env, cwd=tmp_path)
+        batch = submitted.stdout.strip()
+        assert _duet("watch", batch, env=env, cwd=tmp_path).returncode == 1
+        first = tmp_path / "first.jsonl"
+        _duet("results", batch, "-o", first, env=env, cwd=tmp_path)
+        assert {r["reason"] for r in _records(first)} == {
+            "actor:round_0:provider_error:missing_key"
+        }
+    assert fake_llm.stats()["requests"] == before  # no call went out without the key
+    with celery_worker(url, name="withkey", env={KEY: "sk-test-not-a-secret"}):
+        resumed = _duet("resume", batch, "--interrupted", env=env, cwd=tmp_path)
+        assert "re-running 3 interrupted run(s)" in resumed.stdout, resumed.stdout
+        assert _duet("watch", batch, env=env, cwd=tmp_path).returncode == 0
+        final = tmp_path / "final.jsonl"
+        _duet("results", batch, "-o", final, env=env, cwd=tmp_path)
+    records = _records(final)
+    assert [r["status"] for r in records] == ["approved"] * 3
+    assert [r["usage"]["calls"] for r in records] == [2] * 3
+    assert fake_llm.stats()["requests"] - before == 3 * 2
+    redis.Redis.from_url(url).flushdb()
