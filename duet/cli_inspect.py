@@ -308,13 +308,30 @@ def cancel(
     out.print(plain(f"batch {ident}: cancelled {BatchHandle(ident).cancel()} unfinished run(s)"))
 
 
-@app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
+@app.command(
+    epilog="Example: duet resume 4c9e3466   (after raising its budget: duet resume 4c9e3466 "
+    "--interrupted)"
+)
 @fails_cleanly
-def resume(batch: BatchArg) -> None:
+def resume(
+    batch: BatchArg,
+    interrupted: Annotated[
+        bool,
+        typer.Option(
+            "--interrupted",
+            help="Also re-run the batch's interrupted runs from where each stopped, once the "
+            "cause is fixed (a budget raised, a key set): the step that stopped a run runs "
+            "again, its other steps are kept.",
+        ),
+    ] = False,
+) -> None:
     """Re-enqueue every unfinished run of a batch (after a crash, or to undo a cancel).
 
     Safe at any time: stored steps are never repeated.
     """
     connect()
     handle = batch_handle(batch)
-    out.print(plain(f"batch {handle.batch_id}: re-enqueued {handle.resume()} unfinished run(s)"))
+    line = f"batch {handle.batch_id}: re-enqueued {handle.resume()} unfinished run(s)"
+    if interrupted:
+        line += f", re-running {handle.resume(interrupted=True)} interrupted run(s)"
+    out.print(plain(line))

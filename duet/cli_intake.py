@@ -146,7 +146,35 @@ def prompt_limit(cfg: ReviewConfig) -> int:
             f"of {cap:,} characters (DUET_MAX_PROMPT_CHARS); raise the cap "
             f"(export DUET_MAX_PROMPT_CHARS={wanted}) or lower the key"
         )
+    _check_context_windows(cfg, wanted)
     return wanted
+
+
+def _check_context_windows(cfg: ReviewConfig, chars: int) -> None:
+    """Refuse a ``max_prompt_chars`` whose longest request overflows a model's context
+    window: the actor's revision carries the input, its last output and the critique and
+    gets a reply; the critic's review carries the input and the output (each output at
+    its ``max_tokens``).
+
+    Raises:
+        ConfigError: naming the key, the model, its window and the most that fits.
+    """
+    from orchestration.core.capabilities import context_window, prompt_chars_fitting
+
+    spec = cfg.build_architecture().to_spec()
+    actor, critic = spec.actor, spec.critic
+    loop_adds = {
+        "actor": (actor, 2 * actor.max_tokens + critic.max_tokens),
+        "critic": (critic, actor.max_tokens + critic.max_tokens),
+    }
+    for role, (agent, other) in loop_adds.items():
+        window = context_window(agent.provider, agent.model_name)
+        if window is not None and chars > (fits := prompt_chars_fitting(window, other)):
+            raise ConfigError(
+                f"{cfg.source}: inputs.max_prompt_chars: {chars:,} characters do not fit "
+                f"the {role}'s model {agent.model_name} (a {window:,}-token context window, "
+                f"{other:,} tokens of it for outputs at max_tokens); at most {fits:,}"
+            )
 
 
 def _reader(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -188,3 +189,66 @@ def swept_runs(logs: list[str]) -> int:
     import re
 
     return sum(int(n) for log in logs for n in re.findall(r"sweep: (\d+) runs had stopped", log))
+
+
+#: ``duet`` commands that take a subcommand (``duet limits show``).
+DUET_GROUPS = ("limits", "budget", "cache", "dead")
+
+
+def duet_signature(argv: list[str]) -> tuple[str, ...]:
+    """What a ``duet`` command line does, without its ids and paths: the command (and
+    subcommand) and the options it gives (``results 88ead305 --status x`` -> ``results
+    --status``)."""
+    head = argv[:2] if argv and argv[0] in DUET_GROUPS else argv[:1]
+    return (*head, *sorted({a.split("=")[0] for a in argv[len(head) :] if a.startswith("-")}))
+
+
+def doc_commands(document: Path, section: str) -> list[tuple[str, ...]]:
+    """The signatures (:func:`duet_signature`) of the ``duet`` lines in the bash blocks of
+    ``section`` (a ``## `` heading) of a docs page, in order."""
+    import re
+    import shlex
+
+    text = document.read_text(encoding="utf-8")
+    part = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```$", part, flags=re.S | re.M)
+    return [
+        duet_signature(shlex.split(line)[1:])
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("duet ")
+    ]
+
+
+def stand_in_batch(
+    tmp_path: Path, base_url: str, *, price: tuple[float, float], max_usd: float, n: int = 8
+) -> tuple[Path, Path]:
+    """A config on the stand-in server (a critic that never approves, 2 rounds: 5 calls a
+    run; ``price`` per million input and output tokens, a batch budget of ``max_usd``)
+    and ``n`` inputs; their paths."""
+    agent = f'base_url = "{base_url}"\nprice = {{ input_per_mtok = {price[0]}, output_per_mtok = {price[1]} }}'
+    config = tmp_path / "stand-in.toml"
+    config.write_text(
+        f'[actor]\ninstructions = "Fix the code."\nmodel = "openai:sim"\n{agent}\n\n'
+        f'[critic]\ninstructions = "Find security bugs."\n'
+        f'model = "openai:sim:critic?scores=0.1"\n{agent}\n\n'
+        f"[loop]\nmax_rounds = 2\n\n[budget]\nmax_usd = {max_usd}\n"
+    )
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(n))
+    )
+    return config, inputs
+
+
+#: Debian's headless-capable Chromium (CI installs it; the browser tests skip without it).
+CHROMIUM = "/usr/bin/chromium"
+
+
+def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on a 1280x2000 window, its profile under ``tmp``."""
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip

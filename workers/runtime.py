@@ -31,6 +31,7 @@ from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import Outgoing, RunStore
 from workers import metrics, publish, tracing
 from workers.app import SEND_OPTIONS, app, direct_push
+from workers.celery_ext import Waiting
 from workers.logs import BATCH_HEADER
 from workers.providers import provider_for
 from workers.secrets import redact, scrub_output
@@ -233,6 +234,11 @@ class StepRetry(Exception):
     """A step re-scheduled; the message says why, scrubbed of secrets (Flower shows it)."""
 
 
+class StepWait(StepRetry, Waiting):
+    """A step re-scheduled to wait (a rate limit, budget room, a busy step), not after a
+    failure: its RETRY shows what it waits for, without a traceback."""
+
+
 def failures_of(task: Any) -> int:
     """The step's failed provider attempts so far (carried in a message header)."""
     return int((task.request.headers or {}).get(FAILURES_HEADER, 0))
@@ -297,7 +303,8 @@ def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> No
     elif isinstance(outcome, RetryLater):
         headers = {FAILURES_HEADER: outcome.failures, CLAIM_HEADER: outcome.claim,
                    INFRA_HEADER: None}  # fmt: skip
-        raise retry(task, outcome.delay_s, StepRetry(outcome.reason or "waiting"), headers)
+        why = StepRetry if outcome.failed else StepWait
+        raise retry(task, outcome.delay_s, why(outcome.reason or "waiting"), headers)
 
 
 @worker_ready.connect(weak=False)

@@ -177,14 +177,24 @@ def queues_without_workers(timeout: float = 1.0) -> list[str]:
     return [q for q in keys.ALL_QUEUES if q not in consumed]
 
 
-def resume_runs(run_ids: Iterable[str]) -> int:
-    """Send each unfinished run the message it is waiting for; how many were sent."""
+def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
+    """Send each unfinished run the message it is waiting for; how many were sent.
+
+    With ``interrupted``, the ``interrupted`` runs among them instead, re-opened where they
+    stopped (``RunStore.rerun_point``): for after the cause is fixed (a budget raised, a
+    key set).
+    """
     st = store()
     app = producer()
     sent = 0
     with app.producer_or_acquire() as prod:
         for run_id in run_ids:
-            what, seq, step = st.resume_point(run_id)
+            if interrupted:
+                what, seq = st.rerun_point(run_id)
+                step = None
+                what = "coordinate" if what == "running" else what
+            else:
+                what, seq, step = st.resume_point(run_id)
             if what == "coordinate":
                 app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
             elif what == "step" and step is not None:
@@ -353,16 +363,18 @@ class BatchHandle:
         st = store()
         return sum(st.cancel_run(run_id) for run_id in self.run_ids())
 
-    def resume(self) -> int:
+    def resume(self, *, interrupted: bool = False) -> int:
         """Re-enqueue every run that is not finished (cancelled runs are re-opened).
 
         Safe to call any time: a step whose result is stored is never run again, a step
         another worker holds is left to it, and a transition already made is a no-op.
+        With ``interrupted``, re-run the batch's ``interrupted`` runs instead, from where
+        each stopped (the step that stopped it runs again; the others are kept).
         Returns how many runs were re-enqueued.
         """
         count = 0
         start = 0
         while ids := self.run_ids(start, start + SUBMIT_CHUNK - 1):
-            count += resume_runs(ids)
+            count += resume_runs(ids, interrupted=interrupted)
             start += SUBMIT_CHUNK
         return count

@@ -197,6 +197,17 @@ def decide(state: LoopState) -> Action:
     return Critique(next_round)
 
 
+def rerun_point(steps: tuple[StepOutcome, ...]) -> tuple[int, str | None]:
+    """Where an interrupted run starts again once its cause is fixed: the transition to
+    make again and the step to drop first (its last, when that step is what stopped it;
+    a run stopped between steps, by a spent budget, drops none). Every other stored step
+    is kept, so no call that completed is paid twice."""
+    if steps and steps[-1].interrupted:
+        last = steps[-1]
+        return len(steps) - 1, step_key(last.phase, last.round)
+    return len(steps), None
+
+
 def _plateaued(state: LoopState, last: StepOutcome) -> bool:
     """Whether ``last``'s score rose less than ``min_improvement`` over the critique before
     (a rise of exactly ``min_improvement``, give or take float rounding, is enough)."""

@@ -188,6 +188,8 @@ def build_result(
             output, output_round = text, round_
     if output is None and partial is not None:  # only a cut-off draft: better than nothing
         output, output_round = partial
+    for again, used in retried_usage(run).items():
+        by_role[again] = by_role.get(again, Usage()) + used
     total = Usage()
     for used in by_role.values():
         total = total + used
@@ -227,11 +229,21 @@ def step_usage(step: Mapping[str, Any]) -> Usage:
     )
 
 
-def run_usage(steps: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Total usage of a run's stored steps, as a plain dict."""
+def retried_usage(run: Mapping[str, str]) -> dict[str, Usage]:
+    """By role, what the attempts a rerun of the interrupted run dropped had spent
+    (record field ``retried``): paid for, so still the run's."""
+    return {role: Usage(**used) for role, used in _json_dict(run.get("retried")).items()}
+
+
+def run_usage(
+    steps: Mapping[str, Mapping[str, Any]], retried: Mapping[str, Usage] | None = None
+) -> dict[str, Any]:
+    """Total usage of a run's stored steps (and of its ``retried`` attempts), as a plain dict."""
     total = Usage()
     for step in steps.values():
         total = total + step_usage(step)
+    for used in (retried or {}).values():
+        total = total + used
     # the cache's counts only where it served something (most runs have none)
     return total.model_dump(exclude=set() if total.cached_calls else {"cached_calls", "saved_usd"})
 

@@ -25,7 +25,7 @@ from orchestration.core.loop import (
     step_key,
 )
 from orchestration.core.memory import conversation_scope
-from orchestration.core.results import FINISHED_STATUSES, run_usage
+from orchestration.core.results import FINISHED_STATUSES, retried_usage, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.state import keys
 from orchestration.state.events import event_json
@@ -33,6 +33,9 @@ from orchestration.state.keys import TASK_BY_PHASE
 from orchestration.state.runs import Once, Outgoing, RunStore
 
 log = logging.getLogger(__name__)
+
+#: How a run ends that ``resume`` may start again (``--interrupted`` for the second).
+RESUMABLE = ("cancelled", "interrupted")
 
 #: (scopes) -> (blocked reason or None, warning events); set when budgets are wired in.
 #: Warnings are :class:`Once` events: the transition that records them sets their flag.
@@ -278,10 +281,11 @@ class Coordinator:
             action.status,
             reason=action.reason,
             error=error,
-            usage=run_usage(steps),
+            usage=run_usage(steps, retried_usage(run)),
             events=events,
-            # A cancelled run may be resumed: it keeps its steps' inputs and outcomes.
-            outcomes=() if action.status == "cancelled" else tuple(steps),
+            # A cancelled or interrupted run may be resumed: it keeps its steps' inputs
+            # and outcomes.
+            outcomes=() if action.status in RESUMABLE else tuple(steps),
         )
         if made == 1:
             for observer in self.observers:

@@ -17,15 +17,18 @@ from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.errors import RunTimeout
 from orchestration.core.events import Event
-from orchestration.core.loop import parse_step_key
+from orchestration.core.loop import ROLE_OF, StepOutcome, parse_step_key, rerun_point, step_index
 from orchestration.core.memory import CHARS_PER_TOKEN
 from orchestration.core.results import (
     FINISHED_STATUSES,
     RunResult,
     build_result,
     kept,
+    retried_usage,
     run_usage,
+    step_usage,
 )
+from orchestration.core.usage import Usage
 from orchestration.state import keys, scripts
 from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
@@ -202,6 +205,18 @@ def _renews_conversation(step_key: str) -> bool:
         return True
 
 
+def _reopen_keys(run_id: str, batch_id: str | None) -> list[str]:
+    """The keys of the scripts that re-open a finished run: its record, its batch's ('' for
+    none), its events, the open-runs index, then the run's other keys (steps first)."""
+    return [
+        keys.run(run_id),
+        keys.batch(batch_id) if batch_id else "",
+        keys.run_events(run_id),
+        keys.open_runs(),
+        *keys.run_keys(run_id)[1:],
+    ]
+
+
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
@@ -214,6 +229,7 @@ class RunStore:
         self._begin = scripts.register(client, "step_begin")
         self._complete = scripts.register(client, "step_complete")
         self._reopen = scripts.register(client, "run_reopen")
+        self._rerun = scripts.register(client, "run_rerun")
         self._renew = scripts.register(client, "step_renew")
         self._take_over = scripts.register(client, "step_takeover")
         self._specs: dict[str, LoopSpec] = {}
@@ -650,14 +666,7 @@ class RunStore:
         run = self.r.hmget(keys.run(run_id), "batch_id")
         batch_id = run[0]
         res = self._reopen(
-            keys=[
-                keys.run(run_id),
-                keys.batch(batch_id) if batch_id else "",
-                keys.run_events(run_id),
-                keys.open_runs(),
-                *keys.run_keys(run_id)[1:],
-            ],
-            args=[event_json(ev.RUN_RESUMED, run_id)],
+            keys=_reopen_keys(run_id, batch_id), args=[event_json(ev.RUN_RESUMED, run_id)]
         )
         what = res[0]
         if what not in ("queued", "running"):
@@ -667,6 +676,46 @@ class RunStore:
         if current and not self.r.hexists(keys.run_steps(run_id), current):
             return "step", seq, current
         return "coordinate", seq, None
+
+    def rerun_point(self, run_id: str) -> tuple[str, int]:
+        """Re-open an ``interrupted`` run where it stopped (see :func:`loop.rerun_point`).
+
+        Returns ``("running", seq)`` (send transition ``seq``) or ``("finished" | "gone",
+        0)``: not interrupted (any more), or expired. The step dropped keeps counting in the
+        run's usage (record field ``retried``), so a batch's spend never goes down.
+        """
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hmget(keys.run(run_id), "status", "seq", "batch_id", "retried")
+        pipe.hgetall(keys.run_steps(run_id))
+        (status, seq, batch_id, retried), raw = pipe.execute()
+        if status is None:
+            return "gone", 0
+        if status != "interrupted":
+            return "finished", 0
+        steps = {k: loaded_result(k, v) for k, v in raw.items()}
+        order = sorted(steps, key=lambda k: step_index(*parse_step_key(k)))
+        outs = tuple(
+            StepOutcome(*parse_step_key(k), interrupted=steps[k].get("interrupted")) for k in order
+        )
+        again, drop = rerun_point(outs)
+        carried = retried_usage({"retried": retried or ""})
+        if drop is not None:
+            role = ROLE_OF[parse_step_key(drop)[0]]
+            carried[role] = carried.get(role, Usage()) + step_usage(steps[drop])
+        res = self._rerun(
+            keys=_reopen_keys(run_id, batch_id),
+            args=[
+                seq,
+                again,
+                drop or "",
+                json.dumps({role: used.model_dump() for role, used in carried.items()}),
+                event_json(ev.RUN_RESUMED, run_id),
+            ],
+        )
+        if res[0] != "running":
+            return "finished", 0
+        self.touch(run_id)
+        return "running", int(res[1])
 
     def events(self, run_id: str, after: str = "-") -> list[tuple[str, Event]]:
         raw = self.r.xrange(keys.run_events(run_id), min=after)

@@ -217,6 +217,55 @@ def test_examples_load(name: str) -> None:
     assert spec.approval_threshold == 0.9
 
 
+def _leaves(table: dict, path: str = "") -> dict[str, object]:  # type: ignore[type-arg]
+    found: dict[str, object] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            found.update(_leaves(value, f"{path}{key}."))
+        else:
+            found[f"{path}{key}"] = value
+    return found
+
+
+def test_the_vendor_example_differs_from_the_sim_one_only_where_it_says() -> None:
+    """What examples/review.toml and docs/cli.md say the real-model example changes."""
+    import tomllib
+
+    sim, real = (
+        _leaves(tomllib.loads((ROOT / "examples" / name).read_text()))
+        for name in ("review.toml", "review-openai-anthropic.toml")
+    )
+    differ = {k for k in sim.keys() | real.keys() if sim.get(k) != real.get(k)}
+    assert differ == {
+        "actor.model", "actor.api_key_env", "actor.max_tokens", "actor.timeout_s",
+        "critic.model", "critic.api_key_env", "critic.temperature", "critic.max_tokens",
+        "budget.max_usd", "budget.warn_at", "inputs.max_prompt_chars",
+    }  # fmt: skip
+    assert not any(k.startswith("rate_limits") for k in real), "limits outlive a batch"
+
+
+def test_the_vendor_example_takes_source_files_its_models_can_hold(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from duet.cli_intake import prompt_limit
+    from orchestration.settings import get_settings
+
+    monkeypatch.delenv("DUET_MAX_PROMPT_CHARS", raising=False)
+    get_settings.cache_clear()
+    example = ROOT / "examples" / "review-openai-anthropic.toml"
+    assert prompt_limit(load_config(example)) == 120_000
+    # The same file with a reply too long for Claude's window is refused, naming it.
+    text = example.read_text().replace("max_tokens = 32000", "max_tokens = 90000")
+    (tmp_path / "big.toml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        prompt_limit(load_config(tmp_path / "big.toml"))
+    message = str(caught.value)
+    assert "inputs.max_prompt_chars: 120,000 characters do not fit" in message
+    assert "actor's model claude-opus-4-7 (a 200,000-token context window" in message
+    assert "at most 48,000" in message  # (200,000 - 2 x 90,000 - 4,000) x 3
+    get_settings.cache_clear()
+
+
 def test_sim_example_is_offline_and_vendor_example_uses_two_vendors() -> None:
     sim = load_config(ROOT / "examples" / "review.toml").build_architecture().to_spec()
     assert (sim.actor.provider, sim.critic.provider) == ("sim", "sim")

@@ -469,3 +469,59 @@ def test_a_spent_batch_budget_stops_runs_and_the_summary_says_so(
     stopped = [r for r in records if r["status"] == "interrupted"]
     assert stopped and all(r["reason"].startswith("budget:batch:calls") for r in stopped)
     assert f"{len(stopped)} × budget:batch:calls" in result.stdout
+
+
+# --- triage while a batch runs, and a malformed cluster URL ---------------------------------
+def test_results_status_streams_each_match_the_moment_its_run_finishes(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`duet results BATCH --status cancelled` prints a run cancelled late in input order
+    while the inputs before it still run: matches come in finish order, not input order."""
+    # 5 calls of 3 s each a run: the others run on well after the cancel lands.
+    config = _config(tmp_path, actor="sim?latency_ms=3000",
+                     critic="sim:critic?scores=0.1&latency_ms=3000")  # fmt: skip
+    submitted = _duet("submit", config, "-i", _inputs(tmp_path, 6), env=cluster_env, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    batch = submitted.stdout.strip()
+    from orchestration.client.handles import BatchHandle
+    from tests.support import client_pointed_at
+
+    with (
+        client_pointed_at(cluster_env["DUET_REDIS_URL"]),
+        _start("results", batch, "--status", "cancelled", env=cluster_env, cwd=tmp_path) as proc,
+    ):
+        handle = BatchHandle(batch)
+        last = handle.run_ids()[-1]
+        assert _duet("cancel", last, env=cluster_env, cwd=tmp_path).returncode == 0
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until the first match
+        assert line, (proc.wait(30), proc.stderr.read() if proc.stderr else "")
+        first = json.loads(line)
+        progress = handle.progress()
+        assert first["run_id"] == last and first["status"] == "cancelled"
+        assert progress["done"] < progress["total"], "printed before the batch finished"
+        assert _duet("cancel", batch, env=cluster_env, cwd=tmp_path).returncode == 0
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == 1  # cancelled runs did not finish well
+    assert all(json.loads(line)["status"] == "cancelled" for line in rest.splitlines()), rest
+
+
+@pytest.mark.parametrize("command", [["ls"], ["watch", "abcd1234"], ["limits", "show"]])
+def test_a_redis_url_without_a_scheme_is_one_line_exit_2(
+    command: list[str], tmp_path: Path
+) -> None:
+    done = _duet(*command, env=_env(DUET_REDIS_URL="localhost:6379"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "DUET_REDIS_URL=localhost:6379" in done.stderr and "redis://" in done.stderr
+
+
+def test_dry_run_lists_rejected_inputs_whole_at_80_columns(tmp_path: Path) -> None:
+    long_id = "a-long-input-id-that-goes-on-and-on-for-a-while/in/a/deep/tree/module.py"
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"id": long_id, "prompt": "x" * 30_000}) + "\n")
+    done = _duet("run", EXAMPLE_CONFIG, "-i", inputs, "-o", tmp_path / "never.jsonl",
+                 "--dry-run", env=_env(COLUMNS="80"), cwd=tmp_path)  # fmt: skip
+    assert "…" not in done.stdout + done.stderr
+    assert long_id in done.stdout + done.stderr
+    assert "prompt is 30,000 characters, over the limit of 20,000" in done.stdout + done.stderr

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import struct
-import subprocess
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,8 +16,8 @@ import pytest
 from duet.inputs import InputProblem
 from duet.report import rejected_record
 from duet.report_html import render_report
+from tests.support import CHROMIUM, chromium
 
-CHROMIUM = "/usr/bin/chromium"
 #: A script in an input id and an issue, and a handler in an output: run, each would mark
 #: the page, and the dumped DOM would show it.
 SCRIPT_ID = "<script>document.documentElement.setAttribute('data-pwned','id')</script>"
@@ -112,14 +111,6 @@ class _Inputs(HTMLParser):
             self.ids.append(str(got.get("data-id")))
 
 
-def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
-
-
 def _png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
@@ -140,7 +131,7 @@ def test_the_dom_has_every_input_not_approved_worst_first_and_ran_no_script(
     page: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     path, worst = page
-    dumped = _chromium(tmp_path, "--dump-dom", path.as_uri())
+    dumped = chromium(tmp_path, "--dump-dom", path.as_uri())
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     dom = _Inputs()
     dom.feed(dumped.stdout)
@@ -156,7 +147,7 @@ def test_the_screenshot_is_a_rendered_page(page: tuple[Path, list[str]], tmp_pat
     sizes = {}
     for name, target in (("report", path), ("blank", blank)):
         shot = tmp_path / f"{name}.png"
-        done = _chromium(tmp_path, f"--screenshot={shot}", target.as_uri())
+        done = chromium(tmp_path, f"--screenshot={shot}", target.as_uri())
         assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
         assert _png_size(shot) == (1280, 2000)
         sizes[name] = shot.stat().st_size

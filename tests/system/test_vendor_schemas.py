@@ -210,7 +210,9 @@ def test_the_shipped_example_passes_and_a_claude_temperature_is_refused_before_s
     shipped = _dry_run(EXAMPLE, tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text(
-        EXAMPLE.read_text().replace("max_tokens = 4096", "temperature = 0.2\nmax_tokens = 4096", 1)
+        EXAMPLE.read_text().replace(
+            "max_tokens = 32000", "temperature = 0.2\nmax_tokens = 32000", 1
+        )
     )
     refused = _dry_run(bad, tmp_path)
     expected = "actor.temperature: claude-opus-4-7 takes no temperature"
