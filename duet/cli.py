@@ -30,6 +30,7 @@ from duet.cli_app import (
     ExcludeOpt,
     IncludeOpt,
     LogEveryOpt,
+    MaxInFlightOpt,
     StatusOpt,
     StrictOpt,
     TimeoutOpt,
@@ -166,6 +167,7 @@ def run(
     context: ContextOpt = 10,
     cache: CacheOpt = False,
     cache_ttl: CacheTtlOpt = None,
+    max_in_flight: MaxInFlightOpt = None,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -184,7 +186,7 @@ def run(
     embedded = not get_settings().redis_url
     cfg = load_checked(
         config, embedded=embedded, vendor_batch=vendor_batch,
-        cache=cache_ttl or ("7d" if cache else None),
+        cache=cache_ttl or ("7d" if cache else None), max_in_flight=max_in_flight,
     )  # fmt: skip
     run_loaded(
         cfg, input, output, strict=strict, include=include, exclude=exclude,
@@ -403,6 +405,7 @@ def submit(
     context: ContextOpt = 10,
     cache: CacheOpt = False,
     cache_ttl: CacheTtlOpt = None,
+    max_in_flight: MaxInFlightOpt = None,
 ) -> None:  # fmt: skip
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -420,6 +423,7 @@ def submit(
         embedded=False,
         vendor_batch=vendor_batch,
         cache=cache_ttl or ("7d" if cache else None),
+        max_in_flight=max_in_flight,
     )
     intake = Intake()
     git = GitSource(git_range, repo, unit, context)

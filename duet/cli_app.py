@@ -129,6 +129,16 @@ CacheTtlOpt = Annotated[
 ]  # fmt: skip
 
 
+MaxInFlightOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-in-flight", min=1, metavar="N",
+        help="At most N runs of the batch started and not finished at any moment, across "
+        "the whole fleet (over the config's [batch] max_in_flight). docs/scheduling.md.",
+    ),
+]  # fmt: skip
+
+
 VendorBatchOpt = Annotated[
     bool,
     typer.Option(

@@ -42,22 +42,29 @@ SHOWN_PROBLEMS = 20
 
 
 def load_checked(
-    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
-) -> ReviewConfig:
+    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None,
+    max_in_flight: int | None = None,
+) -> ReviewConfig:  # fmt: skip
     """Load the config and check what only the worker side can check (sim options, keys);
     ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
     return check_loaded(
-        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache
-    )
+        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache,
+        max_in_flight=max_in_flight,
+    )  # fmt: skip
 
 
 def check_loaded(
-    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
-) -> ReviewConfig:
+    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None,
+    max_in_flight: int | None = None,
+) -> ReviewConfig:  # fmt: skip
     """:func:`load_checked` for a config already loaded (a built-in one, say); ``cache``
-    (a TTL) turns the model-call cache on over the config's ``[cache]``."""
+    (a TTL) turns the model-call cache on over the config's ``[cache]``;
+    ``max_in_flight`` (``--max-in-flight``) is put over its ``[batch] max_in_flight``."""
     if vendor_batch:
         cfg = _with_vendor_batch(cfg)
+    if max_in_flight is not None:
+        batch = cfg.batch.model_copy(update={"max_in_flight": max_in_flight})
+        cfg = cfg.model_copy(update={"batch": batch})
     if cache is not None:  # --cache [TTL]: over the config's [cache] ttl
         parse_ttl(cache, "--cache")
         section = cfg.cache or CacheConfig()
@@ -221,7 +228,11 @@ def submit_reading(cfg: ReviewConfig, reading: Reading) -> BatchHandle | None:
     handle = None
     if reading.first is not None:
         with err.status(plain(f"Submitting {reading.path}")):
-            handle = team.submit_batch(reading.all_items(), budget=cfg.build_budget())
+            handle = team.submit_batch(
+                reading.all_items(),
+                budget=cfg.build_budget(),
+                max_in_flight=cfg.batch.max_in_flight,
+            )
         record(
             f"batch {handle.batch_id} submitted: {len(reading.intake.run_index)} run(s)",
             batch_id=handle.batch_id,

@@ -9,7 +9,8 @@ a worker died with its message acked. The sweep sends what the run waits for: th
 coordinator's transition (queued runs, or a step whose result is stored), or the step
 again. Sending either twice is harmless: the coordinator's compare-and-set and the step
 claim make a second copy a no-op. A run sent on is noted as moved, so it is sent again
-at most once per ``after_s``.
+at most once per ``after_s``. A run waiting for a place under its batch's
+``max_in_flight`` while every place is taken is only noted: a finish hands it one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES
 from orchestration.services.coordinator import Dispatch
+from orchestration.state.gates import BatchGate
 from orchestration.state.keys import TASK_BY_PHASE
 from orchestration.state.runs import RunStore
 
@@ -43,16 +45,23 @@ class Sweeper:
         self.store = store
         self.after_s = after_s
         self.limit = limit
+        self.gate = BatchGate(store.r)
 
     def sweep(self, now: float | None = None) -> list[Dispatch | Transition]:
         """What to send, for the runs that have not moved for ``after_s`` seconds."""
         now = time.time() if now is None else now
         sends: list[Dispatch | Transition] = []
-        for run in self.store.stale_runs(now - self.after_s, self.limit):
+        stale = self.store.stale_runs(now - self.after_s, self.limit)
+        held = self.gate.held_back(
+            (r.batch_id, r.run_id) for r in stale if r.status == "queued" and r.batch_id
+        )
+        for run in stale:
             if run.status is None or run.status in FINISHED_STATUSES:
                 self.store.forget(run.run_id)
                 continue
             self.store.touch(run.run_id, now)
+            if run.run_id in held:
+                continue
             if run.status == "queued" or not run.current_step or run.stored:
                 sends.append(Transition(run.run_id, run.seq, run.batch_id))
             elif not run.claimed:
