@@ -134,7 +134,7 @@ MaxInFlightOpt = Annotated[
     typer.Option(
         "--max-in-flight", min=1, metavar="N",
         help="At most N runs of the batch started and not finished at any moment, across "
-        "the whole fleet (over the config's [batch] max_in_flight). docs/scheduling.md.",
+        "the whole fleet (over the config's [batch] max_in_flight). docs/running-at-scale.md.",
     ),
 ]  # fmt: skip
 
