@@ -191,7 +191,7 @@ class Reading:
             self.first = next(self.items, None)  # problems up to the first valid input
         if self.first is None:
             self._report()
-            if not intake.rejected and not intake.carried and not empty_ok:
+            if not intake.rejected and not intake.carried and not intake.cached and not empty_ok:
                 skipped = f" ({self._skipped()} skipped)" if self.reader.skipped else ""
                 raise ConfigError(f"{path}: no inputs found{skipped}: nothing to run")
 
@@ -208,6 +208,8 @@ class Reading:
             show_problems([r["problem"] for r in self.intake.rejected])
         if self.reader.skipped:
             note(f"skipped {self.reader.skipped} file(s) in {self.path}: {self._skipped()}")
+        if self.intake.cached:
+            note(f"{len(self.intake.cached)} input(s) served from the cache: not run again")
         if self.intake.carried:
             note(
                 f"{len(self.intake.carried)} input(s) already finished in the earlier results: not run again"
