@@ -18,11 +18,10 @@ import pytest
 from duet.embedded import EmbeddedRedis
 from duet.fake_llm import FakeLLM
 from orchestration import Agent, Team
-from orchestration.client.handles import RunHandle, store
-from orchestration.core import events as ev
+from orchestration.client.handles import store
 from orchestration.state import keys
 from tests.reliability import ENGINE, Reliability, lost_of
-from tests.support import celery_worker, client_pointed_at, wait_for
+from tests.support import celery_worker, client_pointed_at, peak_in_flight, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -34,20 +33,6 @@ CAP = 3
 def llm() -> Iterator[FakeLLM]:
     with FakeLLM(latency_ms=2000) as server:
         yield server
-
-
-def _peak(run_ids: list[str]) -> int:
-    """Most runs started and not finished at one moment, from their events."""
-    edges = []
-    for run_id in run_ids:
-        events = list(RunHandle(run_id).events(follow=False))
-        edges.append((min(e.ts for e in events if e.type == ev.RUN_STARTED), 1))
-        edges.append((max(e.ts for e in events if e.type == ev.RUN_FINISHED), -1))
-    peak = now = 0
-    for _, step in sorted(edges):
-        now += step
-        peak = max(peak, now)
-    return peak
 
 
 def test_a_worker_killed_with_capped_runs_in_flight(llm: FakeLLM, reliability: Reliability) -> None:
@@ -75,7 +60,7 @@ def test_a_worker_killed_with_capped_runs_in_flight(llm: FakeLLM, reliability: R
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
         wait_for(lambda: batch.progress()["done"] == RUNS, 120, "every run to finish")
         counts = batch.progress()["counts"]
-        peak = _peak(batch.run_ids())
+        peak = peak_in_flight(batch.run_ids())
         left = r.scard(keys.batch_gate(batch.batch_id))
         waiting = r.zcard(keys.batch_waiting(batch.batch_id))
         approved = counts.get("approved", 0)

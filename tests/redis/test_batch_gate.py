@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import ActorCritic
@@ -30,13 +28,8 @@ FINISH = {"reason": None, "error": None, "usage": {}, "events": []}
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[Any]:
-    """A decoding client (as the workers use) on the test db, emptied before and after."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
+def r(decoding_client: Any) -> Any:
+    return decoding_client
 
 
 def _batch(store: RunStore, n: int, limit: int, *, placed: int | None = None) -> list[str]:

@@ -22,11 +22,10 @@ import pytest
 import redis
 
 from orchestration import Agent, Team
-from orchestration.client.handles import BatchHandle, RunHandle
-from orchestration.core import events as ev
+from orchestration.client.handles import BatchHandle
 from orchestration.state import batches, keys
 from orchestration.state.gates import BATCH_FIELD
-from tests.support import celery_worker, client_pointed_at
+from tests.support import celery_worker, client_pointed_at, peak_in_flight
 
 pytestmark = pytest.mark.system
 
@@ -87,31 +86,17 @@ class PeakWatch:
         return self.peak
 
 
-def _peak_from_events(run_ids: list[str]) -> int:
-    """Most runs started and not finished at one moment, from their events."""
-    edges = []
-    for run_id in run_ids:
-        events = list(RunHandle(run_id).events(follow=False))
-        edges.append((min(e.ts for e in events if e.type == ev.RUN_STARTED), 1))
-        edges.append((max(e.ts for e in events if e.type == ev.RUN_FINISHED), -1))
-    peak = now = 0
-    for _, step in sorted(edges):
-        now += step
-        peak = max(peak, now)
-    return peak
-
-
 def test_a_batch_never_has_more_than_max_in_flight_runs(small_worker: Any) -> None:
     inputs = [f"print({n})" for n in range(16)]
     free = _team().submit_batch(inputs)
     free.wait(timeout=120)
-    uncapped = _peak_from_events(free.run_ids())
+    uncapped = peak_in_flight(free.run_ids())
 
     batch = _team(max_in_flight=CAP).submit_batch(inputs)
     watch = PeakWatch(small_worker.redis_url, batch)
     batch.wait(timeout=120)
     polled = watch.result()
-    peak = _peak_from_events(batch.run_ids())
+    peak = peak_in_flight(batch.run_ids())
     print(f"{len(inputs)} runs, {SLOTS} worker threads: peak in flight {uncapped} uncapped, "
           f"{peak} with max_in_flight={CAP} (polled: {polled} in {watch.looks} looks)")  # fmt: skip
     assert uncapped > CAP  # the worker would run more at once: the cap is what holds it
@@ -146,7 +131,7 @@ def test_max_in_flight_from_the_command_line_and_the_config(
         batch = BatchHandle(done.stdout.strip().splitlines()[-1])
         assert r.hget(keys.batch(batch.batch_id), BATCH_FIELD) == str(cap)
         batch.wait(timeout=120)
-        assert _peak_from_events(batch.run_ids()) <= cap
+        assert peak_in_flight(batch.run_ids()) <= cap
     bad = subprocess.run(
         [sys.executable, "-m", "duet.cli", "submit", str(config), "-i", str(inputs),
          "--max-in-flight", "0"], env=env, capture_output=True, text=True, timeout=60,
