@@ -72,18 +72,23 @@ def report(rows: list[dict[str, Any]]) -> str:
         f"cores shared): worker processes x {THREADS} threads added one at a time, each step a "
         "fresh embedded Redis and one batch of runs approved in round 1 on `sim` at 0 ms (2 calls "
         "a run, every call Duet's own work). Redis CPU is redis-server's own (`INFO cpu` user + "
-        "sys, deltas over the batch); its ceiling is 1 core / Redis CPU per call.",
+        "sys, deltas over the batch; it is the broker too, so its queue traffic is in it); its "
+        "ceiling is 1 core / Redis CPU per call. \"Our share of the cores\": redis-server's and "
+        "the workers' CPU over the wall time and the cores (the rest went to the submitting "
+        "client and to the other work on this shared machine).",
         "",
-        "| worker processes | calls | calls/s | Redis CPU ms per call | Redis core busy | workers CPU ms per call | machine busy | projected ceiling, calls/s |",
+        "| worker processes | calls | calls/s | Redis CPU ms per call | Redis core busy | workers CPU ms per call | our share of the cores | projected ceiling, calls/s |",
         "|---|---|---|---|---|---|---|---|",
         *(f"| {f['processes']} | {f['calls']:,} | {f['calls_per_s']:.0f} | "
           f"{f['redis_cpu_ms_per_call']:.3f} | {100 * f['redis_busy']:.0f} % | "
           f"{f['workers_cpu_ms_per_call']:.2f} | {100 * f['machine_busy']:.0f} % | "
           f"{f['ceiling_calls_per_s']:,.0f} |" for f in rows),
         "",
-        f"On this machine the workers saturate the {cores} cores before Redis does: calls/s stops "
-        f"growing at {best['calls_per_s']:.0f} (with {best['processes']} processes) while "
-        f"redis-server uses {100 * best['redis_busy']:.0f} % of one core. What a deployment plans "
+        f"On this machine the workers run out of CPU long before Redis does: calls/s stops "
+        f"growing at {best['calls_per_s']:.0f} (with {best['processes']} worker process(es); more only "
+        f"share the same {cores} cores) while redis-server uses at most "
+        f"{100 * max(f['redis_busy'] for f in rows):.0f} % of one core, so Redis's ceiling "
+        "cannot be reached here, only projected. What a deployment plans "
         f"on is the projection: one primary carries about **{lowest:,.0f} calls/s** (the lowest "
         "ceiling measured) before redis-server's one core is the bottleneck, given enough worker "
         "machines. Each worker process needs about "
