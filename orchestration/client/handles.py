@@ -297,8 +297,10 @@ class BatchHandle:
             "tokens": int(raw.get("tokens", 0)),
             "calls": int(raw.get("calls", 0)),
             "created_at": float(raw.get("created_at", 0.0)),
+            #: The batch's cap on runs in flight (None: none).
+            "max_in_flight": limit_of(raw) or None,
             #: What unfinished runs wait on now, in words (rate limits, a spent budget).
-            "waits": self._waits(raw.get("spec_id"), budget, check_workers) if done < total else [],
+            "waits": self._waits(raw, budget, check_workers) if done < total else [],
         }
 
     def rejected(self) -> list[dict[str, Any]]:
@@ -307,9 +309,15 @@ class BatchHandle:
         return batches.rejected(store().r, self.batch_id)
 
     def _waits(
-        self, spec_id: str | None, budget: dict[str, Any] | None, check_workers: bool = False
+        self, raw: dict[str, str], budget: dict[str, Any] | None, check_workers: bool = False
     ) -> list[str]:
         waits = []
+        spec_id = raw.get("spec_id")
+        limit = limit_of(raw)
+        if limit:
+            waiting = BatchGate(store().r).waiting(self.batch_id)
+            if waiting:
+                waits.append(f"max_in_flight {limit}: {waiting} run(s) waiting for a place")
         if check_workers:
             idle = queues_without_workers()
             if idle:

@@ -67,6 +67,10 @@ class BatchGate:
         """How many runs of the batch hold a place now."""
         return int(self.r.scard(keys.batch_gate(batch_id)))
 
+    def waiting(self, batch_id: str) -> int:
+        """How many runs of the batch wait for a place now."""
+        return int(self.r.zcard(keys.batch_waiting(batch_id)))
+
     def held_back(self, runs: Iterable[tuple[str, str]]) -> set[str]:
         """Of ``(batch id, run id)``, the runs waiting at a gate that is full: a finish
         will hand them a place, so nothing needs sending them now (the sweep's check)."""

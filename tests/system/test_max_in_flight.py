@@ -94,6 +94,10 @@ def test_a_batch_never_has_more_than_max_in_flight_runs(small_worker: Any) -> No
 
     batch = _team(max_in_flight=CAP).submit_batch(inputs)
     watch = PeakWatch(small_worker.redis_url, batch)
+    progress = batch.progress()
+    assert progress["max_in_flight"] == CAP
+    if progress["done"] < len(inputs) - CAP:  # some still wait: progress says so
+        assert any(f"max_in_flight {CAP}:" in w for w in progress["waits"]), progress["waits"]
     batch.wait(timeout=120)
     polled = watch.result()
     peak = peak_in_flight(batch.run_ids())
