@@ -38,6 +38,7 @@ from duet.report import (
     OUTCOMES,
     Summary,
     by_index,
+    kept_note,
 )
 from duet.report_html import render_report
 from duet.short_ids import shortest_unique
@@ -156,7 +157,9 @@ def show(
         )
     if result.output is not None:
         text = result.output if full or len(result.output) <= 2000 else result.output[:2000] + "\n…"
-        out.print(Panel(plain(text), title="final output", title_align="left"))
+        kept = _kept(result)
+        title = f"kept output: {kept}" if kept else "final output"
+        out.print(Panel(plain(text), title=title, title_align="left"))
 
 
 def _run_header(result: RunResult) -> Table:
@@ -170,6 +173,7 @@ def _run_header(result: RunResult) -> Table:
         ("batch", result.batch_id or "-"),
         ("status", plain(result.status, style=COLOURS.get(str(result.status), ""))),
         ("final score", _final_score(result)),
+        *([("kept", kept)] if (kept := _kept(result)) else []),
         ("reason", result.interruption_reason or "-"),
         ("error", refusal_line(result.interruption_reason, result.error) or result.error or "-"),
         ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
@@ -180,6 +184,10 @@ def _run_header(result: RunResult) -> Table:
     for name, value in rows:
         table.add_row(name, value if isinstance(value, Text) else plain(value))
     return table
+
+
+def _kept(result: RunResult) -> str | None:
+    return kept_note(result.keep, result.output_round, result.best_round, result.final_score)
 
 
 def _final_score(result: RunResult) -> str:

@@ -65,7 +65,10 @@ PatchOpt = Annotated[
 RootOpt = Annotated[
     Path,
     typer.Option(
-        "--root", file_okay=False, help="--patch: where the reviewed files are (their ids' base)."
+        "--root",
+        file_okay=False,
+        help="Where the reviewed files are (their ids' base): --patch diffs against them, "
+        "-f checks findings' lines against them.",
     ),
 ]
 
@@ -126,7 +129,7 @@ def write_findings(
     patch: bool, root: Path, timeout: float | None,
 ) -> None:  # fmt: skip
     """``duet results BATCH -f FORMAT`` / ``--patch``: write, then exit by ``--fail-on``."""
-    from duet.formats.findings import at_least, findings
+    from duet.formats.findings import at_least, findings, in_files
     from duet.formats.patch import build_patch
     from duet.formats.sarif import sarif_log
     from duet.formats.text import github_annotations, markdown_summary, rdjson
@@ -138,12 +141,14 @@ def write_findings(
     if patch and fmt is not None:
         raise ConfigError("give --patch or --format, not both")
     records = _records(batch, timeout)
-    found = list(findings(records, everything=everything))
+    found = list(in_files(findings(records, everything=everything), _reader(root)))
     if patch:
         made = build_patch(records, _reader(root))
         text = made.text
         for why, n in sorted(made.left_out.items()):
             note(f"left out of the patch: {n} approved input(s): {why}")
+        if made.not_approved:
+            note(f"left out of the patch: {made.not_approved} input(s) not approved")
         note(f"patch: {made.files} file(s)")
     elif fmt == "sarif":
         text = json.dumps(sarif_log(found, version=_version()), indent=2) + "\n"

@@ -16,6 +16,16 @@ from typing import Any
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The smallest review config: actor and critic on the offline simulator.
+SIM_CONFIG = """\
+[actor]
+instructions = "Fix the code."
+model = "sim"
+
+[critic]
+instructions = "Find security bugs."
+model = "sim"
+"""
 
 
 def pings(client: redis.Redis) -> bool:

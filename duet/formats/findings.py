@@ -8,10 +8,13 @@ location and severity. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from orchestration.core.findings import lines_in
 
 SEVERITIES = ("error", "warning", "note")
 #: Severity of a finding that names none.
@@ -109,6 +112,24 @@ def findings(records: Iterable[dict[str, Any]], *, everything: bool = False) -> 
                 yield _from_object(record, issue)
             elif isinstance(issue, str) and issue.strip():
                 yield _from_string(record, issue)
+
+
+def in_files(found: Iterable[Finding], read: Callable[[str], str | None]) -> Iterator[Finding]:
+    """``found`` with each line checked against its file (``read(path)``, None when it is
+    not there): a line outside the file keeps the finding, at file level, never drops it."""
+    texts: dict[str, str | None] = {}
+    for finding in found:
+        if finding.path is None or finding.line is None:
+            yield finding
+            continue
+        if finding.path not in texts:
+            texts[finding.path] = read(finding.path)
+        text = texts[finding.path]
+        if text is None:
+            yield finding
+            continue
+        line, end = lines_in(finding.line, finding.end_line, text)
+        yield dataclasses.replace(finding, line=line, end_line=end)
 
 
 def at_least(severity: str, threshold: str) -> bool:

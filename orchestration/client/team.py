@@ -16,9 +16,11 @@ from orchestration.core import quoting
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import (
     DEFAULT_APPROVAL_THRESHOLD,
+    DEFAULT_KEEP,
     DEFAULT_MAX_ROUNDS,
     DEFAULT_PERSISTENT_SUBAGENTS,
     ActorCritic,
+    Keep,
     LoopSettings,
 )
 from orchestration.core.budget import Budget, scope
@@ -123,6 +125,8 @@ class Team:
         conversation_turns: int = DEFAULT_CONVERSATION_TURNS,
         conversation_max_tokens: int = DEFAULT_CONVERSATION_MAX_TOKENS,
         cache: CacheSpec | bool | str | float | None = None,
+        keep: Keep = DEFAULT_KEEP,
+        min_improvement: float | None = None,
         max_in_flight: int | None = None,
     ) -> Team:
         """A team whose actor and critic review each other's work.
@@ -145,6 +149,10 @@ class Team:
                 earlier runs' oldest turns are dropped first, the run's own turns kept.
             cache: serve repeated model calls from the model-call cache: True, a TTL
                 (``"7d"``) or a :class:`~orchestration.core.callcache.CacheSpec`.
+            keep: ``"last"`` (default) returns each run's last revision; ``"best"`` its
+                highest-scored one, with ``output_round`` naming the round that wrote it.
+            min_improvement: end a run (``max_rounds_reached``, reason ``plateau``) when
+                a critique's score rose less than this over the one before.
             max_in_flight: at most this many runs of each batch started and not finished
                 at any moment, across the whole fleet (None: as many as workers take).
         """
@@ -161,6 +169,8 @@ class Team:
                 "conversation_turns": conversation_turns,
                 "conversation_max_tokens": conversation_max_tokens,
                 "cache": cache_spec(cache),
+                "keep": keep,
+                "min_improvement": min_improvement,
             },
         )
         return cls(

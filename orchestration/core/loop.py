@@ -22,6 +22,8 @@ Status = Literal["approved", "max_rounds_reached", "interrupted", "failed", "can
 
 #: The reason of a run ended early because its score stopped rising (``min_improvement``).
 PLATEAU = "plateau"
+#: How far two scores may differ by float rounding alone (``0.7 - 0.6`` is not ``0.1``).
+SCORE_TOLERANCE = 1e-9
 
 ROLE_OF: dict[str, Role] = {"generate": "actor", "critique": "critic", "refine": "actor"}
 
@@ -196,8 +198,10 @@ def decide(state: LoopState) -> Action:
 
 
 def _plateaued(state: LoopState, last: StepOutcome) -> bool:
-    """Whether ``last``'s score rose less than ``min_improvement`` over the critique before."""
+    """Whether ``last``'s score rose less than ``min_improvement`` over the critique before
+    (a rise of exactly ``min_improvement``, give or take float rounding, is enough)."""
     if state.min_improvement is None or last.score is None:
         return False
     before = [s.score for s in state.steps[:-1] if s.phase == "critique" and s.score is not None]
-    return bool(before) and last.score - before[-1] < state.min_improvement
+    rise = last.score - before[-1] if before else None
+    return rise is not None and rise < state.min_improvement - SCORE_TOLERANCE

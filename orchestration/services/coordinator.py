@@ -177,15 +177,14 @@ class Coordinator:
             approval_threshold=spec.approval_threshold,
             steps=outs,
             cancelled=run.get("cancelled") == "1",
+            min_improvement=spec.min_improvement,
         )
         scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
         if self.budget_check is not None and scopes and starts_round(state):
             blocked, warnings = self.budget_check(run, scopes)
             events.extend(warnings)
             if blocked:
-                state = LoopState(
-                    state.max_rounds, state.approval_threshold, outs, budget_blocked=blocked
-                )
+                state = replace(state, budget_blocked=blocked)
         action = decide(state)
         if isinstance(action, Finish):
             self._finish(run, steps, outs, seq, action, events)

@@ -19,7 +19,13 @@ from orchestration.core.errors import RunTimeout
 from orchestration.core.events import Event
 from orchestration.core.loop import parse_step_key
 from orchestration.core.memory import CHARS_PER_TOKEN
-from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
+from orchestration.core.results import (
+    FINISHED_STATUSES,
+    RunResult,
+    build_result,
+    kept,
+    run_usage,
+)
 from orchestration.state import keys, scripts
 from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
@@ -700,6 +706,7 @@ class RunStore:
                 raise LookupError(f"run {run_id} not found (expired or never submitted)")
 
     def result(self, run_id: str) -> RunResult:
+        """The run's result, its ``output`` the revision its loop keeps (``keep``)."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(keys.run(run_id))
         pipe.hgetall(keys.run_steps(run_id))
@@ -707,8 +714,17 @@ class RunStore:
         run, steps, events = pipe.execute()
         if not run:
             raise LookupError(f"run {run_id} not found (expired or never submitted)")
-        return build_result(
+        result = build_result(
             run,
             {k: loaded_result(k, v) for k, v in steps.items()},
             [stored_event(f["e"], run_id, eid) for eid, f in events],
         )
+        return kept(result, self._keep_of(run.get("spec_id", "")))
+
+    def _keep_of(self, spec_id: str) -> str:
+        """The ``keep`` setting of a spec. A spec outlives its runs (it is stored for twice
+        their TTL at each submit); one gone anyway leaves the run's result as stored."""
+        try:
+            return self.load_spec(spec_id).keep
+        except LookupError:
+            return "last"

@@ -14,18 +14,11 @@ from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state.ratelimits import RateLimit
+from tests.support import SIM_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BASE = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-"""
+BASE = SIM_CONFIG
 
 
 def _write(tmp_path: Path, text: str, name: str = "review.toml") -> Path:
@@ -54,6 +47,11 @@ MISTAKES = [
     ('[loop]\nname = "code review"\n', "loop.name: 'code review' must be 1-64 letters"),
     ("[loop]\nconversation_max_tokens = 0\n", "loop.conversation_max_tokens: must be >= 1"),
     ("[loop]\nconversation_turns = 0\n", "loop.conversation_turns: must be >= 1"),
+    ('[loop]\nkeep = "first"\n', "loop.keep: must be 'last' or 'best', got 'first'"),
+    ("[loop]\nkeep = true\n", "loop.keep: must be 'last' or 'best', got True"),
+    ("[loop]\nmin_improvement = 1.5\n", "loop.min_improvement: must be <= 1.0, got 1.5"),
+    ("[loop]\nmin_improvement = -0.1\n", "loop.min_improvement: must be >= 0.0, got -0.1"),
+    ('[loop]\nmin_improvement = "0.05"\n', "loop.min_improvement: must be a number, got a string '0.05'"),
     (
         '[loop]\ncritique_template = "Judge {output}"\ncritique_template_file = "c.txt"\n',
         "loop: set critique_template or critique_template_file, not both",
@@ -271,6 +269,10 @@ def test_agent_settings_are_checked_alike_in_python_and_in_a_file(
         ("max_rounds", "1.5", 1.5),
         ("approval_threshold", "1.5", 1.5),
         ("approval_threshold", '"0.9"', "0.9"),
+        ("keep", '"worst"', "worst"),
+        ("min_improvement", "1.5", 1.5),
+        ("min_improvement", "-0.01", -0.01),
+        ("min_improvement", '"0.1"', "0.1"),
     ],
 )
 def test_loop_settings_are_checked_alike_in_python_and_in_a_file(
@@ -303,8 +305,8 @@ def test_defaults_agree_with_the_core_settings() -> None:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
     assert (
-        compared == 9 + 5 + 10
-    )  # cache= in each; Team.actor_critic: the loop's 6, the conversations' 4
+        compared == 9 + 7 + 12
+    )  # cache= in each; Team.actor_critic: the loop's 8, the conversations' 4
     config = parse_config({"actor": {"instructions": "a", "model": "sim"},
                            "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
     for name in LoopSettings.model_fields:

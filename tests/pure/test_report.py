@@ -246,6 +246,8 @@ def test_result_record_from_a_run_result() -> None:
         "final_score": 0.93,
         "scored_output_round": 1,
         "output_round": 1,
+        "keep": "last",
+        "best_round": None,
         "rounds": [
             {"round": 1, "score": 0.5, "issues": ["db.py:3: SQL injection"], "summary": "bad",
              "findings": [FINDING]},
@@ -268,7 +270,8 @@ def test_result_record_from_a_run_result() -> None:
         "user_id": "u1",
         "metadata": {"lang": "py"},
         "models": {"actor": "sim", "critic": "gpt-4o"},
-        "loop": {"max_rounds": 4, "approval_threshold": 0.9},
+        "loop": {"max_rounds": 4, "approval_threshold": 0.9, "keep": "last",
+                 "min_improvement": None},
         "created_at": "1970-01-01T00:01:39+00:00",
         "started_at": "1970-01-01T00:01:40+00:00",
         "finished_at": "1970-01-01T00:01:42.500000+00:00",

@@ -84,7 +84,8 @@ def test_actor_critic_has_the_spec_signature() -> None:
     params = inspect.signature(ActorCritic.__init__).parameters
     assert list(params)[1:] == [
         "actor", "critic", "max_rounds", "approval_threshold", "critique_template",
-        "refine_template", "worker_registry", "role_to_worker_id", "cache",
+        "refine_template", "worker_registry", "role_to_worker_id", "cache", "keep",
+        "min_improvement",
     ]  # fmt: skip
     assert all(
         p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in params.items() if name != "self"

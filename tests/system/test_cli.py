@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from duet.cli import app
-from tests.support import wait_for
+from tests.support import SIM_CONFIG, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -26,18 +26,7 @@ EXAMPLE_CONFIG = ROOT / "examples" / "review.toml"
 EXAMPLE_INPUTS = ROOT / "examples" / "inputs.jsonl"
 DUET_SCRIPT = Path(sys.executable).parent / "duet"
 
-FAST_CONFIG = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-
-[loop]
-max_rounds = 2
-"""
+FAST_CONFIG = SIM_CONFIG + "\n[loop]\nmax_rounds = 2\n"
 
 
 def _ids(path: Path) -> list[str | None]:

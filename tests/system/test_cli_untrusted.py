@@ -13,20 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import SIM_CONFIG
+
 pytestmark = pytest.mark.system
 
-FAST_CONFIG = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-
-[loop]
-max_rounds = 2
-"""
+FAST_CONFIG = SIM_CONFIG + "\n[loop]\nmax_rounds = 2\n"
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -31,7 +31,8 @@ def _app(query: str) -> str:
 
 
 #: Scripted sim models: the critic flags the injected line (5) once, the actor's
-#: second revision restores the parameterised query, which the critic approves.
+#: second revision restores the parameterised query, which the critic approves. The loop
+#: keeps its best-scored revision: here the approved one.
 CONFIG = f"""\
 [actor]
 instructions = "Return the fixed file in one fenced block."
@@ -43,6 +44,7 @@ model = "sim:critic?scores=0.4,0.95&issue={quote("app.py:5: error: SQL injection
 
 [loop]
 max_rounds = 3
+keep = "best"
 """
 
 
@@ -109,6 +111,8 @@ def test_review_of_a_branch_gives_sarif_a_patch_and_a_ci_exit(repo: Path, tmp_pa
         r"1 binary, 1 deleted, 1 gitignored, 1 unchanged text, 1 vendored", done.stderr
     )
     assert all(r["status"] == "approved" for r in records)
+    # keep = "best": the approved revision (round 1's) is the best-scored, and is kept.
+    assert {(r["keep"], r["output_round"], r["best_round"]) for r in records} == {("best", 1, 2)}
 
     sarif = _duet("results", out, "-f", "sarif", "--all", cwd=tmp_path)
     assert sarif.returncode == 0, sarif.stderr
@@ -138,6 +142,40 @@ def test_review_of_a_branch_gives_sarif_a_patch_and_a_ci_exit(repo: Path, tmp_pa
         ).returncode
         == 0
     )
+
+
+def test_keep_best_returns_the_best_scored_revision_of_each_file(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Scores that fall round after round: each file's first draft is kept, SARIF shows the
+    issues of the critique that judged it (the sim critic names the revision it read), and
+    the patch (approved fixes only) says why it is empty."""
+    critic = re.search(r'model = "(sim:critic[^"]*)"', CONFIG)
+    assert critic is not None
+    falling = CONFIG.replace(critic[1], "sim:critic?scores=0.7,0.5,0.3")
+    (tmp_path / "falling.toml").write_text(falling)
+    out = tmp_path / "falling.jsonl"
+    done = _duet("review", tmp_path / "falling.toml", "--git", "main..feature", "--repo", repo,
+                 "-o", out, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(records) == ["README.md", "app.py"]
+    for record in records.values():
+        assert (record["status"], record["n_rounds"]) == ("max_rounds_reached", 3)
+        assert record["output"].startswith("[revision 0]"), record["output"]
+        assert (record["output_round"], record["best_round"], record["final_score"]) == (0, 1, 0.7)
+    assert SAFE in records["app.py"]["output"]  # the draft already fixed the query
+
+    sarif = _duet("results", out, "-f", "sarif", cwd=tmp_path)
+    assert sarif.returncode == 0, sarif.stderr
+    log = json.loads(sarif.stdout)
+    jsonschema.validate(log, SCHEMA)
+    results = [res for run in log["runs"] for res in run["results"]]
+    assert {res["properties"]["input"] for res in results} == {"app.py", "README.md"}
+    assert all("(revision 0)" in res["message"]["text"] for res in results), results
+    patch = _duet("results", out, "--patch", "--root", repo, cwd=tmp_path)
+    assert (patch.returncode, patch.stdout) == (0, "")
+    assert "2 input(s) not approved" in patch.stderr
 
 
 def test_hunks_are_inputs_of_their_own(repo: Path, tmp_path: Path) -> None:

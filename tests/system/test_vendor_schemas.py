@@ -145,6 +145,14 @@ def test_openai_unknown_keys_are_refused_with_their_param(
                 input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
             )
         ),
+        "batch body": _openai_refusal(
+            lambda: client.batches.create(
+                input_file_id=upload.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                extra_body={"bogus": 1},
+            )
+        ),
         "upload purpose": _openai_refusal(
             lambda: client.files.create(file=("x.jsonl", b"{}\n"), purpose="bogus")
         ),
@@ -156,7 +164,8 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     reliability.record(
         section=ENGINE,
         fault="Strict vendor schemas: OpenAI requests the API would refuse (unknown keys at the "
-        "top, in a message, in a response format, in a batch file line; a bad upload purpose), "
+        "top, in a message, in a response format, in a batch's body and file line; a bad upload "
+        "purpose), "
         "checked against the installed SDK's `CompletionCreateParams` and batch types",
         load=f"{len(errors)} refused requests and 1 valid one, through the openai SDK",
         lost=f"{lost_of(len(wrong), 3, 'refusals without the key as `param`')}: each a 400 "
@@ -164,6 +173,7 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     )
     assert not wrong, params
     assert "input file line 1: body.bogus" in str(errors["batch line"])
+    assert "bogus: Extra inputs are not permitted" in str(errors["batch body"])
     assert "purpose" in str(errors["upload purpose"])
     assert answered.choices[0].finish_reason == "stop"
 
