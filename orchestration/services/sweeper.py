@@ -9,8 +9,9 @@ a worker died with its message acked. The sweep sends what the run waits for: th
 coordinator's transition (queued runs, or a step whose result is stored), or the step
 again. Sending either twice is harmless: the coordinator's compare-and-set and the step
 claim make a second copy a no-op. A run sent on is noted as moved, so it is sent again
-at most once per ``after_s``. A run waiting for a place under its batch's
-``max_in_flight`` while every place is taken is only noted: a finish hands it one.
+at most once per ``after_s``. Runs waiting for a place under their batch's
+``max_in_flight`` are not in the index: the sweep hands each such batch's free places on
+(a hand-on lost in a crash) and sends the runs given one.
 """
 
 from __future__ import annotations
@@ -51,17 +52,11 @@ class Sweeper:
         """What to send, for the runs that have not moved for ``after_s`` seconds."""
         now = time.time() if now is None else now
         sends: list[Dispatch | Transition] = []
-        stale = self.store.stale_runs(now - self.after_s, self.limit)
-        held = self.gate.held_back(
-            (r.batch_id, r.run_id) for r in stale if r.status == "queued" and r.batch_id
-        )
-        for run in stale:
+        for run in self.store.stale_runs(now - self.after_s, self.limit):
             if run.status is None or run.status in FINISHED_STATUSES:
                 self.store.forget(run.run_id)
                 continue
             self.store.touch(run.run_id, now)
-            if run.run_id in held:
-                continue
             if run.status == "queued" or not run.current_step or run.stored:
                 sends.append(Transition(run.run_id, run.seq, run.batch_id))
             elif not run.claimed:
@@ -71,7 +66,11 @@ class Sweeper:
         if sends:
             log.warning("sweep: %s runs had stopped moving; sent on: %s", len(sends),
                         ", ".join(s.run_id for s in sends[:10]))  # fmt: skip
-        return sends
+        placed = [Transition(run_id, 0, batch_id) for batch_id, run_id in self.gate.hand_on_all()]
+        if placed:
+            log.warning("sweep: %s waiting runs given a free place (max_in_flight): %s",
+                        len(placed), ", ".join(s.run_id for s in placed[:10]))  # fmt: skip
+        return sends + placed
 
 
 class RestartWatch:

@@ -5,14 +5,16 @@ A run holds a place from its first transition (asked for in :meth:`BatchGate.ent
 atomically) until its finishing transition, which gives the place back in the same
 script that finishes it (``lua/run_transition.lua``), so a crash can neither keep a
 finished run's place nor free a place twice. Runs without a place wait in the batch's
-queue, in input order; a finish hands the free places on (:meth:`BatchGate.pass_on`).
+queue, in input order, out of the sweep's index of unfinished runs; a finish hands the
+free places on (:meth:`BatchGate.pass_on`), and so does the sweep, for every batch with
+waiting runs (:meth:`BatchGate.hand_on_all`): a hand-on lost in a crash waits one sweep.
 Places are a set of run ids: a redelivered or repeated ask counts once.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from orchestration.state import keys, scripts
@@ -40,28 +42,46 @@ class BatchGate:
         """Whether ``run_id`` holds a place now (taking one if free); if not, it waits in
         the batch's queue (behind the runs queued at submit, which keep their order)."""
         got = self._enter(
-            keys=[keys.batch_gate(batch_id), keys.batch_waiting(batch_id)],
-            args=[run_id, limit, repr(time.time())],
-        )
+            keys=[keys.batch_gate(batch_id), keys.batch_waiting(batch_id), keys.runs_moved(),
+                  keys.gated_batches()],
+            args=[run_id, limit, repr(time.time()), batch_id],
+        )  # fmt: skip
         return bool(got)
 
     def pass_on(self, batch_id: str, limit: int) -> list[str]:
         """Give the free places to the first waiting runs; their ids, for the caller to
         send each its first transition."""
         handed: list[str] = self._pass(
-            keys=[keys.batch_gate(batch_id), keys.batch_waiting(batch_id)], args=[limit]
-        )
+            keys=[keys.batch_gate(batch_id), keys.batch_waiting(batch_id), keys.runs_moved(),
+                  keys.gated_batches()],
+            args=[limit, repr(time.time()), batch_id],
+        )  # fmt: skip
+        return handed
+
+    def hand_on_all(self) -> list[tuple[str, str]]:
+        """:meth:`pass_on` for every batch with waiting runs (the sweep's part): the
+        ``(batch id, run id)`` handed a place, to send each its first transition. A batch
+        whose record is gone is forgotten."""
+        handed = []
+        for batch_id in self.r.smembers(keys.gated_batches()):
+            limit = self.r.hget(keys.batch(batch_id), BATCH_FIELD)
+            if not limit:
+                self.r.srem(keys.gated_batches(), batch_id)
+                continue
+            handed += [(batch_id, run_id) for run_id in self.pass_on(batch_id, int(limit))]
         return handed
 
     @staticmethod
     def admit(pipe: Any, batch_id: str, placed: list[str], waiting: Mapping[str, int]) -> None:
-        """Queue on ``pipe`` the writes of a submit: the runs ``placed`` are given the
-        first places (they are sent at once), the ``waiting`` ones (id -> input position)
-        queued for the next."""
+        """Queue on ``pipe`` the writes of a submit, after the runs': the runs ``placed``
+        are given the first places (they are sent at once), the ``waiting`` ones (id ->
+        input position) queued for the next, out of the sweep's index."""
         if placed:
             pipe.sadd(keys.batch_gate(batch_id), *placed)
         if waiting:
             pipe.zadd(keys.batch_waiting(batch_id), dict(waiting))
+            pipe.zrem(keys.runs_moved(), *waiting)
+            pipe.sadd(keys.gated_batches(), batch_id)
 
     def in_flight(self, batch_id: str) -> int:
         """How many runs of the batch hold a place now."""
@@ -70,25 +90,6 @@ class BatchGate:
     def waiting(self, batch_id: str) -> int:
         """How many runs of the batch wait for a place now."""
         return int(self.r.zcard(keys.batch_waiting(batch_id)))
-
-    def held_back(self, runs: Iterable[tuple[str, str]]) -> set[str]:
-        """Of ``(batch id, run id)``, the runs waiting at a gate that is full: a finish
-        will hand them a place, so nothing needs sending them now (the sweep's check)."""
-        runs = list(runs)
-        if not runs:
-            return set()
-        pipe = self.r.pipeline(transaction=False)
-        for batch_id, run_id in runs:
-            pipe.zscore(keys.batch_waiting(batch_id), run_id)
-            pipe.scard(keys.batch_gate(batch_id))
-            pipe.hget(keys.batch(batch_id), BATCH_FIELD)
-        got = pipe.execute()
-        held = set()
-        for n, (_, run_id) in enumerate(runs):
-            score, taken, limit = got[3 * n : 3 * n + 3]
-            if score is not None and limit and int(taken) >= int(limit):
-                held.add(run_id)
-        return held
 
 
 __all__ = ["BATCH_FIELD", "GATE_FIELD", "BatchGate", "limit_of"]

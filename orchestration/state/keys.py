@@ -295,3 +295,8 @@ def batch_gate(batch_id: str) -> str:
 def batch_waiting(batch_id: str) -> str:
     """Sorted set: the ids of the batch's runs waiting for a place, by input position."""
     return f"{PREFIX}:batch:{{{batch_id}}}:waiting"
+
+
+def gated_batches() -> str:
+    """Set: ids of the batches with runs waiting for a place (the sweep hands theirs on)."""
+    return f"{PREFIX}:batches:gated"

@@ -164,13 +164,33 @@ def test_a_coordinator_lost_after_a_finish_leaks_no_place(r: Any) -> None:
     assert BatchGate(r).in_flight(BATCH) == 1
 
 
-def test_the_sweep_leaves_runs_waiting_at_a_full_gate(r: Any) -> None:
+def test_the_sweep_hands_on_a_place_no_finish_handed_on(r: Any) -> None:
+    """Waiting runs are out of the sweep's index; the sweep hands free places on."""
     store = RunStore(r)
     ids = _batch(store, 3, 1)
+    assert r.zscore(keys.runs_moved(), ids[1]) is None  # waiting: not swept one by one
     later = time.time() + 101
     sends = Sweeper(store, after_s=100).sweep(now=later)
     # run0 holds the place (its message lost: sent again); run1, run2 wait for it.
     assert sends == [Transition(ids[0], 0, BATCH)]
     _finish(store, ids[0])  # its process dies before passing the place on
-    sends = Sweeper(store, after_s=100).sweep(now=later + 101)
-    assert {s.run_id for s in sends} == {ids[1], ids[2]}  # the gate has room: both asked
+    sends = Sweeper(store, after_s=100).sweep(now=later + 1)
+    assert sends == [Transition(ids[1], 0, BATCH)]  # one place free: the first in line
+    assert r.zscore(keys.runs_moved(), ids[1]) is not None  # swept again if that is lost
+    assert r.sismember(keys.gated_batches(), BATCH)  # run2 still waits
+    _finish(store, ids[1])
+    assert BatchGate(r).pass_on(BATCH, 1) == [ids[2]]
+    assert not r.sismember(keys.gated_batches(), BATCH)  # nobody waits: forgotten
+    # Handed a place but never sent (as if lost): the sweep's index has it.
+    assert Sweeper(store, after_s=100).sweep(now=later + 2) == [Transition(ids[2], 0, BATCH)]
+
+
+def test_a_run_that_parks_leaves_the_sweeps_index(r: Any) -> None:
+    """A run sent while the gate is full (by resume, say) waits without being swept."""
+    store = RunStore(r)
+    ids = _batch(store, 2, 1, placed=1)
+    gate = BatchGate(r)
+    r.zadd(keys.runs_moved(), {ids[1]: 1.0})  # as resume's touch puts it back
+    assert not gate.enter(BATCH, ids[1], 1)
+    assert r.zscore(keys.runs_moved(), ids[1]) is None
+    assert r.sismember(keys.gated_batches(), BATCH)
