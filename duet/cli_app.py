@@ -117,7 +117,8 @@ CacheOpt = Annotated[
     typer.Option(
         "--cache",
         help="Serve repeated model calls from the model-call cache (answers up to 7 days "
-        "old, or --cache-ttl); a hit costs no budget and no vendor request. docs/cache.md.",
+        "old, or --cache-ttl); a hit costs no budget and no vendor request. `duet run` also "
+        "serves inputs whose run finished before whole, starting nothing. docs/cache.md.",
     ),
 ]  # fmt: skip
 CacheTtlOpt = Annotated[
