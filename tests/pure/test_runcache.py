@@ -58,3 +58,28 @@ def test_a_served_record_bills_nothing_and_counts_what_it_saved() -> None:
     record = served_record(stored, 7, {"id": "x", "prompt": "p", "metadata": {"k": 1}})
     assert record["index"] == 7 and record["id"] == "x" and record["metadata"] == {"k": 1}
     assert record["cached"] is True and record["run_id"] == "r1" and record["output"] == "o"
+
+
+def _python(code: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_checking_a_sim_model_imports_no_celery() -> None:
+    """An all-hit rerun of a ``sim`` config checks its model names: no Celery for that."""
+    code = ("import sys; from workers.providers.sim import parse_sim_model; "
+            "parse_sim_model('sim?scores=0.9'); print('celery' in sys.modules)")  # fmt: skip
+    assert _python(code) == "False"
+
+
+def test_celery_finds_the_app_whatever_was_imported_first() -> None:
+    """``celery -A workers`` finds the app with ``workers`` loading it lazily, also where
+    ``workers.app`` (the submodule) was imported first."""
+    find = "from celery.app.utils import find_app; print(type(find_app('workers')).__name__)"
+    assert _python(f"import workers; {find}") == "Celery"
+    assert _python(f"import workers.app; {find}") == "Celery"
