@@ -84,7 +84,8 @@ def main() -> None:
           "(`duet.fake_llm`, no latency), then the same command again with the cache on "
           "(`[cache] ttl = \"7d\"`, a disk store under `DUET_CACHE_DIR`), then `duet results "
           "FILE -o OUT` reading the first run's results. CPU of each `duet` process (user + "
-          "system), one run each.\n")  # fmt: skip
+          "system), one run each. The rerun serves every input from its whole-run entry "
+          "(docs/cache.md): it starts no Redis and no worker.\n")  # fmt: skip
     print(
         "| batch | vendor requests, first run | vendor requests, rerun | CPU s, first run | "
         "CPU s, rerun | CPU s, `duet results` | rerun / reading | rerun wall s | saved USD |"

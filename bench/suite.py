@@ -21,6 +21,8 @@ Duet's configurations so that a busy neighbour hits them alike):
 6. Budget utilisation (``bench.budget_utilisation``) when that module exists.
 7. Persistent conversations (``bench.history``): CPU and input tokens per call as one
    user's conversation grows, wave after wave.
+8. Redis capacity (``bench.redis_capacity``): worker processes added until something
+   saturates; calls/s, redis-server's CPU per call and the projected ceiling of a primary.
 
 Nothing here asserts a timing; the figures go to the file and the terminal.
 """
@@ -473,6 +475,16 @@ def budget_utilisation() -> str | None:
     return out.stdout if out.returncode == 0 else f"(failed: {out.stderr[-500:]})"
 
 
+def redis_capacity() -> str | None:
+    """``bench.redis_capacity``'s RESULTS.md section, measured now (None if it failed)."""
+    out = subprocess.run([sys.executable, "-m", "bench.redis_capacity"], capture_output=True,
+                         text=True, timeout=900, cwd=ROOT)  # fmt: skip
+    heading = "## Redis capacity"
+    if out.returncode != 0 or heading not in out.stdout:
+        return None
+    return heading + out.stdout.split(heading, 1)[1]
+
+
 def history() -> list[dict[str, Any]] | None:
     out = subprocess.run([sys.executable, "-m", "bench.history", "--json"], capture_output=True,
                          text=True, timeout=900, cwd=ROOT)  # fmt: skip
@@ -688,6 +700,13 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         ]  # fmt: skip
     else:
         lines.append("`bench.history` failed in this run; nothing measured.")
+    capacity = r.get("capacity")
+    lines += [""]
+    if capacity:
+        lines += capacity.rstrip("\n").splitlines()
+    else:
+        lines += ["## Redis capacity: calls/s one primary carries", "",
+                  "`bench.redis_capacity` failed in this run; nothing measured."]  # fmt: skip
     lines += ["", "## Budget utilisation", ""]
     lines.append(f"```\n{r['budget'].strip()}\n```" if r["budget"] else
                  "`bench.budget_utilisation` is not in this tree yet; nothing measured.")  # fmt: skip
@@ -751,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     r["budget"] = budget_utilisation()
     print("7. persistent conversations", flush=True)
     r["history"] = history()
+    print("8. Redis capacity", flush=True)
+    r["capacity"] = redis_capacity()
     r["load_end"] = load_average()
     r["total_s"] = time.perf_counter() - started
     if args.json:

@@ -30,6 +30,7 @@ from duet.cli_app import (
     ExcludeOpt,
     IncludeOpt,
     LogEveryOpt,
+    MaxInFlightOpt,
     StatusOpt,
     StrictOpt,
     TimeoutOpt,
@@ -166,6 +167,7 @@ def run(
     context: ContextOpt = 10,
     cache: CacheOpt = False,
     cache_ttl: CacheTtlOpt = None,
+    max_in_flight: MaxInFlightOpt = None,
 ) -> None:  # fmt: skip
     """Review every input and wait for the results, with live progress.
 
@@ -184,7 +186,7 @@ def run(
     embedded = not get_settings().redis_url
     cfg = load_checked(
         config, embedded=embedded, vendor_batch=vendor_batch,
-        cache=cache_ttl or ("7d" if cache else None),
+        cache=cache_ttl or ("7d" if cache else None), max_in_flight=max_in_flight,
     )  # fmt: skip
     run_loaded(
         cfg, input, output, strict=strict, include=include, exclude=exclude,
@@ -206,7 +208,16 @@ def run_loaded(
     source = input_source(input, git)
     target = output or Path(f"{source.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
-    intake = Intake(finished, limit)
+    # With the cache on, every input is looked up before anything starts: on the
+    # embedded default, a rerun that hits throughout starts no Redis and no worker.
+    run_cache = None
+    if not dry_run:
+        if not embedded:
+            connect()  # the cluster's cache is in its Redis
+        from duet.run_cache import RunCache
+
+        run_cache = RunCache.of(cfg.build_architecture().to_spec())
+    intake = Intake(finished, limit, run_cache)
     options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
     if git is not None and git.spec:
         # A change with nothing to review (only docs in vendor/, say) is not a failure.
@@ -215,17 +226,22 @@ def run_loaded(
         reading = Reading(cfg, source, intake, **options)
         print_dry_run(cfg, reading)
         return
-    connect(embedded_ok=True)
+    if embedded and run_cache is None:
+        connect(embedded_ok=True)
     reading = Reading(cfg, source, intake, **options)
-    handle = submit_reading(cfg, reading)
-    sink = ResultsFile(target)
+    if embedded and run_cache is not None and reading.first is not None:
+        connect(embedded_ok=True)  # something to run: start the embedded cluster now
+    handle = submit_reading(cfg, reading) if reading.first is not None else None
+    sink = ResultsFile(target, on_write=run_cache.finished if run_cache else None)
     interrupted = False
     try:
-        for carried in intake.carried:
+        for carried in (*intake.carried, *intake.cached):
             sink.write(carried)
         for r in intake.rejected:
             sink.write(rejected_record(r, batch_id=handle.batch_id if handle else None))
-        if handle is None:
+        if handle is None and (intake.carried or intake.cached):
+            pass  # everything was carried over or served from the cache
+        elif handle is None:
             warn("no valid inputs: nothing to run")
         else:
             interrupted = _collect_while_watching(
@@ -234,6 +250,8 @@ def run_loaded(
             )  # fmt: skip
     finally:
         sink.finish()
+        if run_cache is not None:
+            run_cache.flush()
     if handle is not None:
         record(f"batch {handle.batch_id} finished: results in {target}", batch_id=handle.batch_id)
     out.print(summary_table(sink.summary, time.monotonic() - started))
@@ -403,6 +421,7 @@ def submit(
     context: ContextOpt = 10,
     cache: CacheOpt = False,
     cache_ttl: CacheTtlOpt = None,
+    max_in_flight: MaxInFlightOpt = None,
 ) -> None:  # fmt: skip
     """Queue every input on the cluster and print the batch id; returns at once.
 
@@ -420,6 +439,7 @@ def submit(
         embedded=False,
         vendor_batch=vendor_batch,
         cache=cache_ttl or ("7d" if cache else None),
+        max_in_flight=max_in_flight,
     )
     intake = Intake()
     git = GitSource(git_range, repo, unit, context)

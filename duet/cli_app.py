@@ -117,7 +117,8 @@ CacheOpt = Annotated[
     typer.Option(
         "--cache",
         help="Serve repeated model calls from the model-call cache (answers up to 7 days "
-        "old, or --cache-ttl); a hit costs no budget and no vendor request. docs/cache.md.",
+        "old, or --cache-ttl); a hit costs no budget and no vendor request. `duet run` also "
+        "serves inputs whose run finished before whole, starting nothing. docs/cache.md.",
     ),
 ]  # fmt: skip
 CacheTtlOpt = Annotated[
@@ -125,6 +126,16 @@ CacheTtlOpt = Annotated[
     typer.Option(
         "--cache-ttl", metavar="TTL",
         help="Turn the cache on, serving answers up to TTL old (7d, 12h, seconds).",
+    ),
+]  # fmt: skip
+
+
+MaxInFlightOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-in-flight", min=1, metavar="N",
+        help="At most N runs of the batch started and not finished at any moment, across "
+        "the whole fleet (over the config's [batch] max_in_flight). docs/running-at-scale.md.",
     ),
 ]  # fmt: skip
 

@@ -21,7 +21,7 @@ cache_app = typer.Typer(
 )
 
 
-def _store() -> CallStore:
+def cache_store() -> CallStore:
     """The cluster's cache when DUET_REDIS_URL is set, else the disk file."""
     if not get_settings().redis_url:
         return DiskCallStore()
@@ -35,7 +35,7 @@ def _store() -> CallStore:
 @fails_cleanly
 def stats() -> None:
     """Entries, bytes, hits and misses, and the least recently used entry's age."""
-    s = _store().stats()
+    s = cache_store().stats()
     table = Table(title=f"model-call cache ({s.backend}: {s.where})", show_header=False)
     oldest = "-" if s.oldest is None else dt.datetime.fromtimestamp(
         s.oldest, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")  # fmt: skip
@@ -56,5 +56,5 @@ def clear(
 ) -> None:  # fmt: skip
     """Drop cached answers: all, or those older than ``--older-than``."""
     age = parse_ttl(older_than, "--older-than") if older_than is not None else None
-    n = _store().clear(age)
+    n = cache_store().clear(age)
     out.print(plain(f"cleared {n} cached answer(s)"))

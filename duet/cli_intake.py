@@ -43,22 +43,29 @@ SHOWN_PROBLEMS = 20
 
 
 def load_checked(
-    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
-) -> ReviewConfig:
+    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None,
+    max_in_flight: int | None = None,
+) -> ReviewConfig:  # fmt: skip
     """Load the config and check what only the worker side can check (sim options, keys);
     ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
     return check_loaded(
-        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache
-    )
+        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache,
+        max_in_flight=max_in_flight,
+    )  # fmt: skip
 
 
 def check_loaded(
-    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
-) -> ReviewConfig:
+    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None,
+    max_in_flight: int | None = None,
+) -> ReviewConfig:  # fmt: skip
     """:func:`load_checked` for a config already loaded (a built-in one, say); ``cache``
-    (a TTL) turns the model-call cache on over the config's ``[cache]``."""
+    (a TTL) turns the model-call cache on over the config's ``[cache]``;
+    ``max_in_flight`` (``--max-in-flight``) is put over its ``[batch] max_in_flight``."""
     if vendor_batch:
         cfg = _with_vendor_batch(cfg)
+    if max_in_flight is not None:
+        batch = cfg.batch.model_copy(update={"max_in_flight": max_in_flight})
+        cfg = cfg.model_copy(update={"batch": batch})
     if cache is not None:  # --cache [TTL]: over the config's [cache] ttl
         parse_ttl(cache, "--cache")
         section = cfg.cache or CacheConfig()
@@ -218,7 +225,7 @@ class Reading:
             self.first = next(self.items, None)  # problems up to the first valid input
         if self.first is None:
             self._report()
-            if not intake.rejected and not intake.carried and not empty_ok:
+            if not intake.rejected and not intake.carried and not intake.cached and not empty_ok:
                 skipped = f" ({self._skipped()} skipped)" if self.reader.skipped else ""
                 raise ConfigError(f"{path}: no inputs found{skipped}: nothing to run")
 
@@ -235,6 +242,8 @@ class Reading:
             show_problems([r["problem"] for r in self.intake.rejected])
         if self.reader.skipped:
             note(f"skipped {self.reader.skipped} file(s) in {self.path}: {self._skipped()}")
+        if self.intake.cached:
+            note(f"{len(self.intake.cached)} input(s) served from the cache: not run again")
         if self.intake.carried:
             note(
                 f"{len(self.intake.carried)} input(s) already finished in the earlier results: not run again"
@@ -255,7 +264,11 @@ def submit_reading(cfg: ReviewConfig, reading: Reading) -> BatchHandle | None:
     handle = None
     if reading.first is not None:
         with err.status(plain(f"Submitting {reading.path}")):
-            handle = team.submit_batch(reading.all_items(), budget=cfg.build_budget())
+            handle = team.submit_batch(
+                reading.all_items(),
+                budget=cfg.build_budget(),
+                max_in_flight=cfg.batch.max_in_flight,
+            )
         record(
             f"batch {handle.batch_id} submitted: {len(reading.intake.run_index)} run(s)",
             batch_id=handle.batch_id,

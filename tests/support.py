@@ -252,3 +252,21 @@ def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
          f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
         capture_output=True, text=True, timeout=90, check=False,
     )  # fmt: skip
+
+
+def peak_in_flight(run_ids: list[str]) -> int:
+    """Most of ``run_ids`` started and not finished at one moment, from their
+    ``run.started`` / ``run.finished`` events (the client pointed at their Redis)."""
+    from orchestration.client.handles import RunHandle
+    from orchestration.core import events as ev
+
+    edges = []
+    for run_id in run_ids:
+        events = list(RunHandle(run_id).events(follow=False))
+        edges.append((min(e.ts for e in events if e.type == ev.RUN_STARTED), 1))
+        edges.append((max(e.ts for e in events if e.type == ev.RUN_FINISHED), -1))
+    peak = now = 0
+    for _, step in sorted(edges):
+        now += step
+        peak = max(peak, now)
+    return peak

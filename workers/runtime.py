@@ -76,6 +76,7 @@ def _build() -> tuple[Coordinator, StepService]:
                 budget_check=budgets.round_check,
                 observers=tuple(m.RunObserver() for m in watchers),
                 dispatch_message=dispatch_message,
+                send_transition=coordinator_send,
             )
             _steps = StepService(
                 store, budgets, provider_for, get_settings(), redact,

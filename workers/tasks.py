@@ -113,6 +113,8 @@ def _coordinate(task: Task, run_id: str, seq: int) -> None:
         ended = get_store().fail_run(run_id, redact(f"coordinator: {type(exc).__name__}: {exc}"))
         if ended and metrics.ENABLED:
             metrics.RunObserver().run_finished({}, "failed", "coordinator:error")
+        if ended:  # the place it held under its batch's max_in_flight goes on
+            get_coordinator().pass_places(get_store().load_run(run_id)[0])
         return
     if step is not None:
         try:

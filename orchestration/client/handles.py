@@ -22,6 +22,7 @@ from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
 from orchestration.state import batches, connection, keys
 from orchestration.state.broker import broker_config
+from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:
@@ -66,8 +67,13 @@ def send_coordinate(run_ids: Iterable[str], seq: int = 0) -> None:
 def enqueue(
     spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, Any] | None = None
 ) -> None:
-    """Write ``records`` (and the batch record) and send each run to the coordinator."""
+    """Write ``records`` (and the batch record) and send each run to the coordinator.
+
+    A batch with ``max_in_flight`` N sends only its first N runs; the others are queued
+    at its gate (:mod:`orchestration.state.gates`) and sent as places free.
+    """
     st = store()
+    limit = limit_of(batch) if batch is not None else 0
     for start in range(0, max(len(records), 1), SUBMIT_CHUNK):
         chunk = records[start : start + SUBMIT_CHUNK]
         pipe = st.r.pipeline(transaction=False)
@@ -83,8 +89,12 @@ def enqueue(
         st.create_runs(chunk, pipe)
         if batch is not None and chunk:
             pipe.rpush(keys.batch_runs(batch["batch_id"]), *(r.run_id for r in chunk))
+        sent = chunk if not limit else chunk[: max(0, limit - start)]
+        if batch is not None and limit:
+            later = {r.run_id: start + n for n, r in enumerate(chunk) if n >= len(sent)}
+            BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
         pipe.execute()
-        send_coordinate(r.run_id for r in chunk)
+        send_coordinate(r.run_id for r in sent)
 
 
 def ledger() -> BudgetLedger:
@@ -297,8 +307,10 @@ class BatchHandle:
             "tokens": int(raw.get("tokens", 0)),
             "calls": int(raw.get("calls", 0)),
             "created_at": float(raw.get("created_at", 0.0)),
+            #: The batch's cap on runs in flight (None: none).
+            "max_in_flight": limit_of(raw) or None,
             #: What unfinished runs wait on now, in words (rate limits, a spent budget).
-            "waits": self._waits(raw.get("spec_id"), budget, check_workers) if done < total else [],
+            "waits": self._waits(raw, budget, check_workers) if done < total else [],
         }
 
     def rejected(self) -> list[dict[str, Any]]:
@@ -307,9 +319,15 @@ class BatchHandle:
         return batches.rejected(store().r, self.batch_id)
 
     def _waits(
-        self, spec_id: str | None, budget: dict[str, Any] | None, check_workers: bool = False
+        self, raw: dict[str, str], budget: dict[str, Any] | None, check_workers: bool = False
     ) -> list[str]:
         waits = []
+        spec_id = raw.get("spec_id")
+        limit = limit_of(raw)
+        if limit:
+            waiting = BatchGate(store().r).waiting(self.batch_id)
+            if waiting:
+                waits.append(f"max_in_flight {limit}: {waiting} run(s) waiting for a place")
         if check_workers:
             idle = queues_without_workers()
             if idle:

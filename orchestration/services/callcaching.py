@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 #: Where a run's quoting boundary was, in keys and entries.
 _PLACEHOLDER = "\x00duet-boundary\x00"
 #: What a broken store raises; a lookup or a write that fails is a miss, never a failure.
-_STORE_ERRORS = (*INFRA_ERRORS, OSError, __import__("sqlite3").Error)
+STORE_ERRORS = (*INFRA_ERRORS, OSError, __import__("sqlite3").Error)
 
 
 @functools.cache
@@ -89,7 +89,7 @@ class CallCache:
             found = entry_from(text) if text is not None else None
             if found is not None and boundary:
                 found = replace(found, text=found.text.replace(_PLACEHOLDER, boundary))
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             log.warning("model-call cache lookup failed (%s): calling the model",
                         type(exc).__name__)  # fmt: skip
         for observer in self.observers:  # those that count lookups (metrics)
@@ -108,7 +108,7 @@ class CallCache:
         try:
             self.store.put(key, entry_json(completion), max_entries=spec.max_entries,
                            max_bytes=int(spec.max_mb * 1024 * 1024))  # fmt: skip
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             log.warning("model-call cache write failed (%s)", type(exc).__name__)
 
 
@@ -127,4 +127,4 @@ def hit_result(result: dict[str, Any]) -> dict[str, Any]:
             "cache_write_tokens": 0, "finished_at": time.time()}  # fmt: skip
 
 
-__all__ = ["CallCache", "api_version", "hit_result", "identity"]
+__all__ = ["STORE_ERRORS", "CallCache", "api_version", "hit_result", "identity"]

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from orchestration.core.callcache import DEFAULT_MAX_ENTRIES, CacheStats
 from orchestration.state import keys
-from orchestration.state.scripts import register
+from orchestration.state.scripts import ScriptCall, register, run_scripts
 
 #: Default size cap of a store, bytes of answers.
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -28,6 +28,12 @@ class CallStore(Protocol):
     def get(self, key: str, ttl_s: float) -> str | None: ...
 
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None: ...
+
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]: ...
+
+    def put_many(
+        self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int
+    ) -> None: ...
 
     def stats(self) -> CacheStats: ...
 
@@ -50,6 +56,22 @@ class RedisCallStore:
 
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
         self._put(keys=self._keys, args=[key, time.time(), value, max_entries, max_bytes])
+
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]:
+        """:meth:`get` of each key, in one round trip."""
+        now = time.time()
+        calls = [ScriptCall(self._get, self._keys, [key, now, ttl_s]) for key in keys]
+        found = run_scripts(self.r, calls) if calls else []
+        return [f.decode() if isinstance(f, bytes) else f for f in found]
+
+    def put_many(self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int
+                 ) -> None:  # fmt: skip
+        """:meth:`put` of each ``(key, value)``, in one round trip."""
+        now = time.time()
+        calls = [ScriptCall(self._put, self._keys, [key, now, value, max_entries, max_bytes])
+                 for key, value in entries]  # fmt: skip
+        if calls:
+            run_scripts(self.r, calls)
 
     def stats(self) -> CacheStats:
         entries, used, _, stats = self._keys
@@ -114,32 +136,48 @@ class DiskCallStore:
         db.execute("PRAGMA journal_mode=WAL")
         return db
 
-    def _count(self, db: sqlite3.Connection, name: str) -> None:
-        db.execute("INSERT INTO stats VALUES (?, 1) ON CONFLICT(name) DO UPDATE SET n = n + 1",
-                   (name,))  # fmt: skip
+    def _count(self, db: sqlite3.Connection, name: str, n: int = 1) -> None:
+        if n:
+            db.execute("INSERT INTO stats VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET n = n + ?",
+                       (name, n, n))  # fmt: skip
 
     def get(self, key: str, ttl_s: float) -> str | None:
+        return self.get_many([key], ttl_s)[0]
+
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]:
+        """The entries of ``keys`` no older than ``ttl_s`` (None: a miss), in one
+        transaction; each found is marked used now, and hits and misses are counted."""
         now = time.time()
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute("SELECT value FROM entries WHERE key = ? AND stored >= ?",
-                             (key, now - ttl_s)).fetchone()  # fmt: skip
-            if row is not None:
-                db.execute("UPDATE entries SET used = ? WHERE key = ?", (now, key))
-            self._count(db, "hits" if row is not None else "misses")
+            found: list[str | None] = []
+            for key in keys:
+                row = db.execute("SELECT value FROM entries WHERE key = ? AND stored >= ?",
+                                 (key, now - ttl_s)).fetchone()  # fmt: skip
+                found.append(str(row[0]) if row is not None else None)
+            hits = [k for k, f in zip(keys, found, strict=True) if f is not None]
+            db.executemany("UPDATE entries SET used = ? WHERE key = ?", [(now, k) for k in hits])
+            self._count(db, "hits", len(hits))
+            self._count(db, "misses", len(keys) - len(hits))
             db.execute("COMMIT")
-            return str(row[0]) if row is not None else None
+            return found
         finally:
             db.close()
 
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
+        self.put_many([(key, value)], max_entries=max_entries, max_bytes=max_bytes)
+
+    def put_many(self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int
+                 ) -> None:  # fmt: skip
+        """Store each ``(key, value)`` in one transaction, then evict the least recently
+        used past ``max_entries`` or ``max_bytes``."""
         now = time.time()
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
-                       (key, value, now, now, len(value.encode())))  # fmt: skip
+            db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
+                           [(k, v, now, now, len(v.encode())) for k, v in entries])  # fmt: skip
             count, size = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries"
             ).fetchone()

@@ -33,6 +33,7 @@ from orchestration.state import keys, scripts
 from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
 from orchestration.state.events import event_json, stored_event
+from orchestration.state.gates import GATE_FIELD
 from orchestration.state.processes import alive, process_of
 from orchestration.state.scripts import ScriptCall, run_scripts
 
@@ -52,6 +53,8 @@ class RunRecord:
     #: The run's quoting token (see :mod:`orchestration.core.quoting`); drawn once, so a
     #: retried critique shows the critic the same prompt.
     boundary: str | None = None
+    #: The batch's ``max_in_flight`` (see :mod:`orchestration.state.gates`); None: none.
+    gate: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +279,8 @@ class RunStore:
                 fields["budget_scopes"] = ",".join(rec.budget_scopes)
             if rec.boundary:
                 fields["boundary"] = rec.boundary
+            if rec.gate:
+                fields[GATE_FIELD] = rec.gate
             pipe.hset(keys.run(rec.run_id), mapping=fields)
             pipe.zadd(keys.runs_moved(), {rec.run_id: float(now)})
             pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})
@@ -406,12 +411,14 @@ class RunStore:
         # batch's keys (and its budget scope's) get it with the batch's last run.
         finish = args[0] == "finish"
         scopes = run.get("budget_scopes", "").split(",")
-        batch_keys: tuple[str, ...] = ("",) * 5
+        batch_keys: tuple[str, ...] = ("",) * 6
         if finish and batch_id:
             batch_scope = f"batch:{batch_id}"
             batch_keys = (keys.batch_runs(batch_id), keys.batch_rejected(batch_id),
                           *(keys.budget_keys(batch_scope) if batch_scope in scopes
-                            else ("", "", "")))  # fmt: skip
+                            else ("", "", "")),
+                          # The run's place under max_in_flight, given back with the finish.
+                          keys.batch_gate(batch_id) if run.get(GATE_FIELD) else "")  # fmt: skip
         run_scope = f"run:{run_id}"
         script_keys = [
             keys.run(run_id),

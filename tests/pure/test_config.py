@@ -71,6 +71,8 @@ MISTAKES = [
     ('[inputs]\ninclude = "*.py"\n', "inputs.include: must be an array"),
     ('[inputs]\nprompt_column = ""\n', "inputs.prompt_column: must not be empty"),
     ("[inputs]\nmax_prompt_chars = 0\n", "inputs.max_prompt_chars: must be >= 1"),
+    ("[batch]\nmax_in_flight = 0\n", "batch.max_in_flight: must be >= 1"),
+    ("[batch]\nmax_inflight = 3\n", "batch.max_inflight: unknown key (expected one of: max_in_flight)"),
 ]  # fmt: skip
 
 
@@ -392,3 +394,16 @@ def test_price_tiers_in_a_file(tmp_path: Path) -> None:
         "actor.price.tiers[0].above_input_tokens: must be an integer, got a string '200000'"
         in _error(tmp_path, bad)
     )
+
+
+def test_max_in_flight_from_the_config_and_in_python(tmp_path: Path) -> None:
+    path = tmp_path / "review.toml"
+    path.write_text(BASE + "\n[batch]\nmax_in_flight = 4\n")
+    assert load_config(path).batch.max_in_flight == 4
+    path.write_text(BASE)
+    assert load_config(path).batch.max_in_flight is None
+    agents = {"actor": Agent("Fix.", model="sim"), "critic": Agent("Judge.", model="sim")}
+    assert Team.actor_critic(**agents, max_in_flight=2).max_in_flight == 2
+    for bad in (0, -1, True, 2.5, "3"):
+        with pytest.raises(ConfigError, match="max_in_flight: must be a whole number of runs"):
+            Team.actor_critic(**agents, max_in_flight=bad)  # type: ignore[arg-type]

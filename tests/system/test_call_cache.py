@@ -197,3 +197,69 @@ def test_a_hit_holds_no_budget(fake_llm: Any, tmp_path: Path, inputs: Path) -> N
     _batch(fake_llm, tmp_path, config, "c.jsonl", cache)
     refused = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
     assert any("budget" in str(r.get("reason")) for r in refused)
+
+
+def _run_entries(cache: Path) -> int:
+    """Whole-run entries in the disk store."""
+    import sqlite3
+
+    db = sqlite3.connect(cache / "calls.sqlite")
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM entries WHERE key LIKE 'run:%'").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_rerun_served_whole_starts_nothing(fake_llm: Any, tmp_path: Path, inputs: Path) -> None:
+    """Every input's finished record is served from its whole-run entry before anything
+    starts: no vendor request, no Redis, no worker (celery is never imported)."""
+    config = tmp_path / "c.toml"
+    config.write_text(_config(fake_llm.url))
+    cache = tmp_path / "cache"
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    assert first > 0 and _run_entries(cache) == 6
+    before = _requests(fake_llm)
+    rerun = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "duet.cli", "run", str(config), "-i",
+         str(inputs), "-o", "b.jsonl"], env=_env(cache), cwd=tmp_path, capture_output=True,
+        text=True, timeout=180,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _requests(fake_llm) == before
+    imported = {line.rsplit("|", 1)[-1].strip() for line in rerun.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    assert "celery" not in imported and "duet.embedded" not in imported
+    assert "6 input(s) served from the cache" in rerun.stderr
+    assert "calls served from cache" in rerun.stdout
+    a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"], r["output"]) for r in a] == [
+        (r["id"], r["status"], r["output"]) for r in b]  # fmt: skip
+    assert all(r["cached"] and r["usage"]["calls"] == 0 and r["usage"]["usd"] == 0 for r in b)
+    assert [r["usage"]["cached_calls"] for r in b] == [r["usage"]["calls"] for r in a]
+    # One input more: the six are served whole, only the new one runs.
+    inputs.write_text(INPUTS + json.dumps({"id": "new", "prompt": "eval(input())"}) + "\n")
+    assert 0 < _batch(fake_llm, tmp_path, config, "c.jsonl", cache) < first
+    c = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert [r.get("cached", False) for r in c] == [True] * 6 + [False]
+    assert _run_entries(cache) == 7
+    # duet cache clear drops them with the calls: everything is paid again.
+    cleared = _run(["cache", "clear"], cache, tmp_path)
+    assert cleared.returncode == 0, cleared.stderr
+    assert _run_entries(cache) == 0
+    assert _batch(fake_llm, tmp_path, config, "d.jsonl", cache) > first
+
+
+def test_a_refusing_agent_gets_no_whole_run_entry(
+    fake_llm: Any, tmp_path: Path, inputs: Path
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(_config(fake_llm.url, critic_extra="cache = false\n"))
+    cache = tmp_path / "cache"
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    assert _run_entries(cache) == 0
+    # The actor's calls hit; the critic's are paid again: no run was served whole.
+    again = _batch(fake_llm, tmp_path, config, "b.jsonl", cache)
+    assert 0 < again < first
+    records = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert not any(r.get("cached") for r in records)
