@@ -58,8 +58,12 @@ def _timed(repeat: int, work: Callable[[], object]) -> float:
 
 def _cat_file_batch(repo: Path, paths: list[str]) -> int:
     request = "".join(f"feature:{p}\n" for p in paths).encode()
-    done = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input=request,
-                          capture_output=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "--batch"],
+        input=request,
+        capture_output=True,
+        check=True,
+    )
     return len(done.stdout)
 
 

@@ -52,12 +52,18 @@ def step(processes: int, runs: int) -> dict[str, Any]:
     calls = 2 * runs
     redis_ms = 1000 * redis_s / calls
     return {
-        "processes": processes, "threads": THREADS, "runs": runs, "calls": calls,
-        "wall_s": wall, "calls_per_s": calls / wall,
-        "redis_cpu_ms_per_call": redis_ms, "workers_cpu_ms_per_call": 1000 * workers_s / calls,
-        "redis_busy": redis_s / wall, "machine_busy": (redis_s + workers_s) / wall / (os.cpu_count() or 1),
+        "processes": processes,
+        "threads": THREADS,
+        "runs": runs,
+        "calls": calls,
+        "wall_s": wall,
+        "calls_per_s": calls / wall,
+        "redis_cpu_ms_per_call": redis_ms,
+        "workers_cpu_ms_per_call": 1000 * workers_s / calls,
+        "redis_busy": redis_s / wall,
+        "machine_busy": (redis_s + workers_s) / wall / (os.cpu_count() or 1),
         "ceiling_calls_per_s": 1000 / redis_ms if redis_ms else float("inf"),
-    }  # fmt: skip
+    }
 
 
 def report(rows: list[dict[str, Any]]) -> str:
@@ -73,16 +79,19 @@ def report(rows: list[dict[str, Any]]) -> str:
         "fresh embedded Redis and one batch of runs approved in round 1 on `sim` at 0 ms (2 calls "
         "a run, every call Duet's own work). Redis CPU is redis-server's own (`INFO cpu` user + "
         "sys, deltas over the batch; it is the broker too, so its queue traffic is in it); its "
-        "ceiling is 1 core / Redis CPU per call. \"Our share of the cores\": redis-server's and "
+        'ceiling is 1 core / Redis CPU per call. "Our share of the cores": redis-server\'s and '
         "the workers' CPU over the wall time and the cores (the rest went to the submitting "
         "client and to the other work on this shared machine).",
         "",
         "| worker processes | calls | calls/s | Redis CPU ms per call | Redis core busy | workers CPU ms per call | our share of the cores | projected ceiling, calls/s |",
         "|---|---|---|---|---|---|---|---|",
-        *(f"| {f['processes']} | {f['calls']:,} | {f['calls_per_s']:.0f} | "
-          f"{f['redis_cpu_ms_per_call']:.3f} | {100 * f['redis_busy']:.0f} % | "
-          f"{f['workers_cpu_ms_per_call']:.2f} | {100 * f['machine_busy']:.0f} % | "
-          f"{f['ceiling_calls_per_s']:,.0f} |" for f in rows),
+        *(
+            f"| {f['processes']} | {f['calls']:,} | {f['calls_per_s']:.0f} | "
+            f"{f['redis_cpu_ms_per_call']:.3f} | {100 * f['redis_busy']:.0f} % | "
+            f"{f['workers_cpu_ms_per_call']:.2f} | {100 * f['machine_busy']:.0f} % | "
+            f"{f['ceiling_calls_per_s']:,.0f} |"
+            for f in rows
+        ),
         "",
         f"On this machine the workers run out of CPU long before Redis does: calls/s stops "
         f"growing at {best['calls_per_s']:.0f} (with {best['processes']} worker process(es); more only "
@@ -96,7 +105,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         "workload, so that is roughly "
         f"{lowest * min(f['workers_cpu_ms_per_call'] for f in rows) / 1000:.0f} worker cores per "
         "primary.",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -109,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in (int(p) for p in args.processes.split(",")):
         rows.append(step(n, args.runs * n))
-        print(f"{n} process(es): {rows[-1]['calls_per_s']:.0f} calls/s, Redis "
-              f"{rows[-1]['redis_cpu_ms_per_call']:.3f} ms a call", flush=True)  # fmt: skip
+        print(
+            f"{n} process(es): {rows[-1]['calls_per_s']:.0f} calls/s, Redis "
+            f"{rows[-1]['redis_cpu_ms_per_call']:.3f} ms a call",
+            flush=True,
+        )
     print(report(rows))
     if args.json:
         print(json.dumps(rows))

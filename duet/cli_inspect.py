@@ -176,11 +176,18 @@ def _run_header(result: RunResult) -> Table:
         *([("kept", kept)] if (kept := _kept(result)) else []),
         ("reason", result.interruption_reason or "-"),
         ("error", refusal_line(result.interruption_reason, result.error) or result.error or "-"),
-        ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
-                  f"{usage.calls} calls, ${usage.usd:.4f}"
-                  + (f"; {usage.cached_calls} cached steps (served from the model-call "
-                     f"cache, ${usage.saved_usd:.4f} saved)" if usage.cached_calls else "")),
-    ]  # fmt: skip
+        (
+            "usage",
+            f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+            f"{usage.calls} calls, ${usage.usd:.4f}"
+            + (
+                f"; {usage.cached_calls} cached steps (served from the model-call "
+                f"cache, ${usage.saved_usd:.4f} saved)"
+                if usage.cached_calls
+                else ""
+            ),
+        ),
+    ]
     for name, value in rows:
         table.add_row(name, value if isinstance(value, Text) else plain(value))
     return table

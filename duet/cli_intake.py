@@ -43,21 +43,32 @@ SHOWN_PROBLEMS = 20
 
 
 def load_checked(
-    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None,
+    config: Path,
+    *,
+    embedded: bool,
+    vendor_batch: bool = False,
+    cache: str | None = None,
     max_in_flight: int | None = None,
-) -> ReviewConfig:  # fmt: skip
+) -> ReviewConfig:
     """Load the config and check what only the worker side can check (sim options, keys);
     ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
     return check_loaded(
-        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache,
+        load_config(config),
+        embedded=embedded,
+        vendor_batch=vendor_batch,
+        cache=cache,
         max_in_flight=max_in_flight,
-    )  # fmt: skip
+    )
 
 
 def check_loaded(
-    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None,
+    cfg: ReviewConfig,
+    *,
+    embedded: bool,
+    vendor_batch: bool = False,
+    cache: str | None = None,
     max_in_flight: int | None = None,
-) -> ReviewConfig:  # fmt: skip
+) -> ReviewConfig:
     """:func:`load_checked` for a config already loaded (a built-in one, say); ``cache``
     (a TTL) turns the model-call cache on over the config's ``[cache]``;
     ``max_in_flight`` (``--max-in-flight``) is put over its ``[batch] max_in_flight``."""
@@ -213,9 +224,14 @@ class Reading:
     """The inputs read for one command: the reader, the intake and the first item."""
 
     def __init__(
-        self, cfg: ReviewConfig, path: Path, intake: Intake, reader: Any = None,
-        empty_ok: bool = False, **options: Any,
-    ) -> None:  # fmt: skip
+        self,
+        cfg: ReviewConfig,
+        path: Path,
+        intake: Intake,
+        reader: Any = None,
+        empty_ok: bool = False,
+        **options: Any,
+    ) -> None:
         self.path = path
         self.intake = intake
         #: An InputReader, or anything shaped like one (``duet.git_intake.GitChanges``).

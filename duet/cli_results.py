@@ -70,9 +70,11 @@ class Intake:
     """
 
     def __init__(
-        self, finished: dict[str, dict[str, Any]] | None = None, limit: int | None = None,
+        self,
+        finished: dict[str, dict[str, Any]] | None = None,
+        limit: int | None = None,
         cache: RunCache | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.finished = finished or {}
         self.limit = limit
         self.cache = cache
@@ -89,9 +91,15 @@ class Intake:
 
     def on_problem(self, problem: InputProblem) -> None:
         self.rejected.append(
-            {"index": self.position, "id": problem.id, "source": problem.source,
-             "line": problem.line, "reason": problem.reason, "problem": problem}
-        )  # fmt: skip
+            {
+                "index": self.position,
+                "id": problem.id,
+                "source": problem.source,
+                "line": problem.line,
+                "reason": problem.reason,
+                "problem": problem,
+            }
+        )
         self.position += 1
 
     def items(self, reader: InputReader) -> Iterator[dict[str, Any]]:
@@ -150,8 +158,9 @@ class ResultsFile:
     ``on_write`` is told of each record written (the run cache keeps those of its runs).
     """
 
-    def __init__(self, path: Path, on_write: Callable[[dict[str, Any]], None] | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, path: Path, on_write: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self.path = path
         self.on_write = on_write
         self.as_csv = path.suffix.lower() == ".csv"
@@ -364,8 +373,9 @@ def _csv_records(
             return
         line = rows.line_num
         record: dict[str, Any] = {k: _from_cell(k, v) for k, v in row.items()}
-        record["usage"] = {k: record.pop(k, None) for k in
-                           ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
+        record["usage"] = {
+            k: record.pop(k, None) for k in ("input_tokens", "output_tokens", "calls", "usd")
+        }
         for key in CSV_JSON:
             record[key] = _json_cell(row.get(key) or "", f"{path}:{line}: {key}")
         actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)

@@ -25,11 +25,13 @@ FAIL_ON = ("error", "warning", "never")
 GitOpt = Annotated[
     str | None,
     typer.Option(
-        "--git", metavar="BASE..HEAD", show_default=False,
+        "--git",
+        metavar="BASE..HEAD",
+        show_default=False,
         help="Review the files changed between two commits (BASE...HEAD: from their merge "
         "base) instead of --input: one input per changed file (or hunk).",
     ),
-]  # fmt: skip
+]
 RepoOpt = Annotated[
     Path, typer.Option("--repo", file_okay=False, help="The git repository of --git.")
 ]
@@ -42,11 +44,13 @@ ContextOpt = Annotated[
 FormatOpt = Annotated[
     str | None,
     typer.Option(
-        "--format", "-f", show_default=False,
+        "--format",
+        "-f",
+        show_default=False,
         help="Write the findings as sarif (GitHub code scanning), rdjson (reviewdog), "
         "github (workflow annotations) or markdown (a PR comment).",
     ),
-]  # fmt: skip
+]
 AllOpt = Annotated[
     bool,
     typer.Option("--all", help="-f: every round's issues of every input, approved ones too."),
@@ -88,9 +92,13 @@ class GitSource:
 
         assert self.spec is not None
         return GitChanges(
-            self.repo, self.spec, unit=self.unit, context=self.context,
-            max_prompt_chars=prompt_limit(cfg), on_problem=intake.on_problem,
-        )  # fmt: skip
+            self.repo,
+            self.spec,
+            unit=self.unit,
+            context=self.context,
+            max_prompt_chars=prompt_limit(cfg),
+            on_problem=intake.on_problem,
+        )
 
 
 def input_source(input: Path | None, git: GitSource | None) -> Path:
@@ -125,9 +133,16 @@ def _reader(root: Path) -> Any:
 
 
 def write_findings(
-    batch: str, fmt: str | None, output: Path | None, *, everything: bool, fail_on: str,
-    patch: bool, root: Path, timeout: float | None,
-) -> None:  # fmt: skip
+    batch: str,
+    fmt: str | None,
+    output: Path | None,
+    *,
+    everything: bool,
+    fail_on: str,
+    patch: bool,
+    root: Path,
+    timeout: float | None,
+) -> None:
     """``duet results BATCH -f FORMAT`` / ``--patch``: write, then exit by ``--fail-on``."""
     from duet.formats.findings import at_least, findings, in_files
     from duet.formats.patch import build_patch

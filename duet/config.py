@@ -346,8 +346,10 @@ def parse_config(
     config._source = source
     config._base_dir = base_dir if base_dir is not None else Path.cwd()
     spec = config.build_architecture().to_spec()
-    used = {f"{spec.actor.provider}:{spec.actor.model_name}": "actor",
-            f"{spec.critic.provider}:{spec.critic.model_name}": "critic"}  # fmt: skip
+    used = {
+        f"{spec.actor.provider}:{spec.actor.model_name}": "actor",
+        f"{spec.critic.provider}:{spec.critic.model_name}": "critic",
+    }
     for model in config.rate_limits:
         where = key_path(("rate_limits", model))
         try:

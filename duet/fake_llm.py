@@ -325,10 +325,16 @@ class _State:
                 if plan.get("retry_after_ms") is not None:
                     headers["retry-after-ms"] = plan["retry_after_ms"]
             return _Decision(
-                delay / 1000, drop, status, headers, plan.get("message"),
-                bool(plan.get("echo_key")), bool(plan.get("echo_key_in_reply")),
-                bool(plan.get("echo_key_in_issues")), bool(plan.get("echo_url")),
-            )  # fmt: skip
+                delay / 1000,
+                drop,
+                status,
+                headers,
+                plan.get("message"),
+                bool(plan.get("echo_key")),
+                bool(plan.get("echo_key_in_reply")),
+                bool(plan.get("echo_key_in_issues")),
+                bool(plan.get("echo_url")),
+            )
 
     def record_response(
         self,
@@ -562,8 +568,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
         if fate.status is not None:
-            self._error(anthropic, fate.status, fate.message, fate.headers, echo_key=fate.echo_key,
-                        echo_url=fate.echo_url)  # fmt: skip
+            self._error(
+                anthropic,
+                fate.status,
+                fate.message,
+                fate.headers,
+                echo_key=fate.echo_key,
+                echo_url=fate.echo_url,
+            )
             return
         refused = refusal("anthropic.messages" if anthropic else "openai.chat", body)
         if refused is not None:  # what the vendor's API would refuse (duet.fake_schemas)
@@ -675,8 +687,9 @@ def _answer(
     sim_model = sim_model_for(model, system, last, structured=structured)
     done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
     if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
-        raise ProviderError(CONTEXT_MESSAGE, kind="context_window", transient=False,
-                            status_code=400)  # fmt: skip
+        raise ProviderError(
+            CONTEXT_MESSAGE, kind="context_window", transient=False, status_code=400
+        )
     cut = done.stop_reason == "max_tokens"
     created = int(time.time())
     # Tool definitions and a response schema are part of the prompt, as vendors bill.
@@ -734,8 +747,12 @@ def _answer(
         _refused(payload, anthropic, done.text)
     elif tool is not None and not cut and done.stop_reason == "end":  # the forced tool
         # is called with the critique
-        call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
-                "input": json.loads(done.text)}  # fmt: skip
+        call = {
+            "type": "tool_use",
+            "id": f"toolu_{uuid.uuid4().hex[:24]}",
+            "name": tool,
+            "input": json.loads(done.text),
+        }
         payload.update(content=[call], stop_reason="tool_use")
     return payload, usage
 

@@ -47,8 +47,16 @@ _SAFE_ENV = {
     "GIT_PAGER": "cat",
     "LC_ALL": "C",
 }
-_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-                "-c", "diff.external=", "-c", "core.quotePath=false")  # fmt: skip
+_SAFE_CONFIG = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "diff.external=",
+    "-c",
+    "core.quotePath=false",
+)
 
 
 class GitError(ConfigError):
@@ -87,9 +95,12 @@ class Blobs:
         argv, env = _command(repo, "cat-file", "--batch")
         try:
             self._proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
                 env=env,
-            )  # fmt: skip
+            )
         except FileNotFoundError:
             raise GitError("git is not installed (needed for --git)") from None
 
@@ -321,9 +332,13 @@ class GitChanges:
             return set()
         argv, env = _command(self.repo, "check-ignore", "--no-index", "-z", "--stdin")
         done = subprocess.run(
-            argv, input="\0".join(paths).encode() + b"\0", capture_output=True, env=env,
-            check=False, timeout=120,
-        )  # fmt: skip
+            argv,
+            input="\0".join(paths).encode() + b"\0",
+            capture_output=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
         return {p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
 
     def _records(self, change: Change, patched: Any, text: str) -> Iterator[InputRecord]:

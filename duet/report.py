@@ -44,10 +44,17 @@ def _iso(ts: float | None) -> str | None:
 
 
 def _usage(u: Any) -> dict[str, Any]:
-    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "calls": u.calls,
-            "usd": round(u.usd, 6),
-            **({"cached_calls": u.cached_calls, "saved_usd": round(u.saved_usd, 6)}
-               if getattr(u, "cached_calls", 0) else {})}  # fmt: skip
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "calls": u.calls,
+        "usd": round(u.usd, 6),
+        **(
+            {"cached_calls": u.cached_calls, "saved_usd": round(u.saved_usd, 6)}
+            if getattr(u, "cached_calls", 0)
+            else {}
+        ),
+    }
 
 
 def result_record(
@@ -85,7 +92,7 @@ def result_record(
                 "findings": r.findings,
             }
             for r in result.rounds
-        ],  # fmt: skip
+        ],
         "n_rounds": len(result.rounds),
         #: What is still wrong with the output, if anything: the last critique's issues
         #: (with ``keep = "best"``, those of the critique that judged the kept output).
@@ -132,8 +139,12 @@ def rejected_record(
     stored with a batch (``id``, ``source``, ``line``, ``reason``, ``index``).
     """
     if not isinstance(problem, Mapping):
-        problem = {"id": problem.id, "source": problem.source, "line": problem.line,
-                   "reason": problem.reason}  # fmt: skip
+        problem = {
+            "id": problem.id,
+            "source": problem.source,
+            "line": problem.line,
+            "reason": problem.reason,
+        }
     return {
         "index": problem.get("index") if index is None else index,
         "id": problem["id"],
@@ -267,16 +278,50 @@ class Summary:
 # --- CSV ------------------------------------------------------------------------------
 #: Columns of a results CSV; nested fields (rounds, metadata) are JSON in their cell.
 CSV_COLUMNS = (
-    "index", "id", "status", "final_score", "n_rounds", "input_tokens", "output_tokens",
-    "calls", "usd", "reason", "error", "run_id", "batch_id", "user_id", "actor_model",
-    "critic_model", "created_at", "finished_at", "duration_s", "output", "issues", "rounds",
-    "metadata", "output_round", "scored_output_round", "keep", "best_round",
-)  # fmt: skip
+    "index",
+    "id",
+    "status",
+    "final_score",
+    "n_rounds",
+    "input_tokens",
+    "output_tokens",
+    "calls",
+    "usd",
+    "reason",
+    "error",
+    "run_id",
+    "batch_id",
+    "user_id",
+    "actor_model",
+    "critic_model",
+    "created_at",
+    "finished_at",
+    "duration_s",
+    "output",
+    "issues",
+    "rounds",
+    "metadata",
+    "output_round",
+    "scored_output_round",
+    "keep",
+    "best_round",
+)
 #: The columns holding numbers; every other cell is text (an id ``007`` stays ``007``).
 CSV_NUMBERS = frozenset(
-    {"index", "final_score", "n_rounds", "input_tokens", "output_tokens", "calls", "usd",
-     "duration_s", "output_round", "scored_output_round", "best_round"}
-)  # fmt: skip
+    {
+        "index",
+        "final_score",
+        "n_rounds",
+        "input_tokens",
+        "output_tokens",
+        "calls",
+        "usd",
+        "duration_s",
+        "output_round",
+        "scored_output_round",
+        "best_round",
+    }
+)
 #: The columns holding JSON (lists and objects).
 CSV_JSON = ("issues", "rounds", "metadata")
 

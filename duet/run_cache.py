@@ -34,10 +34,17 @@ INPUT_FIELDS = ("index", "id", "user_id", "metadata")
 def served_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
     """A record's usage as a run served from the cache bills it: nothing, its calls counted
     as ``cached_calls`` and its cost as ``saved_usd`` (the role breakdown likewise)."""
-    out: dict[str, Any] = {**usage, "input_tokens": 0, "output_tokens": 0, "calls": 0, "usd": 0.0,
-           "cached_calls": int(usage.get("cached_calls") or 0) + int(usage.get("calls") or 0),
-           "saved_usd": round(float(usage.get("saved_usd") or 0.0)
-                              + float(usage.get("usd") or 0.0), 6)}  # fmt: skip
+    out: dict[str, Any] = {
+        **usage,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "calls": 0,
+        "usd": 0.0,
+        "cached_calls": int(usage.get("cached_calls") or 0) + int(usage.get("calls") or 0),
+        "saved_usd": round(
+            float(usage.get("saved_usd") or 0.0) + float(usage.get("usd") or 0.0), 6
+        ),
+    }
     if isinstance(usage.get("by_role"), Mapping):
         out["by_role"] = {role: served_usage(u) for role, u in usage["by_role"].items()}
     return out
@@ -45,9 +52,15 @@ def served_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
 
 def served_record(stored: Mapping[str, Any], index: int, item: Mapping[str, Any]) -> dict[str, Any]:
     """The results record of input ``item`` (at ``index``) served from a stored run's."""
-    return {**stored, "index": index, "id": item.get("id"), "user_id": item.get("user_id"),
-            "metadata": item.get("metadata"), "cached": True,
-            "usage": served_usage(stored.get("usage") or {})}  # fmt: skip
+    return {
+        **stored,
+        "index": index,
+        "id": item.get("id"),
+        "user_id": item.get("user_id"),
+        "metadata": item.get("metadata"),
+        "cached": True,
+        "usage": served_usage(stored.get("usage") or {}),
+    }
 
 
 def _stored_of(text: str | None) -> dict[str, Any] | None:
@@ -92,8 +105,11 @@ class RunCache:
     def lookup(self, items: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[int, dict[str, Any]]:
         """Of ``(index, submit item)``, the records of those served from the cache, by
         index (one lookup for all); a store that fails serves nothing."""
-        keyed = [(index, item, run_key(self.spec, item["prompt"], self.api))
-                 for index, item in items if run_cacheable(self.spec, item.get("user_id"))]  # fmt: skip
+        keyed = [
+            (index, item, run_key(self.spec, item["prompt"], self.api))
+            for index, item in items
+            if run_cacheable(self.spec, item.get("user_id"))
+        ]
         try:
             texts = self.store.get_many([key for _, _, key in keyed], self.cache.ttl_s)
         except self.errors as exc:
@@ -123,8 +139,11 @@ class RunCache:
         if not pending:
             return 0
         try:
-            self.store.put_many(pending, max_entries=self.cache.max_entries,
-                                max_bytes=int(self.cache.max_mb * 1024 * 1024))  # fmt: skip
+            self.store.put_many(
+                pending,
+                max_entries=self.cache.max_entries,
+                max_bytes=int(self.cache.max_mb * 1024 * 1024),
+            )
         except self.errors as exc:
             log.warning("run cache write failed (%s)", type(exc).__name__)
             return 0

@@ -255,9 +255,10 @@ def redact_process_logs() -> None:
     """Redact every log handler of this process: each logger's, and Python's last-resort
     handler (what prints warnings when nothing else is set up, as in ``duet run``)."""
     loggers = [logging.getLogger()] + [
-        found for found in logging.Logger.manager.loggerDict.values()
+        found
+        for found in logging.Logger.manager.loggerDict.values()
         if isinstance(found, logging.Logger)
-    ]  # fmt: skip
+    ]
     for logger in loggers:
         redact_logs(logger)
     last = logging.lastResort

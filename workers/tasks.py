@@ -55,8 +55,9 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
     claimant: str | None = None
     try:
         claimant = get_liveness().claimant()
-        outcome = get_steps().run(run_id, step_key, claimant=claimant, previous=claim_of(task),
-                                  failures=failures_of(task))  # fmt: skip
+        outcome = get_steps().run(
+            run_id, step_key, claimant=claimant, previous=claim_of(task), failures=failures_of(task)
+        )
         if isinstance(outcome, Park):  # a vendor_batch agent: the call goes in a vendor batch
             park_step(task, outcome)
         else:

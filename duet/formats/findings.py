@@ -70,15 +70,28 @@ def _from_string(record: dict[str, Any], issue: str) -> Finding:
     found = _LOCATED.match(issue.strip())
     base = record_path(record)
     if found is None:
-        return Finding(str(record.get("id")), issue, base, None, None, DEFAULT_SEVERITY,
-                       DEFAULT_RULE, critic_of(record))  # fmt: skip
+        return Finding(
+            str(record.get("id")),
+            issue,
+            base,
+            None,
+            None,
+            DEFAULT_SEVERITY,
+            DEFAULT_RULE,
+            critic_of(record),
+        )
     line = int(found["line"])
     end = int(found["end"]) if found["end"] else None
     return Finding(
-        str(record.get("id")), found["message"].strip(), found["path"].strip(), line,
-        end if end is not None and end >= line else None, _severity(found["severity"]),
-        DEFAULT_RULE, critic_of(record),
-    )  # fmt: skip
+        str(record.get("id")),
+        found["message"].strip(),
+        found["path"].strip(),
+        line,
+        end if end is not None and end >= line else None,
+        _severity(found["severity"]),
+        DEFAULT_RULE,
+        critic_of(record),
+    )
 
 
 def _from_object(record: dict[str, Any], obj: dict[str, Any]) -> Finding:
@@ -88,10 +101,15 @@ def _from_object(record: dict[str, Any], obj: dict[str, Any]) -> Finding:
     raw_rule = obj.get("rule")
     rule = raw_rule if isinstance(raw_rule, str) and raw_rule else DEFAULT_RULE
     return Finding(
-        str(record.get("id")), str(obj.get("message") or ""), path or record_path(record),
-        line, end if line is not None and end is not None and end >= line else None,
-        _severity(obj.get("severity")), rule, critic_of(record),
-    )  # fmt: skip
+        str(record.get("id")),
+        str(obj.get("message") or ""),
+        path or record_path(record),
+        line,
+        end if line is not None and end is not None and end >= line else None,
+        _severity(obj.get("severity")),
+        rule,
+        critic_of(record),
+    )
 
 
 def _issues(record: dict[str, Any], everything: bool) -> Iterable[Any]:

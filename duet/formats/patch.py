@@ -63,9 +63,14 @@ def build_patch(records: Iterable[dict[str, Any]], read: Callable[[str], str | N
         if old is None:
             patch._skip("reviewed file not found")
             continue
-        diff = list(difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
-        ))  # fmt: skip
+        diff = list(
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                f"a/{path}",
+                f"b/{path}",
+            )
+        )
         if not diff:
             continue
         parts.append("".join(_terminated(diff)))

@@ -314,8 +314,14 @@ class Team:
         if self.budget is not None:
             limits.update((r.budget_scopes[0], self.budget) for r in records)
         handles.set_budgets(limits)
-        batch = {"batch_id": batch_id, "spec_id": self.spec.spec_id, "total": len(records),
-                 "done": 0, "created_at": repr(time.time()), "budgeted": int(budget is not None)}  # fmt: skip
+        batch = {
+            "batch_id": batch_id,
+            "spec_id": self.spec.spec_id,
+            "total": len(records),
+            "done": 0,
+            "created_at": repr(time.time()),
+            "budgeted": int(budget is not None),
+        }
         if gate:
             batch[BATCH_FIELD] = gate
         enqueue(self.spec, records, batch=batch)

@@ -27,8 +27,10 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "sim": None}
 #: Each vendor's own API hosts: the only hosts its default key (:data:`DEFAULT_KEY_ENV`)
 #: is sent to. Any other ``base_url`` gets a key only from a variable ``api_key_env`` names.
-VENDOR_HOSTS = {"openai": frozenset({"api.openai.com"}),
-                "anthropic": frozenset({"api.anthropic.com"})}  # fmt: skip
+VENDOR_HOSTS = {
+    "openai": frozenset({"api.openai.com"}),
+    "anthropic": frozenset({"api.anthropic.com"}),
+}
 
 _OPENAI_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
 _ACCEPTED = (

@@ -97,9 +97,17 @@ class LoopSpec(LoopSettings):
         if self.name:
             return self.name
         who = self.model_dump_json(
-            include={"actor", "critic", "max_rounds", "approval_threshold",
-                     "critique_template", "refine_template", "coordinator", "worker_ids"}
-        )  # fmt: skip
+            include={
+                "actor",
+                "critic",
+                "max_rounds",
+                "approval_threshold",
+                "critique_template",
+                "refine_template",
+                "coordinator",
+                "worker_ids",
+            }
+        )
         return "t-" + hashlib.sha256(who.encode()).hexdigest()[:16]
 
 

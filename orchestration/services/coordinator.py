@@ -326,5 +326,10 @@ class Coordinator:
 
 
 __all__ = [
-    "Coordinator", "Dispatch", "DispatchMessage", "RunObserver", "SendTransition", "outcomes",
-]  # fmt: skip
+    "Coordinator",
+    "Dispatch",
+    "DispatchMessage",
+    "RunObserver",
+    "SendTransition",
+    "outcomes",
+]

@@ -61,15 +61,24 @@ class Sweeper:
                 sends.append(Transition(run.run_id, run.seq, run.batch_id))
             elif not run.claimed:
                 phase, _ = parse_step_key(run.current_step)
-                sends.append(Dispatch(TASK_BY_PHASE[phase], run.run_id, run.current_step,
-                                      run.seq, run.batch_id))  # fmt: skip
+                sends.append(
+                    Dispatch(
+                        TASK_BY_PHASE[phase], run.run_id, run.current_step, run.seq, run.batch_id
+                    )
+                )
         if sends:
-            log.warning("sweep: %s runs had stopped moving; sent on: %s", len(sends),
-                        ", ".join(s.run_id for s in sends[:10]))  # fmt: skip
+            log.warning(
+                "sweep: %s runs had stopped moving; sent on: %s",
+                len(sends),
+                ", ".join(s.run_id for s in sends[:10]),
+            )
         placed = [Transition(run_id, 0, batch_id) for batch_id, run_id in self.gate.hand_on_all()]
         if placed:
-            log.warning("sweep: %s waiting runs given a free place (max_in_flight): %s",
-                        len(placed), ", ".join(s.run_id for s in placed[:10]))  # fmt: skip
+            log.warning(
+                "sweep: %s waiting runs given a free place (max_in_flight): %s",
+                len(placed),
+                ", ".join(s.run_id for s in placed[:10]),
+            )
         return sends + placed
 
 

@@ -42,20 +42,28 @@ class BatchGate:
         """Whether ``run_id`` holds a place now (taking one if free); if not, it waits in
         the batch's queue (behind the runs queued at submit, which keep their order)."""
         got = self._enter(
-            keys=[keys.batch_gate(batch_id), keys.batch_waiting(batch_id), keys.runs_moved(),
-                  keys.gated_batches()],
+            keys=[
+                keys.batch_gate(batch_id),
+                keys.batch_waiting(batch_id),
+                keys.runs_moved(),
+                keys.gated_batches(),
+            ],
             args=[run_id, limit, repr(time.time()), batch_id],
-        )  # fmt: skip
+        )
         return bool(got)
 
     def pass_on(self, batch_id: str, limit: int) -> list[str]:
         """Give the free places to the first waiting runs; their ids, for the caller to
         send each its first transition."""
         handed: list[str] = self._pass(
-            keys=[keys.batch_gate(batch_id), keys.batch_waiting(batch_id), keys.runs_moved(),
-                  keys.gated_batches()],
+            keys=[
+                keys.batch_gate(batch_id),
+                keys.batch_waiting(batch_id),
+                keys.runs_moved(),
+                keys.gated_batches(),
+            ],
             args=[limit, repr(time.time()), batch_id],
-        )  # fmt: skip
+        )
         return handed
 
     def hand_on_all(self) -> list[tuple[str, str]]:

@@ -36,14 +36,20 @@ def llm() -> Iterator[FakeLLM]:
 
 
 def test_a_worker_killed_with_capped_runs_in_flight(llm: FakeLLM, reliability: Reliability) -> None:
-    env = {"OPENAI_API_KEY": "sk-test-gate", "DUET_STEP_LEASE_S": "5",
-           "DUET_SWEEP_INTERVAL_S": "1", "DUET_SWEEP_AFTER_S": "8"}  # fmt: skip
+    env = {
+        "OPENAI_API_KEY": "sk-test-gate",
+        "DUET_STEP_LEASE_S": "5",
+        "DUET_SWEEP_INTERVAL_S": "1",
+        "DUET_SWEEP_AFTER_S": "8",
+    }
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         stack.enter_context(client_pointed_at(server.url))
-        stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
-                                          name="survivor", queues="coordinator"))  # fmt: skip
-        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
-                                                   name="doomed"))  # fmt: skip
+        stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=8, name="survivor", queues="coordinator")
+        )
+        doomed = stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=8, name="doomed")
+        )
         team = Team.actor_critic(
             actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
             critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
@@ -64,8 +70,10 @@ def test_a_worker_killed_with_capped_runs_in_flight(llm: FakeLLM, reliability: R
         left = r.scard(keys.batch_gate(batch.batch_id))
         waiting = r.zcard(keys.batch_waiting(batch.batch_id))
         approved = counts.get("approved", 0)
-        print(f"kill -9 with {held} capped runs in flight: {approved}/{RUNS} approved, peak "
-              f"{peak} (cap {CAP}), {left} places and {waiting} waiting runs left")  # fmt: skip
+        print(
+            f"kill -9 with {held} capped runs in flight: {approved}/{RUNS} approved, peak "
+            f"{peak} (cap {CAP}), {left} places and {waiting} waiting runs left"
+        )
         reliability.record(
             section=ENGINE,
             fault=f"A worker killed (`SIGKILL`) with the {CAP} runs a `max_in_flight = {CAP}` "

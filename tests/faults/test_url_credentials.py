@@ -44,12 +44,16 @@ def _with_credentials(url: str, variable: str = VARIABLE) -> str:
 
 def _team(llm: FakeLLM, variable: str = VARIABLE) -> Team:
     return Team.actor_critic(
-        actor=Agent("Fix the code.", model="openai:sim",
-                    base_url=_with_credentials(llm.url, variable)),
-        critic=Agent("Review.", model="anthropic:sim:critic?scores=0.2,0.95",
-                     base_url=_with_credentials(llm.anthropic_url, variable)),
+        actor=Agent(
+            "Fix the code.", model="openai:sim", base_url=_with_credentials(llm.url, variable)
+        ),
+        critic=Agent(
+            "Review.",
+            model="anthropic:sim:critic?scores=0.2,0.95",
+            base_url=_with_credentials(llm.anthropic_url, variable),
+        ),
         max_rounds=3,
-    )  # fmt: skip
+    )
 
 
 def test_a_url_password_comes_from_the_worker_and_is_stored_nowhere(
@@ -70,13 +74,17 @@ def test_a_url_password_comes_from_the_worker_and_is_stored_nowhere(
         # Every second call fails, its message quoting the password and ending with the
         # URL (user and password written back in) and the credential header; the retry
         # succeeds.
-        llm.set_faults(status=500, every=2, echo_url=True, echo_key=True,
-                       message=f"gateway: bad password {PASSWORD}")  # fmt: skip
+        llm.set_faults(
+            status=500,
+            every=2,
+            echo_url=True,
+            echo_key=True,
+            message=f"gateway: bad password {PASSWORD}",
+        )
         retried = team.run_sync("Write a lexer.", timeout=60)
         faulted = llm.stats()["faulted"]
         # A permanent error with the same echo ends the run with the message.
-        llm.set_faults(status=403, echo_url=True, echo_key=True,
-                       model="sim:critic?scores=0.2,0.95")  # fmt: skip
+        llm.set_faults(status=403, echo_url=True, echo_key=True, model="sim:critic?scores=0.2,0.95")
         refused = team.run_sync("Write a printer.", timeout=60)
         llm.clear_faults()
         missing = _team(llm, UNSET).run_sync("Write a checker.", timeout=60)
@@ -87,10 +95,12 @@ def test_a_url_password_comes_from_the_worker_and_is_stored_nowhere(
     captured = monitor.stop().decode("utf-8", errors="replace")
     records = [result_record(run) for run in runs]
     places = {
-        "Redis keys and values": stored, "MONITOR capture": captured, "worker log": log,
+        "Redis keys and values": stored,
+        "MONITOR capture": captured,
+        "worker log": log,
         "results": json.dumps(records) + "".join(run.model_dump_json() for run in runs),
         "duet show": "".join(s.stdout + s.stderr for s in shown),
-    }  # fmt: skip
+    }
     # The password, and what the Basic header holds: base64 of user:password.
     leaks = leaks_in(places, (PASSWORD, f"{USER}:{PASSWORD}", BASIC.removeprefix("Basic ")))
     reliability.record(

@@ -25,17 +25,25 @@ SCHEMA = json.loads((Path(__file__).parents[1] / "data/sarif-schema-2.1.0.json")
 
 
 def _record(**fields: object) -> dict:
-    base = {"id": "app.py", "status": "max_rounds", "issues": [], "rounds": [],
-            "models": {"actor": "sim", "critic": "sim:critic"}, "usage": {}}  # fmt: skip
+    base = {
+        "id": "app.py",
+        "status": "max_rounds",
+        "issues": [],
+        "rounds": [],
+        "models": {"actor": "sim", "critic": "sim:critic"},
+        "usage": {},
+    }
     return {**base, **fields}
 
 
 def test_name_status_follows_renames_and_copies() -> None:
     raw = b"M\0a.py\0R087\0old name.py\0new name.py\0D\0gone.txt\0C100\0x\0y\0"
     assert parse_name_status(raw) == [
-        Change("M", "a.py"), Change("R", "new name.py", "old name.py"),
-        Change("D", "gone.txt"), Change("C", "y", "x"),
-    ]  # fmt: skip
+        Change("M", "a.py"),
+        Change("R", "new name.py", "old name.py"),
+        Change("D", "gone.txt"),
+        Change("C", "y", "x"),
+    ]
 
 
 def test_ranges_vendored_paths_fences_and_binaries() -> None:
@@ -64,7 +72,7 @@ def test_strings_and_objects_become_findings() -> None:
                 },
                 {"message": "bad line", "line": -2, "severity": "fatal"},
             ],
-        ),  # fmt: skip
+        ),
         _record(id="ok.py", status="approved", issues=["left over"]),
     ]
     got = list(findings(records))
@@ -81,9 +89,15 @@ def test_strings_and_objects_become_findings() -> None:
 
 def test_lines_are_checked_against_the_reviewed_file_and_findings_never_dropped() -> None:
     records = [
-        _record(issues=["app.py:99: error: past the end", "app.py:2-40: a range running past",
-                        "app.py:3: inside", "gone.py:7: a file not at hand"]),
-    ]  # fmt: skip
+        _record(
+            issues=[
+                "app.py:99: error: past the end",
+                "app.py:2-40: a range running past",
+                "app.py:3: inside",
+                "gone.py:7: a file not at hand",
+            ]
+        ),
+    ]
     files = {"app.py": "one\ntwo\nthree\n"}
     got = list(in_files(findings(records), files.get))
     assert [(f.path, f.line, f.end_line, f.message) for f in got] == [
@@ -174,8 +188,10 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
     made = build_patch(records, read)
     assert made.files == 2
     assert made.left_out == {
-        "not a whole file (no fenced code block)": 1, "hunk inputs": 1, "reviewed file not found": 1,
-    }  # fmt: skip
+        "not a whole file (no fenced code block)": 1,
+        "hunk inputs": 1,
+        "reviewed file not found": 1,
+    }
     assert made.not_approved == 1  # the rejected input never ran: not counted
     (tmp_path / "p.diff").write_text(made.text)
     subprocess.run(

@@ -51,29 +51,47 @@ MISTAKES = [
     ("[loop]\nkeep = true\n", "loop.keep: must be 'last' or 'best', got True"),
     ("[loop]\nmin_improvement = 1.5\n", "loop.min_improvement: must be <= 1.0, got 1.5"),
     ("[loop]\nmin_improvement = -0.1\n", "loop.min_improvement: must be >= 0.0, got -0.1"),
-    ('[loop]\nmin_improvement = "0.05"\n', "loop.min_improvement: must be a number, got a string '0.05'"),
+    (
+        '[loop]\nmin_improvement = "0.05"\n',
+        "loop.min_improvement: must be a number, got a string '0.05'",
+    ),
     (
         '[loop]\ncritique_template = "Judge {output}"\ncritique_template_file = "c.txt"\n',
         "loop: set critique_template or critique_template_file, not both",
     ),
     ('[loop]\ncritique_template = "Judge it"\n', "loop.critique_template: must contain {output}"),
-    ('[loop]\ncritique_template_file = "missing.txt"\n', "loop.critique_template_file: cannot read"),
+    (
+        '[loop]\ncritique_template_file = "missing.txt"\n',
+        "loop.critique_template_file: cannot read",
+    ),
     ("[budget]\nmax_usd = -1\n", "budget.max_usd: must be >= 0"),
-    ("[budget]\nmax_dollars = 1\n", "budget.max_dollars: unknown key (expected one of: max_input_tokens,"),
+    (
+        "[budget]\nmax_dollars = 1\n",
+        "budget.max_dollars: unknown key (expected one of: max_input_tokens,",
+    ),
     ('[budget]\nmax_calls = "10"\n', "budget.max_calls: must be an integer"),
     ("[budget]\nwarn_at = 0\n", "budget.warn_at: must be > 0"),
     ("[run_budget]\nmax_tokens = -5\n", "run_budget.max_tokens: must be >= 0"),
     ('[rate_limits."gpt-4.1"]\nrpm = 0\n', 'rate_limits."gpt-4.1".rpm: must be > 0, got 0'),
-    ('[rate_limits."gpt-4.1"]\nrps = 1\n', 'rate_limits."gpt-4.1".rps: unknown key (expected one of: rpm, tpm)'),
+    (
+        '[rate_limits."gpt-4.1"]\nrps = 1\n',
+        'rate_limits."gpt-4.1".rps: unknown key (expected one of: rpm, tpm)',
+    ),
     ('[rate_limits."gpt-4.1"]\n', 'rate_limits."gpt-4.1": set rpm, tpm or both'),
     ("[rate_limits.llama]\nrpm = 5\n", "rate_limits.llama: unknown model 'llama'"),
-    ('[rate_limits."gpt-4o"]\nrpm = 5\n', "rate_limits.gpt-4o: no agent uses model 'gpt-4o' (actor.model = 'sim', critic.model = 'sim')"),
+    (
+        '[rate_limits."gpt-4o"]\nrpm = 5\n',
+        "rate_limits.gpt-4o: no agent uses model 'gpt-4o' (actor.model = 'sim', critic.model = 'sim')",
+    ),
     ('[inputs]\ninclude = "*.py"\n', "inputs.include: must be an array"),
     ('[inputs]\nprompt_column = ""\n', "inputs.prompt_column: must not be empty"),
     ("[inputs]\nmax_prompt_chars = 0\n", "inputs.max_prompt_chars: must be >= 1"),
     ("[batch]\nmax_in_flight = 0\n", "batch.max_in_flight: must be >= 1"),
-    ("[batch]\nmax_inflight = 3\n", "batch.max_inflight: unknown key (expected one of: max_in_flight)"),
-]  # fmt: skip
+    (
+        "[batch]\nmax_inflight = 3\n",
+        "batch.max_inflight: unknown key (expected one of: max_in_flight)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("extra", "expected"), MISTAKES)
@@ -84,20 +102,31 @@ def test_mistake_names_file_key_path_and_problem(tmp_path: Path, extra: str, exp
 
 
 AGENT_MISTAKES = [
-    ('model = "llama-3"', "actor.model: unknown model 'llama-3': cannot tell its provider. Accepted:"),
+    (
+        'model = "llama-3"',
+        "actor.model: unknown model 'llama-3': cannot tell its provider. Accepted:",
+    ),
     ('model = "sim"\nmax_tokens = 0', "actor.max_tokens: must be >= 1, got 0"),
     ('model = "sim"\ntemperature = 3.0', "actor.temperature: must be <= 2"),
     ('model = "sim"\ntimeout_s = 0', "actor.timeout_s: must be > 0"),
-    ('model = "sim"\ntemprature = 1', "actor.temprature: unknown key (expected one of: instructions,"),
+    (
+        'model = "sim"\ntemprature = 1',
+        "actor.temprature: unknown key (expected one of: instructions,",
+    ),
     (
         'model = "sim"\nbase_url = "http://x"',
         "actor.base_url: base_url is for OpenAI- or Anthropic-compatible servers",
     ),
-    ('model = "sim"\nprice = { input_per_mtok = 1, output_per_mtok = 2, batch = { input_per_mtok = 1 } }',
-     "actor.price.batch.output_per_mtok: required key is missing"),
-    ('model = "sim"\nprice = { input_per_mtok = 1 }', "actor.price.output_per_mtok: required key is missing"),
+    (
+        'model = "sim"\nprice = { input_per_mtok = 1, output_per_mtok = 2, batch = { input_per_mtok = 1 } }',
+        "actor.price.batch.output_per_mtok: required key is missing",
+    ),
+    (
+        'model = "sim"\nprice = { input_per_mtok = 1 }',
+        "actor.price.output_per_mtok: required key is missing",
+    ),
     ('model = "sim"\nprice = 3', "actor.price: must be a table, got an integer"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("lines", "expected"), AGENT_MISTAKES)
@@ -161,9 +190,11 @@ def test_price_with_batch_and_cache_write_rates(tmp_path: Path) -> None:
     )
     actor, _ = load_config(_write(tmp_path, text)).build_agents()
     assert actor.spec.price == Price(
-        input_per_mtok=1.0, output_per_mtok=2.0, cache_write_per_mtok=1.25,
+        input_per_mtok=1.0,
+        output_per_mtok=2.0,
+        cache_write_per_mtok=1.25,
         batch=Price(input_per_mtok=0.5, output_per_mtok=1.0),
-    )  # fmt: skip
+    )
 
 
 def test_usd_budget_is_fine_with_an_explicit_price(tmp_path: Path) -> None:
@@ -239,10 +270,18 @@ def test_the_vendor_example_differs_from_the_sim_one_only_where_it_says() -> Non
     )
     differ = {k for k in sim.keys() | real.keys() if sim.get(k) != real.get(k)}
     assert differ == {
-        "actor.model", "actor.api_key_env", "actor.max_tokens", "actor.timeout_s",
-        "critic.model", "critic.api_key_env", "critic.temperature", "critic.max_tokens",
-        "budget.max_usd", "budget.warn_at", "inputs.max_prompt_chars",
-    }  # fmt: skip
+        "actor.model",
+        "actor.api_key_env",
+        "actor.max_tokens",
+        "actor.timeout_s",
+        "critic.model",
+        "critic.api_key_env",
+        "critic.temperature",
+        "critic.max_tokens",
+        "budget.max_usd",
+        "budget.warn_at",
+        "inputs.max_prompt_chars",
+    }
     assert not any(k.startswith("rate_limits") for k in real), "limits outlive a batch"
 
 
@@ -292,12 +331,18 @@ def test_sim_example_is_offline_and_vendor_example_uses_two_vendors() -> None:
         ("temperature", "2.5", 2.5),
         ("base_url", '"http://x"', "http://x"),
         ("model", '"gpt4"', "gpt4"),
-        ("price", "{ input_per_mtok = -1, output_per_mtok = 1 }",
-         {"input_per_mtok": -1, "output_per_mtok": 1}),
-        ("price", "{ input_per_mtok = 1, output_per_mtok = 1, bogus = 1 }",
-         {"input_per_mtok": 1, "output_per_mtok": 1, "bogus": 1}),
+        (
+            "price",
+            "{ input_per_mtok = -1, output_per_mtok = 1 }",
+            {"input_per_mtok": -1, "output_per_mtok": 1},
+        ),
+        (
+            "price",
+            "{ input_per_mtok = 1, output_per_mtok = 1, bogus = 1 }",
+            {"input_per_mtok": 1, "output_per_mtok": 1, "bogus": 1},
+        ),
     ],
-)  # fmt: skip
+)
 def test_agent_settings_are_checked_alike_in_python_and_in_a_file(
     tmp_path: Path, key: str, toml: str, python: object
 ) -> None:
@@ -356,8 +401,12 @@ def test_defaults_agree_with_the_core_settings() -> None:
     assert (
         compared == 9 + 7 + 12
     )  # cache= in each; Team.actor_critic: the loop's 8, the conversations' 4
-    config = parse_config({"actor": {"instructions": "a", "model": "sim"},
-                           "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
+    config = parse_config(
+        {
+            "actor": {"instructions": "a", "model": "sim"},
+            "critic": {"instructions": "c", "model": "sim"},
+        }
+    )
     for name in LoopSettings.model_fields:
         assert getattr(config.loop, name) == LoopSettings.model_fields[name].default
     for name in AgentSettings.model_fields.keys() - {"instructions", "model"}:

@@ -22,12 +22,17 @@ from orchestration.core.structured import CRITIQUE_SCHEMA, FINDING_SCHEMA
 def test_strings_objects_and_mixed() -> None:
     raw = [
         "plain issue",
-        {"message": "SQL injection", "path": "app/db.py", "line": 12, "severity": "HIGH",
-         "rule": "sqli"},
+        {
+            "message": "SQL injection",
+            "path": "app/db.py",
+            "line": 12,
+            "severity": "HIGH",
+            "rule": "sqli",
+        },
         {"description": "old key still read"},
         "   ",
         None,
-    ]  # fmt: skip
+    ]
     found = parse_findings(raw)
     assert found == [
         Finding("plain issue"),
@@ -88,10 +93,16 @@ def test_schema_accepts_strings_and_objects_and_is_strict() -> None:
         "summary": "s",
         "issues": [
             "plain",
-            {"message": "m", "path": "a.py", "line": 1, "end_line": None, "severity": "error",
-             "rule": None},
+            {
+                "message": "m",
+                "path": "a.py",
+                "line": 1,
+                "end_line": None,
+                "severity": "error",
+                "rule": None,
+            },
         ],
-    }  # fmt: skip
+    }
     jsonschema.validate(sample, CRITIQUE_SCHEMA)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**sample, "issues": [{"message": "m"}]}, CRITIQUE_SCHEMA)
@@ -103,8 +114,14 @@ def test_stored_steps_with_and_without_findings_build_results() -> None:
     finding = Finding("bad query", "db.py", 3, severity="error").as_dict()
     base: dict[str, Any] = {"text": "x", "input_tokens": 1, "output_tokens": 1}
     old = {"key": "r1.critique", **base, "score": 0.2, "issues": ["a"], "summary": ""}
-    new = {"key": "r2.critique", **base, "score": 0.4, "issues": ["db.py:3: bad query"],
-           "summary": "", "findings": [finding]}  # fmt: skip
+    new = {
+        "key": "r2.critique",
+        **base,
+        "score": 0.4,
+        "issues": ["db.py:3: bad query"],
+        "summary": "",
+        "findings": [finding],
+    }
     steps = {s["key"]: s for s in ({"key": "r0.generate", **base}, old, new)}
     result = build_result({"run_id": "r", "status": "max_rounds_reached"}, steps, [])
     assert [r.findings for r in result.rounds] == [[], [finding]]

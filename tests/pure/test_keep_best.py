@@ -26,8 +26,14 @@ def _run(scores: list[float], status: str = "max_rounds_reached") -> RunResult:
     base: dict[str, Any] = {"input_tokens": 1, "output_tokens": 1}
     steps: dict[str, dict[str, Any]] = {"r0.generate": {"key": "r0.generate", "text": "v0", **base}}
     for n, score in enumerate(scores, 1):
-        steps[f"r{n}.critique"] = {"key": f"r{n}.critique", "text": "{}", "score": score,
-                                   "issues": [f"issue of v{n - 1}"], "summary": "", **base}  # fmt: skip
+        steps[f"r{n}.critique"] = {
+            "key": f"r{n}.critique",
+            "text": "{}",
+            "score": score,
+            "issues": [f"issue of v{n - 1}"],
+            "summary": "",
+            **base,
+        }
         if status != "approved" or n < len(scores):
             steps[f"r{n}.refine"] = {"key": f"r{n}.refine", "text": f"v{n}", **base}
     return build_result({"run_id": "r", "status": status}, steps, [])

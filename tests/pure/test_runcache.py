@@ -47,9 +47,15 @@ def test_which_runs_may_have_an_entry() -> None:
 
 
 def test_a_served_record_bills_nothing_and_counts_what_it_saved() -> None:
-    usage = {"input_tokens": 10, "output_tokens": 5, "calls": 3, "usd": 0.5,
-             "cached_calls": 1, "saved_usd": 0.25,
-             "by_role": {"actor": {"input_tokens": 4, "output_tokens": 2, "calls": 2, "usd": 0.3}}}  # fmt: skip
+    usage = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "calls": 3,
+        "usd": 0.5,
+        "cached_calls": 1,
+        "saved_usd": 0.25,
+        "by_role": {"actor": {"input_tokens": 4, "output_tokens": 2, "calls": 2, "usd": 0.3}},
+    }
     served = served_usage(usage)
     assert (served["calls"], served["usd"], served["input_tokens"]) == (0, 0.0, 0)
     assert (served["cached_calls"], served["saved_usd"]) == (4, 0.75)
@@ -64,16 +70,17 @@ def _python(code: str) -> str:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
 def test_checking_a_sim_model_imports_no_celery() -> None:
     """An all-hit rerun of a ``sim`` config checks its model names: no Celery for that."""
-    code = ("import sys; from workers.providers.sim import parse_sim_model; "
-            "parse_sim_model('sim?scores=0.9'); print('celery' in sys.modules)")  # fmt: skip
+    code = (
+        "import sys; from workers.providers.sim import parse_sim_model; "
+        "parse_sim_model('sim?scores=0.9'); print('celery' in sys.modules)"
+    )
     assert _python(code) == "False"
 
 

@@ -126,9 +126,11 @@ def test_no_vendor_key_goes_to_a_url_with_its_own_credentials() -> None:
 
 def test_a_stored_spec_names_its_url_variables() -> None:
     spec = json.dumps(
-        {"actor": {"base_url": URL, "api_key_env": None},
-         "critic": {"base_url": "https://${DUET_T}@h", "api_key_env": "K"}}
-    )  # fmt: skip
+        {
+            "actor": {"base_url": URL, "api_key_env": None},
+            "critic": {"base_url": "https://${DUET_T}@h", "api_key_env": "K"},
+        }
+    )
     assert spec_keys.named_variables(spec) == {"DUET_TEST_UC_PASSWORD", "DUET_T", "K"}
 
 

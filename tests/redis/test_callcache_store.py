@@ -51,8 +51,7 @@ def test_many_at_once_as_one_by_one(client: Any, tmp_path: Any, backend: str) ->
     from orchestration.state.callcache import DiskCallStore
 
     store = RedisCallStore(client) if backend == "redis" else DiskCallStore(tmp_path / "c.sqlite")
-    store.put_many([("run:a", "1"), ("run:b", "2"), ("run:c", "3")], max_entries=2,
-                   max_bytes=100)  # fmt: skip
+    store.put_many([("run:a", "1"), ("run:b", "2"), ("run:c", "3")], max_entries=2, max_bytes=100)
     assert store.get_many(["run:a", "run:b", "run:c", "run:d"], 60) == [None, "2", "3", None]
     assert store.get_many(["run:b"], 1e-9) == [None]  # older than the TTL: a miss
     stats = store.stats()

@@ -59,8 +59,9 @@ def test_rerun_of_an_interrupted_run_drops_the_step_that_stopped_it_once(
         client.hset(keys.run_steps(run_id), "r0.generate", stored_result(stopped))
         run = client.hgetall(keys.run(run_id))
         usage = {"calls": 1, "usd": 0.25}
-        assert store.record_finish(run, 1, status, reason="r", error=None, usage=usage,
-                                   events=[]) == 1  # fmt: skip
+        assert (
+            store.record_finish(run, 1, status, reason="r", error=None, usage=usage, events=[]) == 1
+        )
 
     assert store.rerun_point("cut") == ("running", 0)
     record = client.hgetall(keys.run("cut"))

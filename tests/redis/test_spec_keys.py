@@ -38,10 +38,11 @@ def test_a_variable_a_stored_spec_s_base_url_names_is_secret(
     monkeypatch.setenv("DUET_TEST_STORED_GW_PASS", value)
     assert value in secrets.redact(f"echo {value}")  # no spec named it yet
     team = Team.actor_critic(
-        actor=Agent("a", model="openai:m",
-                    base_url="https://bot:${DUET_TEST_STORED_GW_PASS}@gw.example/v1"),
+        actor=Agent(
+            "a", model="openai:m", base_url="https://bot:${DUET_TEST_STORED_GW_PASS}@gw.example/v1"
+        ),
         critic=Agent("b", model="sim"),
-    )  # fmt: skip
+    )
     RunStore(redis_client).save_spec(team.spec)
     assert spec_keys.register_stored(redis_client) >= 1
     assert secrets.redact(f"echo {value}") == "echo [REDACTED]"

@@ -38,16 +38,27 @@ def test_flower_shows_tasks_without_content(
     port = free_port()
     env = {**os.environ, "DUET_REDIS_URL": system_redis_url, "FLOWER_UNAUTHENTICATED_API": "1"}
     flower = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
-        _until_flower_listens(port, Team.actor_critic(
-            actor=Agent("p", model="sim"), critic=Agent("p", model="sim")
-        ))  # fmt: skip
+        _until_flower_listens(
+            port, Team.actor_critic(actor=Agent("p", model="sim"), critic=Agent("p", model="sim"))
+        )
         team = Team.actor_critic(
             actor=Agent("INSTRUCTIONS-ACTOR-42", model="sim"),
             critic=Agent("INSTRUCTIONS-CRITIC-42", model="sim?scores=0.2,0.95"),
@@ -107,10 +118,21 @@ def _flower(redis_url: str, **env: str) -> Iterator[int]:
     full_env = {**os.environ, "DUET_REDIS_URL": redis_url, **env}
     full_env.pop("DUET_BROKER_URL", None)
     flower = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
-        cwd=ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
@@ -166,8 +188,11 @@ def test_flower_broker_api_counts_each_queue_behind_a_login(
             assert _get(port, path)[0] == 401
             assert _get(port, path, "ops:wrong")[0] == 401
         with celery_worker(redis_url, queues="actor,critic", name="models"):
-            wait_for(lambda: workers_seen() == {"actor", "critic", "coordinator"}, 30,
-                     "Flower to see both pools")  # fmt: skip
+            wait_for(
+                lambda: workers_seen() == {"actor", "critic", "coordinator"},
+                30,
+                "Flower to see both pools",
+            )
         handles = [team.submit(f"x{i}") for i in range(n)]
         drafts = queue_key("actor", DRAFT_PRIORITY)  # Flower counts kombu's priority lists too
         wait_for(lambda: redis_client.llen(drafts) == n, 30, "the actor backlog")
@@ -204,8 +229,11 @@ def test_flower_shows_a_rate_limit_wait_as_a_retry_without_traceback(
             ids: set[str] = set()
 
             def retried() -> list[dict[str, Any]]:
-                return [t for t in _tasks(port).values()
-                        if any(i in (t.get("args") or "") for i in ids) and t.get("exception")]  # fmt: skip
+                return [
+                    t
+                    for t in _tasks(port).values()
+                    if any(i in (t.get("args") or "") for i in ids) and t.get("exception")
+                ]
 
             def waited() -> list[dict[str, Any]]:
                 # Two drafts at once: one waits (workers read the limit within seconds).

@@ -39,8 +39,12 @@ keep = "best"
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "duet.cli", *map(str, args)],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_keep_best_returns_the_first_draft_when_the_scores_fall(

@@ -76,8 +76,9 @@ class PeakWatch:
             if statuses.count("running") == 0 and all(s != "queued" for s in statuses):
                 return
             # Woken by the next finished run, or 20 ms on: a look at every change.
-            for entry, _, _ in batches.finished_since(self.r, self.batch.batch_id, after,
-                                                      block_ms=20):  # fmt: skip
+            for entry, _, _ in batches.finished_since(
+                self.r, self.batch.batch_id, after, block_ms=20
+            ):
                 after = entry
 
     def result(self) -> int:
@@ -101,8 +102,10 @@ def test_a_batch_never_has_more_than_max_in_flight_runs(small_worker: Any) -> No
     batch.wait(timeout=120)
     polled = watch.result()
     peak = peak_in_flight(batch.run_ids())
-    print(f"{len(inputs)} runs, {SLOTS} worker threads: peak in flight {uncapped} uncapped, "
-          f"{peak} with max_in_flight={CAP} (polled: {polled} in {watch.looks} looks)")  # fmt: skip
+    print(
+        f"{len(inputs)} runs, {SLOTS} worker threads: peak in flight {uncapped} uncapped, "
+        f"{peak} with max_in_flight={CAP} (polled: {polled} in {watch.looks} looks)"
+    )
     assert uncapped > CAP  # the worker would run more at once: the cap is what holds it
     assert batch.progress()["counts"] == {"approved": len(inputs)}
     assert peak == CAP  # reached, never passed
@@ -122,22 +125,39 @@ def test_max_in_flight_from_the_command_line_and_the_config(
         "[batch]\nmax_in_flight = 3\n"
     )
     inputs = tmp_path / "in.jsonl"
-    inputs.write_text("".join(json.dumps({"id": f"i{k}", "prompt": f"x{k}"}) + "\n"
-                              for k in range(9)))  # fmt: skip
+    inputs.write_text(
+        "".join(json.dumps({"id": f"i{k}", "prompt": f"x{k}"}) + "\n" for k in range(9))
+    )
     env = {**os.environ, "DUET_REDIS_URL": small_worker.redis_url}
     r = redis.Redis.from_url(small_worker.redis_url, decode_responses=True)
     for flag, cap in (([], 3), (["--max-in-flight", "1"], 1)):
         done = subprocess.run(
             [sys.executable, "-m", "duet.cli", "submit", str(config), "-i", str(inputs), *flag],
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         batch = BatchHandle(done.stdout.strip().splitlines()[-1])
         assert r.hget(keys.batch(batch.batch_id), BATCH_FIELD) == str(cap)
         batch.wait(timeout=120)
         assert peak_in_flight(batch.run_ids()) <= cap
     bad = subprocess.run(
-        [sys.executable, "-m", "duet.cli", "submit", str(config), "-i", str(inputs),
-         "--max-in-flight", "0"], env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "duet.cli",
+            "submit",
+            str(config),
+            "-i",
+            str(inputs),
+            "--max-in-flight",
+            "0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--max-in-flight" in bad.stderr

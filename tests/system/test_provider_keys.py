@@ -33,17 +33,25 @@ TASK: list[Message] = [{"role": "user", "content": "Write a parser."}]
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
 _REPLIES = {
     "/v1/chat/completions": {
-        "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                     "finish_reason": "stop"}],
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     },
     "/v1/messages": {
-        "id": "m1", "type": "message", "role": "assistant", "model": "m",
-        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
         "usage": {"input_tokens": 1, "output_tokens": 1},
     },
-}  # fmt: skip
+}
 
 
 class _Server(ThreadingHTTPServer):
@@ -68,9 +76,14 @@ class _Recorder(BaseHTTPRequestHandler):
             self.end_headers()
             return
         status = self.server.status
-        body = _REPLIES.get(self.path, {}) if status == 200 else {
-            "type": "error", "error": {"type": "authentication_error", "message": "key needed"}
-        }  # fmt: skip
+        body = (
+            _REPLIES.get(self.path, {})
+            if status == 200
+            else {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": "key needed"},
+            }
+        )
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -96,8 +109,13 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv(OWN_KEY_ENV, OWN_KEY)
-    for var in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
-                "OPENAI_CUSTOM_HEADERS", "ANTHROPIC_CUSTOM_HEADERS"):  # fmt: skip
+    for var in (
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_AUTH_TOKEN",
+        "OPENAI_CUSTOM_HEADERS",
+        "ANTHROPIC_CUSTOM_HEADERS",
+    ):
         monkeypatch.delenv(var, raising=False)
     adapters: dict[Any, Any] = {}
     monkeypatch.setattr(providers, "_adapters", adapters)
@@ -185,8 +203,12 @@ def test_the_vendor_host_keeps_its_default_key() -> None:
     assert vendor.spec.api_key_env == "OPENAI_API_KEY"
     claude = Agent("a", model="anthropic:claude-x", base_url="https://api.anthropic.com")
     assert claude.spec.api_key_env == "ANTHROPIC_API_KEY"
-    look_alikes = ["https://api.openai.com.evil.example/v1", "http://api.openai.com/v1",
-                   "https://api.anthropic.com/v1", "api.openai.com/v1"]  # fmt: skip
+    look_alikes = [
+        "https://api.openai.com.evil.example/v1",
+        "http://api.openai.com/v1",
+        "https://api.anthropic.com/v1",
+        "api.openai.com/v1",
+    ]
     for url in look_alikes:  # another host, plain HTTP, the other vendor, no scheme
         assert Agent("a", model="openai:m", base_url=url).spec.api_key_env is None, url
 
@@ -201,8 +223,11 @@ def test_base_url_credentials_go_to_its_host_and_not_to_a_redirect(
     basic = "Basic " + base64.b64encode(b"bot:gw-pass-71c0").decode()
     port = server.server_address[1]
     path = "/v1" if provider == "openai" else ""
-    agent = Agent("Answer.", model=f"{provider}:m",
-                  base_url=f"http://bot:${{DUET_TEST_GW_PASS}}@127.0.0.1:{port}{path}")  # fmt: skip
+    agent = Agent(
+        "Answer.",
+        model=f"{provider}:m",
+        base_url=f"http://bot:${{DUET_TEST_GW_PASS}}@127.0.0.1:{port}{path}",
+    )
     adapter = provider_for(agent.spec)
     for _ in range(2):
         assert adapter.complete(agent.spec, TASK).text == "ok"

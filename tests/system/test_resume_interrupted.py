@@ -25,8 +25,12 @@ KEY = "DUET_TEST_RERUN_KEY"
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "duet.cli", *map(str, args)],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -86,8 +90,9 @@ def test_resume_interrupted_reruns_budget_stopped_runs_paying_no_stored_step_twi
     assert spent > spent_first
     # docs/walkthrough.md shows these two commands for it.
     assert doc_commands(ROOT / "docs" / "walkthrough.md", "After fixing a cause") == [
-        ("budget", "set", "--max-usd"), ("resume", "--interrupted"),
-    ]  # fmt: skip
+        ("budget", "set", "--max-usd"),
+        ("resume", "--interrupted"),
+    ]
     # A second --interrupted finds nothing to re-run.
     again = _duet("resume", batch, "--interrupted", env=env, cwd=tmp_path)
     assert "re-running 0 interrupted run(s)" in again.stdout

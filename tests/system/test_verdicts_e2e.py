@@ -34,7 +34,7 @@ def test_a_quoted_forged_verdict_does_not_approve(
                 "Review.",
                 model=f"openai:sim:critic?scores=0.1&quote=before&format={form}",
                 base_url=fake_llm.url,
-            ),  # fmt: skip
+            ),
             max_rounds=1,
             approval_threshold=0.9,
         )
@@ -68,7 +68,7 @@ def test_a_verdict_quoted_between_the_runs_markers_is_not_read(
         actor=Agent("Write the code.", model="openai:sim", base_url=fake_llm.url),
         critic=Agent(
             "Review.", model="openai:sim:critic?scores=0.1&quote=after", base_url=fake_llm.url
-        ),  # fmt: skip
+        ),
         max_rounds=1,
         approval_threshold=0.9,
     )
@@ -78,7 +78,9 @@ def test_a_verdict_quoted_between_the_runs_markers_is_not_read(
         assert FORGED in (first.critic_reply or "")
         assert not result.approved and result.final_score == pytest.approx(0.1)
         assert not any("conflicting scores" in issue for issue in first.issues)
-    tokens = [re.findall(r"<<<DUET-OUTPUT-([0-9a-f]+)>>>", r.rounds[0].critic_reply or "")
-              for r in results]  # fmt: skip
+    tokens = [
+        re.findall(r"<<<DUET-OUTPUT-([0-9a-f]+)>>>", r.rounds[0].critic_reply or "")
+        for r in results
+    ]
     assert all(len(t) == 1 and len(t[0]) == 16 for t in tokens), tokens
     assert tokens[0] != tokens[1], "each run draws its own quoting token"

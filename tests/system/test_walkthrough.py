@@ -87,8 +87,12 @@ def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.Compl
     RAN.append(duet_signature([str(a) for a in args]))
     done = subprocess.run(
         [sys.executable, "-m", "duet.cli", *map(str, args)],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     for stream in (done.stdout, done.stderr):
         assert TRACEBACK not in stream, (args, stream[-3000:])
         assert ELLIPSIS not in stream, (args, stream[-3000:])
