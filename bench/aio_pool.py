@@ -87,10 +87,20 @@ os._exit(0)
 
 def measure(python: str, pool: str, redis_url: str, args: argparse.Namespace) -> dict:
     out = subprocess.run(
-        [python, "-c", CHILD, pool, str(args.concurrency), str(args.tasks),
-         str(args.wait_ms / 1000), redis_url],
-        capture_output=True, text=True, timeout=args.tasks * args.wait_ms / 1000 + 300,
-    )  # fmt: skip
+        [
+            python,
+            "-c",
+            CHILD,
+            pool,
+            str(args.concurrency),
+            str(args.tasks),
+            str(args.wait_ms / 1000),
+            redis_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=args.tasks * args.wait_ms / 1000 + 300,
+    )
     if out.returncode != 0:
         raise SystemExit(f"the {pool} pool's run failed: {out.stderr[-1500:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -99,8 +109,9 @@ def measure(python: str, pool: str, redis_url: str, args: argparse.Namespace) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.aio_pool", description=__doc__)
     default = Path(__file__).resolve().parent / ".venv-aio" / "bin" / "python"
-    parser.add_argument("--aio-python", default=os.environ.get("DUET_BENCH_AIO_PYTHON",
-                        str(default)))  # fmt: skip
+    parser.add_argument(
+        "--aio-python", default=os.environ.get("DUET_BENCH_AIO_PYTHON", str(default))
+    )
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--wait-ms", type=float, default=100.0)
@@ -116,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{args.tasks} tasks of {args.wait_ms:g} ms on {args.concurrency} slots "
-          f"(acks_late, prefetch 1):")  # fmt: skip
+    print(
+        f"{args.tasks} tasks of {args.wait_ms:g} ms on {args.concurrency} slots "
+        f"(acks_late, prefetch 1):"
+    )
     for row in rows:
         print(
             f"  {row['pool']:8s} wall {row['wall_s']:6.2f} s (ideal {row['ideal_s']:.2f}), "

@@ -121,8 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=4, help="worker threads")
     parser.add_argument("--repeat", type=int, default=2, help="batches; the median is shown")
-    parser.add_argument("--no-persistent", dest="persistent", action="store_false",
-                        help="plain prompts instead of per-user conversations")  # fmt: skip
+    parser.add_argument(
+        "--no-persistent",
+        dest="persistent",
+        action="store_false",
+        help="plain prompts instead of per-user conversations",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
@@ -137,8 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         ]
     figures = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
     if args.json:
-        print(json.dumps({"persistent_subagents": args.persistent, "ms_per_call": figures,
-                          "samples": samples}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "persistent_subagents": args.persistent,
+                    "ms_per_call": figures,
+                    "samples": samples,
+                },
+                indent=2,
+            )
+        )
         return 0
     calls = args.runs * (1 + 2 * args.rounds)
     print(

@@ -64,11 +64,19 @@ def main(argv: list[str] | None = None) -> int:
         figures = trial(args.concurrency)
         print(json.dumps(figures), flush=True)
         spent.append(int(figures["spent_tokens"]))  # type: ignore[call-overload]
-    print(json.dumps({
-        "cap": CAP, "runs": RUNS, "trials": args.trials, "min_spent": min(spent),
-        "max_spent": max(spent), "never_over": max(spent) <= CAP,
-        "in_target": all(4_750 <= s <= CAP for s in spent),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "cap": CAP,
+                "runs": RUNS,
+                "trials": args.trials,
+                "min_spent": min(spent),
+                "max_spent": max(spent),
+                "never_over": max(spent) <= CAP,
+                "in_target": all(4_750 <= s <= CAP for s in spent),
+            }
+        )
+    )
     return 0
 
 

@@ -86,8 +86,9 @@ def round_trip_cpu_ms(calls: int = 2000) -> float:
 STATE_ROUND_TRIPS = 4
 
 
-def ceiling(post_ms: float, floor_ms: float, round_trip_ms: float, latency_ms: float,
-            slots: int) -> dict[str, float]:  # fmt: skip
+def ceiling(
+    post_ms: float, floor_ms: float, round_trip_ms: float, latency_ms: float, slots: int
+) -> dict[str, float]:
     """The most calls one process holds at ``latency_ms`` when a call costs at least
     ``post_ms`` + ``floor_ms`` + :data:`STATE_ROUND_TRIPS` x ``round_trip_ms`` of CPU, and
     the CPU per call that 90 % of ``slots`` busy would need (arithmetic only)."""

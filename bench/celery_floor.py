@@ -38,8 +38,9 @@ from duet.embedded import EmbeddedRedis
 from orchestration.state.broker import TRANSPORT
 
 
-def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurrency: int,
-          repeat: int) -> list[float]:  # fmt: skip
+def floor(
+    redis_url: str, *, events: bool, transport: str, pairs: int, concurrency: int, repeat: int
+) -> list[float]:
     """CPU ms per pair of chained no-op tasks, once per repeat, on a fresh worker."""
     from celery import Celery
     from celery.worker import WorkController
@@ -94,9 +95,14 @@ def floor(redis_url: str, *, events: bool, transport: str, pairs: int, concurren
             ready.set()
 
     worker = Worker(
-        app=app, pool_cls="threads", concurrency=concurrency, loglevel="WARNING",
-        without_heartbeat=True, without_mingle=True, without_gossip=True,
-    )  # fmt: skip
+        app=app,
+        pool_cls="threads",
+        concurrency=concurrency,
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+    )
     thread = threading.Thread(target=worker.start, daemon=True)
     thread.start()
     if not ready.wait(30):
@@ -124,10 +130,25 @@ def measured(pairs: int = 400) -> float | None:
     """The floor with Duet's transport and task events on (median of 3), measured in a
     child process (a stopped worker leaves process-wide state); None if it failed."""
     out = subprocess.run(
-        [sys.executable, "-m", "bench.celery_floor", "--json", "--repeat", "3", "--events", "1",
-         "--transport", "duet", "--pairs", str(pairs)],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.celery_floor",
+            "--json",
+            "--repeat",
+            "3",
+            "--events",
+            "1",
+            "--transport",
+            "duet",
+            "--pairs",
+            str(pairs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     if out.returncode != 0:
         return None
     return float(json.loads(out.stdout)[0]["cpu_ms_per_pair"])
@@ -152,21 +173,45 @@ def main(argv: list[str] | None = None) -> int:
         for transport in transports:
             for ev in events:
                 out = subprocess.run(
-                    [sys.executable, "-m", "bench.celery_floor", "--json",
-                     "--events", "1" if ev else "0", "--transport", transport,
-                     "--pairs", str(args.pairs), "--concurrency", str(args.concurrency),
-                     "--repeat", str(args.repeat)],
-                    check=True, capture_output=True, text=True,
-                )  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.celery_floor",
+                        "--json",
+                        "--events",
+                        "1" if ev else "0",
+                        "--transport",
+                        transport,
+                        "--pairs",
+                        str(args.pairs),
+                        "--concurrency",
+                        str(args.concurrency),
+                        "--repeat",
+                        str(args.repeat),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
                 rows += json.loads(out.stdout)
     else:
         with EmbeddedRedis() as server:
-            samples = floor(server.url, events=events[0], transport=transports[0],
-                            pairs=args.pairs, concurrency=args.concurrency,
-                            repeat=max(1, args.repeat))  # fmt: skip
-        rows.append({"transport": transports[0], "events": events[0],
-                     "cpu_ms_per_pair": statistics.median(samples),
-                     "samples": [round(x, 3) for x in samples]})  # fmt: skip
+            samples = floor(
+                server.url,
+                events=events[0],
+                transport=transports[0],
+                pairs=args.pairs,
+                concurrency=args.concurrency,
+                repeat=max(1, args.repeat),
+            )
+        rows.append(
+            {
+                "transport": transports[0],
+                "events": events[0],
+                "cpu_ms_per_pair": statistics.median(samples),
+                "samples": [round(x, 3) for x in samples],
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -28,10 +28,18 @@ def fake_llm_process(latency_ms: float = 0) -> Iterator[str]:
     the OpenAI ``base_url``."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "duet.fake_llm", "--port", str(port),
-         "--latency-ms", str(latency_ms)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "duet.fake_llm",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(latency_ms),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

@@ -58,11 +58,17 @@ def measure(waves: int, runs: int, rounds: int, concurrency: int) -> list[dict[s
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             after = fake_llm_stats(base_url)["usage"]
             calls = after["responses"] - before["responses"]
-            rows.append({
-                "wave": wave + 1, "turns_before": turns, "calls": calls,
-                "cpu_ms_per_call": cpu * 1000 / calls, "wall_s": wall,
-                "input_tokens_per_call": (after["input_tokens"] - before["input_tokens"]) / calls,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "wave": wave + 1,
+                    "turns_before": turns,
+                    "calls": calls,
+                    "cpu_ms_per_call": cpu * 1000 / calls,
+                    "wall_s": wall,
+                    "input_tokens_per_call": (after["input_tokens"] - before["input_tokens"])
+                    / calls,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -81,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("wave  turns stored before  CPU ms/call  input tokens/call")
     for r in rows:
-        print(f"{r['wave']:>4}  {r['turns_before']:>19}  {r['cpu_ms_per_call']:>11.2f}  "
-              f"{r['input_tokens_per_call']:>17.0f}")  # fmt: skip
+        print(
+            f"{r['wave']:>4}  {r['turns_before']:>19}  {r['cpu_ms_per_call']:>11.2f}  "
+            f"{r['input_tokens_per_call']:>17.0f}"
+        )
     return 0
 
 

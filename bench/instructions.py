@@ -63,15 +63,29 @@ def _child(kind: str, runs: int) -> None:
 def count(checkout: Path, kind: str, runs: int, switch: str | None = None) -> int:
     """Instructions valgrind counts in one child process of ``checkout`` doing ``runs``
     (with ``DUET_FAST_PATHS=switch`` if given)."""
-    child = (f"import runpy, sys; sys.path.insert(0, {str(checkout)!r}); "
-             f"runpy.run_path({__file__!r}, run_name='counted')['_child']({kind!r}, {runs})")  # fmt: skip
+    child = (
+        f"import runpy, sys; sys.path.insert(0, {str(checkout)!r}); "
+        f"runpy.run_path({__file__!r}, run_name='counted')['_child']({kind!r}, {runs})"
+    )
     out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-c", child],
-        cwd=checkout, capture_output=True, text=True, timeout=3600,
-        env={**os.environ, "PYTHONPATH": str(checkout),
-             **({"DUET_FAST_PATHS": switch} if switch is not None else {})},
-    )  # fmt: skip
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-c",
+            child,
+        ],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(checkout),
+            **({"DUET_FAST_PATHS": switch} if switch is not None else {}),
+        },
+    )
     found = _COLLECTED.findall(out.stderr)
     if out.returncode != 0 or not found:
         raise RuntimeError(f"{kind} x {runs} in {checkout} failed: {out.stderr[-1500:]}")
@@ -101,8 +115,10 @@ def per_switch(switches: list[str], runs: int) -> dict[str, float]:
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
         counted = dict(zip(jobs, pool.map(lambda job: count(*job), jobs), strict=True))
     calls = runs * CALLS_PER_RUN
-    figures = {s: (counted[(ROOT, "duet", runs, s)] - counted[(ROOT, "duet", 0, s)]) / calls
-               for s in switches}  # fmt: skip
+    figures = {
+        s: (counted[(ROOT, "duet", runs, s)] - counted[(ROOT, "duet", 0, s)]) / calls
+        for s in switches
+    }
     figures["sdk"] = (counted[(ROOT, "sdk", runs, None)] - counted[(ROOT, "sdk", 0, None)]) / calls
     return figures
 
@@ -119,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=24)
     parser.add_argument("--against", help="another checkout to count the same in")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--fast-paths", action="store_true",
-                        help="count DUET_FAST_PATHS=on, off and on with each one off")  # fmt: skip
+    parser.add_argument(
+        "--fast-paths",
+        action="store_true",
+        help="count DUET_FAST_PATHS=on, off and on with each one off",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (apt-get install valgrind)")
@@ -142,12 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     calls = args.runs * CALLS_PER_RUN
     print(f"instructions per model call (valgrind), {calls} calls a figure:")
     for checkout, fig in figures.items():
-        print(f"  {checkout}: Duet {fig['duet'] / 1e6:.2f} M, bare SDK {fig['sdk'] / 1e6:.2f} M, "
-              f"ratio {fig['duet'] / fig['sdk']:.2f}x")  # fmt: skip
+        print(
+            f"  {checkout}: Duet {fig['duet'] / 1e6:.2f} M, bare SDK {fig['sdk'] / 1e6:.2f} M, "
+            f"ratio {fig['duet'] / fig['sdk']:.2f}x"
+        )
     if args.against:
         this, other = figures[str(ROOT)], figures[str(checkouts[1])]
-        print(f"  this checkout / {checkouts[1].name}: Duet {this['duet'] / other['duet']:.3f}x, "
-              f"bare SDK {this['sdk'] / other['sdk']:.3f}x")  # fmt: skip
+        print(
+            f"  this checkout / {checkouts[1].name}: Duet {this['duet'] / other['duet']:.3f}x, "
+            f"bare SDK {this['sdk'] / other['sdk']:.3f}x"
+        )
     return 0
 
 

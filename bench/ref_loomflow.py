@@ -42,9 +42,13 @@ async def main(base_url: str, runs: int, concurrency: int, rounds: int) -> dict[
             auto_extract=False,
         )
         return Team.actor_critic(
-            actor=actor, critic=critic, max_rounds=rounds, approval_threshold=0.9,
-            model=OpenAIModel("sim", base_url=base_url, api_key="x"), auto_extract=False,
-        )  # fmt: skip
+            actor=actor,
+            critic=critic,
+            max_rounds=rounds,
+            approval_threshold=0.9,
+            model=OpenAIModel("sim", base_url=base_url, api_key="x"),
+            auto_extract=False,
+        )
 
     gate = asyncio.Semaphore(concurrency)
     teams = [team() for _ in range(concurrency)]

@@ -53,8 +53,12 @@ async def main(base_url: str, runs: int, concurrency: int, rounds: int) -> dict[
         queue.put_nowait(n)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     await asyncio.gather(*(slot() for _ in range(concurrency)))
-    out = {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0,
-           "runs": runs, "calls": runs * (1 + 2 * rounds)}  # fmt: skip
+    out = {
+        "cpu_s": time.process_time() - cpu0,
+        "wall_s": time.perf_counter() - wall0,
+        "runs": runs,
+        "calls": runs * (1 + 2 * rounds),
+    }
     await client.close()
     return out
 

@@ -129,18 +129,24 @@ def main(argv: list[str] | None = None) -> int:
         ("in flight, measured peak", f"{fig['in_flight_peak_measured']}"),
         ("in flight, measured time-weighted mean", f"{fig['in_flight_mean_measured']:.1f}"),
         ("process CPU ms/call", f"{fig['cpu_ms_per_call']:.2f}"),
-        ("ceiling if calls cost no CPU (threads / latency), calls/s",
-         f"{ceiling:.0f}" if ceiling else "-"),
-    ]  # fmt: skip
+        (
+            "ceiling if calls cost no CPU (threads / latency), calls/s",
+            f"{ceiling:.0f}" if ceiling else "-",
+        ),
+    ]
     if hold is not None:
         rows += [
-            (f"hold: {hold['runs']} runs x 3 calls of {hold['latency_ms']:g} ms, calls/s",
-             f"{hold['calls_per_s']:.0f}"),
+            (
+                f"hold: {hold['runs']} runs x 3 calls of {hold['latency_ms']:g} ms, calls/s",
+                f"{hold['calls_per_s']:.0f}",
+            ),
             ("hold: in flight, Little's law", f"{hold['in_flight_littles_law']:.1f}"),
             ("hold: in flight, measured peak", f"{hold['in_flight_peak_measured']}"),
-            ("hold: in flight, measured time-weighted mean",
-             f"{hold['in_flight_mean_measured']:.1f}"),
-        ]  # fmt: skip
+            (
+                "hold: in flight, measured time-weighted mean",
+                f"{hold['in_flight_mean_measured']:.1f}",
+            ),
+        ]
     width = max(len(k) for k, _ in rows)
     print(
         f"Duet sim throughput, {fig['date']}: {fig['runs']} runs x {1 + 2 * args.rounds} calls "

@@ -48,14 +48,23 @@ def batch(team: Any, runs: int, mode: str) -> dict[str, Any]:
     spans = []
     for run_id in handle.run_ids():
         _, steps = st.load_run(run_id)
-        spans.append((min(s["started_at"] for s in steps.values()),
-                      max(s["finished_at"] for s in steps.values())))  # fmt: skip
+        spans.append(
+            (
+                min(s["started_at"] for s in steps.values()),
+                max(s["finished_at"] for s in steps.values()),
+            )
+        )
     finishes = sorted(end for _, end in spans)
     peak, mean = in_flight(spans)
     quarters = [sum(f - start <= q * wall / 4 for f in finishes) / runs for q in (1, 2, 3)]
-    return {"mode": mode, "wall_s": round(wall, 2), "first_record_s": round(finishes[0] - start, 2),
-            "finished_at_quarters": [round(q, 3) for q in quarters],
-            "peak_in_flight": peak, "mean_in_flight": round(mean, 1)}  # fmt: skip
+    return {
+        "mode": mode,
+        "wall_s": round(wall, 2),
+        "first_record_s": round(finishes[0] - start, 2),
+        "finished_at_quarters": [round(q, 3) for q in quarters],
+        "peak_in_flight": peak,
+        "mean_in_flight": round(mean, 1),
+    }
 
 
 def main() -> None:
@@ -76,9 +85,20 @@ def main() -> None:
         row["first_record_over_chain"] = round(row["first_record_s"] / chain, 2)
         row["peak_in_flight_over_slots"] = round(row["peak_in_flight"] / args.slots, 2)
         row["wall_over_breadth"] = round(row["wall_s"] / breadth["wall_s"], 3)
-    print(json.dumps({"date": today(), "runs": args.runs, "slots": args.slots,
-                      "latency_ms": args.latency_ms, "chain_s": round(chain, 3),
-                      "depth": depth, "breadth": breadth}, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "date": today(),
+                "runs": args.runs,
+                "slots": args.slots,
+                "latency_ms": args.latency_ms,
+                "chain_s": round(chain, 3),
+                "depth": depth,
+                "breadth": breadth,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ Duet's configurations so that a busy neighbour hits them alike):
 6. Budget utilisation (``bench.budget_utilisation``) when that module exists.
 7. Persistent conversations (``bench.history``): CPU and input tokens per call as one
    user's conversation grows, wave after wave.
+8. Redis capacity (``bench.redis_capacity``): worker processes added until something
+   saturates; calls/s, redis-server's CPU per call and the projected ceiling of a primary.
 
 Nothing here asserts a timing; the figures go to the file and the terminal.
 """
@@ -136,7 +138,7 @@ def workers(redis_url: str, processes: int, threads: int) -> Iterator[list[int]]
                     stderr=subprocess.STDOUT,
                 ),
                 log,
-            )  # fmt: skip
+            )
         )
     from orchestration.state.keys import BROKER_PREFIX
 
@@ -280,7 +282,7 @@ def duet_loop(base_url: str, runs: int, processes: int, threads: int) -> dict[st
             k: round(v / calls, 2)
             for k, v in sorted(counters.calls_by_command.items(), key=lambda kv: -kv[1])
             if v > 0
-        },  # fmt: skip
+        },
         "redis_bytes_in_per_call": counters.net_in / calls,
         "memory_per_run_bytes": (int(mem1["used_memory"]) - int(mem0["used_memory"])) / runs,
         # used_memory less the server's overhead (clients' buffers, which vary with load and
@@ -329,8 +331,14 @@ def monitor_counts(base_url: str, runs: int = 20) -> dict[str, Any]:
 def reference(cmd: list[str], base_url: str) -> dict[str, Any]:
     """A reference driver in a child process: its own CPU, the stand-in's call count."""
     fake_llm_reset(base_url)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{cmd[1]} failed: {out.stderr[-1500:]}")
     fig = json.loads(out.stdout.strip().splitlines()[-1])
@@ -352,13 +360,26 @@ def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]
             print(f"  loop table, repetition {i + 1} of {repeat}", flush=True)
             samples["1x50"].append(duet_loop(base_url, runs, 1, 50))
             if ref_python:
-                samples["loomflow"].append(reference(
-                    [ref_python, str(ROOT / "bench" / "ref_loomflow.py"), base_url, str(runs),
-                     "50", str(ROUNDS)], base_url))  # fmt: skip
+                samples["loomflow"].append(
+                    reference(
+                        [
+                            ref_python,
+                            str(ROOT / "bench" / "ref_loomflow.py"),
+                            base_url,
+                            str(runs),
+                            "50",
+                            str(ROUNDS),
+                        ],
+                        base_url,
+                    )
+                )
             samples["2x25"].append(duet_loop(base_url, runs, 2, 25))
-            samples["sdk"].append(reference(
-                [sys.executable, "-m", "bench.ref_sdk", base_url, str(runs), "50", str(ROUNDS)],
-                base_url))  # fmt: skip
+            samples["sdk"].append(
+                reference(
+                    [sys.executable, "-m", "bench.ref_sdk", base_url, str(runs), "50", str(ROUNDS)],
+                    base_url,
+                )
+            )
         samples["monitor"] = [monitor_counts(base_url)]
     return samples
 
@@ -393,9 +414,16 @@ def median(samples: list[dict[str, Any]], path: str) -> float:
 
 
 def sim_batch(
-    processes: int, threads: int, runs: int, rounds: int, latency_ms: float,
-    *, approve: bool = False, sample_rss: bool = False, read_results: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+    processes: int,
+    threads: int,
+    runs: int,
+    rounds: int,
+    latency_ms: float,
+    *,
+    approve: bool = False,
+    sample_rss: bool = False,
+    read_results: bool = False,
+) -> dict[str, Any]:
     """A batch on the in-process ``sim`` model (no HTTP, no stand-in CPU) on real workers."""
     lat = f"latency_ms={latency_ms:g}"
     scores = "0.95" if approve else "0.1"
@@ -437,15 +465,23 @@ def sim_batch(
             time.sleep(0.2)
         wall = time.perf_counter() - t0
         stop.set()
-        cpu = sum(b - a for a, b in zip(cpu0, [cpu_s(p) for p in pids] + [cpu_s(server.pid)],
-                                        strict=True))  # fmt: skip
+        cpu = sum(
+            b - a for a, b in zip(cpu0, [cpu_s(p) for p in pids] + [cpu_s(server.pid)], strict=True)
+        )
         mem1 = int(server.client.info("memory")["used_memory"])
         fig: dict[str, Any] = {
-            "processes": processes, "threads": threads, "runs": runs, "latency_ms": latency_ms,
-            "submit_s": submit_s, "wall_s": wall, "cpu_s": cpu, "quarters_s": quarters,
+            "processes": processes,
+            "threads": threads,
+            "runs": runs,
+            "latency_ms": latency_ms,
+            "submit_s": submit_s,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "quarters_s": quarters,
             "memory_per_run_bytes": (mem1 - mem0) / runs,
-            "idle_rss_mb": [r / 2**20 for r in idle_rss], "peak_rss_mb": [r / 2**20 for r in peak_rss],
-        }  # fmt: skip
+            "idle_rss_mb": [r / 2**20 for r in idle_rss],
+            "peak_rss_mb": [r / 2**20 for r in peak_rss],
+        }
         calls = 0
         if read_results or sample_rss:
             t1 = time.perf_counter()
@@ -468,14 +504,39 @@ def sim_batch(
 def budget_utilisation() -> str | None:
     if importlib.util.find_spec("bench.budget_utilisation") is None:
         return None
-    out = subprocess.run([sys.executable, "-m", "bench.budget_utilisation"], capture_output=True,
-                         text=True, timeout=600, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.budget_utilisation"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     return out.stdout if out.returncode == 0 else f"(failed: {out.stderr[-500:]})"
 
 
+def redis_capacity() -> str | None:
+    """``bench.redis_capacity``'s RESULTS.md section, measured now (None if it failed)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.redis_capacity"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    heading = "## Redis capacity"
+    if out.returncode != 0 or heading not in out.stdout:
+        return None
+    return heading + out.stdout.split(heading, 1)[1]
+
+
 def history() -> list[dict[str, Any]] | None:
-    out = subprocess.run([sys.executable, "-m", "bench.history", "--json"], capture_output=True,
-                         text=True, timeout=900, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.history", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     if out.returncode != 0:
         return None
     rows: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -495,8 +556,11 @@ def load_average() -> str:
 def loomflow_version(ref_python: str | None) -> str | None:
     if not ref_python:
         return None
-    out = subprocess.run([ref_python, "-c", "import importlib.metadata as m; print(m.version('loomflow'))"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [ref_python, "-c", "import importlib.metadata as m; print(m.version('loomflow'))"],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip() if out.returncode == 0 else None
 
 
@@ -536,9 +600,12 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
     ideal = -(-r["runs"] // 50) * CALLS_PER_RUN * LATENCY_MS / 1000
     has_ref = bool(s["loomflow"])
     cols = ["1x50", "2x25"] + (["loomflow"] if has_ref else []) + ["sdk"]
-    names = {"1x50": "Duet, 1 worker x 50 threads", "2x25": "Duet, 2 x 25",
-             "loomflow": f"in-process reference (loomflow {r['loomflow_version']})",
-             "sdk": "raw openai SDK"}  # fmt: skip
+    names = {
+        "1x50": "Duet, 1 worker x 50 threads",
+        "2x25": "Duet, 2 x 25",
+        "loomflow": f"in-process reference (loomflow {r['loomflow_version']})",
+        "sdk": "raw openai SDK",
+    }
     ref_key = "loomflow" if has_ref else "sdk"
     lines = [
         "# Benchmark results",
@@ -558,14 +625,28 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         "",
         "| figure | " + " | ".join(names[c] for c in cols) + " |",
         "|---|" + "---|" * len(cols),
-        "| CPU ms per model call | " + " | ".join(f"{median(s[c], 'cpu_ms_per_call'):.2f}" for c in cols) + " |",
-        f"| ratio to {ref_key} | " + " | ".join(
-            f"{median(s[c], 'cpu_ms_per_call') / median(s[ref_key], 'cpu_ms_per_call'):.2f}x" for c in cols) + " |",
-        f"| wall s (latency-bound ideal {ideal:.1f}) | " + " | ".join(f"{median(s[c], 'wall_s'):.1f}" for c in cols) + " |",
-        "| wall / ideal | " + " | ".join(f"{median(s[c], 'wall_s') / ideal:.2f}x" for c in cols) + " |",
-        "| calls in flight of 50, p10–p90 (mean) | " + " | ".join(
-            fmt_range({k: median(s[c], f'in_flight.{k}') for k in ('p10', 'p90', 'mean')}) for c in cols) + " |",
-    ]  # fmt: skip
+        "| CPU ms per model call | "
+        + " | ".join(f"{median(s[c], 'cpu_ms_per_call'):.2f}" for c in cols)
+        + " |",
+        f"| ratio to {ref_key} | "
+        + " | ".join(
+            f"{median(s[c], 'cpu_ms_per_call') / median(s[ref_key], 'cpu_ms_per_call'):.2f}x"
+            for c in cols
+        )
+        + " |",
+        f"| wall s (latency-bound ideal {ideal:.1f}) | "
+        + " | ".join(f"{median(s[c], 'wall_s'):.1f}" for c in cols)
+        + " |",
+        "| wall / ideal | "
+        + " | ".join(f"{median(s[c], 'wall_s') / ideal:.2f}x" for c in cols)
+        + " |",
+        "| calls in flight of 50, p10–p90 (mean) | "
+        + " | ".join(
+            fmt_range({k: median(s[c], f"in_flight.{k}") for k in ("p10", "p90", "mean")})
+            for c in cols
+        )
+        + " |",
+    ]
     d = s["1x50"]
     mon = s["monitor"][0]
     lines += [
@@ -574,8 +655,9 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         f"{median(d, 'workers_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'workers_cpu_ms_per_call'):.2f}, "
         f"redis-server {median(d, 'redis_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'redis_cpu_ms_per_call'):.2f}, "
         f"client {median(d, 'client_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'client_cpu_ms_per_call'):.2f}. "
-        "Spread of CPU ms per call: " + "; ".join(
-            f"{c} " + ", ".join(f"{x['cpu_ms_per_call']:.2f}" for x in s[c]) for c in cols) + ".",
+        "Spread of CPU ms per call: "
+        + "; ".join(f"{c} " + ", ".join(f"{x['cpu_ms_per_call']:.2f}" for x in s[c]) for c in cols)
+        + ".",
         "",
         "## Slots one worker process keeps busy",
         "",
@@ -585,10 +667,12 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         "",
         "| threads | calls/s | calls in flight, mean (p10–p90) | slots busy | CPU ms per call |",
         "|---|---|---|---|---|",
-        *(f"| {f['threads']} | {f['calls'] / f['wall_s']:.0f} | {f['in_flight']['mean']:.1f} "
-          f"({f['in_flight']['p10']:.0f}–{f['in_flight']['p90']:.0f}) | "
-          f"{100 * f['in_flight']['mean'] / f['threads']:.0f} % | {f['cpu_ms_per_call']:.2f} |"
-          for f in r["slots"]),
+        *(
+            f"| {f['threads']} | {f['calls'] / f['wall_s']:.0f} | {f['in_flight']['mean']:.1f} "
+            f"({f['in_flight']['p10']:.0f}–{f['in_flight']['p90']:.0f}) | "
+            f"{100 * f['in_flight']['mean'] / f['threads']:.0f} % | {f['cpu_ms_per_call']:.2f} |"
+            for f in r["slots"]
+        ),
         "",
         *ceiling_lines(r),
         "## Redis per model call and per finished run (Duet 1x50 batches)",
@@ -603,15 +687,18 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         f"| memory per finished run: all (used_memory delta / runs; with the connections' buffers, which vary with load) | {median(d, 'memory_per_run_bytes') / 1000:.1f} kB |",
         f"| TTL of a finished run | {d[0]['run_ttl_s'] / 86400:.1f} days ({d[0]['run_ttl_s']} s) |",
         "",
-        "Sent by clients, per call (MONITOR, 20 runs): " + ", ".join(
-            f"`{k}` {v}" for k, v in list(mon["sent"].items())[:16]) + ".",
+        "Sent by clients, per call (MONITOR, 20 runs): "
+        + ", ".join(f"`{k}` {v}" for k, v in list(mon["sent"].items())[:16])
+        + ".",
         "",
-        "Inside Lua scripts, per call: " + ", ".join(
-            f"`{k}` {v}" for k, v in list(mon["in_scripts"].items())[:16]) + ".",
+        "Inside Lua scripts, per call: "
+        + ", ".join(f"`{k}` {v}" for k, v in list(mon["in_scripts"].items())[:16])
+        + ".",
         "",
-        "Bytes per run by key (MEMORY USAGE, 20 runs): " + ", ".join(
-            f"`{k}` {v / 1000:.1f} kB" for k, v in d[0]["run_keys_bytes"].items()) + ".",
-    ]  # fmt: skip
+        "Bytes per run by key (MEMORY USAGE, 20 runs): "
+        + ", ".join(f"`{k}` {v / 1000:.1f} kB" for k, v in d[0]["run_keys_bytes"].items())
+        + ".",
+    ]
     lines += ["", "## The Celery no-op floor", ""]
     if r["floor"] is not None:
         lines.append(
@@ -619,7 +706,7 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
             f"**{r['floor']:.2f} ms** of CPU per pair (`bench.celery_floor`, median of 3): what "
             f"any two-task-per-call design costs before Duet does anything. Duet 1x50's "
             f"worker CPU per call is {median(d, 'workers_cpu_ms_per_call') / r['floor']:.1f}x it."
-        )  # fmt: skip
+        )
     else:
         lines.append("(bench.celery_floor failed in this run)")
     sc = r["scaling"]
@@ -637,7 +724,7 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         f"| {f['processes']} | {f['runs']} | {f['calls_per_s']:.0f} | {f['calls_per_s'] / base:.2f}x | "
         f"{f['processes'] * f['threads'] / (f['latency_ms'] / 1000):.0f} | {f['cpu_s'] * 1000 / f['calls']:.2f} |"
         for f in sc
-    ]  # fmt: skip
+    ]
     h = r["hold"]
     lines += [
         "",
@@ -650,31 +737,35 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
     ]
     b = r.get("big")
     if b:
-        lines += [
-            "",
-            f"## A {b['n']:,}-input batch",
-            "",
-            "Runs the critic approves in round 1 (2 calls each) on `sim` at 0 ms, so the "
-            "figure is Duet's own work; submit with `Team.submit_batch`, drain, read every "
-            "result back.",
-            "",
-            "| inputs | workers | submit s | drain s (incl. submit) | results read s | calls/s | Redis memory per run |",
-            "|---|---|---|---|---|---|---|",
-        ] + [
-            f"| {f['runs']:,} | {f['processes']} x {f['threads']} | {f['submit_s']:.1f} | {f['wall_s']:.1f} | "
-            f"{f.get('results_s', float('nan')):.1f} | {f['calls_per_s']:.0f} | {f['memory_per_run_bytes'] / 1000:.1f} kB |"
-            for f in b["rows"]
-        ] + [
-            "",
-            f"Linearity: {b['n']:,} inputs took {b['linear']:.2f}x the drain time per input "
-            f"of {b['n'] // 4:,} (1 worker; 1.00x = linear). Runs finish in a burst at the end "
-            "(every draft is queued before any critique), so a drain is timed whole.",
-        ]  # fmt: skip
+        lines += (
+            [
+                "",
+                f"## A {b['n']:,}-input batch",
+                "",
+                "Runs the critic approves in round 1 (2 calls each) on `sim` at 0 ms, so the "
+                "figure is Duet's own work; submit with `Team.submit_batch`, drain, read every "
+                "result back.",
+                "",
+                "| inputs | workers | submit s | drain s (incl. submit) | results read s | calls/s | Redis memory per run |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            + [
+                f"| {f['runs']:,} | {f['processes']} x {f['threads']} | {f['submit_s']:.1f} | {f['wall_s']:.1f} | "
+                f"{f.get('results_s', float('nan')):.1f} | {f['calls_per_s']:.0f} | {f['memory_per_run_bytes'] / 1000:.1f} kB |"
+                for f in b["rows"]
+            ]
+            + [
+                "",
+                f"Linearity: {b['n']:,} inputs took {b['linear']:.2f}x the drain time per input "
+                f"of {b['n'] // 4:,} (1 worker; 1.00x = linear). Runs finish in a burst at the end "
+                "(every draft is queued before any critique), so a drain is timed whole.",
+            ]
+        )
     hist = r.get("history")
     lines += ["", "## Persistent conversations: CPU per call as one user's history grows", ""]
     if hist:
         lines += [
-            "Waves of 20 runs (3 calls each), all one user's (`memory=\"per_user\"`), one "
+            'Waves of 20 runs (3 calls each), all one user\'s (`memory="per_user"`), one '
             "wave after another, stand-in at 0 ms, in-process worker x 8 (`bench.history`). "
             "A call carries at most the team's `conversation_turns` / "
             "`conversation_max_tokens` of history (defaults 20 / 4,000).",
@@ -685,12 +776,25 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
             f"| {h['wave']} | {h['turns_before']} | {h['cpu_ms_per_call']:.2f} | "
             f"{h['input_tokens_per_call']:.0f} |"
             for h in hist
-        ]  # fmt: skip
+        ]
     else:
         lines.append("`bench.history` failed in this run; nothing measured.")
+    capacity = r.get("capacity")
+    lines += [""]
+    if capacity:
+        lines += capacity.rstrip("\n").splitlines()
+    else:
+        lines += [
+            "## Redis capacity: calls/s one primary carries",
+            "",
+            "`bench.redis_capacity` failed in this run; nothing measured.",
+        ]
     lines += ["", "## Budget utilisation", ""]
-    lines.append(f"```\n{r['budget'].strip()}\n```" if r["budget"] else
-                 "`bench.budget_utilisation` is not in this tree yet; nothing measured.")  # fmt: skip
+    lines.append(
+        f"```\n{r['budget'].strip()}\n```"
+        if r["budget"]
+        else "`bench.budget_utilisation` is not in this tree yet; nothing measured."
+    )
     if not has_ref:
         lines += [
             "",
@@ -708,9 +812,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--big", type=int, default=10_000, help="inputs of the big batch; 0 skips it"
     )
-    parser.add_argument("--ref-python", default=os.environ.get(
-        "DUET_BENCH_REF_PYTHON", str(ROOT / "bench" / ".venv-ref" / "bin" / "python")),
-        help="a Python with loomflow installed (make bench installs one in bench/.venv-ref)")  # fmt: skip
+    parser.add_argument(
+        "--ref-python",
+        default=os.environ.get(
+            "DUET_BENCH_REF_PYTHON", str(ROOT / "bench" / ".venv-ref" / "bin" / "python")
+        ),
+        help="a Python with loomflow installed (make bench installs one in bench/.venv-ref)",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument("--json", help="also write every figure to this file")
     args = parser.parse_args(argv)
@@ -719,8 +827,10 @@ def main(argv: list[str] | None = None) -> int:
     r: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}",
-        "load_start": load_average(), "runs": args.runs, "repeat": args.repeat,
-    }  # fmt: skip
+        "load_start": load_average(),
+        "runs": args.runs,
+        "repeat": args.repeat,
+    }
     ref_python = args.ref_python if Path(args.ref_python).exists() else None
     r["loomflow_version"] = loomflow_version(ref_python)
     if r["loomflow_version"] is None:
@@ -751,6 +861,8 @@ def main(argv: list[str] | None = None) -> int:
     r["budget"] = budget_utilisation()
     print("7. persistent conversations", flush=True)
     r["history"] = history()
+    print("8. Redis capacity", flush=True)
+    r["capacity"] = redis_capacity()
     r["load_end"] = load_average()
     r["total_s"] = time.perf_counter() - started
     if args.json:

@@ -30,6 +30,7 @@ from duet.cli_app import (
     ExcludeOpt,
     IncludeOpt,
     LogEveryOpt,
+    MaxInFlightOpt,
     StatusOpt,
     StrictOpt,
     TimeoutOpt,
@@ -115,7 +116,10 @@ def run(
     input: Annotated[
         Path | None,
         typer.Option(
-            "--input", "-i", exists=True, show_default=False,
+            "--input",
+            "-i",
+            exists=True,
+            show_default=False,
             help="Inputs: a JSONL file, a CSV file, or a directory (one input per file). "
             "Or give --git instead.",
         ),
@@ -123,7 +127,9 @@ def run(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", dir_okay=False,
+            "--output",
+            "-o",
+            dir_okay=False,
             help="Results file, one record per input: JSONL, or CSV when the name ends in .csv. "
             "Each record is written as its run finishes; the file is in input order at the "
             "end. Default: INPUT-NAME.results.jsonl in the current directory.",
@@ -135,7 +141,10 @@ def run(
     resume_from: Annotated[
         Path | None,
         typer.Option(
-            "--resume-from", exists=True, dir_okay=False, metavar="RESULTS",
+            "--resume-from",
+            exists=True,
+            dir_okay=False,
+            metavar="RESULTS",
             help="A results file of an earlier run: inputs it has approved or out of rounds "
             "are not run again (their records are copied); the others run.",
         ),
@@ -153,7 +162,9 @@ def run(
     output_dir: Annotated[
         Path | None,
         typer.Option(
-            "--output-dir", file_okay=False, metavar="DIR",
+            "--output-dir",
+            file_okay=False,
+            metavar="DIR",
             help="Also write each approved output to DIR/<id> (a directory input's relative "
             "path: the reviewed tree is mirrored).",
         ),
@@ -166,7 +177,8 @@ def run(
     context: ContextOpt = 10,
     cache: CacheOpt = False,
     cache_ttl: CacheTtlOpt = None,
-) -> None:  # fmt: skip
+    max_in_flight: MaxInFlightOpt = None,
+) -> None:
     """Review every input and wait for the results, with live progress.
 
     Runs on the cluster in DUET_REDIS_URL or, when it is unset, on an embedded Redis with
@@ -183,30 +195,59 @@ def run(
     """
     embedded = not get_settings().redis_url
     cfg = load_checked(
-        config, embedded=embedded, vendor_batch=vendor_batch,
+        config,
+        embedded=embedded,
+        vendor_batch=vendor_batch,
         cache=cache_ttl or ("7d" if cache else None),
-    )  # fmt: skip
+        max_in_flight=max_in_flight,
+    )
     run_loaded(
-        cfg, input, output, strict=strict, include=include, exclude=exclude,
-        resume_from=resume_from, limit=limit, dry_run=dry_run, output_dir=output_dir,
-        log_every=log_every, git=GitSource(git_range, repo, unit, context),
-    )  # fmt: skip
+        cfg,
+        input,
+        output,
+        strict=strict,
+        include=include,
+        exclude=exclude,
+        resume_from=resume_from,
+        limit=limit,
+        dry_run=dry_run,
+        output_dir=output_dir,
+        log_every=log_every,
+        git=GitSource(git_range, repo, unit, context),
+    )
 
 
 def run_loaded(
-    cfg: Any, input: Path | None, output: Path | None, *, strict: bool = False,
-    include: list[str] | None = None, exclude: list[str] | None = None,
-    resume_from: Path | None = None, limit: int | None = None, dry_run: bool = False,
-    output_dir: Path | None = None, log_every: float = LOG_EVERY_S,
+    cfg: Any,
+    input: Path | None,
+    output: Path | None,
+    *,
+    strict: bool = False,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    resume_from: Path | None = None,
+    limit: int | None = None,
+    dry_run: bool = False,
+    output_dir: Path | None = None,
+    log_every: float = LOG_EVERY_S,
     git: GitSource | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """``duet run`` once its config is loaded (``duet review`` comes in here too)."""
     started = time.monotonic()
     embedded = not get_settings().redis_url
     source = input_source(input, git)
     target = output or Path(f"{source.name.rsplit('.', 1)[0]}.results.jsonl")
     finished = finished_records(resume_from) if resume_from else None
-    intake = Intake(finished, limit)
+    # With the cache on, every input is looked up before anything starts: on the
+    # embedded default, a rerun that hits throughout starts no Redis and no worker.
+    run_cache = None
+    if not dry_run:
+        if not embedded:
+            connect()  # the cluster's cache is in its Redis
+        from duet.run_cache import RunCache
+
+        run_cache = RunCache.of(cfg.build_architecture().to_spec())
+    intake = Intake(finished, limit, run_cache)
     options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
     if git is not None and git.spec:
         # A change with nothing to review (only docs in vendor/, say) is not a failure.
@@ -215,25 +256,37 @@ def run_loaded(
         reading = Reading(cfg, source, intake, **options)
         print_dry_run(cfg, reading)
         return
-    connect(embedded_ok=True)
+    if embedded and run_cache is None:
+        connect(embedded_ok=True)
     reading = Reading(cfg, source, intake, **options)
-    handle = submit_reading(cfg, reading)
-    sink = ResultsFile(target)
+    if embedded and run_cache is not None and reading.first is not None:
+        connect(embedded_ok=True)  # something to run: start the embedded cluster now
+    handle = submit_reading(cfg, reading) if reading.first is not None else None
+    sink = ResultsFile(target, on_write=run_cache.finished if run_cache else None)
     interrupted = False
     try:
-        for carried in intake.carried:
+        for carried in (*intake.carried, *intake.cached):
             sink.write(carried)
         for r in intake.rejected:
             sink.write(rejected_record(r, batch_id=handle.batch_id if handle else None))
-        if handle is None:
+        if handle is None and (intake.carried or intake.cached):
+            pass  # everything was carried over or served from the cache
+        elif handle is None:
             warn("no valid inputs: nothing to run")
         else:
             interrupted = _collect_while_watching(
-                handle, sink, intake.run_index, cfg.build_architecture().to_spec(),
-                embedded=embedded, target=target, log_every=log_every,
-            )  # fmt: skip
+                handle,
+                sink,
+                intake.run_index,
+                cfg.build_architecture().to_spec(),
+                embedded=embedded,
+                target=target,
+                log_every=log_every,
+            )
     finally:
         sink.finish()
+        if run_cache is not None:
+            run_cache.flush()
     if handle is not None:
         record(f"batch {handle.batch_id} finished: results in {target}", batch_id=handle.batch_id)
     out.print(summary_table(sink.summary, time.monotonic() - started))
@@ -259,7 +312,9 @@ def review(
         typer.Argument(
             help="Review config (TOML). Default: the built-in code review on sim models "
             "(--actor-model / --critic-model pick real ones).",
-            exists=True, dir_okay=False, show_default=False,
+            exists=True,
+            dir_okay=False,
+            show_default=False,
         ),
     ] = None,
     git_range: Annotated[
@@ -270,7 +325,9 @@ def review(
     context: ContextOpt = 10,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", dir_okay=False, help="Results file (default review.results.jsonl)."),
+        typer.Option(
+            "--output", "-o", dir_okay=False, help="Results file (default review.results.jsonl)."
+        ),
     ] = None,
     actor_model: Annotated[
         str, typer.Option("--actor-model", help="Built-in config: the actor's model.")
@@ -278,9 +335,11 @@ def review(
     critic_model: Annotated[
         str, typer.Option("--critic-model", help="Built-in config: the critic's model.")
     ] = "sim",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the worst case; send nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the worst case; send nothing.")
+    ] = False,
     log_every: LogEveryOpt = LOG_EVERY_S,
-) -> None:  # fmt: skip
+) -> None:
     """Review the files a git range changed (one input per file or hunk), like
     ``duet run --git``; then ``duet results FILE -f sarif`` or ``--patch``.
 
@@ -301,9 +360,13 @@ def review(
     else:
         cfg = load_checked(config, embedded=embedded)
     run_loaded(
-        cfg, None, output, dry_run=dry_run, log_every=log_every,
+        cfg,
+        None,
+        output,
+        dry_run=dry_run,
+        log_every=log_every,
         git=GitSource(git_range, repo, unit, context),
-    )  # fmt: skip
+    )
 
 
 def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
@@ -385,7 +448,10 @@ def submit(
     input: Annotated[
         Path | None,
         typer.Option(
-            "--input", "-i", exists=True, show_default=False,
+            "--input",
+            "-i",
+            exists=True,
+            show_default=False,
             help="Inputs: a JSONL file, a CSV file, or a directory. Or give --git instead.",
         ),
     ] = None,
@@ -403,7 +469,8 @@ def submit(
     context: ContextOpt = 10,
     cache: CacheOpt = False,
     cache_ttl: CacheTtlOpt = None,
-) -> None:  # fmt: skip
+    max_in_flight: MaxInFlightOpt = None,
+) -> None:
     """Queue every input on the cluster and print the batch id; returns at once.
 
     Needs DUET_REDIS_URL (an embedded cluster would stop with the command). Follow the
@@ -420,6 +487,7 @@ def submit(
         embedded=False,
         vendor_batch=vendor_batch,
         cache=cache_ttl or ("7d" if cache else None),
+        max_in_flight=max_in_flight,
     )
     intake = Intake()
     git = GitSource(git_range, repo, unit, context)
@@ -494,7 +562,9 @@ def results(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", dir_okay=False,
+            "--output",
+            "-o",
+            dir_okay=False,
             help="Write here: CSV when the name ends in .csv, else JSONL. Default: JSONL on stdout.",
         ),
     ] = None,
@@ -506,7 +576,7 @@ def results(
     fail_on: FailOnOpt = "never",
     patch: PatchOpt = False,
     root: RootOpt = Path("."),
-) -> None:  # fmt: skip
+) -> None:
     """Stream a batch's records in input order (rejected inputs in their places), each as
     soon as it (and those before it) finished; with --status and no --output, each match
     as soon as its run finishes, in the order runs finish.
@@ -516,8 +586,16 @@ def results(
     """
     check_status(status)
     if format is not None or patch:
-        write_findings(batch, format, output, everything=everything, fail_on=fail_on,
-                       patch=patch, root=root, timeout=timeout)  # fmt: skip
+        write_findings(
+            batch,
+            format,
+            output,
+            everything=everything,
+            fail_on=fail_on,
+            patch=patch,
+            root=root,
+            timeout=timeout,
+        )
         return
     if Path(batch).is_file():
         records: Iterable[dict[str, Any]] = by_index(read_records(Path(batch)))
@@ -562,9 +640,13 @@ class _RecordsWithProgress:
     """``duet results BATCH -o FILE``: write records while showing the batch's progress."""
 
     def __init__(
-        self, handle: BatchHandle, timeout: float | None, status: list[str] | None,
-        output: Path, log_every: float,
-    ) -> None:  # fmt: skip
+        self,
+        handle: BatchHandle,
+        timeout: float | None,
+        status: list[str] | None,
+        output: Path,
+        log_every: float,
+    ) -> None:
         self.handle, self.timeout, self.status = handle, timeout, status
         self.output, self.log_every = output, log_every
 

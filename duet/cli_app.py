@@ -80,36 +80,42 @@ ConfigArg = Annotated[
 InputOpt = Annotated[
     Path,
     typer.Option(
-        "--input", "-i", exists=True, show_default=False,
+        "--input",
+        "-i",
+        exists=True,
+        show_default=False,
         help="Inputs: a JSONL file, a CSV file, or a directory (one input per file).",
     ),
-]  # fmt: skip
+]
 
 
 IncludeOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--include", metavar="GLOB",
+        "--include",
+        metavar="GLOB",
         help="Directory input: read only files matching this glob (repeat for more), e.g. '*.py'.",
     ),
-]  # fmt: skip
+]
 
 
 ExcludeOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--exclude", metavar="GLOB",
+        "--exclude",
+        metavar="GLOB",
         help="Directory input: leave out files or folders matching this glob (repeatable).",
     ),
-]  # fmt: skip
+]
 
 
 StrictOpt = Annotated[
     bool,
     typer.Option(
-        "--strict", help="Refuse the whole batch (exit 2) if any input is bad, listing every one.",
+        "--strict",
+        help="Refuse the whole batch (exit 2) if any input is bad, listing every one.",
     ),
-]  # fmt: skip
+]
 
 
 CacheOpt = Annotated[
@@ -117,16 +123,30 @@ CacheOpt = Annotated[
     typer.Option(
         "--cache",
         help="Serve repeated model calls from the model-call cache (answers up to 7 days "
-        "old, or --cache-ttl); a hit costs no budget and no vendor request. docs/cache.md.",
+        "old, or --cache-ttl); a hit costs no budget and no vendor request. `duet run` also "
+        "serves inputs whose run finished before whole, starting nothing. docs/cache.md.",
     ),
-]  # fmt: skip
+]
 CacheTtlOpt = Annotated[
     str | None,
     typer.Option(
-        "--cache-ttl", metavar="TTL",
+        "--cache-ttl",
+        metavar="TTL",
         help="Turn the cache on, serving answers up to TTL old (7d, 12h, seconds).",
     ),
-]  # fmt: skip
+]
+
+
+MaxInFlightOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-in-flight",
+        min=1,
+        metavar="N",
+        help="At most N runs of the batch started and not finished at any moment, across "
+        "the whole fleet (over the config's [batch] max_in_flight). docs/running-at-scale.md.",
+    ),
+]
 
 
 VendorBatchOpt = Annotated[
@@ -137,26 +157,29 @@ VendorBatchOpt = Annotated[
         "Anthropic Message Batches): about half the price, answers within the vendors' "
         "window (up to 24 h); each round of the batch goes out together.",
     ),
-]  # fmt: skip
+]
 
 
 LogEveryOpt = Annotated[
     float,
     typer.Option(
-        "--log-every", min=0.1, metavar="SECONDS",
+        "--log-every",
+        min=0.1,
+        metavar="SECONDS",
         help="When stderr is not a terminal: one progress line every SECONDS.",
     ),
-]  # fmt: skip
+]
 
 
 StatusOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--status", metavar="STATUS",
+        "--status",
+        metavar="STATUS",
         help="Only records with this status (repeatable): approved, max_rounds_reached, "
         "interrupted, failed, cancelled, rejected.",
     ),
-]  # fmt: skip
+]
 
 
 BatchArg = Annotated[

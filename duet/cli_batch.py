@@ -119,8 +119,10 @@ def summary_table(summary: Summary, wall_s: float | None = None) -> Table:
     )
     table.add_row("model calls", f"{summary.calls:,}")
     if summary.cached_calls:
-        table.add_row("from cache", f"{summary.cached_calls:,} calls served from cache, "
-                      f"${summary.saved_usd:.4f} saved")  # fmt: skip
+        table.add_row(
+            "from cache",
+            f"{summary.cached_calls:,} calls served from cache, ${summary.saved_usd:.4f} saved",
+        )
     table.add_row("cost", f"${summary.usd:.4f}")
     if wall_s is not None:
         table.add_row("wall time", duration(wall_s))

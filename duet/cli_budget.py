@@ -58,9 +58,12 @@ def show(
             if limit is None and not spent and not reserved:
                 continue
             table.add_row(
-                unit, _fmt(unit, limit), _fmt(unit, spent), _fmt(unit, reserved),
+                unit,
+                _fmt(unit, limit),
+                _fmt(unit, spent),
+                _fmt(unit, reserved),
                 _fmt(unit, state.remaining.get(unit)),
-            )  # fmt: skip
+            )
         out.print(table)
 
 
@@ -85,9 +88,13 @@ def set_(
 
     try:
         budget = Budget(
-            max_input_tokens=max_input_tokens, max_output_tokens=max_output_tokens,
-            max_tokens=max_tokens, max_usd=max_usd, max_calls=max_calls, warn_at=warn_at,
-        )  # fmt: skip
+            max_input_tokens=max_input_tokens,
+            max_output_tokens=max_output_tokens,
+            max_tokens=max_tokens,
+            max_usd=max_usd,
+            max_calls=max_calls,
+            warn_at=warn_at,
+        )
     except ValidationError as exc:
         problems = "; ".join(f"--{e['loc'][0]}: {e['msg']}".replace("_", "-") for e in exc.errors())
         raise ConfigError(problems) from None

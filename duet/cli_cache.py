@@ -21,7 +21,7 @@ cache_app = typer.Typer(
 )
 
 
-def _store() -> CallStore:
+def cache_store() -> CallStore:
     """The cluster's cache when DUET_REDIS_URL is set, else the disk file."""
     if not get_settings().redis_url:
         return DiskCallStore()
@@ -35,12 +35,20 @@ def _store() -> CallStore:
 @fails_cleanly
 def stats() -> None:
     """Entries, bytes, hits and misses, and the least recently used entry's age."""
-    s = _store().stats()
+    s = cache_store().stats()
     table = Table(title=f"model-call cache ({s.backend}: {s.where})", show_header=False)
-    oldest = "-" if s.oldest is None else dt.datetime.fromtimestamp(
-        s.oldest, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")  # fmt: skip
-    for name, value in (("entries", s.entries), ("bytes", s.bytes), ("hits", s.hits),
-                        ("misses", s.misses), ("oldest", oldest)):  # fmt: skip
+    oldest = (
+        "-"
+        if s.oldest is None
+        else dt.datetime.fromtimestamp(s.oldest, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
+    for name, value in (
+        ("entries", s.entries),
+        ("bytes", s.bytes),
+        ("hits", s.hits),
+        ("misses", s.misses),
+        ("oldest", oldest),
+    ):
         table.add_row(name, str(value))
     out.print(table)
 
@@ -50,11 +58,14 @@ def stats() -> None:
 def clear(
     older_than: Annotated[
         str | None,
-        typer.Option("--older-than", metavar="TTL",
-                     help="Only entries written longer ago than this (7d, 12h, 90)."),
+        typer.Option(
+            "--older-than",
+            metavar="TTL",
+            help="Only entries written longer ago than this (7d, 12h, 90).",
+        ),
     ] = None,
-) -> None:  # fmt: skip
+) -> None:
     """Drop cached answers: all, or those older than ``--older-than``."""
     age = parse_ttl(older_than, "--older-than") if older_than is not None else None
-    n = _store().clear(age)
+    n = cache_store().clear(age)
     out.print(plain(f"cleared {n} cached answer(s)"))

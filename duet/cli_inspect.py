@@ -38,6 +38,7 @@ from duet.report import (
     OUTCOMES,
     Summary,
     by_index,
+    kept_note,
 )
 from duet.report_html import render_report
 from duet.short_ids import shortest_unique
@@ -156,7 +157,9 @@ def show(
         )
     if result.output is not None:
         text = result.output if full or len(result.output) <= 2000 else result.output[:2000] + "\n…"
-        out.print(Panel(plain(text), title="final output", title_align="left"))
+        kept = _kept(result)
+        title = f"kept output: {kept}" if kept else "final output"
+        out.print(Panel(plain(text), title=title, title_align="left"))
 
 
 def _run_header(result: RunResult) -> Table:
@@ -170,16 +173,28 @@ def _run_header(result: RunResult) -> Table:
         ("batch", result.batch_id or "-"),
         ("status", plain(result.status, style=COLOURS.get(str(result.status), ""))),
         ("final score", _final_score(result)),
+        *([("kept", kept)] if (kept := _kept(result)) else []),
         ("reason", result.interruption_reason or "-"),
         ("error", refusal_line(result.interruption_reason, result.error) or result.error or "-"),
-        ("usage", f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
-                  f"{usage.calls} calls, ${usage.usd:.4f}"
-                  + (f"; {usage.cached_calls} cached steps (served from the model-call "
-                     f"cache, ${usage.saved_usd:.4f} saved)" if usage.cached_calls else "")),
-    ]  # fmt: skip
+        (
+            "usage",
+            f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+            f"{usage.calls} calls, ${usage.usd:.4f}"
+            + (
+                f"; {usage.cached_calls} cached steps (served from the model-call "
+                f"cache, ${usage.saved_usd:.4f} saved)"
+                if usage.cached_calls
+                else ""
+            ),
+        ),
+    ]
     for name, value in rows:
         table.add_row(name, value if isinstance(value, Text) else plain(value))
     return table
+
+
+def _kept(result: RunResult) -> str | None:
+    return kept_note(result.keep, result.output_round, result.best_round, result.final_score)
 
 
 def _final_score(result: RunResult) -> str:
@@ -300,13 +315,30 @@ def cancel(
     out.print(plain(f"batch {ident}: cancelled {BatchHandle(ident).cancel()} unfinished run(s)"))
 
 
-@app.command(epilog="Example: duet resume 4c9e34663fac4c9d8513fd84d3ff8b17")
+@app.command(
+    epilog="Example: duet resume 4c9e3466   (after raising its budget: duet resume 4c9e3466 "
+    "--interrupted)"
+)
 @fails_cleanly
-def resume(batch: BatchArg) -> None:
+def resume(
+    batch: BatchArg,
+    interrupted: Annotated[
+        bool,
+        typer.Option(
+            "--interrupted",
+            help="Also re-run the batch's interrupted runs from where each stopped, once the "
+            "cause is fixed (a budget raised, a key set): the step that stopped a run runs "
+            "again, its other steps are kept.",
+        ),
+    ] = False,
+) -> None:
     """Re-enqueue every unfinished run of a batch (after a crash, or to undo a cancel).
 
     Safe at any time: stored steps are never repeated.
     """
     connect()
     handle = batch_handle(batch)
-    out.print(plain(f"batch {handle.batch_id}: re-enqueued {handle.resume()} unfinished run(s)"))
+    line = f"batch {handle.batch_id}: re-enqueued {handle.resume()} unfinished run(s)"
+    if interrupted:
+        line += f", re-running {handle.resume(interrupted=True)} interrupted run(s)"
+    out.print(plain(line))

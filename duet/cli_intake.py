@@ -27,6 +27,7 @@ from duet.cli_support import (
 )
 from duet.config import CacheConfig, ReviewConfig, load_config
 from duet.inputs import InputReader
+from orchestration.core import url_credentials
 from orchestration.core.agents import resolve_model
 from orchestration.core.callcache import parse_ttl
 from orchestration.core.errors import ConfigError
@@ -42,22 +43,40 @@ SHOWN_PROBLEMS = 20
 
 
 def load_checked(
-    config: Path, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
+    config: Path,
+    *,
+    embedded: bool,
+    vendor_batch: bool = False,
+    cache: str | None = None,
+    max_in_flight: int | None = None,
 ) -> ReviewConfig:
     """Load the config and check what only the worker side can check (sim options, keys);
     ``vendor_batch`` sends both agents' calls through the vendors' batch APIs."""
     return check_loaded(
-        load_config(config), embedded=embedded, vendor_batch=vendor_batch, cache=cache
+        load_config(config),
+        embedded=embedded,
+        vendor_batch=vendor_batch,
+        cache=cache,
+        max_in_flight=max_in_flight,
     )
 
 
 def check_loaded(
-    cfg: ReviewConfig, *, embedded: bool, vendor_batch: bool = False, cache: str | None = None
+    cfg: ReviewConfig,
+    *,
+    embedded: bool,
+    vendor_batch: bool = False,
+    cache: str | None = None,
+    max_in_flight: int | None = None,
 ) -> ReviewConfig:
     """:func:`load_checked` for a config already loaded (a built-in one, say); ``cache``
-    (a TTL) turns the model-call cache on over the config's ``[cache]``."""
+    (a TTL) turns the model-call cache on over the config's ``[cache]``;
+    ``max_in_flight`` (``--max-in-flight``) is put over its ``[batch] max_in_flight``."""
     if vendor_batch:
         cfg = _with_vendor_batch(cfg)
+    if max_in_flight is not None:
+        batch = cfg.batch.model_copy(update={"max_in_flight": max_in_flight})
+        cfg = cfg.model_copy(update={"batch": batch})
     if cache is not None:  # --cache [TTL]: over the config's [cache] ttl
         parse_ttl(cache, "--cache")
         section = cfg.cache or CacheConfig()
@@ -75,11 +94,16 @@ def check_loaded(
                 parse_sim_model(agent.model_name)
             except ConfigError as exc:
                 raise ConfigError(f"{cfg.source}: {role}.model: {exc}") from None
-        elif embedded and agent.api_key_env and not os.environ.get(agent.api_key_env):
-            raise ConfigError(
-                f"{cfg.source}: {role}: {agent.api_key_env} is not set, and the embedded worker "
-                "runs in this process; export it, or set DUET_REDIS_URL to use a cluster"
-            )
+        elif embedded:
+            named = [agent.api_key_env, *url_credentials.variables(agent.base_url)]
+            unset = [name for name in named if name and not os.environ.get(name)]
+            if unset:
+                verb = "is" if len(unset) == 1 else "are"
+                raise ConfigError(
+                    f"{cfg.source}: {role}: {' and '.join(unset)} {verb} not set, and the "
+                    "embedded worker runs in this process; export it, or set DUET_REDIS_URL "
+                    "to use a cluster"
+                )
     return cfg
 
 
@@ -140,7 +164,35 @@ def prompt_limit(cfg: ReviewConfig) -> int:
             f"of {cap:,} characters (DUET_MAX_PROMPT_CHARS); raise the cap "
             f"(export DUET_MAX_PROMPT_CHARS={wanted}) or lower the key"
         )
+    _check_context_windows(cfg, wanted)
     return wanted
+
+
+def _check_context_windows(cfg: ReviewConfig, chars: int) -> None:
+    """Refuse a ``max_prompt_chars`` whose longest request overflows a model's context
+    window: the actor's revision carries the input, its last output and the critique and
+    gets a reply; the critic's review carries the input and the output (each output at
+    its ``max_tokens``).
+
+    Raises:
+        ConfigError: naming the key, the model, its window and the most that fits.
+    """
+    from orchestration.core.capabilities import context_window, prompt_chars_fitting
+
+    spec = cfg.build_architecture().to_spec()
+    actor, critic = spec.actor, spec.critic
+    loop_adds = {
+        "actor": (actor, 2 * actor.max_tokens + critic.max_tokens),
+        "critic": (critic, actor.max_tokens + critic.max_tokens),
+    }
+    for role, (agent, other) in loop_adds.items():
+        window = context_window(agent.provider, agent.model_name)
+        if window is not None and chars > (fits := prompt_chars_fitting(window, other)):
+            raise ConfigError(
+                f"{cfg.source}: inputs.max_prompt_chars: {chars:,} characters do not fit "
+                f"the {role}'s model {agent.model_name} (a {window:,}-token context window, "
+                f"{other:,} tokens of it for outputs at max_tokens); at most {fits:,}"
+            )
 
 
 def _reader(
@@ -172,9 +224,14 @@ class Reading:
     """The inputs read for one command: the reader, the intake and the first item."""
 
     def __init__(
-        self, cfg: ReviewConfig, path: Path, intake: Intake, reader: Any = None,
-        empty_ok: bool = False, **options: Any,
-    ) -> None:  # fmt: skip
+        self,
+        cfg: ReviewConfig,
+        path: Path,
+        intake: Intake,
+        reader: Any = None,
+        empty_ok: bool = False,
+        **options: Any,
+    ) -> None:
         self.path = path
         self.intake = intake
         #: An InputReader, or anything shaped like one (``duet.git_intake.GitChanges``).
@@ -184,7 +241,7 @@ class Reading:
             self.first = next(self.items, None)  # problems up to the first valid input
         if self.first is None:
             self._report()
-            if not intake.rejected and not intake.carried and not empty_ok:
+            if not intake.rejected and not intake.carried and not intake.cached and not empty_ok:
                 skipped = f" ({self._skipped()} skipped)" if self.reader.skipped else ""
                 raise ConfigError(f"{path}: no inputs found{skipped}: nothing to run")
 
@@ -201,6 +258,8 @@ class Reading:
             show_problems([r["problem"] for r in self.intake.rejected])
         if self.reader.skipped:
             note(f"skipped {self.reader.skipped} file(s) in {self.path}: {self._skipped()}")
+        if self.intake.cached:
+            note(f"{len(self.intake.cached)} input(s) served from the cache: not run again")
         if self.intake.carried:
             note(
                 f"{len(self.intake.carried)} input(s) already finished in the earlier results: not run again"
@@ -221,7 +280,11 @@ def submit_reading(cfg: ReviewConfig, reading: Reading) -> BatchHandle | None:
     handle = None
     if reading.first is not None:
         with err.status(plain(f"Submitting {reading.path}")):
-            handle = team.submit_batch(reading.all_items(), budget=cfg.build_budget())
+            handle = team.submit_batch(
+                reading.all_items(),
+                budget=cfg.build_budget(),
+                max_in_flight=cfg.batch.max_in_flight,
+            )
         record(
             f"batch {handle.batch_id} submitted: {len(reading.intake.run_index)} run(s)",
             batch_id=handle.batch_id,

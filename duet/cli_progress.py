@@ -155,9 +155,12 @@ class ProgressView:
         self.workers = workers
         self.rate = Rate()
         self.progress = Progress(
-            TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[bold]batch"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             console=err,
-        )  # fmt: skip
+        )
         self.task = self.progress.add_task("batch", total=None)
         self.detail = Text()
         self.waits: list[str] = []

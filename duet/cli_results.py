@@ -45,6 +45,7 @@ from orchestration.core.jsonlimits import depth_reason, too_deep
 from orchestration.logjson import json_line
 
 if TYPE_CHECKING:
+    from duet.run_cache import RunCache
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
 
@@ -54,20 +55,31 @@ if TYPE_CHECKING:
 MAX_RECORD_BYTES = 64 << 20
 
 
+#: Inputs looked up in the run cache at a time.
+LOOKUP_CHUNK = 500
+
+
 class Intake:
     """The inputs of one batch, read once: items to submit, rejected inputs, carried records.
 
     Args:
         finished: records of an earlier results file by input id; inputs found there
             finished well are not run again, their records are carried over.
-        limit: submit at most this many runs.
+        limit: submit at most this many runs (inputs served from the run cache count).
+        cache: the run cache (``duet.run_cache``): inputs it serves are not submitted.
     """
 
     def __init__(
-        self, finished: dict[str, dict[str, Any]] | None = None, limit: int | None = None
+        self,
+        finished: dict[str, dict[str, Any]] | None = None,
+        limit: int | None = None,
+        cache: RunCache | None = None,
     ) -> None:
         self.finished = finished or {}
         self.limit = limit
+        self.cache = cache
+        #: Records served from the run cache, with this batch's indexes.
+        self.cached: list[dict[str, Any]] = []
         #: Inputs seen so far (valid, rejected or carried): the next input's index.
         self.position = 0
         #: Rejected inputs: index, id, source, line, reason.
@@ -79,24 +91,51 @@ class Intake:
 
     def on_problem(self, problem: InputProblem) -> None:
         self.rejected.append(
-            {"index": self.position, "id": problem.id, "source": problem.source,
-             "line": problem.line, "reason": problem.reason, "problem": problem}
-        )  # fmt: skip
+            {
+                "index": self.position,
+                "id": problem.id,
+                "source": problem.source,
+                "line": problem.line,
+                "reason": problem.reason,
+                "problem": problem,
+            }
+        )
         self.position += 1
 
     def items(self, reader: InputReader) -> Iterator[dict[str, Any]]:
-        """Items for ``Team.submit_batch``, numbering everything read on the way."""
+        """Items for ``Team.submit_batch``, numbering everything read on the way. With the
+        run cache, inputs are looked up :data:`LOOKUP_CHUNK` at a time before any is
+        yielded; those it serves go to :attr:`cached`."""
+        waiting: list[tuple[int, dict[str, Any]]] = []
         for record in reader:
-            if self.limit is not None and len(self.run_index) >= self.limit:
-                return
+            taken = len(self.run_index) + len(self.cached) + len(waiting)
+            if self.limit is not None and taken >= self.limit:
+                break
             index = self.position
             self.position += 1
             earlier = self.finished.get(record.id)
             if earlier is not None:
                 self.carried.append({**earlier, "index": index})
                 continue
-            self.run_index.append(index)
-            yield record.as_item()
+            if self.cache is None:
+                self.run_index.append(index)
+                yield record.as_item()
+                continue
+            waiting.append((index, record.as_item()))
+            if len(waiting) >= LOOKUP_CHUNK:
+                yield from self._looked_up(waiting)
+                waiting = []
+        yield from self._looked_up(waiting)
+
+    def _looked_up(self, waiting: list[tuple[int, dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+        """The items of ``waiting`` the run cache does not serve (noting those it does)."""
+        served = self.cache.lookup(waiting) if self.cache is not None and waiting else {}
+        for index, item in waiting:
+            if index in served:
+                self.cached.append(served[index])
+            else:
+                self.run_index.append(index)
+                yield item
 
     def stored_rejections(self) -> list[dict[str, Any]]:
         return [{k: v for k, v in r.items() if k != "problem"} for r in self.rejected]
@@ -116,10 +155,14 @@ class ResultsFile:
 
     Each record is flushed as it is written, so a reader (or a crash) keeps every
     finished record; :meth:`finish` rewrites the file by ``index`` (atomically).
+    ``on_write`` is told of each record written (the run cache keeps those of its runs).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, on_write: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self.path = path
+        self.on_write = on_write
         self.as_csv = path.suffix.lower() == ".csv"
         self.summary = Summary()
         self._lock = threading.Lock()
@@ -137,6 +180,8 @@ class ResultsFile:
                 self._sink.write(json_line(record) + "\n")
             self._sink.flush()
             self.summary.add(record)
+        if self.on_write is not None:
+            self.on_write(record)
 
     def finish(self) -> None:
         """Close the file and put its records in input order."""
@@ -328,8 +373,9 @@ def _csv_records(
             return
         line = rows.line_num
         record: dict[str, Any] = {k: _from_cell(k, v) for k, v in row.items()}
-        record["usage"] = {k: record.pop(k, None) for k in
-                           ("input_tokens", "output_tokens", "calls", "usd")}  # fmt: skip
+        record["usage"] = {
+            k: record.pop(k, None) for k in ("input_tokens", "output_tokens", "calls", "usd")
+        }
         for key in CSV_JSON:
             record[key] = _json_cell(row.get(key) or "", f"{path}:{line}: {key}")
         actor, critic = record.pop("actor_model", None), record.pop("critic_model", None)

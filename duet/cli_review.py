@@ -25,11 +25,13 @@ FAIL_ON = ("error", "warning", "never")
 GitOpt = Annotated[
     str | None,
     typer.Option(
-        "--git", metavar="BASE..HEAD", show_default=False,
+        "--git",
+        metavar="BASE..HEAD",
+        show_default=False,
         help="Review the files changed between two commits (BASE...HEAD: from their merge "
         "base) instead of --input: one input per changed file (or hunk).",
     ),
-]  # fmt: skip
+]
 RepoOpt = Annotated[
     Path, typer.Option("--repo", file_okay=False, help="The git repository of --git.")
 ]
@@ -42,11 +44,13 @@ ContextOpt = Annotated[
 FormatOpt = Annotated[
     str | None,
     typer.Option(
-        "--format", "-f", show_default=False,
+        "--format",
+        "-f",
+        show_default=False,
         help="Write the findings as sarif (GitHub code scanning), rdjson (reviewdog), "
         "github (workflow annotations) or markdown (a PR comment).",
     ),
-]  # fmt: skip
+]
 AllOpt = Annotated[
     bool,
     typer.Option("--all", help="-f: every round's issues of every input, approved ones too."),
@@ -65,7 +69,10 @@ PatchOpt = Annotated[
 RootOpt = Annotated[
     Path,
     typer.Option(
-        "--root", file_okay=False, help="--patch: where the reviewed files are (their ids' base)."
+        "--root",
+        file_okay=False,
+        help="Where the reviewed files are (their ids' base): --patch diffs against them, "
+        "-f checks findings' lines against them.",
     ),
 ]
 
@@ -85,9 +92,13 @@ class GitSource:
 
         assert self.spec is not None
         return GitChanges(
-            self.repo, self.spec, unit=self.unit, context=self.context,
-            max_prompt_chars=prompt_limit(cfg), on_problem=intake.on_problem,
-        )  # fmt: skip
+            self.repo,
+            self.spec,
+            unit=self.unit,
+            context=self.context,
+            max_prompt_chars=prompt_limit(cfg),
+            on_problem=intake.on_problem,
+        )
 
 
 def input_source(input: Path | None, git: GitSource | None) -> Path:
@@ -122,11 +133,18 @@ def _reader(root: Path) -> Any:
 
 
 def write_findings(
-    batch: str, fmt: str | None, output: Path | None, *, everything: bool, fail_on: str,
-    patch: bool, root: Path, timeout: float | None,
-) -> None:  # fmt: skip
+    batch: str,
+    fmt: str | None,
+    output: Path | None,
+    *,
+    everything: bool,
+    fail_on: str,
+    patch: bool,
+    root: Path,
+    timeout: float | None,
+) -> None:
     """``duet results BATCH -f FORMAT`` / ``--patch``: write, then exit by ``--fail-on``."""
-    from duet.formats.findings import at_least, findings
+    from duet.formats.findings import at_least, findings, in_files
     from duet.formats.patch import build_patch
     from duet.formats.sarif import sarif_log
     from duet.formats.text import github_annotations, markdown_summary, rdjson
@@ -138,12 +156,14 @@ def write_findings(
     if patch and fmt is not None:
         raise ConfigError("give --patch or --format, not both")
     records = _records(batch, timeout)
-    found = list(findings(records, everything=everything))
+    found = list(in_files(findings(records, everything=everything), _reader(root)))
     if patch:
         made = build_patch(records, _reader(root))
         text = made.text
         for why, n in sorted(made.left_out.items()):
             note(f"left out of the patch: {n} approved input(s): {why}")
+        if made.not_approved:
+            note(f"left out of the patch: {made.not_approved} input(s) not approved")
         note(f"patch: {made.files} file(s)")
     elif fmt == "sarif":
         text = json.dumps(sarif_log(found, version=_version()), indent=2) + "\n"

@@ -156,6 +156,14 @@ class CacheConfig(_Section):
         return CacheSpec(ttl_s=ttl, max_entries=self.max_entries, max_mb=self.max_mb)
 
 
+class BatchConfig(_Section):
+    """``[batch]``: how a batch runs on the fleet."""
+
+    #: At most this many runs of the batch started and not finished at any moment,
+    #: across the whole fleet (``--max-in-flight`` overrides it). Absent: no cap.
+    max_in_flight: int | None = Field(default=None, ge=1)
+
+
 class InputsConfig(_Section):
     """``[inputs]``: how input files are read."""
 
@@ -193,6 +201,7 @@ class ReviewConfig(_Section):
     #: Model name -> limits, e.g. ``[rate_limits."gpt-4.1"] rpm = 500``.
     rate_limits: dict[str, RateLimitConfig] = Field(default_factory=dict)
     inputs: InputsConfig = InputsConfig()
+    batch: BatchConfig = BatchConfig()
     #: The model-call cache; off when absent.
     cache: CacheConfig | None = None
 
@@ -337,8 +346,10 @@ def parse_config(
     config._source = source
     config._base_dir = base_dir if base_dir is not None else Path.cwd()
     spec = config.build_architecture().to_spec()
-    used = {f"{spec.actor.provider}:{spec.actor.model_name}": "actor",
-            f"{spec.critic.provider}:{spec.critic.model_name}": "critic"}  # fmt: skip
+    used = {
+        f"{spec.actor.provider}:{spec.actor.model_name}": "actor",
+        f"{spec.critic.provider}:{spec.critic.model_name}": "critic",
+    }
     for model in config.rate_limits:
         where = key_path(("rate_limits", model))
         try:

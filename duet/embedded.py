@@ -101,8 +101,9 @@ def from_a_lasting_thread(call: Callable[[], T]) -> T:
     with _lasting_lock:
         if _lasting is None or _lasting_pid != os.getpid():  # none yet, or we were forked
             _lasting, _lasting_pid = queue.SimpleQueue(), os.getpid()
-            threading.Thread(target=_serve, args=(_lasting,), name="duet-embedded-parent",
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=_serve, args=(_lasting,), name="duet-embedded-parent", daemon=True
+            ).start()
         done: Future[object] = Future()
         _lasting.put((call, done))
     return done.result()  # type: ignore[return-value]
@@ -133,9 +134,25 @@ class EmbeddedRedis:
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
         binary = find_server_binary()
         self._dir = tempfile.TemporaryDirectory(prefix="duet-redis-")
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self._dir.name, "--daemonize", "no",
-                "--loglevel", "warning", "--maxclients", "10000"]  # fmt: skip
+        args = [
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self._dir.name,
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--maxclients",
+            "10000",
+        ]
         log = open(Path(self._dir.name) / "server.log", "wb")  # noqa: SIM115 - closed in stop()
         self._log = log
         # Its own session: a Ctrl-C in the terminal must reach us, not the server, so a

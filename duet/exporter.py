@@ -48,17 +48,19 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         if self.broker is not None:
             depth = GaugeMetricFamily(
-                "duet_queue_messages", "Messages waiting in each queue (not yet taken).",
+                "duet_queue_messages",
+                "Messages waiting in each queue (not yet taken).",
                 labels=["queue"],
-            )  # fmt: skip
+            )
             for name, n in fleet.queue_depths(self.broker, keys.ALL_QUEUES).items():
                 depth.add_metric([name], n)
             yield depth
         count, oldest = fleet.open_runs(self.client)
         yield GaugeMetricFamily(
-            "duet_runs_in_flight", "Runs submitted and not finished (queued or running).",
+            "duet_runs_in_flight",
+            "Runs submitted and not finished (queued or running).",
             value=count,
-        )  # fmt: skip
+        )
         yield GaugeMetricFamily(
             "duet_oldest_run_in_flight_age_seconds",
             "Seconds since the oldest unfinished run was submitted (0 when none): a run "
@@ -70,13 +72,15 @@ class FleetCollector(Collector):
             "duet_batches_in_flight", "Batches with runs not finished yet.", value=len(batches)
         )
         runs = GaugeMetricFamily(
-            "duet_batch_runs", "Runs of each unfinished batch: total and done.",
+            "duet_batch_runs",
+            "Runs of each unfinished batch: total and done.",
             labels=["batch", "state"],
-        )  # fmt: skip
+        )
         spent_usd = GaugeMetricFamily(
-            "duet_batch_cost_usd", "USD spent by each unfinished batch's finished runs.",
+            "duet_batch_cost_usd",
+            "USD spent by each unfinished batch's finished runs.",
             labels=["batch"],
-        )  # fmt: skip
+        )
         for b in batches:
             runs.add_metric([b.batch_id, "total"], b.total)
             runs.add_metric([b.batch_id, "done"], b.done)

@@ -151,10 +151,16 @@ class BatchStore:
     def _store_file(self, data: bytes, filename: str, purpose: str) -> dict[str, Any]:
         file_id = f"file-{uuid.uuid4().hex[:24]}"
         meta = {
-            "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
-            "filename": filename, "purpose": purpose, "status": "processed",
-            "expires_at": None, "status_details": None,
-        }  # fmt: skip
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": filename,
+            "purpose": purpose,
+            "status": "processed",
+            "expires_at": None,
+            "status_details": None,
+        }
         with self._lock:
             self.files[file_id] = (meta, data)
         return meta
@@ -205,30 +211,42 @@ class BatchStore:
             if batch.ended_at is not None and batch.output_file_id is None and not batch.extra:
                 self._openai_files(batch)
             status = (
-                "in_progress" if batch.ended_at is None and batch.cancel_at is None
-                else "cancelling" if batch.ended_at is None
-                else "expired" if batch.expired
-                else "cancelled" if batch.cancel_at is not None
+                "in_progress"
+                if batch.ended_at is None and batch.cancel_at is None
+                else "cancelling"
+                if batch.ended_at is None
+                else "expired"
+                if batch.expired
+                else "cancelled"
+                if batch.cancel_at is not None
                 else "completed"
-            )  # fmt: skip
+            )
             return {
-                "id": batch.id, "object": "batch", "endpoint": OPENAI_ENDPOINT, "errors": None,
-                "input_file_id": batch.input_file_id, "completion_window": "24h",
-                "status": status, "output_file_id": batch.output_file_id,
-                "error_file_id": batch.error_file_id, "created_at": int(batch.created),
-                "in_progress_at": int(batch.created), "expires_at": int(batch.created + WINDOW_S),
-                "finalizing_at": None, "completed_at": _int(batch.ended_at),
-                "failed_at": None, "expired_at": _int(batch.ended_at) if batch.expired else None,
-                "cancelling_at": _int(batch.cancel_at), "cancelled_at": (
-                    _int(batch.ended_at) if batch.cancel_at is not None else None
-                ),
+                "id": batch.id,
+                "object": "batch",
+                "endpoint": OPENAI_ENDPOINT,
+                "errors": None,
+                "input_file_id": batch.input_file_id,
+                "completion_window": "24h",
+                "status": status,
+                "output_file_id": batch.output_file_id,
+                "error_file_id": batch.error_file_id,
+                "created_at": int(batch.created),
+                "in_progress_at": int(batch.created),
+                "expires_at": int(batch.created + WINDOW_S),
+                "finalizing_at": None,
+                "completed_at": _int(batch.ended_at),
+                "failed_at": None,
+                "expired_at": _int(batch.ended_at) if batch.expired else None,
+                "cancelling_at": _int(batch.cancel_at),
+                "cancelled_at": (_int(batch.ended_at) if batch.cancel_at is not None else None),
                 "request_counts": {
                     "total": len(batch.requests),
                     "completed": counts["succeeded"],
                     "failed": counts["errored"] + counts["expired"] + counts["canceled"],
                 },
                 "metadata": batch.metadata,
-            }  # fmt: skip
+            }
 
     def _openai_files(self, batch: _Batch) -> None:
         out, err = [], []
@@ -238,27 +256,44 @@ class BatchStore:
                 "custom_id": r.custom_id,
             }
             if r.outcome == "succeeded":
-                line.update(response={"status_code": 200, "request_id": uuid.uuid4().hex,
-                                      "body": r.payload}, error=None)  # fmt: skip
+                line.update(
+                    response={
+                        "status_code": 200,
+                        "request_id": uuid.uuid4().hex,
+                        "body": r.payload,
+                    },
+                    error=None,
+                )
                 out.append(line)
             elif r.outcome == "errored":
-                line.update(response={"status_code": r.status, "request_id": uuid.uuid4().hex,
-                                      "body": r.payload}, error=None)  # fmt: skip
+                line.update(
+                    response={
+                        "status_code": r.status,
+                        "request_id": uuid.uuid4().hex,
+                        "body": r.payload,
+                    },
+                    error=None,
+                )
                 err.append(line)
             elif r.outcome == "expired":
-                line.update(response=None, error={
-                    "code": "batch_expired",
-                    "message": "This request could not be executed before the completion window expired.",
-                })  # fmt: skip
+                line.update(
+                    response=None,
+                    error={
+                        "code": "batch_expired",
+                        "message": "This request could not be executed before the completion window expired.",
+                    },
+                )
                 err.append(line)
             # cancelled requests appear in neither file
         batch.extra["files"] = True
         if out:
-            batch.output_file_id = self._store_file(_jsonl(out), f"{batch.id}_output.jsonl",
-                                                    "batch_output")["id"]  # fmt: skip
+            batch.output_file_id = self._store_file(
+                _jsonl(out), f"{batch.id}_output.jsonl", "batch_output"
+            )["id"]
         if err:
-            batch.error_file_id = self._store_file(_jsonl(err), f"{batch.id}_error.jsonl",
-                                                   "batch_output")["id"]  # fmt: skip
+            batch.error_file_id = self._store_file(
+                _jsonl(err), f"{batch.id}_error.jsonl", "batch_output"
+            )["id"]
 
     # --- Anthropic -----------------------------------------------------------------------
     def create_anthropic(self, body: dict[str, Any], key: str, base: str) -> dict[str, Any]:
@@ -285,15 +320,23 @@ class BatchStore:
             counts = self._counts(batch)
             ended = batch.ended_at is not None
             return {
-                "id": batch.id, "type": "message_batch",
+                "id": batch.id,
+                "type": "message_batch",
                 "processing_status": (
-                    "ended" if ended else "canceling" if batch.cancel_at is not None else "in_progress"
+                    "ended"
+                    if ended
+                    else "canceling"
+                    if batch.cancel_at is not None
+                    else "in_progress"
                 ),
-                "request_counts": counts, "ended_at": _iso(batch.ended_at),
-                "created_at": _iso(batch.created), "expires_at": _iso(batch.created + WINDOW_S),
-                "archived_at": None, "cancel_initiated_at": _iso(batch.cancel_at),
+                "request_counts": counts,
+                "ended_at": _iso(batch.ended_at),
+                "created_at": _iso(batch.created),
+                "expires_at": _iso(batch.created + WINDOW_S),
+                "archived_at": None,
+                "cancel_initiated_at": _iso(batch.cancel_at),
                 "results_url": f"{base}/v1/messages/batches/{batch.id}/results" if ended else None,
-            }  # fmt: skip
+            }
 
     def anthropic_results(self, batch_id: str) -> bytes:
         """``GET /v1/messages/batches/{id}/results``: JSONL, once the batch has ended."""
@@ -320,12 +363,15 @@ class BatchStore:
             delay = float(self.plan.get("delay_s", 0.0))
             n = len(requests)
             batch = _Batch(
-                id=f"{prefix}{uuid.uuid4().hex[:24]}", anthropic=anthropic, key=key, created=now,
+                id=f"{prefix}{uuid.uuid4().hex[:24]}",
+                anthropic=anthropic,
+                key=key,
+                created=now,
                 requests=[
                     _Request(cid, body if isinstance(body, dict) else {}, now + delay * (i + 1) / n)
                     for i, (cid, body) in enumerate(requests)
                 ],
-            )  # fmt: skip
+            )
             self.batches[batch.id] = batch
         return batch
 
@@ -385,8 +431,13 @@ def _check(kind: Kind, body: Any, where: str = "") -> None:
 
 def _error_body(anthropic: bool, status: int, message: str) -> dict[str, Any]:
     if anthropic:
-        return {"type": "error", "error": {"type": "invalid_request_error" if status < 500
-                                           else "api_error", "message": message}}  # fmt: skip
+        return {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error" if status < 500 else "api_error",
+                "message": message,
+            },
+        }
     return {
         "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
     }

@@ -37,7 +37,9 @@ Admin API (JSON):
     careless upstream or proxy does (to test that no key leaks); ``echo_key_in_reply``
     (bool) end a successful answer's text with it, the way a model repeats a key it was
     shown; ``echo_key_in_issues`` (bool) add it to a JSON critique's issues, written as
-    JSON ``\\u`` escapes (a critic quoting a key it saw);
+    JSON ``\\u`` escapes (a critic quoting a key it saw); ``echo_url`` (bool) end the error
+    message with the URL the request was sent to, the user and password of a basic-auth
+    ``Authorization`` header written back into it (a gateway quoting its upstream);
     ``drop`` (int) close the connection without a response on the next N requests;
     ``drop_every`` (int) ...or on every Nth; ``delays_ms`` (list of numbers) extra delay
     for the next requests, one each, in order; ``path`` / ``model`` (str) only requests
@@ -45,8 +47,8 @@ Admin API (JSON):
     changes the base latency of every request (kept when left out).
 ``GET /_admin/stats``    counts per path, per model and per status, connections accepted,
     faulted / dropped counts, arrival log ``[{t, path, model}]`` (``time.time()``),
-    usage totals sent (cache reads and writes included), the last request bodies, the
-    current plan.
+    usage totals sent (cache reads and writes included), the last requests (``path``,
+    ``model``, ``body`` and the ``authorization`` header received), the current plan.
 ``POST /_admin/batches`` how vendor batches behave: ``delay_s``, ``fail_match``,
     ``fail_status``, ``expire_match``, ``expire`` (see :mod:`duet.fake_batches`).
 ``POST /_admin/reset``   clear faults, stats, logs and batches; latency back to its start
@@ -59,6 +61,7 @@ The vendor batch APIs (OpenAI ``/v1/files`` + ``/v1/batches``, Anthropic
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import math
@@ -72,7 +75,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from duet.fake_batches import BatchError, BatchStore
 from duet.fake_cache import PromptCache
@@ -93,6 +96,7 @@ _FAULT_FIELDS = {
     "echo_key": bool,
     "echo_key_in_reply": bool,
     "echo_key_in_issues": bool,
+    "echo_url": bool,
     "drop": int,
     "drop_every": int,
     "delays_ms": list,
@@ -205,6 +209,7 @@ class _Decision:
     echo_key: bool = False
     echo_key_in_reply: bool = False
     echo_key_in_issues: bool = False
+    echo_url: bool = False
 
 
 class _State:
@@ -271,14 +276,19 @@ class _State:
         self.drops_left = self.plan.get("drop", 0)
         self.delays_left = deque(float(d) for d in self.plan.get("delays_ms", []))
 
-    def arrive(self, path: str, model: str, body: Any) -> _Decision:
-        """Record a request and decide its fate under the current plan."""
+    def arrive(
+        self, path: str, model: str, body: Any, authorization: str | None = None
+    ) -> _Decision:
+        """Record a request (with the ``Authorization`` header it came with) and decide
+        its fate under the current plan."""
         with self.lock:
             self.requests += 1
             self.by_path[path] += 1
             self.by_model[model] += 1
             self.arrivals.append({"t": time.time(), "path": path, "model": model})
-            self.last_requests.append({"path": path, "model": model, "body": body})
+            self.last_requests.append(
+                {"path": path, "model": model, "body": body, "authorization": authorization}
+            )
             plan = self.plan
             delay = self.latency_ms
             if plan.get("path", path) != path or plan.get("model", model) != model:
@@ -315,10 +325,16 @@ class _State:
                 if plan.get("retry_after_ms") is not None:
                     headers["retry-after-ms"] = plan["retry_after_ms"]
             return _Decision(
-                delay / 1000, drop, status, headers, plan.get("message"),
-                bool(plan.get("echo_key")), bool(plan.get("echo_key_in_reply")),
+                delay / 1000,
+                drop,
+                status,
+                headers,
+                plan.get("message"),
+                bool(plan.get("echo_key")),
+                bool(plan.get("echo_key_in_reply")),
                 bool(plan.get("echo_key_in_issues")),
-            )  # fmt: skip
+                bool(plan.get("echo_url")),
+            )
 
     def record_response(
         self,
@@ -542,7 +558,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         anthropic = path == ANTHROPIC_PATH
         model = str(body.get("model") or "")
-        fate = state.arrive(path, model, body)
+        fate = state.arrive(path, model, body, self.headers.get("Authorization"))
         drop = fate.drop
         if fate.delay_s > 0 and self.server.stopping.wait(fate.delay_s):
             drop = True  # server stopping: give up on this request
@@ -552,7 +568,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
         if fate.status is not None:
-            self._error(anthropic, fate.status, fate.message, fate.headers, echo_key=fate.echo_key)
+            self._error(
+                anthropic,
+                fate.status,
+                fate.message,
+                fate.headers,
+                echo_key=fate.echo_key,
+                echo_url=fate.echo_url,
+            )
             return
         refused = refusal("anthropic.messages" if anthropic else "openai.chat", body)
         if refused is not None:  # what the vendor's API would refuse (duet.fake_schemas)
@@ -586,6 +609,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str],
         *,
         echo_key: bool = False,
+        echo_url: bool = False,
         param: str | None = None,
     ) -> None:
         key = self._credential()
@@ -596,6 +620,8 @@ class _Handler(BaseHTTPRequestHandler):
                 message = f"Incorrect API key provided: {key}"
         if echo_key:
             message += f" (upstream request made with credential {key})"
+        if echo_url:
+            message += f" (upstream {self._url_with_credentials()})"
         self.server.state.record_response(status)
         if anthropic:
             kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
@@ -606,6 +632,17 @@ class _Handler(BaseHTTPRequestHandler):
             )
             payload = {"error": {"message": message, "type": kind, "param": param, "code": None}}
         self._send(status, payload, headers)
+
+    def _url_with_credentials(self) -> str:
+        """The URL this request was sent to, a basic-auth header's user and password
+        written back into it (percent-encoded, as a URL holds them)."""
+        userinfo = ""
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "basic":
+            with contextlib.suppress(ValueError):
+                user, _, password = base64.b64decode(token).decode().partition(":")
+                userinfo = f"{quote(user, safe='')}:{quote(password, safe='')}@"
+        return f"{self._base().replace('://', f'://{userinfo}', 1)}{self.path}"
 
     def _credential(self) -> str:
         """The caller's API key, as it sent it."""
@@ -650,8 +687,9 @@ def _answer(
     sim_model = sim_model_for(model, system, last, structured=structured)
     done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
     if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
-        raise ProviderError(CONTEXT_MESSAGE, kind="context_window", transient=False,
-                            status_code=400)  # fmt: skip
+        raise ProviderError(
+            CONTEXT_MESSAGE, kind="context_window", transient=False, status_code=400
+        )
     cut = done.stop_reason == "max_tokens"
     created = int(time.time())
     # Tool definitions and a response schema are part of the prompt, as vendors bill.
@@ -709,8 +747,12 @@ def _answer(
         _refused(payload, anthropic, done.text)
     elif tool is not None and not cut and done.stop_reason == "end":  # the forced tool
         # is called with the critique
-        call = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
-                "input": json.loads(done.text)}  # fmt: skip
+        call = {
+            "type": "tool_use",
+            "id": f"toolu_{uuid.uuid4().hex[:24]}",
+            "name": tool,
+            "input": json.loads(done.text),
+        }
         payload.update(content=[call], stop_reason="tool_use")
     return payload, usage
 
@@ -893,7 +935,8 @@ class FakeLLM:
 
     @property
     def last_requests(self) -> list[dict[str, Any]]:
-        """The most recent model request bodies, oldest first: ``[{path, model, body}]``."""
+        """The most recent model requests, oldest first: ``[{path, model, body,
+        authorization}]`` (the ``Authorization`` header received, ``None`` without one)."""
         return self.stats()["last_requests"]
 
 

@@ -20,8 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, SchemaValidator
 from typing_extensions import Required, TypedDict
 
-Kind = Literal["openai.chat", "openai.batch", "openai.batch_line", "anthropic.messages",
-               "anthropic.batch"]  # fmt: skip
+Kind = Literal[
+    "openai.chat", "openai.batch", "openai.batch_line", "anthropic.messages", "anthropic.batch"
+]
 #: How a union's branches are labelled in an error's location (no request key starts so).
 _BRANCH = "|"
 #: At most this many problems are named in one refusal.
@@ -58,11 +59,17 @@ def _reasoning_refusal(body: dict[str, Any]) -> tuple[str, str] | None:
     if not str(body["model"]).lower().startswith(_REASONING):
         return None
     if body.get("temperature") not in (None, 1):
-        return (f"Unsupported value: 'temperature' does not support {body['temperature']} with "
-                "this model. Only the default (1) value is supported.", "temperature")  # fmt: skip
+        return (
+            f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+            "this model. Only the default (1) value is supported.",
+            "temperature",
+        )
     if body.get("max_tokens") is not None:
-        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
-                "'max_completion_tokens' instead.", "max_tokens")  # fmt: skip
+        return (
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+            "'max_completion_tokens' instead.",
+            "max_tokens",
+        )
     return None
 
 

@@ -47,22 +47,34 @@ _SAFE_ENV = {
     "GIT_PAGER": "cat",
     "LC_ALL": "C",
 }
-_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-                "-c", "diff.external=", "-c", "core.quotePath=false")  # fmt: skip
+_SAFE_CONFIG = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "diff.external=",
+    "-c",
+    "core.quotePath=false",
+)
 
 
 class GitError(ConfigError):
     """A git command failed, or the range is not in the repository."""
 
 
+def _command(repo: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of ``git ARGS`` in ``repo``, hooks, external diffs and
+    system config off, no ``GIT_*`` variable of the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+    return ["git", *_SAFE_CONFIG, "-C", str(repo), *args], env
+
+
 def git(repo: Path, *args: str) -> bytes:
     """Run ``git ARGS`` in ``repo`` with hooks, external diffs and system config off."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+    argv, env = _command(repo, *args)
     try:
-        done = subprocess.run(
-            ["git", *_SAFE_CONFIG, "-C", str(repo), *args],
-            capture_output=True, env=env, check=False, timeout=120,
-        )  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, env=env, check=False, timeout=120)
     except FileNotFoundError:
         raise GitError("git is not installed (needed for --git)") from None
     if done.returncode != 0:
@@ -71,6 +83,52 @@ def git(repo: Path, *args: str) -> bytes:
             f"git {' '.join(args[:3])} failed in {repo}: {reason[-1] if reason else done.returncode}"
         )
     return done.stdout
+
+
+class Blobs:
+    """Files as they are at ``rev``, read through one ``git cat-file --batch`` process: a
+    process per file cost ten times as much (``python -m bench.git_intake``). One file is
+    asked for and read at a time, so memory holds one file."""
+
+    def __init__(self, repo: Path, rev: str) -> None:
+        self.repo, self.rev = repo, rev
+        argv, env = _command(repo, "cat-file", "--batch")
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        except FileNotFoundError:
+            raise GitError("git is not installed (needed for --git)") from None
+
+    def read(self, path: str) -> bytes:
+        """The content of ``path`` at the revision (GitError when it has none)."""
+        if "\n" in path:  # the batch protocol is line-based: such a name gets its own process
+            return git(self.repo, "show", f"{self.rev}:{path}")
+        stdin, stdout = self._proc.stdin, self._proc.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(f"{self.rev}:{path}\n".encode("utf-8", "surrogateescape"))
+        stdin.flush()
+        header = stdout.readline().split()
+        if len(header) != 3 or not header[2].isdigit():
+            raise GitError(f"git cat-file: no file {path!r} at {self.rev} in {self.repo}")
+        data = stdout.read(int(header[2]))
+        stdout.read(1)  # the newline after each object
+        return data
+
+    def close(self) -> None:
+        """End the git process."""
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +166,31 @@ def parse_name_status(raw: bytes) -> list[Change]:
             changes.append(Change(status[0], fields[at + 1]))
             at += 2
     return changes
+
+
+#: The escapes of git's C-style quoting of a path, as bytes.
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_OCTAL = re.compile(r"[0-3][0-7]{2}")
+
+
+def unquoted_path(path: str) -> str:
+    """A path as a diff header writes it, without git's quoting: a name holding a control
+    character, ``"`` or ``\\`` is written ``"new\\nline.py"`` (octal escapes for bytes)."""
+    if len(path) < 2 or path[0] != '"' or path[-1] != '"':
+        return path
+    body, out, at = path[1:-1], bytearray(), 0
+    while at < len(body):
+        char = body[at]
+        if char == "\\" and body[at + 1 : at + 2] in _C_ESCAPES:
+            out.append(_C_ESCAPES[body[at + 1]])
+            at += 2
+        elif char == "\\" and _OCTAL.fullmatch(body[at + 1 : at + 4]):
+            out.append(int(body[at + 1 : at + 4], 8))
+            at += 4
+        else:
+            out += char.encode("utf-8", "surrogateescape")
+            at += 1
+    return out.decode("utf-8", "surrogateescape")
 
 
 def vendored(path: str) -> bool:
@@ -214,22 +297,26 @@ class GitChanges:
             git(self.repo, *diff_opts, "--name-status", "-z", *self._range_args())
         )
         patch = git(self.repo, *diff_opts, f"-U{self.context}", *self._range_args())
-        files = {f.path: f for f in PatchSet(patch.decode("utf-8", "replace"))}
+        files = {unquoted_path(f.path): f for f in PatchSet(patch.decode("utf-8", "replace"))}
         ignored = self._ignored([c.path for c in changes])
-        for change in changes:
-            reason = self._skip_reason(change, ignored)
-            if reason is None:
-                data = git(self.repo, "show", f"{self.head}:{change.path}")
-                reason = "binary" if binary(data) else None
-            if reason is not None:
-                self.skipped_by[reason] += 1
-                continue
-            patched = files.get(change.path)
-            if patched is None or not len(patched):
-                self.skipped_by["unchanged text"] += 1
-                continue
-            text = data.decode("utf-8", "replace")
-            yield from self._records(change, patched, text)
+        blobs = Blobs(self.repo, self.head)
+        try:
+            for change in changes:
+                reason = self._skip_reason(change, ignored)
+                if reason is None:
+                    data = blobs.read(change.path)
+                    reason = "binary" if binary(data) else None
+                if reason is not None:
+                    self.skipped_by[reason] += 1
+                    continue
+                patched = files.get(change.path)
+                if patched is None or not len(patched):
+                    self.skipped_by["unchanged text"] += 1
+                    continue
+                text = data.decode("utf-8", "replace")
+                yield from self._records(change, patched, text)
+        finally:
+            blobs.close()
 
     def _skip_reason(self, change: Change, ignored: set[str]) -> str | None:
         if change.status == "D":
@@ -243,12 +330,15 @@ class GitChanges:
     def _ignored(self, paths: list[str]) -> set[str]:
         if not paths:
             return set()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+        argv, env = _command(self.repo, "check-ignore", "--no-index", "-z", "--stdin")
         done = subprocess.run(
-            ["git", *_SAFE_CONFIG, "-C", str(self.repo), "check-ignore", "--no-index", "-z", "--stdin"],
-            input="\0".join(paths).encode() + b"\0", capture_output=True, env=env, check=False,
+            argv,
+            input="\0".join(paths).encode() + b"\0",
+            capture_output=True,
+            env=env,
+            check=False,
             timeout=120,
-        )  # fmt: skip
+        )
         return {p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
 
     def _records(self, change: Change, patched: Any, text: str) -> Iterator[InputRecord]:

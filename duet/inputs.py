@@ -53,9 +53,12 @@ DIRECTORY_PROMPT_TEMPLATE = "File: {input_id}\n\n{prompt}"
 _PLACEHOLDERS = re.compile(r"\{(input_id|prompt)\}")
 #: What a directory entry that is not a regular file is, in words.
 _FILE_KINDS = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
-)  # fmt: skip
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 #: Folders of generated files no one reviews, skipped like hidden ones.
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
 #: Bytes read from the start of a file to tell text from binary.
@@ -65,9 +68,14 @@ METADATA_BYTES = 1 << 20
 #: Bytes read at a time when skipping the rest of an over-long line.
 _SKIP_CHUNK = 1 << 16
 _JSON_TYPES = {
-    dict: "an object", list: "an array", str: "a string", int: "a number",
-    float: "a number", bool: "a boolean", type(None): "null",
-}  # fmt: skip
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,9 +356,11 @@ class InputReader:
                 if full.is_symlink():
                     if not _within(Path(os.path.realpath(full)), root):
                         self._problem(
-                            None, "symlink to a directory outside the input directory: not "
-                            "followed", rel, str(full),
-                        )  # fmt: skip
+                            None,
+                            "symlink to a directory outside the input directory: not followed",
+                            rel,
+                            str(full),
+                        )
                     continue  # inside: its files are read where they really are
                 if _matches(rel, self.exclude, folder=True) or _ignored(rel + "/", ignores):
                     continue

@@ -44,10 +44,17 @@ def _iso(ts: float | None) -> str | None:
 
 
 def _usage(u: Any) -> dict[str, Any]:
-    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "calls": u.calls,
-            "usd": round(u.usd, 6),
-            **({"cached_calls": u.cached_calls, "saved_usd": round(u.saved_usd, 6)}
-               if getattr(u, "cached_calls", 0) else {})}  # fmt: skip
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "calls": u.calls,
+        "usd": round(u.usd, 6),
+        **(
+            {"cached_calls": u.cached_calls, "saved_usd": round(u.saved_usd, 6)}
+            if getattr(u, "cached_calls", 0)
+            else {}
+        ),
+    }
 
 
 def result_record(
@@ -61,6 +68,7 @@ def result_record(
         spec: the loop the run ran, for the models and loop settings in the record.
     """
     total = result.usage.total
+    verdict = result.verdict
     duration = None
     if result.started_at is not None and result.finished_at is not None:
         duration = round(result.finished_at - result.started_at, 3)
@@ -72,6 +80,9 @@ def result_record(
         "final_score": result.final_score,
         "scored_output_round": result.scored_output_round,
         "output_round": result.output_round,
+        #: ``best``: ``output`` is the highest-scored revision, judged in ``best_round``.
+        "keep": result.keep,
+        "best_round": result.best_round,
         "rounds": [
             {
                 "round": r.round,
@@ -81,12 +92,13 @@ def result_record(
                 "findings": r.findings,
             }
             for r in result.rounds
-        ],  # fmt: skip
+        ],
         "n_rounds": len(result.rounds),
-        #: The last critique's issues (what is still wrong with the output, if anything).
-        "issues": list(result.rounds[-1].issues) if result.rounds else [],
+        #: What is still wrong with the output, if anything: the last critique's issues
+        #: (with ``keep = "best"``, those of the critique that judged the kept output).
+        "issues": list(verdict.issues) if verdict else [],
         #: The same issues as located findings, when the critic gave locations.
-        "findings": list(result.rounds[-1].findings) if result.rounds else [],
+        "findings": list(verdict.findings) if verdict else [],
         "usage": {
             **_usage(total),
             "by_role": {role: _usage(u) for role, u in sorted(result.usage.by_role.items())},
@@ -99,7 +111,12 @@ def result_record(
         "metadata": result.metadata,
         "models": {"actor": spec.actor.model, "critic": spec.critic.model} if spec else None,
         "loop": (
-            {"max_rounds": spec.max_rounds, "approval_threshold": spec.approval_threshold}
+            {
+                "max_rounds": spec.max_rounds,
+                "approval_threshold": spec.approval_threshold,
+                "keep": spec.keep,
+                "min_improvement": spec.min_improvement,
+            }
             if spec
             else None
         ),
@@ -122,8 +139,12 @@ def rejected_record(
     stored with a batch (``id``, ``source``, ``line``, ``reason``, ``index``).
     """
     if not isinstance(problem, Mapping):
-        problem = {"id": problem.id, "source": problem.source, "line": problem.line,
-                   "reason": problem.reason}  # fmt: skip
+        problem = {
+            "id": problem.id,
+            "source": problem.source,
+            "line": problem.line,
+            "reason": problem.reason,
+        }
     return {
         "index": problem.get("index") if index is None else index,
         "id": problem["id"],
@@ -132,6 +153,8 @@ def rejected_record(
         "final_score": None,
         "scored_output_round": None,
         "output_round": None,
+        "keep": None,
+        "best_round": None,
         "rounds": [],
         "n_rounds": 0,
         "issues": [],
@@ -170,6 +193,28 @@ def reason_of(record: Mapping[str, Any]) -> str | None:
     if status == "rejected":
         return "rejected: " + re.sub(r"'[^']*'", "'…'", str(why))  # ids apart
     return str(why)
+
+
+def kept_note(
+    keep: str | None, output_round: int | None, best_round: int | None, score: float | None
+) -> str | None:
+    """With ``keep = "best"``, which revision the output is and why; None otherwise."""
+    if keep != "best":
+        return None
+    if best_round is None or score is None:
+        return "the last revision (keep = best, but no revision was scored)"
+    made = "the first draft" if output_round == 0 else f"the round {output_round} revision"
+    return f"the best-scored revision, {made} (scored {score:.2f} in round {best_round})"
+
+
+def record_kept_note(record: Mapping[str, Any]) -> str | None:
+    """:func:`kept_note` of a results-file record."""
+    return kept_note(
+        record.get("keep"),
+        record.get("output_round"),
+        record.get("best_round"),
+        record.get("final_score"),
+    )
 
 
 @dataclass
@@ -233,16 +278,50 @@ class Summary:
 # --- CSV ------------------------------------------------------------------------------
 #: Columns of a results CSV; nested fields (rounds, metadata) are JSON in their cell.
 CSV_COLUMNS = (
-    "index", "id", "status", "final_score", "n_rounds", "input_tokens", "output_tokens",
-    "calls", "usd", "reason", "error", "run_id", "batch_id", "user_id", "actor_model",
-    "critic_model", "created_at", "finished_at", "duration_s", "output", "issues", "rounds",
+    "index",
+    "id",
+    "status",
+    "final_score",
+    "n_rounds",
+    "input_tokens",
+    "output_tokens",
+    "calls",
+    "usd",
+    "reason",
+    "error",
+    "run_id",
+    "batch_id",
+    "user_id",
+    "actor_model",
+    "critic_model",
+    "created_at",
+    "finished_at",
+    "duration_s",
+    "output",
+    "issues",
+    "rounds",
     "metadata",
-)  # fmt: skip
+    "output_round",
+    "scored_output_round",
+    "keep",
+    "best_round",
+)
 #: The columns holding numbers; every other cell is text (an id ``007`` stays ``007``).
 CSV_NUMBERS = frozenset(
-    {"index", "final_score", "n_rounds", "input_tokens", "output_tokens", "calls", "usd",
-     "duration_s"}
-)  # fmt: skip
+    {
+        "index",
+        "final_score",
+        "n_rounds",
+        "input_tokens",
+        "output_tokens",
+        "calls",
+        "usd",
+        "duration_s",
+        "output_round",
+        "scored_output_round",
+        "best_round",
+    }
+)
 #: The columns holding JSON (lists and objects).
 CSV_JSON = ("issues", "rounds", "metadata")
 

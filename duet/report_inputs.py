@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from duet.report import LABELS, readable_date, reason_of
+from duet.report import LABELS, readable_date, reason_of, record_kept_note
 from duet.report_charts import esc
 from duet.short_ids import shortest_unique
 from duet.triage import (
@@ -163,7 +163,8 @@ def _input_block(triage: Triage, record: Mapping[str, Any]) -> str:
         f'<span class="rank">#{anchor.removeprefix("input-")}</span> '
         f'<span class="id">{esc(ident)}</span> '
         f'<span class="badge {esc(status)}">{esc(LABELS.get(status, status))}</span> '
-        f'<span class="score">last score {esc(score(record.get("final_score")))}</span>'
+        f'<span class="score">{"best" if record.get("keep") == "best" else "last"} score '
+        f"{esc(score(record.get('final_score')))}</span>"
     )
     issues = final_issues(record)
     issues_html = (
@@ -178,6 +179,7 @@ def _input_block(triage: Triage, record: Mapping[str, Any]) -> str:
         f"<summary>{head}</summary>\n"
         f'<div class="body">{_meta(triage, record)}'
         + (f'<p class="why">{esc(why)}</p>' if why else "")
+        + (f'<p class="kept">Kept: {esc(kept)}.</p>' if (kept := record_kept_note(record)) else "")
         + f"{issues_html}{_output(record)}{_diff(triage, record)}</div></details>"
     )
 
@@ -218,8 +220,9 @@ def _output(record: Mapping[str, Any]) -> str:
     shown, cut = clipped(str(output), OUTPUT_CHARS)
     note = f'\n<span class="muted">… {cut:,} more characters</span>' if cut else ""
     lines = str(output).count("\n") + 1
+    title = "Kept output" if record.get("keep") == "best" else "Final output"
     return (
-        f"<details><summary>Final output ({lines:,} line(s))</summary>"
+        f"<details><summary>{title} ({lines:,} line(s))</summary>"
         f'<pre class="text">{esc(shown)}{note}</pre></details>'
     )
 

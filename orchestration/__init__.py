@@ -40,12 +40,32 @@ _LAZY = {
 }
 
 __all__ = [
-    "ActorCritic", "Agent", "AgentSpec", "BatchHandle", "Budget", "ConfigError",
-    "CriticOutput", "DuetError", "InputError", "LoopSpec", "Price", "ProviderError",
-    "RoundRecord", "RunHandle", "RunResult", "RunTimeout", "Team", "Usage",
-    "fill_template", "get_budget", "list_budgets", "parse_critique", "parse_score",
-    "reset_budget", "set_budgets",
-]  # fmt: skip
+    "ActorCritic",
+    "Agent",
+    "AgentSpec",
+    "BatchHandle",
+    "Budget",
+    "ConfigError",
+    "CriticOutput",
+    "DuetError",
+    "InputError",
+    "LoopSpec",
+    "Price",
+    "ProviderError",
+    "RoundRecord",
+    "RunHandle",
+    "RunResult",
+    "RunTimeout",
+    "Team",
+    "Usage",
+    "fill_template",
+    "get_budget",
+    "list_budgets",
+    "parse_critique",
+    "parse_score",
+    "reset_budget",
+    "set_budgets",
+]
 
 
 def _team_for(architecture: ActorCritic, **options: Any) -> Team:

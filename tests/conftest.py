@@ -52,6 +52,19 @@ def redis_client(redis_url: str) -> Iterator[object]:
 
 
 @pytest.fixture
+def decoding_client(redis_url: str) -> Iterator[object]:
+    """A client decoding replies (as the workers use one) on the test db, emptied before
+    and after the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
 def fake_redis() -> Iterator[object]:
     """An in-memory fakeredis with Lua support, for fast unit tests of Redis logic."""
     import fakeredis

@@ -241,8 +241,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _commit() -> str:
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
@@ -317,10 +318,14 @@ def _merged(rows: list[dict[str, Any]]) -> str:
     if len(loads) == 1:
         load = loads[0]
     else:  # each test's loads (a parametrized test's cases, joined)
-        per_test = {f: list(dict.fromkeys(r["load"] for r in rows if function_of(r["test"]) == f))
-                    for f in functions}  # fmt: skip
-        load = "; ".join((f"{f.split('::')[1]}: " if not same else "") + ", ".join(them)
-                         for f, them in per_test.items())  # fmt: skip
+        per_test = {
+            f: list(dict.fromkeys(r["load"] for r in rows if function_of(r["test"]) == f))
+            for f in functions
+        }
+        load = "; ".join(
+            (f"{f.split('::')[1]}: " if not same else "") + ", ".join(them)
+            for f, them in per_test.items()
+        )
     before = rows[0]["before"]
     lost_text = "<br>".join(_cell(t) for t in lost)
     if before:
@@ -369,9 +374,15 @@ def tables(data: dict[str, Any], expected: list[str]) -> str:
         out += [_merged(group) for group in groups.values()]
     missing = _missing(data, expected)
     if missing:
-        out += ["", "### Not measured in this run", "",
-                "Tests that record rows but have none here (the doc drops no fault quietly):",
-                "", "| test | why |", "| --- | --- |"]  # fmt: skip
+        out += [
+            "",
+            "### Not measured in this run",
+            "",
+            "Tests that record rows but have none here (the doc drops no fault quietly):",
+            "",
+            "| test | why |",
+            "| --- | --- |",
+        ]
         out += [f"| `{test}` | {_cell(why)} |" for test, why in missing]
     out.append(END)
     return "\n".join(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,16 @@ from typing import Any
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The smallest review config: actor and critic on the offline simulator.
+SIM_CONFIG = """\
+[actor]
+instructions = "Fix the code."
+model = "sim"
+
+[critic]
+instructions = "Find security bugs."
+model = "sim"
+"""
 
 
 def pings(client: redis.Redis) -> bool:
@@ -254,3 +265,84 @@ def assert_flower_shows_empty_queues(
     status, page = broker_page
     assert status == 200, page[-1000:]
     assert b"<td>coordinator</td>" in page
+
+
+#: ``duet`` commands that take a subcommand (``duet limits show``).
+DUET_GROUPS = ("limits", "budget", "cache", "dead")
+
+
+def duet_signature(argv: list[str]) -> tuple[str, ...]:
+    """What a ``duet`` command line does, without its ids and paths: the command (and
+    subcommand) and the options it gives (``results 88ead305 --status x`` -> ``results
+    --status``)."""
+    head = argv[:2] if argv and argv[0] in DUET_GROUPS else argv[:1]
+    return (*head, *sorted({a.split("=")[0] for a in argv[len(head) :] if a.startswith("-")}))
+
+
+def doc_commands(document: Path, section: str) -> list[tuple[str, ...]]:
+    """The signatures (:func:`duet_signature`) of the ``duet`` lines in the bash blocks of
+    ``section`` (a ``## `` heading) of a docs page, in order."""
+    import re
+    import shlex
+
+    text = document.read_text(encoding="utf-8")
+    part = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```$", part, flags=re.S | re.M)
+    return [
+        duet_signature(shlex.split(line)[1:])
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("duet ")
+    ]
+
+
+def stand_in_batch(
+    tmp_path: Path, base_url: str, *, price: tuple[float, float], max_usd: float, n: int = 8
+) -> tuple[Path, Path]:
+    """A config on the stand-in server (a critic that never approves, 2 rounds: 5 calls a
+    run; ``price`` per million input and output tokens, a batch budget of ``max_usd``)
+    and ``n`` inputs; their paths."""
+    agent = f'base_url = "{base_url}"\nprice = {{ input_per_mtok = {price[0]}, output_per_mtok = {price[1]} }}'
+    config = tmp_path / "stand-in.toml"
+    config.write_text(
+        f'[actor]\ninstructions = "Fix the code."\nmodel = "openai:sim"\n{agent}\n\n'
+        f'[critic]\ninstructions = "Find security bugs."\n'
+        f'model = "openai:sim:critic?scores=0.1"\n{agent}\n\n'
+        f"[loop]\nmax_rounds = 2\n\n[budget]\nmax_usd = {max_usd}\n"
+    )
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(n))
+    )
+    return config, inputs
+
+
+#: Debian's headless-capable Chromium (CI installs it; the browser tests skip without it).
+CHROMIUM = "/usr/bin/chromium"
+
+
+def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on a 1280x2000 window, its profile under ``tmp``."""
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+
+
+def peak_in_flight(run_ids: list[str]) -> int:
+    """Most of ``run_ids`` started and not finished at one moment, from their
+    ``run.started`` / ``run.finished`` events (the client pointed at their Redis)."""
+    from orchestration.client.handles import RunHandle
+    from orchestration.core import events as ev
+
+    edges = []
+    for run_id in run_ids:
+        events = list(RunHandle(run_id).events(follow=False))
+        edges.append((min(e.ts for e in events if e.type == ev.RUN_STARTED), 1))
+        edges.append((max(e.ts for e in events if e.type == ev.RUN_FINISHED), -1))
+    peak = now = 0
+    for _, step in sorted(edges):
+        now += step
+        peak = max(peak, now)
+    return peak

@@ -84,8 +84,15 @@ class AMQP(CeleryAMQP):
     Connection = Connection
 
 
+class Waiting(Exception):
+    """Raised through ``task.retry(exc=...)`` for a task re-scheduled to wait, not after a
+    failure: its ``task-retried`` event goes out without a traceback (see :class:`Request`)."""
+
+
 class Request(CeleryRequest):
-    """Celery's task request, sending task events with secrets redacted.
+    """Celery's task request, sending task events with secrets redacted, and a wait's
+    retry (:class:`Waiting`) without a traceback: Flower shows it RETRY with what it
+    waits for, not as an error.
 
     A task's exception and traceback go out in ``task-retried`` / ``task-failed`` events
     (to Flower, and through the broker); a traceback may show an exception chain the task
@@ -93,6 +100,14 @@ class Request(CeleryRequest):
     hold a secret: the fields are searched once, together (:func:`may_hold_secret`), and
     an event of ids and task names (~7 a model call) goes out as it is.
     """
+
+    def on_retry(self, exc_info: Any) -> None:
+        # billiard's ``ExceptionInfo``: ``.exception`` wraps the ``Retry`` (``.exc``), whose
+        # ``.exc`` is what the task passed to ``task.retry``.
+        signal = getattr(exc_info.exception, "exc", None)
+        if isinstance(getattr(signal, "exc", None), Waiting):
+            exc_info.traceback = ""
+        super().on_retry(exc_info)
 
     def send_event(self, type: str, **fields: Any) -> None:  # noqa: A002 - Celery's name
         texts = [value for value in fields.values() if isinstance(value, str)]

@@ -31,6 +31,7 @@ from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import Outgoing, RunStore
 from workers import metrics, publish, tracing
 from workers.app import SEND_OPTIONS, app, direct_push
+from workers.celery_ext import Waiting
 from workers.logs import BATCH_HEADER
 from workers.providers import provider_for
 from workers.secrets import redact, scrub_output
@@ -75,13 +76,21 @@ def _build() -> tuple[Coordinator, StepService]:
                 budget_check=budgets.round_check,
                 observers=tuple(m.RunObserver() for m in watchers),
                 dispatch_message=dispatch_message,
+                send_transition=coordinator_send,
             )
             _steps = StepService(
-                store, budgets, provider_for, get_settings(), redact,
-                observers=tuple(m.StepObserver() for m in watchers), scrub_output=scrub_output,
+                store,
+                budgets,
+                provider_for,
+                get_settings(),
+                redact,
+                observers=tuple(m.StepObserver() for m in watchers),
+                scrub_output=scrub_output,
                 handover_message=handover_message,
-                cache=CallCache(open_call_store(store.r), tuple(m.StepObserver() for m in watchers)),
-            )  # fmt: skip
+                cache=CallCache(
+                    open_call_store(store.r), tuple(m.StepObserver() for m in watchers)
+                ),
+            )
         return _coordinator, _steps
 
 
@@ -139,8 +148,9 @@ def _headers(batch_id: str | None) -> dict[str, Any]:
     return headers
 
 
-def outgoing(name: str, args: tuple[str, str | int], batch_id: str | None = None
-             ) -> Outgoing | None:  # fmt: skip
+def outgoing(
+    name: str, args: tuple[str, str | int], batch_id: str | None = None
+) -> Outgoing | None:
     """Task ``name``'s message with ``args``, for a state script to push with the change
     that calls for it — when the broker is the run-state Redis; else None (:func:`send`
     sends it after the change)."""
@@ -190,8 +200,14 @@ def send(name: str, args: tuple[str, str | int], batch_id: str | None = None) ->
 
 def send_later(name: str, args: tuple[str, ...], countdown: float) -> None:
     """Send task ``name`` with ``args`` (ids only) to run in ``countdown`` seconds."""
-    app.send_task(name, args=args, argsrepr=repr(args), kwargsrepr="{}",
-                  countdown=max(0.0, countdown), **SEND_OPTIONS)  # fmt: skip
+    app.send_task(
+        name,
+        args=args,
+        argsrepr=repr(args),
+        kwargsrepr="{}",
+        countdown=max(0.0, countdown),
+        **SEND_OPTIONS,
+    )
 
 
 def coordinator_send(run_id: str, seq: int) -> None:
@@ -225,12 +241,21 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (
 #: PUBLISH_PATIENCE_S (this thread waits) before the message is given back to the broker
 #: instead (which the sweep backs up, should that fail too).
 PUBLISH_PATIENCE_S = 120.0
-PUBLISH_RETRY = {"max_retries": 40, "interval_start": 0.2, "interval_step": 0.5,
-                 "interval_max": 2.0}  # fmt: skip
+PUBLISH_RETRY = {
+    "max_retries": 40,
+    "interval_start": 0.2,
+    "interval_step": 0.5,
+    "interval_max": 2.0,
+}
 
 
 class StepRetry(Exception):
     """A step re-scheduled; the message says why, scrubbed of secrets (Flower shows it)."""
+
+
+class StepWait(StepRetry, Waiting):
+    """A step re-scheduled to wait (a rate limit, budget room, a busy step), not after a
+    failure: its RETRY shows what it waits for, without a traceback."""
 
 
 def failures_of(task: Any) -> int:
@@ -256,8 +281,13 @@ def retry(task: Any, countdown: float, exc: Exception, headers: dict[str, Any]) 
     wait = 0.2
     while True:
         try:
-            return task.retry(countdown=countdown, exc=exc, max_retries=None, headers=merged,
-                              retry_policy=PUBLISH_RETRY)  # fmt: skip
+            return task.retry(
+                countdown=countdown,
+                exc=exc,
+                max_retries=None,
+                headers=merged,
+                retry_policy=PUBLISH_RETRY,
+            )
         except Retry as signal:
             return signal
         except (Reject, *INFRA_ERRORS) as failed:
@@ -268,8 +298,9 @@ def retry(task: Any, countdown: float, exc: Exception, headers: dict[str, Any]) 
             if not isinstance(error, INFRA_ERRORS):
                 raise
             if time.monotonic() + wait > deadline:
-                log.warning("could not re-schedule %s (%s); giving its message back",
-                            task.name, error)  # fmt: skip
+                log.warning(
+                    "could not re-schedule %s (%s); giving its message back", task.name, error
+                )
                 return Reject(f"broker unavailable: {type(error).__name__}", requeue=True)
             time.sleep(wait)
             wait = min(wait * 2, 5.0)
@@ -280,8 +311,14 @@ def infra_retry(task: Any, error: BaseException, claim: str | None = None) -> Ex
     (with jitter), not counted as a failed attempt; a step hands its claim on."""
     attempt = int((task.request.headers or {}).get(INFRA_HEADER, 0))
     wait = random.uniform(0.5, 1.0) * min(30.0, 2.0**attempt)
-    log.warning("%s %s: %s: %s; retry in %.1fs", task.name, task.request.id,
-                type(error).__name__, str(error)[:200], wait)  # fmt: skip
+    log.warning(
+        "%s %s: %s: %s; retry in %.1fs",
+        task.name,
+        task.request.id,
+        type(error).__name__,
+        str(error)[:200],
+        wait,
+    )
     headers: dict[str, Any] = {INFRA_HEADER: attempt + 1}
     if claim is not None:
         headers[CLAIM_HEADER] = claim
@@ -295,9 +332,13 @@ def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> No
         if not outcome.sent:  # else it went with the step's store
             coordinator_send(outcome.run_id, outcome.seq)
     elif isinstance(outcome, RetryLater):
-        headers = {FAILURES_HEADER: outcome.failures, CLAIM_HEADER: outcome.claim,
-                   INFRA_HEADER: None}  # fmt: skip
-        raise retry(task, outcome.delay_s, StepRetry(outcome.reason or "waiting"), headers)
+        headers = {
+            FAILURES_HEADER: outcome.failures,
+            CLAIM_HEADER: outcome.claim,
+            INFRA_HEADER: None,
+        }
+        why = StepRetry if outcome.failed else StepWait
+        raise retry(task, outcome.delay_s, why(outcome.reason or "waiting"), headers)
 
 
 @worker_ready.connect(weak=False)

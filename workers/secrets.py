@@ -3,10 +3,10 @@
 The secrets are the values of the API-key variables: ``OPENAI_API_KEY``,
 ``ANTHROPIC_API_KEY``, every key-shaped variable of the environment (``*_API_KEY``,
 ``*_TOKEN``, ``*_SECRET``: :data:`KEY_NAME`, from the first use on) and every variable a
-spec names with ``api_key_env`` (the stored specs' at worker start, a new spec's when its
-adapter is made, before its first call). :func:`redact` removes each value,
-whatever it looks like, plus anything shaped like a key or an auth header
-(:func:`scrub`). Everything a task lets out — run errors, events, Celery's task events
+spec names with ``api_key_env`` or in its ``base_url``'s credentials (the stored specs' at
+worker start, a new spec's when its adapter is made, before its first call).
+:func:`redact` removes each value, whatever it looks like, plus anything shaped like a
+key, an auth header (bearer or basic) or a password in a URL (:func:`scrub`). Everything a task lets out — run errors, events, Celery's task events
 (exception and traceback) and the worker's log — passes through it. Model output passes
 through :func:`scrub_output` (key values only) before anything of it is stored.
 
@@ -19,12 +19,13 @@ deeper (up to :data:`DECODE_ROUNDS` layers) leaves the text decoded, the value r
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 #: Key variables every worker treats as secret, named by a spec or not.
@@ -45,10 +46,24 @@ _NESTED = re.compile(r"%25|%5[cC]")
 #: Any escape a character of a value may be written as (``_encoded``).
 _ANY_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}")
 
-_SECRET_PATTERNS = (
+
+def _basic_credentials(found: re.Match[str]) -> str:
+    """A basic-auth header's value hidden: ``Basic`` and base64 of ``user:password``."""
+    try:
+        plain = base64.b64decode(found[1], validate=True)
+    except ValueError:
+        return found[0]
+    return "Basic [REDACTED]" if b":" in plain else found[0]
+
+
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # OpenAI (sk-..., sk-proj-...) and Anthropic (sk-ant-...) style keys.
     (re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}"), "sk-[REDACTED]"),
     (re.compile(r"(?i)\bbearer\s+[^\s,;\"']+"), "Bearer [REDACTED]"),
+    # Basic auth (before the header pattern, which would take "Basic" for the value).
+    (re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])"), _basic_credentials),
+    # A password in a URL (a ${VARIABLE} naming one is no secret).
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:)(?!\$\{)[^\s/?#@]+@"), r"\1[REDACTED]@"),
     (
         re.compile(
             r"(?i)\b(authorization|x-api-key|api[-_]?key|access[-_]?token)(\"?\s*[:=]\s*\"?)([^\s,;\"'}]+)"
@@ -60,7 +75,9 @@ _SECRET_PATTERNS = (
 
 #: Matches wherever any of :data:`_SECRET_PATTERNS` could (each needs one of these words,
 #: "sk-" in any case is looser than the pattern): text without it needs no pattern run.
-_PATTERN_HINT = re.compile(r"(?i)sk-|bearer|authorization|x-api-key|api[-_]?key|access[-_]?token")
+_PATTERN_HINT = re.compile(
+    r"(?i)sk-|bearer|basic\s|authorization|x-api-key|api[-_]?key|access[-_]?token|://[^\s/]*@"
+)
 
 
 def decoded(text: str) -> str:
@@ -238,9 +255,10 @@ def redact_process_logs() -> None:
     """Redact every log handler of this process: each logger's, and Python's last-resort
     handler (what prints warnings when nothing else is set up, as in ``duet run``)."""
     loggers = [logging.getLogger()] + [
-        found for found in logging.Logger.manager.loggerDict.values()
+        found
+        for found in logging.Logger.manager.loggerDict.values()
         if isinstance(found, logging.Logger)
-    ]  # fmt: skip
+    ]
     for logger in loggers:
         redact_logs(logger)
     last = logging.lastResort

@@ -1,8 +1,9 @@
 """The key variables the stored specs name: secret in a worker from its first task.
 
-A spec names the variable holding its key (``api_key_env``); a worker registers it when it
-makes the spec's adapter, before the spec's first call. At start it also registers every
-variable any spec stored in Redis names, so their values are scrubbed from everything it
+A spec names the variable holding its key (``api_key_env``), and those holding the
+credentials of its ``base_url`` (``https://USER:${VARIABLE}@host``); a worker registers
+them when it makes the spec's adapter, before the spec's first call. At start it also
+registers every variable any spec stored in Redis names, so their values are scrubbed from everything it
 lets out from its first task on, whichever spec that task runs.
 """
 
@@ -12,6 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from orchestration.core import url_credentials
 from orchestration.state import keys
 from workers import secrets
 
@@ -20,7 +22,8 @@ BATCH = 200
 
 
 def named_variables(spec_json: str) -> set[str]:
-    """Every ``api_key_env`` a stored spec's JSON names, wherever it sits (pure)."""
+    """Every ``api_key_env``, and every variable a ``base_url`` names, of a stored spec's
+    JSON, wherever it sits (pure)."""
     try:
         return set(_named(json.loads(spec_json)))
     except ValueError:
@@ -32,6 +35,8 @@ def _named(node: Any) -> Iterator[str]:
         for name, value in node.items():
             if name == "api_key_env" and isinstance(value, str) and value:
                 yield value
+            elif name == "base_url" and isinstance(value, str):
+                yield from url_credentials.variables(value)
             else:
                 yield from _named(value)
     elif isinstance(node, list):

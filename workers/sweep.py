@@ -93,8 +93,11 @@ def sweep_every(
         with _quietly("the check of the Redis server"):
             back = _check_server(watch)
             if back is not None:
-                log.warning("Redis came back (a new server process): sweeping the runs that "
-                            "do not move again within %gs", RESTART_GRACE_S)  # fmt: skip
+                log.warning(
+                    "Redis came back (a new server process): sweeping the runs that "
+                    "do not move again within %gs",
+                    RESTART_GRACE_S,
+                )
                 came_back = back
         if came_back is not None and time.time() >= came_back + RESTART_GRACE_S:
             with _quietly("the sweep after a restart"):
@@ -148,9 +151,11 @@ def start() -> None:
         if _thread is not None and _thread.is_alive():
             return
         _thread = threading.Thread(
-            target=sweep_every, args=(holder_id(), threading.Event()), name="duet-sweep",
+            target=sweep_every,
+            args=(holder_id(), threading.Event()),
+            name="duet-sweep",
             daemon=True,
-        )  # fmt: skip
+        )
         _thread.start()
 
 

@@ -55,8 +55,9 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
     claimant: str | None = None
     try:
         claimant = get_liveness().claimant()
-        outcome = get_steps().run(run_id, step_key, claimant=claimant, previous=claim_of(task),
-                                  failures=failures_of(task))  # fmt: skip
+        outcome = get_steps().run(
+            run_id, step_key, claimant=claimant, previous=claim_of(task), failures=failures_of(task)
+        )
         if isinstance(outcome, Park):  # a vendor_batch agent: the call goes in a vendor batch
             park_step(task, outcome)
         else:
@@ -113,6 +114,8 @@ def _coordinate(task: Task, run_id: str, seq: int) -> None:
         ended = get_store().fail_run(run_id, redact(f"coordinator: {type(exc).__name__}: {exc}"))
         if ended and metrics.ENABLED:
             metrics.RunObserver().run_finished({}, "failed", "coordinator:error")
+        if ended:  # the place it held under its batch's max_in_flight goes on
+            get_coordinator().pass_places(get_store().load_run(run_id)[0])
         return
     if step is not None:
         try:

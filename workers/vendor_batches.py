@@ -95,9 +95,11 @@ def collect(group: str) -> None:
     settings = get_settings()
     store, runs = batches(), get_store()
     take = store.take(
-        group, max_requests=settings.vendor_batch_max_requests,
-        gather_s=settings.vendor_batch_gather_s, reclaim_s=RECLAIM_S,
-    )  # fmt: skip
+        group,
+        max_requests=settings.vendor_batch_max_requests,
+        gather_s=settings.vendor_batch_gather_s,
+        reclaim_s=RECLAIM_S,
+    )
     if not take.members:
         if take.wait_s > 0:
             send_later(keys.TASK_VB_COLLECT, (group,), take.wait_s)
@@ -134,8 +136,14 @@ def _submit(store: VendorBatchStore, group: str, live: dict[str, dict[str, Any]]
         run_id, step_key = split_member(m)
         cid = custom_id(run_id, step_key)
         by_custom_id[cid] = m
-        requests.append(BatchRequest(cid, get_steps().agent_of(request), request["messages"],
-                                     bool(request.get("structured"))))  # fmt: skip
+        requests.append(
+            BatchRequest(
+                cid,
+                get_steps().agent_of(request),
+                request["messages"],
+                bool(request.get("structured")),
+            )
+        )
     adapter: Any = provider_for(agent)
     try:
         batch_id = adapter.submit_batch(requests)
@@ -153,16 +161,24 @@ def _submit(store: VendorBatchStore, group: str, live: dict[str, dict[str, Any]]
             store.forget(group, run_id, step_key)
         return
     duet_batches = {r["batch_id"] for r in live.values() if r.get("batch_id")}
-    store.record(batch_id, group, f"{first['spec_id']}|{first['role']}", by_custom_id,
-                 duet_batches, time.time())  # fmt: skip
+    store.record(
+        batch_id,
+        group,
+        f"{first['spec_id']}|{first['role']}",
+        by_custom_id,
+        duet_batches,
+        time.time(),
+    )
     log.info("submitted vendor batch %s: %d requests", batch_id, len(requests))
     send_later(keys.TASK_VB_POLL, (batch_id,), poll_delay(0, **_poll_bounds()))
 
 
 def _poll_bounds() -> dict[str, float]:
     settings = get_settings()
-    return {"first_s": min(1.0, settings.vendor_batch_poll_max_s),
-            "max_s": settings.vendor_batch_poll_max_s}  # fmt: skip
+    return {
+        "first_s": min(1.0, settings.vendor_batch_poll_max_s),
+        "max_s": settings.vendor_batch_poll_max_s,
+    }
 
 
 def poll(batch_id: str) -> None:
@@ -211,8 +227,9 @@ def poll(batch_id: str) -> None:
         attempts = int(request.get("attempts") or 0) + 1
         if isinstance(outcome, ProviderError) and outcome.transient and attempts < max_attempts:
             if metrics.ENABLED:
-                metrics.call_failed(adapter_agent, parse_step_key(step_key)[0], outcome.kind,
-                                    retried=True)  # fmt: skip
+                metrics.call_failed(
+                    adapter_agent, parse_step_key(step_key)[0], outcome.kind, retried=True
+                )
             store.repark(batch.group, run_id, step_key, {**request, "attempts": attempts})
             send_later(keys.TASK_VB_COLLECT, (batch.group,), 0)
             continue

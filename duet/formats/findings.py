@@ -8,10 +8,13 @@ location and severity. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from orchestration.core.findings import lines_in
 
 SEVERITIES = ("error", "warning", "note")
 #: Severity of a finding that names none.
@@ -67,15 +70,28 @@ def _from_string(record: dict[str, Any], issue: str) -> Finding:
     found = _LOCATED.match(issue.strip())
     base = record_path(record)
     if found is None:
-        return Finding(str(record.get("id")), issue, base, None, None, DEFAULT_SEVERITY,
-                       DEFAULT_RULE, critic_of(record))  # fmt: skip
+        return Finding(
+            str(record.get("id")),
+            issue,
+            base,
+            None,
+            None,
+            DEFAULT_SEVERITY,
+            DEFAULT_RULE,
+            critic_of(record),
+        )
     line = int(found["line"])
     end = int(found["end"]) if found["end"] else None
     return Finding(
-        str(record.get("id")), found["message"].strip(), found["path"].strip(), line,
-        end if end is not None and end >= line else None, _severity(found["severity"]),
-        DEFAULT_RULE, critic_of(record),
-    )  # fmt: skip
+        str(record.get("id")),
+        found["message"].strip(),
+        found["path"].strip(),
+        line,
+        end if end is not None and end >= line else None,
+        _severity(found["severity"]),
+        DEFAULT_RULE,
+        critic_of(record),
+    )
 
 
 def _from_object(record: dict[str, Any], obj: dict[str, Any]) -> Finding:
@@ -85,10 +101,15 @@ def _from_object(record: dict[str, Any], obj: dict[str, Any]) -> Finding:
     raw_rule = obj.get("rule")
     rule = raw_rule if isinstance(raw_rule, str) and raw_rule else DEFAULT_RULE
     return Finding(
-        str(record.get("id")), str(obj.get("message") or ""), path or record_path(record),
-        line, end if line is not None and end is not None and end >= line else None,
-        _severity(obj.get("severity")), rule, critic_of(record),
-    )  # fmt: skip
+        str(record.get("id")),
+        str(obj.get("message") or ""),
+        path or record_path(record),
+        line,
+        end if line is not None and end is not None and end >= line else None,
+        _severity(obj.get("severity")),
+        rule,
+        critic_of(record),
+    )
 
 
 def _issues(record: dict[str, Any], everything: bool) -> Iterable[Any]:
@@ -109,6 +130,24 @@ def findings(records: Iterable[dict[str, Any]], *, everything: bool = False) -> 
                 yield _from_object(record, issue)
             elif isinstance(issue, str) and issue.strip():
                 yield _from_string(record, issue)
+
+
+def in_files(found: Iterable[Finding], read: Callable[[str], str | None]) -> Iterator[Finding]:
+    """``found`` with each line checked against its file (``read(path)``, None when it is
+    not there): a line outside the file keeps the finding, at file level, never drops it."""
+    texts: dict[str, str | None] = {}
+    for finding in found:
+        if finding.path is None or finding.line is None:
+            yield finding
+            continue
+        if finding.path not in texts:
+            texts[finding.path] = read(finding.path)
+        text = texts[finding.path]
+        if text is None:
+            yield finding
+            continue
+        line, end = lines_in(finding.line, finding.end_line, text)
+        yield dataclasses.replace(finding, line=line, end_line=end)
 
 
 def at_least(severity: str, threshold: str) -> bool:

@@ -2,7 +2,8 @@
 
 Rule: a record is a fix when it was approved, its input was a whole file (not a hunk)
 and its output holds a fenced code block, whose content is the new file. Anything else
-(a prose review, a hunk, a file no longer there) is left out and counted.
+(a run not approved, a prose review, a hunk, a file no longer there) is left out and
+counted. The output is the record's: the revision the loop kept (``keep``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ class Patch:
 
     text: str = ""
     files: int = 0
+    #: Approved records left out, by why.
     left_out: dict[str, int] = field(default_factory=dict)
+    #: Runs whose output the critic did not approve (rejected inputs never ran).
+    not_approved: int = 0
 
     def _skip(self, why: str) -> None:
         self.left_out[why] = self.left_out.get(why, 0) + 1
@@ -42,6 +46,7 @@ def build_patch(records: Iterable[dict[str, Any]], read: Callable[[str], str | N
     parts = []
     for record in records:
         if record.get("status") != "approved":
+            patch.not_approved += record.get("status") != "rejected"
             continue
         meta = record.get("metadata") or {}
         if (isinstance(meta, dict) and meta.get("unit") == "hunk") or "#hunk" in str(
@@ -58,9 +63,14 @@ def build_patch(records: Iterable[dict[str, Any]], read: Callable[[str], str | N
         if old is None:
             patch._skip("reviewed file not found")
             continue
-        diff = list(difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
-        ))  # fmt: skip
+        diff = list(
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                f"a/{path}",
+                f"b/{path}",
+            )
+        )
         if not diff:
             continue
         parts.append("".join(_terminated(diff)))

@@ -22,6 +22,7 @@ from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
 from orchestration.state import batches, connection, keys, replicas
 from orchestration.state.broker import broker_config
+from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
 
 if TYPE_CHECKING:
@@ -66,8 +67,13 @@ def send_coordinate(run_ids: Iterable[str], seq: int = 0) -> None:
 def enqueue(
     spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, Any] | None = None
 ) -> None:
-    """Write ``records`` (and the batch record) and send each run to the coordinator."""
+    """Write ``records`` (and the batch record) and send each run to the coordinator.
+
+    A batch with ``max_in_flight`` N sends only its first N runs; the others are queued
+    at its gate (:mod:`orchestration.state.gates`) and sent as places free.
+    """
     st = store()
+    limit = limit_of(batch) if batch is not None else 0
     for start in range(0, max(len(records), 1), SUBMIT_CHUNK):
         chunk = records[start : start + SUBMIT_CHUNK]
         pipe = st.r.pipeline(transaction=False)
@@ -83,8 +89,12 @@ def enqueue(
         st.create_runs(chunk, pipe)
         if batch is not None and chunk:
             pipe.rpush(keys.batch_runs(batch["batch_id"]), *(r.run_id for r in chunk))
+        sent = chunk if not limit else chunk[: max(0, limit - start)]
+        if batch is not None and limit:
+            later = {r.run_id: start + n for n, r in enumerate(chunk) if n >= len(sent)}
+            BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
         replicas.execute(pipe)  # on a replica too, when one is asked for
-        send_coordinate(r.run_id for r in chunk)
+        send_coordinate(r.run_id for r in sent)
 
 
 def ledger() -> BudgetLedger:
@@ -177,14 +187,24 @@ def queues_without_workers(timeout: float = 1.0) -> list[str]:
     return [q for q in keys.ALL_QUEUES if q not in consumed]
 
 
-def resume_runs(run_ids: Iterable[str]) -> int:
-    """Send each unfinished run the message it is waiting for; how many were sent."""
+def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
+    """Send each unfinished run the message it is waiting for; how many were sent.
+
+    With ``interrupted``, the ``interrupted`` runs among them instead, re-opened where they
+    stopped (``RunStore.rerun_point``): for after the cause is fixed (a budget raised, a
+    key set).
+    """
     st = store()
     app = producer()
     sent = 0
     with app.producer_or_acquire() as prod:
         for run_id in run_ids:
-            what, seq, step = st.resume_point(run_id)
+            if interrupted:
+                what, seq = st.rerun_point(run_id)
+                step = None
+                what = "coordinate" if what == "running" else what
+            else:
+                what, seq, step = st.resume_point(run_id)
             if what == "coordinate":
                 app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
             elif what == "step" and step is not None:
@@ -287,8 +307,10 @@ class BatchHandle:
             "tokens": int(raw.get("tokens", 0)),
             "calls": int(raw.get("calls", 0)),
             "created_at": float(raw.get("created_at", 0.0)),
+            #: The batch's cap on runs in flight (None: none).
+            "max_in_flight": limit_of(raw) or None,
             #: What unfinished runs wait on now, in words (rate limits, a spent budget).
-            "waits": self._waits(raw.get("spec_id"), budget, check_workers) if done < total else [],
+            "waits": self._waits(raw, budget, check_workers) if done < total else [],
         }
 
     def rejected(self) -> list[dict[str, Any]]:
@@ -297,9 +319,15 @@ class BatchHandle:
         return batches.rejected(store().r, self.batch_id)
 
     def _waits(
-        self, spec_id: str | None, budget: dict[str, Any] | None, check_workers: bool = False
+        self, raw: dict[str, str], budget: dict[str, Any] | None, check_workers: bool = False
     ) -> list[str]:
         waits = []
+        spec_id = raw.get("spec_id")
+        limit = limit_of(raw)
+        if limit:
+            waiting = BatchGate(store().r).waiting(self.batch_id)
+            if waiting:
+                waits.append(f"max_in_flight {limit}: {waiting} run(s) waiting for a place")
         if check_workers:
             idle = queues_without_workers()
             if idle:
@@ -353,16 +381,18 @@ class BatchHandle:
         st = store()
         return sum(st.cancel_run(run_id) for run_id in self.run_ids())
 
-    def resume(self) -> int:
+    def resume(self, *, interrupted: bool = False) -> int:
         """Re-enqueue every run that is not finished (cancelled runs are re-opened).
 
         Safe to call any time: a step whose result is stored is never run again, a step
         another worker holds is left to it, and a transition already made is a no-op.
+        With ``interrupted``, re-run the batch's ``interrupted`` runs instead, from where
+        each stopped (the step that stopped it runs again; the others are kept).
         Returns how many runs were re-enqueued.
         """
         count = 0
         start = 0
         while ids := self.run_ids(start, start + SUBMIT_CHUNK - 1):
-            count += resume_runs(ids)
+            count += resume_runs(ids, interrupted=interrupted)
             start += SUBMIT_CHUNK
         return count

@@ -16,9 +16,11 @@ from orchestration.core import quoting
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import (
     DEFAULT_APPROVAL_THRESHOLD,
+    DEFAULT_KEEP,
     DEFAULT_MAX_ROUNDS,
     DEFAULT_PERSISTENT_SUBAGENTS,
     ActorCritic,
+    Keep,
     LoopSettings,
 )
 from orchestration.core.budget import Budget, scope
@@ -35,6 +37,7 @@ from orchestration.core.results import RunResult
 from orchestration.core.validation import checked
 from orchestration.settings import get_settings
 from orchestration.state.broker import visibility_timeout_of
+from orchestration.state.gates import BATCH_FIELD
 from orchestration.state.runs import RunRecord
 
 if TYPE_CHECKING:
@@ -56,6 +59,8 @@ class Team:
         conversations: the team's name and conversation settings (defaults when None).
         instructions: the coordinator's instructions (the nested form's outer agent);
             part of the team's identity.
+        max_in_flight: at most this many runs of each batch started and not finished at
+            any moment, fleet-wide (None: no cap); ``submit_batch`` may override it.
     """
 
     def __init__(
@@ -67,8 +72,11 @@ class Team:
         global_budgets: Iterable[str] = (),
         conversations: ConversationSettings | None = None,
         instructions: str | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         self.architecture = architecture
+        #: Each batch's cap on runs in flight (not part of the team's identity).
+        self.max_in_flight = checked_in_flight(max_in_flight, "max_in_flight")
         #: The coordinator's model: no call is made with it (the coordinator is a Celery
         #: task), but with ``instructions`` (the nested form's outer agent) it is part of
         #: the team's identity, so it keys the team's conversations.
@@ -117,6 +125,9 @@ class Team:
         conversation_turns: int = DEFAULT_CONVERSATION_TURNS,
         conversation_max_tokens: int = DEFAULT_CONVERSATION_MAX_TOKENS,
         cache: CacheSpec | bool | str | float | None = None,
+        keep: Keep = DEFAULT_KEEP,
+        min_improvement: float | None = None,
+        max_in_flight: int | None = None,
     ) -> Team:
         """A team whose actor and critic review each other's work.
 
@@ -138,6 +149,12 @@ class Team:
                 earlier runs' oldest turns are dropped first, the run's own turns kept.
             cache: serve repeated model calls from the model-call cache: True, a TTL
                 (``"7d"``) or a :class:`~orchestration.core.callcache.CacheSpec`.
+            keep: ``"last"`` (default) returns each run's last revision; ``"best"`` its
+                highest-scored one, with ``output_round`` naming the round that wrote it.
+            min_improvement: end a run (``max_rounds_reached``, reason ``plateau``) when
+                a critique's score rose less than this over the one before.
+            max_in_flight: at most this many runs of each batch started and not finished
+                at any moment, across the whole fleet (None: as many as workers take).
         """
         settings = checked(
             LoopSettings,
@@ -152,6 +169,8 @@ class Team:
                 "conversation_turns": conversation_turns,
                 "conversation_max_tokens": conversation_max_tokens,
                 "cache": cache_spec(cache),
+                "keep": keep,
+                "min_improvement": min_improvement,
             },
         )
         return cls(
@@ -160,6 +179,7 @@ class Team:
             budget=budget,
             global_budgets=global_budgets,
             conversations=settings,
+            max_in_flight=max_in_flight,
         )
 
     # --- submitting -------------------------------------------------------
@@ -174,6 +194,7 @@ class Team:
         metadata: Mapping[str, Any] | None = None,
         run_budget: bool = False,
         batch_budget: bool = False,
+        gate: int | None = None,
     ) -> RunRecord:
         if not isinstance(prompt, str) or not prompt.strip():
             raise ConfigError(f"{where}: prompt must be a non-empty string")
@@ -203,6 +224,7 @@ class Team:
             budget_scopes=tuple(scopes),
             # Unpredictable, as the reviewed text must not be able to guess it.
             boundary=secrets.token_hex(quoting.TOKEN_BYTES),
+            gate=gate,
         )
 
     def submit(
@@ -235,17 +257,21 @@ class Team:
         *,
         batch_id: str | None = None,
         budget: Budget | None = None,
+        max_in_flight: int | None = None,
     ) -> BatchHandle:
         """Queue many runs as one batch: prompts, or dicts ``{id, prompt, user_id, metadata}``.
 
         ``budget`` caps the whole batch (scope ``batch:<id>``); the team's per-run budget
-        still applies to each run.
+        still applies to each run. ``max_in_flight``: at most this many of the batch's
+        runs started and not finished at any moment, fleet-wide (default: the team's).
 
         Every item is checked before anything is written, so a bad item refuses the batch
         with a message naming it (the CLI reports bad inputs and proceeds with the rest).
         """
         batch_id = batch_id or new_id()
         self._check_priced(budget)
+        gate = checked_in_flight(max_in_flight, "submit_batch: max_in_flight")
+        gate = gate or self.max_in_flight
         per_run = self.budget is not None
         in_batch = budget is not None
         records = []
@@ -259,6 +285,7 @@ class Team:
                         input_id=str(n),
                         run_budget=per_run,
                         batch_budget=in_batch,
+                        gate=gate,
                     )
                 )
                 continue
@@ -277,6 +304,7 @@ class Team:
                     metadata=item.get("metadata"),
                     run_budget=per_run,
                     batch_budget=in_batch,
+                    gate=gate,
                 )
             )
         ensure_backend()
@@ -286,8 +314,16 @@ class Team:
         if self.budget is not None:
             limits.update((r.budget_scopes[0], self.budget) for r in records)
         handles.set_budgets(limits)
-        batch = {"batch_id": batch_id, "spec_id": self.spec.spec_id, "total": len(records),
-                 "done": 0, "created_at": repr(time.time()), "budgeted": int(budget is not None)}  # fmt: skip
+        batch = {
+            "batch_id": batch_id,
+            "spec_id": self.spec.spec_id,
+            "total": len(records),
+            "done": 0,
+            "created_at": repr(time.time()),
+            "budgeted": int(budget is not None),
+        }
+        if gate:
+            batch[BATCH_FIELD] = gate
         enqueue(self.spec, records, batch=batch)
         return BatchHandle(batch_id)
 
@@ -323,6 +359,15 @@ class Team:
             metadata=metadata,
             budget=budget,
         )
+
+
+def checked_in_flight(value: Any, where: str) -> int | None:
+    """``max_in_flight`` as given (None: no cap), or a one-line error naming ``where``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: must be a whole number of runs, 1 or more; got {value!r}")
+    return value
 
 
 # --- the fleet's budgets, on the embedded default too ---------------------------------

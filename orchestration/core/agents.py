@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
-from orchestration.core import runner
+from orchestration.core import runner, url_credentials
 from orchestration.core.capabilities import TEMPERATURE_RANGE, temperature_problem
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
@@ -27,8 +27,10 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "sim": None}
 #: Each vendor's own API hosts: the only hosts its default key (:data:`DEFAULT_KEY_ENV`)
 #: is sent to. Any other ``base_url`` gets a key only from a variable ``api_key_env`` names.
-VENDOR_HOSTS = {"openai": frozenset({"api.openai.com"}),
-                "anthropic": frozenset({"api.anthropic.com"})}  # fmt: skip
+VENDOR_HOSTS = {
+    "openai": frozenset({"api.openai.com"}),
+    "anthropic": frozenset({"api.anthropic.com"}),
+}
 
 _OPENAI_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
 _ACCEPTED = (
@@ -41,23 +43,16 @@ _ACCEPTED = (
 def default_key_env(provider: str, base_url: str | None) -> str | None:
     """The key variable of an agent that names none: the vendor's own, unless ``base_url``
     is anything but ``https://`` on one of its :data:`VENDOR_HOSTS` (a third-party server
-    must not get the vendor's key, nor a plain-HTTP connection carry it)."""
+    must not get the vendor's key, nor a plain-HTTP connection carry it), or carries its
+    own credentials (:mod:`orchestration.core.url_credentials`)."""
     if base_url is None:
         return DEFAULT_KEY_ENV[provider]
+    if url_credentials.has_credentials(base_url):  # it says itself how to authenticate
+        return None
     parts = urlsplit(base_url)
     if parts.scheme == "https" and parts.hostname in VENDOR_HOSTS.get(provider, ()):
         return DEFAULT_KEY_ENV[provider]
     return None
-
-
-def url_credentials_refused(url: str | None) -> str | None:
-    """``url`` unless it holds a user name or password: those would be stored with the
-    spec in Redis (raises ValueError, for the field validators of specs)."""
-    if url is not None:
-        parts = urlsplit(url)
-        if parts.username is not None or parts.password is not None:
-            raise ValueError("credentials in the URL; put the key in api_key_env")
-    return url
 
 
 def resolve_model(model: str) -> tuple[str, str]:
@@ -143,7 +138,9 @@ class AgentSettings(BaseModel):
     """``claude-*``, ``gpt-*``, ``openai:NAME``, ``anthropic:NAME``, ``sim``... (see
     :func:`resolve_model`)."""
     base_url: str | None = None
-    """Endpoint of an OpenAI- or Anthropic-compatible server, for this agent only."""
+    """Endpoint of an OpenAI- or Anthropic-compatible server, for this agent only; basic-auth
+    credentials in it name worker environment variables: ``https://USER:${VARIABLE}@host``
+    (see :mod:`orchestration.core.url_credentials`)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the key on the workers."""
     temperature: float | None = Field(
@@ -177,12 +174,29 @@ class AgentSettings(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _base_url_needs_a_vendor_api(cls, value: str | None, info: ValidationInfo) -> str | None:
-        url_credentials_refused(value)
+        url_credentials.checked(value)
         model = info.data.get("model")  # absent when the model itself was refused
         if value is not None and model is not None and resolve_model(model)[0] == "sim":
             raise ValueError(
                 "base_url is for OpenAI- or Anthropic-compatible servers: use "
                 f"model='openai:NAME' or 'anthropic:NAME', not {model!r}"
+            )
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _one_authorization_header(cls, value: str | None, info: ValidationInfo) -> str | None:
+        model, url = info.data.get("model"), info.data.get("base_url")
+        if (
+            value is not None
+            and url_credentials.has_credentials(url)
+            and model is not None
+            and resolve_model(model)[0] == "openai"
+        ):
+            raise ValueError(
+                "an OpenAI-compatible server gets its key and base_url's credentials in the "
+                "one Authorization header: use either api_key_env or the ${VARIABLE}s in "
+                "base_url"
             )
         return value
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +25,10 @@ DEFAULT_APPROVAL_THRESHOLD = 0.9
 DEFAULT_PERSISTENT_SUBAGENTS = True
 #: The roles of a loop, each one worker.
 ROLES = ("actor", "critic")
+#: Which revision a run returns: the last (as the spec's loop does), or the best-scored.
+Keep = Literal["last", "best"]
+#: ...when a loop sets none.
+DEFAULT_KEEP: Keep = "last"
 
 
 class LoopShape(BaseModel):
@@ -44,6 +48,12 @@ class LoopShape(BaseModel):
     """Actor and critic each keep a conversation per team and user, across rounds and runs."""
     cache: CacheSpec | None = None
     """The model-call cache (see :mod:`orchestration.core.callcache`); off when ``None``."""
+    keep: Keep = DEFAULT_KEEP
+    """Which revision a run returns: ``last`` (the spec's loop), or ``best``: the
+    highest-scored one, naming its round (see :func:`~orchestration.core.results.keep_best`)."""
+    min_improvement: float | None = Field(default=None, ge=0, le=1)
+    """Plateau stop: a critique whose score rose less than this over the one before ends the
+    run (``max_rounds_reached``, reason ``plateau``); ``None``: only max_rounds ends it."""
 
 
 class LoopSettings(ConversationSettings, LoopShape):
@@ -87,9 +97,17 @@ class LoopSpec(LoopSettings):
         if self.name:
             return self.name
         who = self.model_dump_json(
-            include={"actor", "critic", "max_rounds", "approval_threshold",
-                     "critique_template", "refine_template", "coordinator", "worker_ids"}
-        )  # fmt: skip
+            include={
+                "actor",
+                "critic",
+                "max_rounds",
+                "approval_threshold",
+                "critique_template",
+                "refine_template",
+                "coordinator",
+                "worker_ids",
+            }
+        )
         return "t-" + hashlib.sha256(who.encode()).hexdigest()[:16]
 
 
@@ -104,6 +122,10 @@ class ActorCritic:
         critique_template: prompt for the critic; ``{prompt}`` and ``{output}`` are filled.
         refine_template: prompt for refinement; ``{prompt}``, ``{output}``, ``{critique}``
             and ``{issues_bulleted}`` are filled.
+        keep: ``"last"`` (default: the last revision, as the spec's loop returns) or
+            ``"best"``: a run returns its highest-scored revision and the round that wrote it.
+        min_improvement: end the loop (``max_rounds_reached``, reason ``plateau``) when a
+            critique's score rose less than this over the one before; ``None``: never.
         worker_registry: internal wiring set by ``Team.actor_critic`` (worker id ->
             Agent); with it the actor and the critic keep persistent conversations.
         role_to_worker_id: internal wiring set by ``Team.actor_critic`` (``actor`` and
@@ -111,8 +133,9 @@ class ActorCritic:
             or neither are given, and they must say what ``actor`` and ``critic`` say.
 
     Raises:
-        ConfigError: (a ``ValueError``) ``max_rounds`` not an integer >= 1, or
-            ``approval_threshold`` not a number in [0, 1] (see :class:`LoopSettings`); an
+        ConfigError: (a ``ValueError``) ``max_rounds`` not an integer >= 1,
+            ``approval_threshold`` or ``min_improvement`` not a number in [0, 1], ``keep``
+            not ``"last"`` or ``"best"`` (see :class:`LoopSettings`); an
             actor or critic that is not a plain Agent (one with its own ``architecture=``
             is refused: each actor and critic step is one model call); wiring that
             disagrees with ``actor`` / ``critic``.
@@ -132,6 +155,8 @@ class ActorCritic:
         worker_registry: dict[str, Any] | None = None,
         role_to_worker_id: dict[str, str] | None = None,
         cache: CacheSpec | bool | str | float | None = None,
+        keep: Keep = DEFAULT_KEEP,
+        min_improvement: float | None = None,
     ) -> None:
         settings = checked(
             LoopSettings,
@@ -140,6 +165,8 @@ class ActorCritic:
                 "approval_threshold": approval_threshold,
                 "critique_template": critique_template,
                 "refine_template": refine_template,
+                "keep": keep,
+                "min_improvement": min_improvement,
             },
         )
         for role, agent in (("actor", actor), ("critic", critic)):
@@ -151,6 +178,10 @@ class ActorCritic:
         self.approval_threshold = settings.approval_threshold
         self.critique_template = settings.critique_template
         self.refine_template = settings.refine_template
+        #: Which revision a run returns (``last`` or ``best``).
+        self.keep: Keep = settings.keep
+        #: The plateau stop's least rise of the score per round; None: none.
+        self.min_improvement = settings.min_improvement
         self.worker_registry = worker_registry
         self.role_to_worker_id = role_to_worker_id
         #: The model-call cache of the loop's runs; None: off.
@@ -172,6 +203,8 @@ class ActorCritic:
             worker_registry=registry,
             role_to_worker_id={role: role for role in registry} if registry else None,
             cache=settings.cache,
+            keep=settings.keep,
+            min_improvement=settings.min_improvement,
         )
 
     @property
@@ -206,6 +239,9 @@ class ActorCritic:
                 critique_template=self.critique_template,
                 refine_template=self.refine_template,
                 persistent_subagents=True,
+                cache=self.cache,
+                keep=self.keep,
+                min_improvement=self.min_improvement,
             ),
         )
 
@@ -243,6 +279,8 @@ class ActorCritic:
             refine_template=self.refine_template,
             persistent_subagents=self.persistent_subagents,
             cache=self.cache,
+            keep=self.keep,
+            min_improvement=self.min_improvement,
             coordinator=coordinator,
             worker_ids=dict(self.role_to_worker_id or {r: r for r in ROLES}),
             **{field: getattr(memory, field) for field in ConversationSettings.model_fields},
@@ -251,7 +289,8 @@ class ActorCritic:
     def __repr__(self) -> str:
         return (
             f"ActorCritic(actor={self._actor!r}, critic={self._critic!r}, "
-            f"max_rounds={self.max_rounds}, approval_threshold={self.approval_threshold})"
+            f"max_rounds={self.max_rounds}, approval_threshold={self.approval_threshold}, "
+            f"keep={self.keep!r})"
         )
 
 

@@ -122,9 +122,18 @@ class CacheStats:
 
 
 __all__ = [
-    "CacheSpec", "cache_spec", "CacheStats", "CallIdentity", "DEFAULT_MAX_ENTRIES", "DEFAULT_TTL_S", "call_key",
-    "entry_from", "entry_json", "parse_ttl", "storable",
-]  # fmt: skip
+    "CacheSpec",
+    "cache_spec",
+    "CacheStats",
+    "CallIdentity",
+    "DEFAULT_MAX_ENTRIES",
+    "DEFAULT_TTL_S",
+    "call_key",
+    "entry_from",
+    "entry_json",
+    "parse_ttl",
+    "storable",
+]
 
 
 class CacheSpec(BaseModel):

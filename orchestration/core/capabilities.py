@@ -91,3 +91,32 @@ def sent_temperature(provider: str, model_name: str, temperature: float | None) 
     if temperature_problem(provider, model_name, temperature) is not None:
         return None
     return temperature
+
+
+#: Context windows (input and output tokens of one request) by provider and model-name
+#: prefix, the first match winning; a model not listed is not checked.
+CONTEXT_WINDOWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
+    ("openai", ("gpt-4.1",), 1_047_576),
+    ("openai", ("gpt-5",), 400_000),
+    ("openai", ("o1", "o3", "o4"), 200_000),
+    ("openai", ("gpt-4o", "chatgpt-4o"), 128_000),
+    ("anthropic", ("claude-",), 200_000),
+)
+#: Characters per token assumed when sizing prompts against a context window: source code
+#: packs fewer characters into a token than prose, so fewer than the usual four.
+CHARS_PER_TOKEN_CODE = 3
+
+
+def context_window(provider: str, model_name: str) -> int | None:
+    """The context window of ``model_name`` at ``provider`` in tokens, or None (unknown)."""
+    name = model_name.strip().lower()
+    for known, prefixes, tokens in CONTEXT_WINDOWS:
+        if known == provider and name.startswith(prefixes):
+            return tokens
+    return None
+
+
+def prompt_chars_fitting(window: int, other_tokens: int) -> int:
+    """The longest input (characters) a request still fits ``window`` with, when the rest
+    of it (what the loop adds, the reply) is ``other_tokens``."""
+    return max(0, (window - other_tokens) * CHARS_PER_TOKEN_CODE)

@@ -212,8 +212,11 @@ def _read(reply: str) -> Reading:
         scores.append(read_score(prose))
     shown = list(dict.fromkeys(f"{s:g}" for s in scores if s is not None))
     if len(shown) > 1:
-        notes.insert(0, f"the reply held conflicting scores ({', '.join(shown)}); the "
-                        f"critic's last one, {critique.score:g}, was read as its verdict")  # fmt: skip
+        notes.insert(
+            0,
+            f"the reply held conflicting scores ({', '.join(shown)}); the "
+            f"critic's last one, {critique.score:g}, was read as its verdict",
+        )
     return Reading(_with_notes(critique, notes), complete)
 
 

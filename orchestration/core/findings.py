@@ -152,14 +152,21 @@ def parse_findings(raw: object) -> list[Finding]:
     return [f for item in items if (f := parse_finding(item)) is not None]
 
 
+def lines_in(line: int | None, end_line: int | None, text: str) -> tuple[int | None, int | None]:
+    """``(line, end_line)`` checked against a file's ``text``: a line outside it gives
+    ``(None, None)`` (a file-level finding), an end past it is cut to the last line."""
+    count = len(text.splitlines()) or 1
+    if line is None or line > count:
+        return None, None
+    return line, min(end_line, count) if end_line is not None else None
+
+
 def locate(finding: Finding, files: Mapping[str, str]) -> Finding:
     """``finding`` with its lines checked against ``files`` (path -> text): a line outside
     the file makes it a file-level finding (lines dropped, the finding kept)."""
     if finding.path is None or finding.line is None or finding.path not in files:
         return finding
-    count = len(files[finding.path].splitlines()) or 1
-    if finding.line > count:
-        return dataclasses.replace(finding, line=None, end_line=None)
-    if finding.end_line is not None and finding.end_line > count:
-        return dataclasses.replace(finding, end_line=count)
-    return finding
+    line, end = lines_in(finding.line, finding.end_line, files[finding.path])
+    if (line, end) == (finding.line, finding.end_line):
+        return finding
+    return dataclasses.replace(finding, line=line, end_line=end)

@@ -22,6 +22,8 @@ Status = Literal["approved", "max_rounds_reached", "interrupted", "failed", "can
 
 #: The reason of a run ended early because its score stopped rising (``min_improvement``).
 PLATEAU = "plateau"
+#: How far two scores may differ by float rounding alone (``0.7 - 0.6`` is not ``0.1``).
+SCORE_TOLERANCE = 1e-9
 
 ROLE_OF: dict[str, Role] = {"generate": "actor", "critique": "critic", "refine": "actor"}
 
@@ -195,9 +197,22 @@ def decide(state: LoopState) -> Action:
     return Critique(next_round)
 
 
+def rerun_point(steps: tuple[StepOutcome, ...]) -> tuple[int, str | None]:
+    """Where an interrupted run starts again once its cause is fixed: the transition to
+    make again and the step to drop first (its last, when that step is what stopped it;
+    a run stopped between steps, by a spent budget, drops none). Every other stored step
+    is kept, so no call that completed is paid twice."""
+    if steps and steps[-1].interrupted:
+        last = steps[-1]
+        return len(steps) - 1, step_key(last.phase, last.round)
+    return len(steps), None
+
+
 def _plateaued(state: LoopState, last: StepOutcome) -> bool:
-    """Whether ``last``'s score rose less than ``min_improvement`` over the critique before."""
+    """Whether ``last``'s score rose less than ``min_improvement`` over the critique before
+    (a rise of exactly ``min_improvement``, give or take float rounding, is enough)."""
     if state.min_improvement is None or last.score is None:
         return False
     before = [s.score for s in state.steps[:-1] if s.phase == "critique" and s.score is not None]
-    return bool(before) and last.score - before[-1] < state.min_improvement
+    rise = last.score - before[-1] if before else None
+    return rise is not None and rise < state.min_improvement - SCORE_TOLERANCE

@@ -58,12 +58,19 @@ class RunResult(BaseModel):
     #: The round whose actor step wrote ``output``: 0 for the first draft, ``n`` for the
     #: revision made in round ``n``.
     output_round: int | None = None
-    #: The critic's last score. It judged the output written in ``scored_output_round``,
-    #: which is ``output`` itself when the run was approved, but the output *before* the
-    #: last revision when the rounds ran out (that revision was never scored).
+    #: The critic's last score (with ``keep == "best"``: its best). It judged the output
+    #: written in ``scored_output_round``, which is ``output`` itself when the run was
+    #: approved or kept its best, but the output *before* the last revision when the
+    #: rounds ran out (that revision was never scored).
     final_score: float | None = None
     #: The round whose output ``final_score`` judged (compare with ``output_round``).
     scored_output_round: int | None = None
+    #: Which revision ``output`` is: ``last`` (the loop's last) or ``best`` (the
+    #: highest-scored, the loop's ``keep`` setting).
+    keep: str = "last"
+    #: With ``keep == "best"``: the critique round that gave the best score, whose issues
+    #: are what is still wrong with ``output``; None otherwise or when nothing was scored.
+    best_round: int | None = None
     interruption_reason: str | None = None
     error: str | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)
@@ -94,6 +101,14 @@ class RunResult(BaseModel):
     def model_calls(self) -> int:
         return self.usage.total.calls
 
+    @property
+    def verdict(self) -> RoundRecord | None:
+        """The critique that speaks of ``output``: the best round's with ``keep ==
+        "best"``, else the last round's; None before any critique."""
+        if self.best_round is not None:
+            return next((r for r in self.rounds if r.round == self.best_round), None)
+        return self.rounds[-1] if self.rounds else None
+
 
 def _float(value: str | None) -> float | None:
     return float(value) if value not in (None, "") else None
@@ -106,14 +121,15 @@ def _step_order(key: str) -> tuple[int, int]:
 
 def keep_best(result: RunResult) -> RunResult:
     """``result`` with its ``output`` the highest-scored revision (``[loop] keep = "best"``):
-    for a run not approved, the output the best critique judged (the earliest on a tie),
-    with ``output_round``/``scored_output_round`` naming its round. Approved runs and runs
-    with no scored round are returned as they are."""
-    if result.approved:
-        return result
+    the output the best critique judged (the earliest on a tie), ``output_round`` and
+    ``scored_output_round`` naming the round that wrote it, ``best_round`` the critique's.
+    An approved run keeps its output (the approving score is its best); a run with no
+    scored round keeps what it has."""
     scored = [r for r in result.rounds if r.score is not None and r.judged_output is not None]
     if not scored:
-        return result
+        return result.model_copy(update={"keep": "best"})
+    if result.approved:  # the approved output is the one that passed: it stays
+        return result.model_copy(update={"keep": "best", "best_round": scored[-1].round})
     best = max(scored, key=lambda r: r.score or 0.0)  # max keeps the first of equal scores
     judged_round = best.judged_output_round
     return result.model_copy(
@@ -122,8 +138,15 @@ def keep_best(result: RunResult) -> RunResult:
             "output_round": judged_round,
             "final_score": best.score,
             "scored_output_round": judged_round,
+            "keep": "best",
+            "best_round": best.round,
         }
     )
+
+
+def kept(result: RunResult, keep: str) -> RunResult:
+    """``result`` as a loop whose ``keep`` setting is ``keep`` returns it."""
+    return keep_best(result) if keep == "best" else result
 
 
 def build_result(
@@ -165,6 +188,8 @@ def build_result(
             output, output_round = text, round_
     if output is None and partial is not None:  # only a cut-off draft: better than nothing
         output, output_round = partial
+    for again, used in retried_usage(run).items():
+        by_role[again] = by_role.get(again, Usage()) + used
     total = Usage()
     for used in by_role.values():
         total = total + used
@@ -204,11 +229,21 @@ def step_usage(step: Mapping[str, Any]) -> Usage:
     )
 
 
-def run_usage(steps: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Total usage of a run's stored steps, as a plain dict."""
+def retried_usage(run: Mapping[str, str]) -> dict[str, Usage]:
+    """By role, what the attempts a rerun of the interrupted run dropped had spent
+    (record field ``retried``): paid for, so still the run's."""
+    return {role: Usage(**used) for role, used in _json_dict(run.get("retried")).items()}
+
+
+def run_usage(
+    steps: Mapping[str, Mapping[str, Any]], retried: Mapping[str, Usage] | None = None
+) -> dict[str, Any]:
+    """Total usage of a run's stored steps (and of its ``retried`` attempts), as a plain dict."""
     total = Usage()
     for step in steps.values():
         total = total + step_usage(step)
+    for used in (retried or {}).values():
+        total = total + used
     # the cache's counts only where it served something (most runs have none)
     return total.model_dump(exclude=set() if total.cached_calls else {"cached_calls", "saved_usd"})
 

@@ -111,8 +111,13 @@ def scan(text: str) -> tuple[list[Span], int]:
         elif ch == "}":
             frame = stack.pop()
             level = frame.base - 1
-            span = Span(frame.start, i + 1, frame.peak - frame.base + 1, frame.literal,
-                        tuple(frame.children))  # fmt: skip
+            span = Span(
+                frame.start,
+                i + 1,
+                frame.peak - frame.base + 1,
+                frame.literal,
+                tuple(frame.children),
+            )
             if stack:
                 stack[-1].children.append(span)
                 stack[-1].peak = max(stack[-1].peak, frame.peak)

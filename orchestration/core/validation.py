@@ -32,11 +32,19 @@ _TYPE_NAMES = {
     "list_type": "an array",
 }
 _VALUE_TYPES = {
-    bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-    list: "an array", dict: "a table",
-}  # fmt: skip
-_BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
-           "less_than": "<"}  # fmt: skip
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+    dict: "a table",
+}
+_BOUNDS = {
+    "greater_than_equal": ">=",
+    "greater_than": ">",
+    "less_than_equal": "<=",
+    "less_than": "<",
+}
 
 
 def checked(model: type[M], data: Mapping[str, Any], *, sep: str = "; ") -> M:

@@ -48,8 +48,13 @@ def custom_id(run_id: str, step_key: str) -> str:
     return hashlib.sha256(f"{run_id}\0{step_key}".encode()).hexdigest()[:64]
 
 
-def submit_now(pending: int, oldest_wait_s: float, *, gather_s: float = GATHER_S,
-               max_requests: int = MAX_BATCH_REQUESTS) -> bool:  # fmt: skip
+def submit_now(
+    pending: int,
+    oldest_wait_s: float,
+    *,
+    gather_s: float = GATHER_S,
+    max_requests: int = MAX_BATCH_REQUESTS,
+) -> bool:
     """Whether a group's parked requests go out now: a full batch, or the oldest has
     waited ``gather_s``."""
     return pending >= max_requests or (pending > 0 and oldest_wait_s >= gather_s)

@@ -106,9 +106,12 @@ def clamped(agent: AgentSpec, refusal: Refusal, worst: Amount) -> Fit:
         input_usd = cost_usd(price, worst.input_tokens, 0, cache_write_tokens=worst.input_tokens)
         out_rate = rates.output_per_mtok / 1_000_000
     return fit_output(
-        refusal, input_tokens=worst.input_tokens, input_usd=input_usd,
-        usd_per_output_token=out_rate, max_tokens=agent.max_tokens,
-    )  # fmt: skip
+        refusal,
+        input_tokens=worst.input_tokens,
+        input_usd=input_usd,
+        usd_per_output_token=out_rate,
+        max_tokens=agent.max_tokens,
+    )
 
 
 class Budgets:
@@ -152,12 +155,17 @@ class Budgets:
             return LIMIT_LOST, []
         warnings = [
             Once(
-                event_json(ev.BUDGET_WARNING, run["run_id"], scope=w.scope, unit=w.unit,
-                           fraction=round(w.fraction, 4)),
+                event_json(
+                    ev.BUDGET_WARNING,
+                    run["run_id"],
+                    scope=w.scope,
+                    unit=w.unit,
+                    fraction=round(w.fraction, 4),
+                ),
                 *warning_flag(w.scope, w.unit),
             )
             for w in status.warnings
-        ]  # fmt: skip
+        ]
         return status.reason, warnings
 
     # --- step: around the call ------------------------------------------
@@ -221,9 +229,13 @@ class Budgets:
             return paused_s
         rpm, tpm, window_s = limits
         return self.limiter.acquire(
-            agent.provider, agent.model_name, rpm=rpm, tpm=tpm,
-            tokens=min(tokens, tpm) if tpm else tokens, window_s=window_s,
-        )  # fmt: skip
+            agent.provider,
+            agent.model_name,
+            rpm=rpm,
+            tpm=tpm,
+            tokens=min(tokens, tpm) if tpm else tokens,
+            window_s=window_s,
+        )
 
     def pause(self, agent: AgentSpec, seconds: float) -> None:
         """A vendor said 429 + Retry-After: pause this model for the whole fleet (this

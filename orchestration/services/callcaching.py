@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 #: Where a run's quoting boundary was, in keys and entries.
 _PLACEHOLDER = "\x00duet-boundary\x00"
 #: What a broken store raises; a lookup or a write that fails is a miss, never a failure.
-_STORE_ERRORS = (*INFRA_ERRORS, OSError, __import__("sqlite3").Error)
+STORE_ERRORS = (*INFRA_ERRORS, OSError, __import__("sqlite3").Error)
 
 
 @functools.cache
@@ -54,7 +54,7 @@ def identity(agent: AgentSpec, structured: bool) -> CallIdentity:
             "max_tokens": agent.max_tokens,
             "structured": structured,
             "execution": agent.execution,
-        },  # fmt: skip
+        },
         schema=CRITIQUE_SCHEMA if structured else None,
         api_version=api_version(agent.provider),
         key_env=agent.api_key_env,
@@ -68,8 +68,14 @@ class CallCache:
         self.store = store
         self.observers = observers
 
-    def key(self, spec: CacheSpec | None, agent: AgentSpec, messages: list[Message],
-            structured: bool, boundary: str | None = None) -> str | None:  # fmt: skip
+    def key(
+        self,
+        spec: CacheSpec | None,
+        agent: AgentSpec,
+        messages: list[Message],
+        structured: bool,
+        boundary: str | None = None,
+    ) -> str | None:
         """The call's key; None when the loop has no cache or the agent refuses it. The
         run's quoting ``boundary`` (random per run) is keyed as a placeholder, so the
         same critique of another run hits."""
@@ -79,8 +85,9 @@ class CallCache:
             messages = [{**m, "content": _generic(m["content"], boundary)} for m in messages]
         return call_key(identity(agent, structured), messages)
 
-    def find(self, spec: CacheSpec, key: str, agent: AgentSpec,
-             boundary: str | None = None) -> Completion | None:  # fmt: skip
+    def find(
+        self, spec: CacheSpec, key: str, agent: AgentSpec, boundary: str | None = None
+    ) -> Completion | None:
         """The cached answer of ``key`` no older than the spec's TTL (None: a miss), with
         this run's ``boundary`` back where the entry has the placeholder."""
         found = None
@@ -89,26 +96,32 @@ class CallCache:
             found = entry_from(text) if text is not None else None
             if found is not None and boundary:
                 found = replace(found, text=found.text.replace(_PLACEHOLDER, boundary))
-        except _STORE_ERRORS as exc:
-            log.warning("model-call cache lookup failed (%s): calling the model",
-                        type(exc).__name__)  # fmt: skip
+        except STORE_ERRORS as exc:
+            log.warning(
+                "model-call cache lookup failed (%s): calling the model", type(exc).__name__
+            )
         for observer in self.observers:  # those that count lookups (metrics)
             told = getattr(observer, "call_cached", None)
             if told is not None:
                 told(agent, found is not None)
         return found
 
-    def keep(self, spec: CacheSpec, key: str, completion: Completion,
-             boundary: str | None = None) -> None:  # fmt: skip
+    def keep(
+        self, spec: CacheSpec, key: str, completion: Completion, boundary: str | None = None
+    ) -> None:
         """Store a whole answer (never a refusal or a cut reply); a failure only logs."""
         if not storable(completion):
             return
         if boundary:
             completion = replace(completion, text=_generic(completion.text, boundary))
         try:
-            self.store.put(key, entry_json(completion), max_entries=spec.max_entries,
-                           max_bytes=int(spec.max_mb * 1024 * 1024))  # fmt: skip
-        except _STORE_ERRORS as exc:
+            self.store.put(
+                key,
+                entry_json(completion),
+                max_entries=spec.max_entries,
+                max_bytes=int(spec.max_mb * 1024 * 1024),
+            )
+        except STORE_ERRORS as exc:
             log.warning("model-call cache write failed (%s)", type(exc).__name__)
 
 
@@ -120,11 +133,20 @@ def _generic(text: str, boundary: str) -> str:
 def hit_result(result: dict[str, Any]) -> dict[str, Any]:
     """A step result built from a cached answer as one the call bills nothing for: 0
     tokens, 0 USD, 0 calls, with what the call would have cost kept as ``saved_*``."""
-    return {**result, "cached": True, "saved_usd": result["usd"],
-            "saved_input_tokens": result["input_tokens"],
-            "saved_output_tokens": result["output_tokens"], "usd": 0.0, "calls": 0,
-            "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0,
-            "cache_write_tokens": 0, "finished_at": time.time()}  # fmt: skip
+    return {
+        **result,
+        "cached": True,
+        "saved_usd": result["usd"],
+        "saved_input_tokens": result["input_tokens"],
+        "saved_output_tokens": result["output_tokens"],
+        "usd": 0.0,
+        "calls": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "finished_at": time.time(),
+    }
 
 
-__all__ = ["CallCache", "api_version", "hit_result", "identity"]
+__all__ = ["STORE_ERRORS", "CallCache", "api_version", "hit_result", "identity"]

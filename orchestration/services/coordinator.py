@@ -25,14 +25,18 @@ from orchestration.core.loop import (
     step_key,
 )
 from orchestration.core.memory import conversation_scope
-from orchestration.core.results import FINISHED_STATUSES, run_usage
+from orchestration.core.results import FINISHED_STATUSES, retried_usage, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.state import keys
 from orchestration.state.events import event_json
+from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.keys import TASK_BY_PHASE
 from orchestration.state.runs import Once, Outgoing, RunStore
 
 log = logging.getLogger(__name__)
+
+#: How a run ends that ``resume`` may start again (``--interrupted`` for the second).
+RESUMABLE = ("cancelled", "interrupted")
 
 #: (scopes) -> (blocked reason or None, warning events); set when budgets are wired in.
 #: Warnings are :class:`Once` events: the transition that records them sets their flag.
@@ -61,6 +65,10 @@ class Dispatch:
     #: The message went with the transition (nothing is left to send).
     sent: bool = False
 
+
+#: Send run ``run_id`` its transition ``seq`` (a run handed a place under its batch's
+#: ``max_in_flight``); set by the worker.
+SendTransition = Callable[[str, int], None]
 
 #: A step to enqueue -> its message, to push with the transition that makes the step;
 #: None: the worker sends it after (``workers.runtime``).
@@ -128,9 +136,12 @@ class Coordinator:
         budget_check: BudgetCheck | None = None,
         observers: tuple[RunObserver, ...] = (),
         dispatch_message: DispatchMessage | None = None,
+        send_transition: SendTransition | None = None,
     ) -> None:
         self.store = store
         self.dispatch_message = dispatch_message
+        self.send_transition = send_transition
+        self.gate = BatchGate(store.r)
         self.budget_check = budget_check
         self.observers = observers
 
@@ -144,6 +155,9 @@ class Coordinator:
             log.warning("coordinate: run %s not found (expired?)", run_id)
             return None
         if run.get("status") in FINISHED_STATUSES:
+            # A redelivered finish: the first delivery may have died before passing on
+            # the place the run gave back.
+            self.pass_places(run)
             return None
         made = int(run.get("seq", 0))
         if made > seq:
@@ -151,6 +165,8 @@ class Coordinator:
         if made < seq:
             log.warning("coordinate: run %s is at transition %s, message for %s", run_id, made, seq)
             return None
+        if seq == 0 and not self._has_place(run):
+            return None  # waits at its batch's gate; a finish hands it a place
         spec = self.store.load_spec(run["spec_id"])
         outs = outcomes(steps)
         if len(outs) != seq and run.get("cancelled") != "1":
@@ -164,15 +180,14 @@ class Coordinator:
             approval_threshold=spec.approval_threshold,
             steps=outs,
             cancelled=run.get("cancelled") == "1",
+            min_improvement=spec.min_improvement,
         )
         scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
         if self.budget_check is not None and scopes and starts_round(state):
             blocked, warnings = self.budget_check(run, scopes)
             events.extend(warnings)
             if blocked:
-                state = LoopState(
-                    state.max_rounds, state.approval_threshold, outs, budget_blocked=blocked
-                )
+                state = replace(state, budget_blocked=blocked)
         action = decide(state)
         if isinstance(action, Finish):
             self._finish(run, steps, outs, seq, action, events)
@@ -209,6 +224,23 @@ class Coordinator:
             for observer in self.observers:
                 observer.run_started(run)
         return replace(dispatch, sent=True) if send is not None else dispatch
+
+    def _has_place(self, run: Mapping[str, str]) -> bool:
+        """Whether the run may start: its batch has no ``max_in_flight``, or it holds
+        one of the places (taken now if one is free; else it waits in the queue)."""
+        limit = limit_of(run)
+        if not limit or not run.get("batch_id"):
+            return True
+        return self.gate.enter(run["batch_id"], run["run_id"], limit)
+
+    def pass_places(self, run: Mapping[str, str]) -> None:
+        """Hand the places free in the finished run's batch to the runs waiting for one,
+        and send each its first transition."""
+        limit = limit_of(run)
+        if not limit or not run.get("batch_id") or self.send_transition is None:
+            return
+        for waiting in self.gate.pass_on(run["batch_id"], limit):
+            self.send_transition(waiting, 0)
 
     def _full(self, run_id: str, steps: dict[str, dict[str, Any]], key: str) -> Mapping[str, Any]:
         """The whole stored result of ``key`` (read now if only its outcome was loaded)."""
@@ -279,16 +311,25 @@ class Coordinator:
             action.status,
             reason=action.reason,
             error=error,
-            usage=run_usage(steps),
+            usage=run_usage(steps, retried_usage(run)),
             events=events,
-            # A cancelled run may be resumed: it keeps its steps' inputs and outcomes.
-            outcomes=() if action.status == "cancelled" else tuple(steps),
+            # A cancelled or interrupted run may be resumed: it keeps its steps' inputs
+            # and outcomes.
+            outcomes=() if action.status in RESUMABLE else tuple(steps),
         )
         if made == 1:
             for observer in self.observers:
                 if seq == 0:
                     observer.run_started(run)
                 observer.run_finished(run, action.status, action.reason)
+            self.pass_places(run)
 
 
-__all__ = ["Coordinator", "Dispatch", "DispatchMessage", "RunObserver", "outcomes"]
+__all__ = [
+    "Coordinator",
+    "Dispatch",
+    "DispatchMessage",
+    "RunObserver",
+    "SendTransition",
+    "outcomes",
+]

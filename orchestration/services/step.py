@@ -127,10 +127,18 @@ class RetryLater:
 
     delay_s: float
     failures: int
-    #: Why, in words safe to show anywhere (scrubbed); None for a plain wait.
+    #: Why, in words safe to show anywhere (scrubbed): what it waits for, or what failed.
     reason: str | None = None
     #: The step claim this delivery holds, handed on to the retry (None: holds none).
     claim: str | None = None
+    #: A failed attempt (a provider error), not a wait (a rate limit, budget room, a
+    #: busy step): a wait is a normal state and is shown without a traceback.
+    failed: bool = False
+
+
+def _waiting_for(what: str, agent: AgentSpec) -> str:
+    """A wait's reason as task events show it: what the step waits for, for which model."""
+    return f"waiting for {what} ({agent.provider}:{agent.model_name})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +241,7 @@ class StepService:
                 run_id, key, claimant, lease_s, started, previous, earlier, known
             )
         if start.outcome == "busy":  # another delivery's call is in flight: check later
-            return RetryLater(self.check_s(), failures, "another delivery has the step")
+            return RetryLater(self.check_s(), failures, "waiting: another delivery has the step")
         if dead is not None and start.limited:
             # The dead call's outcome is unknown: its hold is charged now, not left to
             # lapse (which would charge it too, a lease later, holding room meanwhile).
@@ -369,7 +377,8 @@ class StepService:
         if refusal is not None:
             if not refusal.exhausted or clamped(agent, refusal, worst).wait:
                 wait = self.backoff_s(min(failures, 6), None)
-                return replace(self._retry(wait, failures), claim=parking.claimant)
+                waiting = _waiting_for("budget room held by calls in flight", agent)
+                return replace(self._retry(wait, failures, waiting), claim=parking.claimant)
             result = _failure(key, refusal.reason, _refused(refusal), began, calls=0)
             self.store.complete_step(run_id, key, result,
                                      _completed_event(run_id, phase, round_, result),
@@ -482,14 +491,17 @@ class StepService:
         seconds, well inside the claim's lease (so a dead holder is noticed in time)."""
         return random.uniform(0.5, 1.0) * min(5.0, self.settings.step_lease_s / 3)
 
-    def _retry(self, seconds: float, failures: int, reason: str | None = None) -> RetryLater:
-        """Re-schedule the step in ``seconds`` (no thread waits).
+    def _retry(
+        self, seconds: float, failures: int, reason: str, *, failed: bool = False
+    ) -> RetryLater:
+        """Re-schedule the step in ``seconds`` (no thread waits), saying why.
 
         The worker holds a waiting message unacknowledged, so a wait is kept well inside
         the broker's visibility timeout; a longer pause (a vendor's Retry-After) is still
         obeyed, as the fleet-wide pause makes the step wait again when it comes back.
         """
-        return RetryLater(min(seconds, self.settings.visibility_timeout_s / 2), failures, reason)
+        wait = min(seconds, self.settings.visibility_timeout_s / 2)
+        return RetryLater(wait, failures, f"{reason}; again in {wait:.1f} s", failed=failed)
 
     def _cache_key(self, seat: Seat, messages: list[Message], boundary: str | None) -> str | None:
         """The call's model-call cache key; None when not cached."""
@@ -551,7 +563,7 @@ class StepService:
         if wait > 0:
             for observer in self.observers:
                 observer.step_waits(agent, "rate_limit", wait)
-            return self._retry(wait, failures)
+            return self._retry(wait, failures, _waiting_for("the fleet's rate limit", agent))
         try:
             agent, worst, refusal, lowered_by = self._reserve(
                 agent, messages, seat.structured, sid, scopes, worst, settings.step_lease_s
@@ -564,7 +576,8 @@ class StepService:
                 wait = self.backoff_s(min(failures, 6), None)
                 for observer in self.observers:
                     observer.step_waits(agent, "budget", wait)
-                return self._retry(wait, failures)
+                waiting = _waiting_for("budget room held by calls in flight", agent)
+                return self._retry(wait, failures, waiting)
             return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
         try:
             completion = self.cleaned(
@@ -587,8 +600,11 @@ class StepService:
                     status_code=exc.status_code, attempt=failures + 1,
                     max_attempts=settings.max_attempts, wait=round(wait, 3),
                 ))  # fmt: skip
-                return self._retry(wait, failures + 1, f"{exc.kind}: {message}")
-            return _failure(key, error_interruption(exc.kind), message, began), None, []
+                return self._retry(wait, failures + 1, f"{exc.kind}: {message}", failed=True)
+            # No key: no request went out, so no call is counted (nor billed).
+            calls = 0 if exc.kind == "missing_key" else 1
+            stopped = _failure(key, error_interruption(exc.kind), message, began, calls=calls)
+            return stopped, None, []
         except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
             budgets.release(sid, scopes)
             message = self.scrub(f"{type(exc).__name__}: {exc}")

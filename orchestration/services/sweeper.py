@@ -9,7 +9,9 @@ a worker died with its message acked. The sweep sends what the run waits for: th
 coordinator's transition (queued runs, or a step whose result is stored), or the step
 again. Sending either twice is harmless: the coordinator's compare-and-set and the step
 claim make a second copy a no-op. A run sent on is noted as moved, so it is sent again
-at most once per ``after_s``.
+at most once per ``after_s``. Runs waiting for a place under their batch's
+``max_in_flight`` are not in the index: the sweep hands each such batch's free places on
+(a hand-on lost in a crash) and sends the runs given one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES
 from orchestration.services.coordinator import Dispatch
+from orchestration.state.gates import BatchGate
 from orchestration.state.keys import TASK_BY_PHASE
 from orchestration.state.runs import RunStore
 
@@ -43,6 +46,7 @@ class Sweeper:
         self.store = store
         self.after_s = after_s
         self.limit = limit
+        self.gate = BatchGate(store.r)
 
     def sweep(self, now: float | None = None) -> list[Dispatch | Transition]:
         """What to send, for the runs that have not moved for ``after_s`` seconds."""
@@ -57,12 +61,25 @@ class Sweeper:
                 sends.append(Transition(run.run_id, run.seq, run.batch_id))
             elif not run.claimed:
                 phase, _ = parse_step_key(run.current_step)
-                sends.append(Dispatch(TASK_BY_PHASE[phase], run.run_id, run.current_step,
-                                      run.seq, run.batch_id))  # fmt: skip
+                sends.append(
+                    Dispatch(
+                        TASK_BY_PHASE[phase], run.run_id, run.current_step, run.seq, run.batch_id
+                    )
+                )
         if sends:
-            log.warning("sweep: %s runs had stopped moving; sent on: %s", len(sends),
-                        ", ".join(s.run_id for s in sends[:10]))  # fmt: skip
-        return sends
+            log.warning(
+                "sweep: %s runs had stopped moving; sent on: %s",
+                len(sends),
+                ", ".join(s.run_id for s in sends[:10]),
+            )
+        placed = [Transition(run_id, 0, batch_id) for batch_id, run_id in self.gate.hand_on_all()]
+        if placed:
+            log.warning(
+                "sweep: %s waiting runs given a free place (max_in_flight): %s",
+                len(placed),
+                ", ".join(s.run_id for s in placed[:10]),
+            )
+        return sends + placed
 
 
 class RestartWatch:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from orchestration.core.callcache import DEFAULT_MAX_ENTRIES, CacheStats
 from orchestration.state import keys
-from orchestration.state.scripts import register
+from orchestration.state.scripts import ScriptCall, register, run_scripts
 
 #: Default size cap of a store, bytes of answers.
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -28,6 +28,12 @@ class CallStore(Protocol):
     def get(self, key: str, ttl_s: float) -> str | None: ...
 
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None: ...
+
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]: ...
+
+    def put_many(
+        self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int
+    ) -> None: ...
 
     def stats(self) -> CacheStats: ...
 
@@ -51,14 +57,39 @@ class RedisCallStore:
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
         self._put(keys=self._keys, args=[key, time.time(), value, max_entries, max_bytes])
 
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]:
+        """:meth:`get` of each key, in one round trip."""
+        now = time.time()
+        calls = [ScriptCall(self._get, self._keys, [key, now, ttl_s]) for key in keys]
+        found = run_scripts(self.r, calls) if calls else []
+        return [f.decode() if isinstance(f, bytes) else f for f in found]
+
+    def put_many(self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int) -> None:
+        """:meth:`put` of each ``(key, value)``, in one round trip."""
+        now = time.time()
+        calls = [
+            ScriptCall(self._put, self._keys, [key, now, value, max_entries, max_bytes])
+            for key, value in entries
+        ]
+        if calls:
+            run_scripts(self.r, calls)
+
     def stats(self) -> CacheStats:
         entries, used, _, stats = self._keys
-        counts = {k.decode() if isinstance(k, bytes) else k: int(v)
-                  for k, v in self.r.hgetall(stats).items()}  # fmt: skip
+        counts = {
+            k.decode() if isinstance(k, bytes) else k: int(v)
+            for k, v in self.r.hgetall(stats).items()
+        }
         oldest = self.r.zrange(used, 0, 0, withscores=True)
-        return CacheStats("redis", keys.call_cache("*"), int(self.r.hlen(entries)),
-                          counts.get("bytes", 0), counts.get("hits", 0),
-                          counts.get("misses", 0), oldest[0][1] if oldest else None)  # fmt: skip
+        return CacheStats(
+            "redis",
+            keys.call_cache("*"),
+            int(self.r.hlen(entries)),
+            counts.get("bytes", 0),
+            counts.get("hits", 0),
+            counts.get("misses", 0),
+            oldest[0][1] if oldest else None,
+        )
 
     def clear(self, older_than_s: float | None = None) -> int:
         if older_than_s is None:
@@ -98,9 +129,11 @@ class DiskCallStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, timeout=30, isolation_level=None)
         try:
-            db.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, "
-                       "value TEXT NOT NULL, stored REAL NOT NULL, used REAL NOT NULL, "
-                       "size INTEGER NOT NULL)")  # fmt: skip
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, "
+                "value TEXT NOT NULL, stored REAL NOT NULL, used REAL NOT NULL, "
+                "size INTEGER NOT NULL)"
+            )
             db.execute("CREATE INDEX IF NOT EXISTS entries_used ON entries (used)")
             db.execute("CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, n INTEGER)")
         finally:
@@ -114,32 +147,52 @@ class DiskCallStore:
         db.execute("PRAGMA journal_mode=WAL")
         return db
 
-    def _count(self, db: sqlite3.Connection, name: str) -> None:
-        db.execute("INSERT INTO stats VALUES (?, 1) ON CONFLICT(name) DO UPDATE SET n = n + 1",
-                   (name,))  # fmt: skip
+    def _count(self, db: sqlite3.Connection, name: str, n: int = 1) -> None:
+        if n:
+            db.execute(
+                "INSERT INTO stats VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET n = n + ?",
+                (name, n, n),
+            )
 
     def get(self, key: str, ttl_s: float) -> str | None:
+        return self.get_many([key], ttl_s)[0]
+
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]:
+        """The entries of ``keys`` no older than ``ttl_s`` (None: a miss), in one
+        transaction; each found is marked used now, and hits and misses are counted."""
         now = time.time()
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute("SELECT value FROM entries WHERE key = ? AND stored >= ?",
-                             (key, now - ttl_s)).fetchone()  # fmt: skip
-            if row is not None:
-                db.execute("UPDATE entries SET used = ? WHERE key = ?", (now, key))
-            self._count(db, "hits" if row is not None else "misses")
+            found: list[str | None] = []
+            for key in keys:
+                row = db.execute(
+                    "SELECT value FROM entries WHERE key = ? AND stored >= ?", (key, now - ttl_s)
+                ).fetchone()
+                found.append(str(row[0]) if row is not None else None)
+            hits = [k for k, f in zip(keys, found, strict=True) if f is not None]
+            db.executemany("UPDATE entries SET used = ? WHERE key = ?", [(now, k) for k in hits])
+            self._count(db, "hits", len(hits))
+            self._count(db, "misses", len(keys) - len(hits))
             db.execute("COMMIT")
-            return str(row[0]) if row is not None else None
+            return found
         finally:
             db.close()
 
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
+        self.put_many([(key, value)], max_entries=max_entries, max_bytes=max_bytes)
+
+    def put_many(self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int) -> None:
+        """Store each ``(key, value)`` in one transaction, then evict the least recently
+        used past ``max_entries`` or ``max_bytes``."""
         now = time.time()
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
-                       (key, value, now, now, len(value.encode())))  # fmt: skip
+            db.executemany(
+                "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)",
+                [(k, v, now, now, len(v.encode())) for k, v in entries],
+            )
             count, size = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries"
             ).fetchone()
@@ -157,12 +210,20 @@ class DiskCallStore:
         db = self._db()
         try:
             count, size, oldest = db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0), MIN(used) FROM entries").fetchone()  # fmt: skip
+                "SELECT COUNT(*), COALESCE(SUM(size), 0), MIN(used) FROM entries"
+            ).fetchone()
             counts = dict(db.execute("SELECT name, n FROM stats").fetchall())
         finally:
             db.close()
-        return CacheStats("disk", str(self.path), count, size, counts.get("hits", 0),
-                          counts.get("misses", 0), oldest)  # fmt: skip
+        return CacheStats(
+            "disk",
+            str(self.path),
+            count,
+            size,
+            counts.get("hits", 0),
+            counts.get("misses", 0),
+            oldest,
+        )
 
     def clear(self, older_than_s: float | None = None) -> int:
         db = self._db()
@@ -178,5 +239,11 @@ class DiskCallStore:
             db.close()
 
 
-__all__ = ["CallStore", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_ENTRIES", "DiskCallStore",
-           "RedisCallStore", "default_path"]  # fmt: skip
+__all__ = [
+    "CallStore",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ENTRIES",
+    "DiskCallStore",
+    "RedisCallStore",
+    "default_path",
+]

@@ -40,16 +40,20 @@ def add(pipe: Any, queue: str, text: str, reason: str) -> None:
     pipe.xadd(
         keys.dead_letters(),
         {"queue": queue, "reason": reason, "text": text[:MAX_TEXT], "size": len(text)},
-        maxlen=MAX_LETTERS, approximate=True,
-    )  # fmt: skip
+        maxlen=MAX_LETTERS,
+        approximate=True,
+    )
 
 
 def _letter(entry_id: Any, fields: dict[Any, Any]) -> DeadLetter:
     f = {_s(k): _s(v) for k, v in fields.items()}
     return DeadLetter(
-        _s(entry_id), f.get("queue", ""), f.get("reason", ""), f.get("text", ""),
+        _s(entry_id),
+        f.get("queue", ""),
+        f.get("reason", ""),
+        f.get("text", ""),
         int(f.get("size") or 0),
-    )  # fmt: skip
+    )
 
 
 def _s(value: Any) -> str:

@@ -55,47 +55,81 @@ FAST_PATHS: dict[str, FastPath] = {
     path.name: path
     for path in (
         FastPath(
-            "transport", "kombu", ">=5.7,<5.8",
-            tuple(f"{_KOMBU_REDIS}:{name}" for name in (
-                "Channel._create_client", "Channel._get_pool", "Channel.pool",
-                "Channel.conn_or_acquire", "Channel.unacked_restore_throttle",
-                "QoS.pipe_or_acquire", "QoS.append", "QoS.restore_by_tag",
-                "QoS.restore_visible", "Channel._do_restore_message", "Channel._brpop_start",
-                "Channel._brpop_read", "Channel._flush_brpop_reauth", "Channel._in_poll",
-                "Channel._brpop_sent_at", "Channel._get", "Channel.global_keyprefix", "Mutex",
-                "MutexHeld",
-            )) + ("kombu:Connection.resolve_aliases",),
+            "transport",
+            "kombu",
+            ">=5.7,<5.8",
+            tuple(
+                f"{_KOMBU_REDIS}:{name}"
+                for name in (
+                    "Channel._create_client",
+                    "Channel._get_pool",
+                    "Channel.pool",
+                    "Channel.conn_or_acquire",
+                    "Channel.unacked_restore_throttle",
+                    "QoS.pipe_or_acquire",
+                    "QoS.append",
+                    "QoS.restore_by_tag",
+                    "QoS.restore_visible",
+                    "Channel._do_restore_message",
+                    "Channel._brpop_start",
+                    "Channel._brpop_read",
+                    "Channel._flush_brpop_reauth",
+                    "Channel._in_poll",
+                    "Channel._brpop_sent_at",
+                    "Channel._get",
+                    "Channel.global_keyprefix",
+                    "Mutex",
+                    "MutexHeld",
+                )
+            )
+            + ("kombu:Connection.resolve_aliases",),
             "kombu's per-message unacked bookkeeping (4 commands a task, here 1 batched) "
             "and one BRPOP per message (here up to 16 a pop); its client rebuilt per command",
         ),
         FastPath(
-            "publish", "celery", ">=5.7,<5.8",
+            "publish",
+            "celery",
+            ">=5.7,<5.8",
             ("celery.app.base:Celery.thread_oid", "celery.app.base:Celery.current_worker_task"),
             "send_task: routing, producer pool, kombu's ensure/retry wrapper, queue "
             "declaration, the before/after_task_publish signals (on while none is connected)",
         ),
         FastPath(
-            "consumer", "celery", ">=5.7,<5.8",
-            ("celery.worker.consumer.consumer:Consumer._flush_events",
-             "celery.worker.consumer.consumer:Consumer.on_send_event_buffered"),
+            "consumer",
+            "celery",
+            ">=5.7,<5.8",
+            (
+                "celery.worker.consumer.consumer:Consumer._flush_events",
+                "celery.worker.consumer.consumer:Consumer.on_send_event_buffered",
+            ),
             "Celery's task-event flush on every loop turn: events go out at most every 50 ms",
         ),
         FastPath(
-            "pool", "redis", ">=8.1,<8.2",
-            ("redis:BlockingConnectionPool.get_connection", "redis:BlockingConnectionPool.release",
-             "redis:Connection.can_read"),
+            "pool",
+            "redis",
+            ">=8.1,<8.2",
+            (
+                "redis:BlockingConnectionPool.get_connection",
+                "redis:BlockingConnectionPool.release",
+                "redis:Connection.can_read",
+            ),
             "redis-py's pool queue, pid checks and hooks per command (maintenance "
             "notifications, client-side cache, pool metrics of redis-py 8)",
         ),
         FastPath(
-            "endpoint", "httpx2", ">=2.16,<2.17",
-            ("httpx2:Client._transport_for_url", "httpx2:HTTPTransport._pool",
-             "httpx2._transports.default:map_httpcore_exceptions"),
+            "endpoint",
+            "httpx2",
+            ">=2.16,<2.17",
+            (
+                "httpx2:Client._transport_for_url",
+                "httpx2:HTTPTransport._pool",
+                "httpx2._transports.default:map_httpcore_exceptions",
+            ),
             "the SDK client's per-request layers (options, models, header/cookie merging, "
             "auth and event hooks, the pool's lock): calls after the first",
         ),
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -163,11 +197,17 @@ def decide(switch: Switch, path: FastPath, version: str | None, missing: list[st
     if version is None:
         return Decision(False, f"fast path {name} off: {path.package} is not installed")
     if not SpecifierSet(path.tested).contains(version, prereleases=True):
-        return Decision(False, f"fast path {name} off: {path.package} {version} is outside "
-                               f"its tested {path.tested}; running the stock library")  # fmt: skip
+        return Decision(
+            False,
+            f"fast path {name} off: {path.package} {version} is outside "
+            f"its tested {path.tested}; running the stock library",
+        )
     if missing:
-        return Decision(False, f"fast path {name} off: {path.package} {version} lacks "
-                               f"{', '.join(missing)}; running the stock library")  # fmt: skip
+        return Decision(
+            False,
+            f"fast path {name} off: {path.package} {version} lacks "
+            f"{', '.join(missing)}; running the stock library",
+        )
     return Decision(True)
 
 
@@ -231,5 +271,15 @@ def reset() -> None:
         _decided.clear()
 
 
-__all__ = ["FAST_PATHS", "SWITCH", "Decision", "FastPath", "Switch", "decide", "enabled",
-           "missing_names", "parse", "reset"]  # fmt: skip
+__all__ = [
+    "FAST_PATHS",
+    "SWITCH",
+    "Decision",
+    "FastPath",
+    "Switch",
+    "decide",
+    "enabled",
+    "missing_names",
+    "parse",
+    "reset",
+]

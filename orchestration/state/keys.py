@@ -284,3 +284,19 @@ def token_ratio(provider: str, model: str) -> str:
     """Hash: what one model's reported usage says of its tokenizer (samples, smallest
     bytes-per-token ratio seen); see orchestration/state/tokenratio.py."""
     return f"{PREFIX}:tokratio:{provider}:{model}"
+
+
+def batch_gate(batch_id: str) -> str:
+    """Set: the ids of the batch's runs holding a place under its ``max_in_flight``
+    (started, or handed a place, and not finished)."""
+    return f"{PREFIX}:batch:{{{batch_id}}}:gate"
+
+
+def batch_waiting(batch_id: str) -> str:
+    """Sorted set: the ids of the batch's runs waiting for a place, by input position."""
+    return f"{PREFIX}:batch:{{{batch_id}}}:waiting"
+
+
+def gated_batches() -> str:
+    """Set: ids of the batches with runs waiting for a place (the sweep hands theirs on)."""
+    return f"{PREFIX}:batches:gated"

@@ -66,5 +66,4 @@ def alive(client: Any, claims: Sequence[str]) -> list[bool]:
     return [True if p is None else bool(next(found)) for p in procs]
 
 
-__all__ = ["MARK", "alive", "mark_alive", "new_claimant", "new_process_id",
-           "process_of"]  # fmt: skip
+__all__ = ["MARK", "alive", "mark_alive", "new_claimant", "new_process_id", "process_of"]

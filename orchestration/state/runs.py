@@ -17,13 +17,23 @@ from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.errors import RunTimeout
 from orchestration.core.events import Event
-from orchestration.core.loop import parse_step_key
+from orchestration.core.loop import ROLE_OF, StepOutcome, parse_step_key, rerun_point, step_index
 from orchestration.core.memory import CHARS_PER_TOKEN
-from orchestration.core.results import FINISHED_STATUSES, RunResult, build_result, run_usage
+from orchestration.core.results import (
+    FINISHED_STATUSES,
+    RunResult,
+    build_result,
+    kept,
+    retried_usage,
+    run_usage,
+    step_usage,
+)
+from orchestration.core.usage import Usage
 from orchestration.state import keys, replicas, scripts
 from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
 from orchestration.state.events import event_json, stored_event
+from orchestration.state.gates import GATE_FIELD
 from orchestration.state.processes import alive, process_of
 from orchestration.state.scripts import ScriptCall, run_scripts
 
@@ -43,6 +53,8 @@ class RunRecord:
     #: The run's quoting token (see :mod:`orchestration.core.quoting`); drawn once, so a
     #: retried critique shows the critic the same prompt.
     boundary: str | None = None
+    #: The batch's ``max_in_flight`` (see :mod:`orchestration.state.gates`); None: none.
+    gate: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +208,18 @@ def _renews_conversation(step_key: str) -> bool:
         return True
 
 
+def _reopen_keys(run_id: str, batch_id: str | None) -> list[str]:
+    """The keys of the scripts that re-open a finished run: its record, its batch's ('' for
+    none), its events, the open-runs index, then the run's other keys (steps first)."""
+    return [
+        keys.run(run_id),
+        keys.batch(batch_id) if batch_id else "",
+        keys.run_events(run_id),
+        keys.open_runs(),
+        *keys.run_keys(run_id)[1:],
+    ]
+
+
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
@@ -208,6 +232,7 @@ class RunStore:
         self._begin = scripts.register(client, "step_begin")
         self._complete = scripts.register(client, "step_complete")
         self._reopen = scripts.register(client, "run_reopen")
+        self._rerun = scripts.register(client, "run_rerun")
         self._renew = scripts.register(client, "step_renew")
         self._take_over = scripts.register(client, "step_takeover")
         self._specs: dict[str, LoopSpec] = {}
@@ -254,6 +279,8 @@ class RunStore:
                 fields["budget_scopes"] = ",".join(rec.budget_scopes)
             if rec.boundary:
                 fields["boundary"] = rec.boundary
+            if rec.gate:
+                fields[GATE_FIELD] = rec.gate
             pipe.hset(keys.run(rec.run_id), mapping=fields)
             pipe.zadd(keys.runs_moved(), {rec.run_id: float(now)})
             pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})
@@ -384,12 +411,14 @@ class RunStore:
         # batch's keys (and its budget scope's) get it with the batch's last run.
         finish = args[0] == "finish"
         scopes = run.get("budget_scopes", "").split(",")
-        batch_keys: tuple[str, ...] = ("",) * 5
+        batch_keys: tuple[str, ...] = ("",) * 6
         if finish and batch_id:
             batch_scope = f"batch:{batch_id}"
             batch_keys = (keys.batch_runs(batch_id), keys.batch_rejected(batch_id),
                           *(keys.budget_keys(batch_scope) if batch_scope in scopes
-                            else ("", "", "")))  # fmt: skip
+                            else ("", "", "")),
+                          # The run's place under max_in_flight, given back with the finish.
+                          keys.batch_gate(batch_id) if run.get(GATE_FIELD) else "")  # fmt: skip
         run_scope = f"run:{run_id}"
         script_keys = [
             keys.run(run_id),
@@ -635,14 +664,7 @@ class RunStore:
         run = self.r.hmget(keys.run(run_id), "batch_id")
         batch_id = run[0]
         res = self._reopen(
-            keys=[
-                keys.run(run_id),
-                keys.batch(batch_id) if batch_id else "",
-                keys.run_events(run_id),
-                keys.open_runs(),
-                *keys.run_keys(run_id)[1:],
-            ],
-            args=[event_json(ev.RUN_RESUMED, run_id)],
+            keys=_reopen_keys(run_id, batch_id), args=[event_json(ev.RUN_RESUMED, run_id)]
         )
         what = res[0]
         if what not in ("queued", "running"):
@@ -652,6 +674,46 @@ class RunStore:
         if current and not self.r.hexists(keys.run_steps(run_id), current):
             return "step", seq, current
         return "coordinate", seq, None
+
+    def rerun_point(self, run_id: str) -> tuple[str, int]:
+        """Re-open an ``interrupted`` run where it stopped (see :func:`loop.rerun_point`).
+
+        Returns ``("running", seq)`` (send transition ``seq``) or ``("finished" | "gone",
+        0)``: not interrupted (any more), or expired. The step dropped keeps counting in the
+        run's usage (record field ``retried``), so a batch's spend never goes down.
+        """
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hmget(keys.run(run_id), "status", "seq", "batch_id", "retried")
+        pipe.hgetall(keys.run_steps(run_id))
+        (status, seq, batch_id, retried), raw = pipe.execute()
+        if status is None:
+            return "gone", 0
+        if status != "interrupted":
+            return "finished", 0
+        steps = {k: loaded_result(k, v) for k, v in raw.items()}
+        order = sorted(steps, key=lambda k: step_index(*parse_step_key(k)))
+        outs = tuple(
+            StepOutcome(*parse_step_key(k), interrupted=steps[k].get("interrupted")) for k in order
+        )
+        again, drop = rerun_point(outs)
+        carried = retried_usage({"retried": retried or ""})
+        if drop is not None:
+            role = ROLE_OF[parse_step_key(drop)[0]]
+            carried[role] = carried.get(role, Usage()) + step_usage(steps[drop])
+        res = self._rerun(
+            keys=_reopen_keys(run_id, batch_id),
+            args=[
+                seq,
+                again,
+                drop or "",
+                json.dumps({role: used.model_dump() for role, used in carried.items()}),
+                event_json(ev.RUN_RESUMED, run_id),
+            ],
+        )
+        if res[0] != "running":
+            return "finished", 0
+        self.touch(run_id)
+        return "running", int(res[1])
 
     def events(self, run_id: str, after: str = "-") -> list[tuple[str, Event]]:
         raw = self.r.xrange(keys.run_events(run_id), min=after)
@@ -684,6 +746,7 @@ class RunStore:
                 raise LookupError(f"run {run_id} not found (expired or never submitted)")
 
     def result(self, run_id: str) -> RunResult:
+        """The run's result, its ``output`` the revision its loop keeps (``keep``)."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(keys.run(run_id))
         pipe.hgetall(keys.run_steps(run_id))
@@ -691,8 +754,17 @@ class RunStore:
         run, steps, events = pipe.execute()
         if not run:
             raise LookupError(f"run {run_id} not found (expired or never submitted)")
-        return build_result(
+        result = build_result(
             run,
             {k: loaded_result(k, v) for k, v in steps.items()},
             [stored_event(f["e"], run_id, eid) for eid, f in events],
         )
+        return kept(result, self._keep_of(run.get("spec_id", "")))
+
+    def _keep_of(self, spec_id: str) -> str:
+        """The ``keep`` setting of a spec. A spec outlives its runs (it is stored for twice
+        their TTL at each submit); one gone anyway leaves the run's result as stored."""
+        try:
+            return self.load_spec(spec_id).keep
+        except LookupError:
+            return "last"

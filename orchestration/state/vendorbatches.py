@@ -64,18 +64,27 @@ class VendorBatchStore:
         self._take = scripts.register(redis_client, "vendor_take")
 
     # --- steps ----------------------------------------------------------------------
-    def park(self, group: str, run_id: str, step_key: str, request: dict[str, Any],
-             gather_s: float) -> tuple[bool, bool]:  # fmt: skip
+    def park(
+        self, group: str, run_id: str, step_key: str, request: dict[str, Any], gather_s: float
+    ) -> tuple[bool, bool]:
         """Park one step's request in its group.
 
         Returns ``(new, schedule)``: whether it was parked now (False: an earlier delivery
         of the step did), and whether the group's collector needs scheduling.
         """
         new, schedule = self._park(
-            keys=[keys.vb_request(run_id, step_key), keys.vb_pending(group), keys.vb_collect(group)],
-            args=[member(run_id, step_key), json.dumps(request), self.ttl_s,
-                  max(1, int(gather_s * 1000))],
-        )  # fmt: skip
+            keys=[
+                keys.vb_request(run_id, step_key),
+                keys.vb_pending(group),
+                keys.vb_collect(group),
+            ],
+            args=[
+                member(run_id, step_key),
+                json.dumps(request),
+                self.ttl_s,
+                max(1, int(gather_s * 1000)),
+            ],
+        )
         return bool(int(new)), bool(int(schedule))
 
     def request(self, run_id: str, step_key: str) -> dict[str, Any] | None:
@@ -129,14 +138,29 @@ class VendorBatchStore:
     def pending(self, group: str) -> int:
         return int(self.r.zcard(keys.vb_pending(group)))
 
-    def record(self, batch_id: str, group: str, seat: str, requests: dict[str, str],
-               batches: set[str], submitted_at: float) -> None:  # fmt: skip
+    def record(
+        self,
+        batch_id: str,
+        group: str,
+        seat: str,
+        requests: dict[str, str],
+        batches: set[str],
+        submitted_at: float,
+    ) -> None:
         """Note a submitted vendor batch (custom id -> member) and the Duet batches it serves."""
         pipe = self.r.pipeline()
-        pipe.hset(keys.vb_batch(batch_id), mapping={
-            "group": group, "seat": seat, "submitted_at": submitted_at, "polls": 0,
-            "requests": len(requests), "cancel_requested": 0, "batches": ",".join(sorted(batches)),
-        })  # fmt: skip
+        pipe.hset(
+            keys.vb_batch(batch_id),
+            mapping={
+                "group": group,
+                "seat": seat,
+                "submitted_at": submitted_at,
+                "polls": 0,
+                "requests": len(requests),
+                "cancel_requested": 0,
+                "batches": ",".join(sorted(batches)),
+            },
+        )
         pipe.hset(keys.vb_batch_requests(batch_id), mapping=requests)
         pipe.zrem(keys.vb_taking(group), *requests.values())
         pipe.sadd(keys.vb_active(), batch_id)
@@ -153,10 +177,14 @@ class VendorBatchStore:
         if not record:
             return None
         return VendorBatch(
-            id=batch_id, group=record["group"], seat=record["seat"],
-            submitted_at=float(record["submitted_at"]), polls=int(record.get("polls") or 0),
-            cancel_requested=record.get("cancel_requested") == "1", requests=requests,
-        )  # fmt: skip
+            id=batch_id,
+            group=record["group"],
+            seat=record["seat"],
+            submitted_at=float(record["submitted_at"]),
+            polls=int(record.get("polls") or 0),
+            cancel_requested=record.get("cancel_requested") == "1",
+            requests=requests,
+        )
 
     def polled(self, batch_id: str) -> int:
         """Count one more check of the batch; how many so far."""
@@ -181,10 +209,13 @@ class VendorBatchStore:
         for batch_id in sorted(self.r.smembers(keys.vb_of_batch(duet_batch_id))):
             record = self.r.hgetall(keys.vb_batch(batch_id))
             if record:
-                found.append({
-                    "id": batch_id, "requests": int(record.get("requests") or 0),
-                    "submitted_at": float(record["submitted_at"]),
-                })  # fmt: skip
+                found.append(
+                    {
+                        "id": batch_id,
+                        "requests": int(record.get("requests") or 0),
+                        "submitted_at": float(record["submitted_at"]),
+                    }
+                )
         return found
 
     def parked_of(self, group: str) -> int:

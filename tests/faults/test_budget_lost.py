@@ -33,8 +33,9 @@ def test_runs_stop_when_their_budget_limit_is_gone(
         team = Team.actor_critic(
             actor=Agent("Fix.", model="sim?latency_ms=300"),
             critic=Agent("Review.", model="sim?latency_ms=300&scores=0.2,0.4,0.95"),
-            max_rounds=3, global_budgets=["lost-test"],
-        )  # fmt: skip
+            max_rounds=3,
+            global_budgets=["lost-test"],
+        )
         batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
         wait_for(lambda: batch.progress()["done"] >= 1, 60, "a run to finish")
         admin.delete(keys.budget(SCOPE))  # what an eviction does

@@ -69,11 +69,14 @@ def alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
 @pytest.mark.parametrize(
     ("signals", "exit_code"),
-    [([signal.SIGTERM], 128 + signal.SIGTERM), ([signal.SIGHUP], 128 + signal.SIGHUP),
-     # Ctrl-C cancels the batch and keeps writing; a second one quits at once.
-     ([signal.SIGINT, signal.SIGINT], 130)],
+    [
+        ([signal.SIGTERM], 128 + signal.SIGTERM),
+        ([signal.SIGHUP], 128 + signal.SIGHUP),
+        # Ctrl-C cancels the batch and keeps writing; a second one quits at once.
+        ([signal.SIGINT, signal.SIGINT], 130),
+    ],
     ids=["SIGTERM", "SIGHUP", "SIGINT-twice"],
-)  # fmt: skip
+)
 def test_a_signalled_run_leaves_no_redis(
     signals: list[signal.Signals], exit_code: int, tmp_path: Path, reliability: Reliability
 ) -> None:
@@ -90,11 +93,15 @@ def test_a_signalled_run_leaves_no_redis(
         orphaned = alive(servers[0])
         lines = out.read_text().splitlines()
         broken = sum(not _whole(line) for line in lines)
-        wrong = [what for what, bad in [
-            (f"exit {code}, not {exit_code}", code != exit_code),
-            ("the embedded Redis outlived `duet run`", orphaned),
-            (f"{broken} of {len(lines)} result lines cut", broken),
-        ] if bad]  # fmt: skip
+        wrong = [
+            what
+            for what, bad in [
+                (f"exit {code}, not {exit_code}", code != exit_code),
+                ("the embedded Redis outlived `duet run`", orphaned),
+                (f"{broken} of {len(lines)} result lines cut", broken),
+            ]
+            if bad
+        ]
         reliability.record(
             section=EMBEDDED,
             fault="`duet run` (no `DUET_REDIS_URL`) gets SIGTERM, SIGHUP, or Ctrl-C twice, once "
@@ -164,19 +171,32 @@ def _duet_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
     config = tmp_path / "review.toml"
     config.write_text(CONFIG)
     inputs = tmp_path / "inputs.jsonl"
-    inputs.write_text("".join(json.dumps({"id": f"i{n}", "prompt": f"task {n}"}) + "\n"
-                              for n in range(RUNS)))  # fmt: skip
+    inputs.write_text(
+        "".join(json.dumps({"id": f"i{n}", "prompt": f"task {n}"}) + "\n" for n in range(RUNS))
+    )
     out = tmp_path / "out.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     env["DUET_WORKER_CONCURRENCY"] = str(THREADS)  # slow enough to be mid-batch for seconds
     err = tmp_path / "stderr.txt"
     with err.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs),
-             "-o", str(out)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink,
+            [
+                sys.executable,
+                "-m",
+                "duet.cli",
+                "run",
+                str(config),
+                "-i",
+                str(inputs),
+                "-o",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
             preexec_fn=_default_signals,
-        )  # fmt: skip
+        )
     return proc, out, err
 
 

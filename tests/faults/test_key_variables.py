@@ -24,8 +24,9 @@ def test_a_key_shaped_variable_is_secret_from_the_first_task(
         celery_worker(private_redis.url, env=env, name="keyvars"),
         client_pointed_at(private_redis.url),
     ):
-        team = Team.actor_critic(actor=Agent("Fix.", model="sim"),
-                                 critic=Agent("Review.", model="sim?scores=0.95"))  # fmt: skip
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95")
+        )
         # The simulated actor quotes the task's first line in its answer.
         result = team.run_sync(f"Use the key {VALUE} to call the API.", timeout=60)
     leaked = ["the stored answer"] if VALUE in (result.output or "") else []

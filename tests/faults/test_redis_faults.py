@@ -146,34 +146,46 @@ STOCK = {"readonly-stock"}
 WORKERS, THREADS = 2, 16
 #: Each fault as docs/RELIABILITY.md names it, and what it did before the fix.
 ROWS = {
-    "oom": (f"`maxmemory` set far below use (every write refused, OOM) for {OOM_S:g} s mid-batch",
-            "both workers exited with `Unrecoverable error: OutOfMemoryError`; then, with the "
-            "workers kept up, 28 of 40 runs stranded in `running` (a task whose own write failed "
-            "was acked; Celery turns a retry it cannot publish into a `Reject(requeue=False)`, "
-            "which acks too)"),
-    "misconf": (f"Redis unable to persist (a failed snapshot: every write refused with "
-                f"`MISCONF`, as on a full disk) for {MISCONF_S:g} s mid-batch",
-                "both workers exited (`MISCONF` was taken for a bug, not an outage); issue "
-                "23: 50 runs stuck 150 s after the disk had room again"),
-    "frozen": (f"Redis frozen (`SIGSTOP`) for {FROZEN_S:g} s mid-batch, socket timeout "
-               f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop (an idle consumer's "
-               "`BLMPOP`) that the frozen server answers after its client gave up loses its "
-               "messages inside the broker: the sweep sends their runs on (a pop during a "
-               "backlog notes what it takes in the same script, so those come back after the "
-               "visibility timeout)",
-               "6 of 40 stranded"),
-    "readonly": (f"Redis made a read-only replica (`REPLICAOF` another local server: every "
-                 f"write refused with `READONLY`, blocked pops ended with `UNBLOCKED`) for "
-                 f"{READONLY_S:g} s mid-batch, then promoted (`REPLICAOF NO ONE`)",
-                 "issue 23: `READONLY` ended workers"),
-    "masterdown": (f"Redis made a replica that serves no stale data (`replica-serve-stale-data "
-                   f"no`, its primary unreachable: writes refused with `READONLY`, reads with `MASTERDOWN`) "
-                   f"for {READONLY_S:g} s mid-batch, then promoted",
-                   "not tried before (issue 23 names `MASTERDOWN` among the outages)"),
-    "readonly-stock": (f"the same read-only replica for {READONLY_S:g} s, with "
-                       "`DUET_FAST_PATHS=off` (kombu's stock Redis transport)",
-                       "issue 23: `READONLY` ended workers"),
-}  # fmt: skip
+    "oom": (
+        f"`maxmemory` set far below use (every write refused, OOM) for {OOM_S:g} s mid-batch",
+        "both workers exited with `Unrecoverable error: OutOfMemoryError`; then, with the "
+        "workers kept up, 28 of 40 runs stranded in `running` (a task whose own write failed "
+        "was acked; Celery turns a retry it cannot publish into a `Reject(requeue=False)`, "
+        "which acks too)",
+    ),
+    "misconf": (
+        f"Redis unable to persist (a failed snapshot: every write refused with "
+        f"`MISCONF`, as on a full disk) for {MISCONF_S:g} s mid-batch",
+        "both workers exited (`MISCONF` was taken for a bug, not an outage); issue "
+        "23: 50 runs stuck 150 s after the disk had room again",
+    ),
+    "frozen": (
+        f"Redis frozen (`SIGSTOP`) for {FROZEN_S:g} s mid-batch, socket timeout "
+        f"{SOCKET_TIMEOUT_S} s; sweep after 15 s. A blocking pop (an idle consumer's "
+        "`BLMPOP`) that the frozen server answers after its client gave up loses its "
+        "messages inside the broker: the sweep sends their runs on (a pop during a "
+        "backlog notes what it takes in the same script, so those come back after the "
+        "visibility timeout)",
+        "6 of 40 stranded",
+    ),
+    "readonly": (
+        f"Redis made a read-only replica (`REPLICAOF` another local server: every "
+        f"write refused with `READONLY`, blocked pops ended with `UNBLOCKED`) for "
+        f"{READONLY_S:g} s mid-batch, then promoted (`REPLICAOF NO ONE`)",
+        "issue 23: `READONLY` ended workers",
+    ),
+    "masterdown": (
+        f"Redis made a replica that serves no stale data (`replica-serve-stale-data "
+        f"no`, its primary unreachable: writes refused with `READONLY`, reads with `MASTERDOWN`) "
+        f"for {READONLY_S:g} s mid-batch, then promoted",
+        "not tried before (issue 23 names `MASTERDOWN` among the outages)",
+    ),
+    "readonly-stock": (
+        f"the same read-only replica for {READONLY_S:g} s, with "
+        "`DUET_FAST_PATHS=off` (kombu's stock Redis transport)",
+        "issue 23: `READONLY` ended workers",
+    ),
+}
 
 
 @pytest.fixture(scope="module", params=list(FAULTS))
@@ -183,13 +195,21 @@ def redis_fault_mid_batch(request: pytest.FixtureRequest) -> Iterator[Outcome]:
         admin = redis.Redis(port=server.port)
         # A blocking pop the server answers after its client gave up (a frozen server)
         # loses its messages in the broker: the sweep sends their runs on after 15 s.
-        env = {"DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
-               "DUET_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
-               "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
+        env = {
+            "DUET_RETRY_BASE_S": "0.2",
+            "DUET_RETRY_MAX_S": "1",
+            "DUET_REDIS_SOCKET_TIMEOUT_S": str(SOCKET_TIMEOUT_S),
+            "DUET_SWEEP_INTERVAL_S": "2",
+            "DUET_SWEEP_AFTER_S": "15",
+        }
         if request.param in STOCK:
             env.update(stack.enter_context(stock_libraries()))
-        workers = [stack.enter_context(celery_worker(server.url, env=env, concurrency=THREADS,
-                                                     name=f"oom{n}")) for n in range(WORKERS)]  # fmt: skip
+        workers = [
+            stack.enter_context(
+                celery_worker(server.url, env=env, concurrency=THREADS, name=f"oom{n}")
+            )
+            for n in range(WORKERS)
+        ]
         stack.enter_context(client_pointed_at(server.url))
         team = Team.actor_critic(
             actor=Agent("Fix.", model="sim?latency_ms=100"),
@@ -204,8 +224,10 @@ def redis_fault_mid_batch(request: pytest.FixtureRequest) -> Iterator[Outcome]:
             wait_for(lambda: batch.progress()["done"] >= RUNS, FINISH_S, "every run to finish")
         progress = batch.progress()
         # The figures docs/RELIABILITY.md quotes (pytest -rA shows them).
-        print(f"{request.param} {seconds}s: {progress['done']}/{RUNS} runs finished "
-              f"{progress['counts']}, workers alive {[w.poll() is None for w in workers]}")  # fmt: skip
+        print(
+            f"{request.param} {seconds}s: {progress['done']}/{RUNS} runs finished "
+            f"{progress['counts']}, workers alive {[w.poll() is None for w in workers]}"
+        )
         yield Outcome(
             fault=request.param,
             alive=[w.poll() is None for w in workers],
@@ -232,8 +254,12 @@ def test_workers_stay_up(redis_fault_mid_batch: Outcome, reliability: Reliabilit
     exited = outcome.alive.count(False)
     unrecoverable = sum("Unrecoverable error" in log for log in outcome.logs)
     lost = lost_of(exited, WORKERS, "worker processes exited")
-    record(reliability, outcome, f"{lost}: {WORKERS - exited} of {WORKERS} workers up, "
-           f"{unrecoverable} logged `Unrecoverable error`")  # fmt: skip
+    record(
+        reliability,
+        outcome,
+        f"{lost}: {WORKERS - exited} of {WORKERS} workers up, "
+        f"{unrecoverable} logged `Unrecoverable error`",
+    )
     assert all(outcome.alive), outcome.logs
     assert unrecoverable == 0
 
@@ -242,8 +268,12 @@ def test_every_run_finishes(redis_fault_mid_batch: Outcome, reliability: Reliabi
     outcome = redis_fault_mid_batch
     stranded = RUNS - outcome.done
     outcomes = ", ".join(f"{n} {status}" for status, n in sorted(outcome.counts.items()))
-    record(reliability, outcome, f"{lost_of(stranded, RUNS, 'runs stranded')}: {outcome.done} "
-           f"of {RUNS} finished ({outcomes}) with no resume; the sweep sent on "
-           f"{swept_runs(outcome.logs)} run(s)")  # fmt: skip
+    record(
+        reliability,
+        outcome,
+        f"{lost_of(stranded, RUNS, 'runs stranded')}: {outcome.done} "
+        f"of {RUNS} finished ({outcomes}) with no resume; the sweep sent on "
+        f"{swept_runs(outcome.logs)} run(s)",
+    )
     assert outcome.done == RUNS, outcome.counts
     assert set(outcome.counts) <= {"approved", "max_rounds_reached"}

@@ -52,14 +52,21 @@ def test_redis_killed_and_restarted_mid_batch(
 ) -> None:
     fsync = durable_redis.appendfsync
     env = {
-        "OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "sk-test-restart",
+        "OPENAI_BASE_URL": llm.url,
+        "OPENAI_API_KEY": "sk-test-restart",
         "DUET_STEP_LEASE_S": "6",
-        "DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
-        "DUET_REDIS_SOCKET_TIMEOUT_S": "6", "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
-    }  # fmt: skip
+        "DUET_RETRY_BASE_S": "0.2",
+        "DUET_RETRY_MAX_S": "1",
+        "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
+        "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
+    }
     with contextlib.ExitStack() as stack:
-        workers = [stack.enter_context(celery_worker(durable_redis.url, env=env, concurrency=THREADS,
-                                                     name=f"aof{n}")) for n in range(WORKERS)]  # fmt: skip
+        workers = [
+            stack.enter_context(
+                celery_worker(durable_redis.url, env=env, concurrency=THREADS, name=f"aof{n}")
+            )
+            for n in range(WORKERS)
+        ]
         stack.enter_context(client_pointed_at(durable_redis.url))
         team = Team.actor_critic(
             actor=Agent("Fix.", model="openai:sim"),
@@ -73,26 +80,33 @@ def test_redis_killed_and_restarted_mid_batch(
         time.sleep(DOWN_S)
         durable_redis.start()
         with contextlib.suppress(AssertionError):
-            wait_for(lambda: batch.progress()["done"] >= RUNS,
-                     FINISH_S - (time.monotonic() - killed), "every run to finish",
-                     interval=0.5)  # fmt: skip
+            wait_for(
+                lambda: batch.progress()["done"] >= RUNS,
+                FINISH_S - (time.monotonic() - killed),
+                "every run to finish",
+                interval=0.5,
+            )
         took = time.monotonic() - killed
         progress = batch.progress()
         requests = llm.stats()["requests"]
         stored = stored_calls(durable_redis.url, batch.run_ids())
         # The figures docs/RELIABILITY.md quotes (pytest -rA shows them).
-        print(f"{fsync}: killed {DOWN_S}s: {progress['done']}/{RUNS} runs finished "
-              f"{progress['counts']} {took:.0f}s after the kill; "
-              f"{requests} model requests for {stored} stored calls; "
-              f"workers alive {[w.poll() is None for w in workers]}")  # fmt: skip
+        print(
+            f"{fsync}: killed {DOWN_S}s: {progress['done']}/{RUNS} runs finished "
+            f"{progress['counts']} {took:.0f}s after the kill; "
+            f"{requests} model requests for {stored} stored calls; "
+            f"workers alive {[w.poll() is None for w in workers]}"
+        )
         logs = [Path(w.log_path).read_text(errors="replace") for w in workers]
         exited = [w.poll() is not None for w in workers].count(True)
         stranded = RUNS - progress["done"]
         outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
         twice = max(requests - stored, 0)
-        lost = [lost_of(stranded, RUNS, "runs stranded"),
-                lost_of(twice, requests, "requests beyond one per stored call"),
-                lost_of(exited, WORKERS, "worker processes exited")]  # fmt: skip
+        lost = [
+            lost_of(stranded, RUNS, "runs stranded"),
+            lost_of(twice, requests, "requests beyond one per stored call"),
+            lost_of(exited, WORKERS, "worker processes exited"),
+        ]
         reliability.record(
             section=ENGINE,
             fault=f"Redis killed (`SIGKILL`) mid-batch and started again {DOWN_S:g} s later from "
@@ -142,8 +156,9 @@ def test_a_lost_broker_connection_closes_without_ending_the_worker(
 
     from orchestration.state import broker, connection
 
-    conn = broker.Connection(durable_redis.url, transport=broker.TRANSPORT,
-                             transport_options=connection.socket_options())  # fmt: skip
+    conn = broker.Connection(
+        durable_redis.url, transport=broker.TRANSPORT, transport_options=connection.socket_options()
+    )
     channel = conn.default_channel
     tasks = Queue("restart-tasks", routing_key="restart-tasks")
     Producer(channel).publish({"step": 1}, routing_key="restart-tasks", declare=[tasks])
@@ -151,8 +166,9 @@ def test_a_lost_broker_connection_closes_without_ending_the_worker(
     Consumer(channel, [tasks], callbacks=[lambda _body, m: delivered.append(m)]).consume()
     conn.drain_events(timeout=5)
     box = conn.channel()
-    Consumer(box, [Queue("restart-box", Exchange("restart-box", type="fanout"),
-                         auto_delete=True)]).consume()  # fmt: skip
+    Consumer(
+        box, [Queue("restart-box", Exchange("restart-box", type="fanout"), auto_delete=True)]
+    ).consume()
     with contextlib.suppress(TimeoutError):  # nothing more to read: a BRPOP is left waiting
         conn.drain_events(timeout=0.2)
     assert len(delivered) == 1
@@ -163,9 +179,13 @@ def test_a_lost_broker_connection_closes_without_ending_the_worker(
         conn.collect(socket_timeout=1)  # (Celery ignores any error of this one)
     except Exception as exc:  # noqa: BLE001 - as Celery does
         errors.append(f"collect: {exc!r}")
-    for what, call in [("close", lambda: ignore_errors(conn, conn.close)),
-                       ("late ack", lambda: delivered[0].ack_log_error(
-                           logging.getLogger(__name__), conn.connection_errors))]:  # fmt: skip
+    for what, call in [
+        ("close", lambda: ignore_errors(conn, conn.close)),
+        (
+            "late ack",
+            lambda: delivered[0].ack_log_error(logging.getLogger(__name__), conn.connection_errors),
+        ),
+    ]:
         try:
             call()
         except Exception as exc:  # noqa: BLE001 - what would have ended the worker
@@ -174,8 +194,11 @@ def test_a_lost_broker_connection_closes_without_ending_the_worker(
     durable_redis.start()  # from its append-only file: the message is still there
     client = redis.Redis.from_url(durable_redis.url)
     # Back in its queue, or noted as unacknowledged (Duet's way, or kombu's): redelivered.
-    kept = (client.llen("restart-tasks") + client.zcard(f"unacked_index{broker.UNACKED_SUFFIX}")
-            + client.hlen("unacked"))  # fmt: skip
+    kept = (
+        client.llen("restart-tasks")
+        + client.zcard(f"unacked_index{broker.UNACKED_SUFFIX}")
+        + client.hlen("unacked")
+    )
     client.close()
     reliability.record(
         section=ENGINE,

@@ -72,10 +72,21 @@ def flower_on(redis_url: str) -> Iterator[int]:
     port = free_port()
     env = {**os.environ, "DUET_REDIS_URL": redis_url, "FLOWER_UNAUTHENTICATED_API": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: proc.poll() is not None or _get(port, "/healthcheck") == 200, 30, "Flower")
         assert proc.poll() is None, "Flower exited"
@@ -140,10 +151,19 @@ def test_an_echoed_key_reaches_no_redis_command_log_result_or_flower(
     results = json.dumps([result_record(retried), result_record(failed)])
     results += retried.model_dump_json() + failed.model_dump_json()
 
-    places = {"MONITOR capture": captured, "worker log": log, "results": results,
-              "Flower /api/tasks": flower}  # fmt: skip
-    leaks = [f"{key} (as {form}) in the {name}" for name, text in places.items()
-             for key in (OPENAI_KEY, CRITIC_KEY) for form in forms(key) if form in text]  # fmt: skip
+    places = {
+        "MONITOR capture": captured,
+        "worker log": log,
+        "results": results,
+        "Flower /api/tasks": flower,
+    }
+    leaks = [
+        f"{key} (as {form}) in the {name}"
+        for name, text in places.items()
+        for key in (OPENAI_KEY, CRITIC_KEY)
+        for form in forms(key)
+        if form in text
+    ]
     reliability.record(
         section=SECRETS,
         fault="The vendor answers 500 with an error message ending in the request's API key, "
@@ -190,8 +210,13 @@ def test_a_model_repeating_its_key_stores_no_key(
     results = json.dumps([result_record(r) for r in runs])
     results += "".join(r.model_dump_json() for r in runs)
     places = {"MONITOR capture": captured, "worker log": log, "results": results}
-    leaks = [f"{key} (as {form}) in the {name}" for name, text in places.items()
-             for key in (OPENAI_KEY, CRITIC_KEY) for form in forms(key) if form in text]  # fmt: skip
+    leaks = [
+        f"{key} (as {form}) in the {name}"
+        for name, text in places.items()
+        for key in (OPENAI_KEY, CRITIC_KEY)
+        for form in forms(key)
+        if form in text
+    ]
     redacted = sum(r.output.count("The key I was given: [REDACTED]") for r in runs)
     reliability.record(
         section=SECRETS,
@@ -233,8 +258,12 @@ def leaks_in(places: dict[str, str], keys: tuple[str, ...]) -> list[str]:
     for name, text in places.items():
         for key in keys:
             variants = (key, _json_escaped(key), urllib.parse.quote(key, safe=""))
-            found += [f"{key} (as {form}) in the {name}" for variant in variants
-                      for form in forms(variant) if form in text]  # fmt: skip
+            found += [
+                f"{key} (as {form}) in the {name}"
+                for variant in variants
+                for form in forms(variant)
+                if form in text
+            ]
             probe = text
             for depth in range(4):
                 if key in probe:
@@ -244,15 +273,32 @@ def leaks_in(places: dict[str, str], keys: tuple[str, ...]) -> list[str]:
     return found
 
 
+def duet_show(url: str, run_ids: list[str], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """``duet show RUN --full`` of each run in the Redis at ``url``, as a user runs it."""
+    return [
+        subprocess.run(
+            [sys.executable, "-m", "duet.cli", "show", run_id, "--full"],
+            env={**os.environ, "DUET_REDIS_URL": url},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for run_id in run_ids
+    ]
+
+
 def redis_values(url: str) -> str:
     """Every key and value in the Redis at ``url``, whatever its type, as text."""
     client = redis.Redis.from_url(url)
     readers = {
-        b"string": client.get, b"list": lambda k: client.lrange(k, 0, -1),
-        b"hash": client.hgetall, b"set": client.smembers,
+        b"string": client.get,
+        b"list": lambda k: client.lrange(k, 0, -1),
+        b"hash": client.hgetall,
+        b"set": client.smembers,
         b"zset": lambda k: client.zrange(k, 0, -1, withscores=True),
         b"stream": lambda k: client.xrange(k),
-    }  # fmt: skip
+    }
     dump = []
     for key in client.scan_iter(count=1000):
         kind = client.type(key)
@@ -281,19 +327,15 @@ def test_a_key_decoded_from_a_critique_or_an_error_is_stored_nowhere(
         llm.set_faults(echo_key_in_issues=True)
         quoted = team.run_sync("Write a parser.", timeout=60)
         raw = [e for e in quoted.events if e.type == ev.CRITIQUE]
-        upstream = (f"upstream https://gw.example/v1?key={urllib.parse.quote(CRITIC_KEY, safe='')}"
-                    f"&sig={_json_escaped(OPENAI_KEY)} refused")  # fmt: skip
+        upstream = (
+            f"upstream https://gw.example/v1?key={urllib.parse.quote(CRITIC_KEY, safe='')}"
+            f"&sig={_json_escaped(OPENAI_KEY)} refused"
+        )
         llm.set_faults(status=401, message=upstream, model="sim:critic?scores=0.2,0.95")
         failed = team.run_sync("Write a lexer.", timeout=60)
         log = Path(worker.log_path).read_text(errors="replace")
         stored = redis_values(url)
-        shown = [
-            subprocess.run(
-                [sys.executable, "-m", "duet.cli", "show", run.run_id, "--full"],
-                env={**os.environ, "DUET_REDIS_URL": url}, cwd=tmp_path,
-                capture_output=True, text=True, timeout=120,
-            ) for run in (quoted, failed)
-        ]  # fmt: skip
+        shown = duet_show(url, [quoted.run_id, failed.run_id], tmp_path)
     captured = monitor.stop().decode("utf-8", errors="replace")
     assert quoted.status == "approved", (quoted.status, quoted.error)
     assert failed.status == "interrupted" and failed.error is not None
@@ -302,11 +344,15 @@ def test_a_key_decoded_from_a_critique_or_an_error_is_stored_nowhere(
     table = io.StringIO()
     csv.writer(table).writerows(csv_row(r) for r in records)
     places = {
-        "MONITOR capture": captured, "Redis keys and values": stored, "worker log": log,
+        "MONITOR capture": captured,
+        "Redis keys and values": stored,
+        "worker log": log,
         "results": json.dumps(records) + quoted.model_dump_json() + failed.model_dump_json(),
-        "HTML report": render_report(records), "CSV": table.getvalue(),
-        "duet show": "".join(s.stdout + s.stderr for s in shown), "run error": failed.error,
-    }  # fmt: skip
+        "HTML report": render_report(records),
+        "CSV": table.getvalue(),
+        "duet show": "".join(s.stdout + s.stderr for s in shown),
+        "run error": failed.error,
+    }
     leaks = leaks_in(places, (OPENAI_KEY, CRITIC_KEY))
     redacted_issues = [i for r in quoted.rounds for i in r.issues if "[REDACTED]" in i]
     reliability.record(
@@ -335,11 +381,15 @@ def _team(llm: FakeLLM, **critic: Any) -> Team:
     Anthropic SDK with a key of a spec's own variable; approved in round 2."""
     return Team.actor_critic(
         # The stand-in is not OpenAI's host: it gets the key only because it is named.
-        actor=Agent("Fix the code.", model="openai:sim", base_url=llm.url,
-                    api_key_env="OPENAI_API_KEY"),  # fmt: skip
+        actor=Agent(
+            "Fix the code.", model="openai:sim", base_url=llm.url, api_key_env="OPENAI_API_KEY"
+        ),
         critic=Agent(
-            "Review.", model="anthropic:sim:critic?scores=0.2,0.95",
-            base_url=llm.anthropic_url, api_key_env=CRITIC_KEY_ENV, **critic,
+            "Review.",
+            model="anthropic:sim:critic?scores=0.2,0.95",
+            base_url=llm.anthropic_url,
+            api_key_env=CRITIC_KEY_ENV,
+            **critic,
         ),
         max_rounds=3,
-    )  # fmt: skip
+    )

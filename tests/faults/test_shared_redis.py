@@ -41,9 +41,10 @@ POISON = {
 
 def _team() -> Team:
     return Team.actor_critic(
-        actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95"),
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.95"),
         max_rounds=1,
-    )  # fmt: skip
+    )
 
 
 def test_poison_messages_among_runs_are_dead_lettered(reliability: Reliability) -> None:
@@ -63,15 +64,21 @@ def test_poison_messages_among_runs_are_dead_lettered(reliability: Reliability) 
         took = time.monotonic() - started
         alive = worker.poll() is None
         listed = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "dead", "ls"], cwd=ROOT, capture_output=True,
-            text=True, timeout=60, env={**os.environ, "DUET_REDIS_URL": server.url},
-        )  # fmt: skip
+            [sys.executable, "-m", "duet.cli", "dead", "ls"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "DUET_REDIS_URL": server.url},
+        )
         letters = deadletters.newest(admin)
         log = Path(worker.log_path).read_text(errors="replace")
         finished = statuses.count("approved")
-        print(f"{len(POISON)} poison messages among {RUNS} runs: {finished} approved in "
-              f"{took:.1f} s; worker alive: {alive}; dead letters: "
-              f"{[(d.queue, d.reason) for d in letters]}")  # fmt: skip
+        print(
+            f"{len(POISON)} poison messages among {RUNS} runs: {finished} approved in "
+            f"{took:.1f} s; worker alive: {alive}; dead letters: "
+            f"{[(d.queue, d.reason) for d in letters]}"
+        )
         reliability.record(
             section=CLIENTS,
             fault="A non-JSON message and a JSON message without `properties` (Celery's "
@@ -103,10 +110,15 @@ def _foreign_keys(client: Any) -> dict[str, bytes]:
     a message its kombu left unacknowledged an hour ago, its ``celery`` queue and its
     bindings. Their DUMPs."""
     message = {
-        "body": "W10=", "content-type": "application/json", "headers": {"task": "theirs"},
-        "properties": {"delivery_tag": "their-tag", "body_encoding": "base64",
-                       "delivery_info": {"exchange": "theirs", "routing_key": "theirs"}},
-    }  # fmt: skip
+        "body": "W10=",
+        "content-type": "application/json",
+        "headers": {"task": "theirs"},
+        "properties": {
+            "delivery_tag": "their-tag",
+            "body_encoding": "base64",
+            "delivery_info": {"exchange": "theirs", "routing_key": "theirs"},
+        },
+    }
     client.rpush("coordinator", dumps(message), "their second job")
     client.rpush("actor", dumps(message))
     client.set("critic", "their setting")
@@ -114,8 +126,15 @@ def _foreign_keys(client: Any) -> dict[str, bytes]:
     client.zadd("unacked_index", {"their-tag": time.time() - 3600})
     client.rpush("celery", "their celery job")
     client.sadd("_kombu.binding.coordinator", "their binding")
-    names = ["coordinator", "actor", "critic", "unacked", "unacked_index", "celery",
-             "_kombu.binding.coordinator"]  # fmt: skip
+    names = [
+        "coordinator",
+        "actor",
+        "critic",
+        "unacked",
+        "unacked_index",
+        "celery",
+        "_kombu.binding.coordinator",
+    ]
     return {name: client.dump(name) for name in names}
 
 
@@ -132,8 +151,12 @@ def test_a_foreign_apps_keys_in_the_same_database_are_untouched(
         before = _foreign_keys(admin)
         monitor = Monitor(server.port)
         stack.callback(monitor.stop)
-        workers = [stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
-                                                     name=f"sharing{n}")) for n in (1, 2)]  # fmt: skip
+        workers = [
+            stack.enter_context(
+                celery_worker(server.url, env=env, concurrency=8, name=f"sharing{n}")
+            )
+            for n in (1, 2)
+        ]
         batch = _team().submit_batch([f"task {n}" for n in range(runs)])
         statuses = [r.status for r in batch.results(timeout=90)]
         # A restore scan after the batch (on Duet's own, prefixed, index).
@@ -144,13 +167,16 @@ def test_a_foreign_apps_keys_in_the_same_database_are_untouched(
         changed = sorted(name for name in before if after[name] != before[name])
         alive = [w.poll() is None for w in workers]
         strays = sorted(
-            k.decode() for k in admin.scan_iter(count=1000)
+            k.decode()
+            for k in admin.scan_iter(count=1000)
             if not k.decode().startswith((f"{keys.PREFIX}:", keys.BROKER_PREFIX))
             and k.decode() not in before
-        )  # fmt: skip
+        )
         finished = statuses.count("approved")
-        print(f"shared db: {finished}/{runs} approved; foreign keys changed: {changed}; "
-              f"workers alive: {alive}; keys outside Duet's prefixes: {strays}")  # fmt: skip
+        print(
+            f"shared db: {finished}/{runs} approved; foreign keys changed: {changed}; "
+            f"workers alive: {alive}; keys outside Duet's prefixes: {strays}"
+        )
         reliability.record(
             section=CLIENTS,
             fault="A Redis database shared with another app: its lists `coordinator` and "
@@ -191,8 +217,10 @@ def test_poison_messages_on_kombus_stock_transport_do_not_end_the_worker(
         log = Path(worker.log_path).read_text(errors="replace")
         finished = statuses.count("approved")
         left = admin.lrange(keys.queue_key(keys.QUEUE_COORDINATOR), 0, -1)
-        print(f"stock transport: {len(POISON)} poison messages among {RUNS} runs: {finished} "
-              f"approved in {took:.1f} s; worker alive: {alive}; left queued: {left}")  # fmt: skip
+        print(
+            f"stock transport: {len(POISON)} poison messages among {RUNS} runs: {finished} "
+            f"approved in {took:.1f} s; worker alive: {alive}; left queued: {left}"
+        )
         reliability.record(
             section=CLIENTS,
             fault="The same two poison messages among a batch's, with `DUET_FAST_PATHS=off` "

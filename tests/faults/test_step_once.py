@@ -45,13 +45,19 @@ def fleet() -> Iterator[Fleet]:
         # is gone from the broker, and only the sweep sends that run on (RELIABILITY.md).
         # A visibility timeout shorter than the calls, on purpose (the start check, which
         # refuses it, is off): the claims must still keep each step to one call.
-        env = {"OPENAI_API_KEY": "sk-test-once", "DUET_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
-               "DUET_CHECK_TIMEOUTS": "false",
-               "DUET_STEP_LEASE_S": str(LEASE_S), "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
-               "DUET_SWEEP_INTERVAL_S": "2", "DUET_SWEEP_AFTER_S": "15"}  # fmt: skip
+        env = {
+            "OPENAI_API_KEY": "sk-test-once",
+            "DUET_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+            "DUET_CHECK_TIMEOUTS": "false",
+            "DUET_STEP_LEASE_S": str(LEASE_S),
+            "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
+            "DUET_SWEEP_INTERVAL_S": "2",
+            "DUET_SWEEP_AFTER_S": "15",
+        }
         for n in range(WORKERS):
-            stack.enter_context(celery_worker(server.url, env=env, concurrency=THREADS,
-                                              name=f"once{n}"))  # fmt: skip
+            stack.enter_context(
+                celery_worker(server.url, env=env, concurrency=THREADS, name=f"once{n}")
+            )
         stack.enter_context(client_pointed_at(server.url))
         yield Fleet(server.url, llm, redis.Redis(port=server.port))
 
@@ -77,12 +83,16 @@ def lost(statuses: list[str], requests: int, stored: int) -> str:
     """What a case lost: runs not approved, and model calls beyond one per stored step."""
     unfinished = len(statuses) - statuses.count("approved")
     extra = max(requests - stored, 0)
-    parts = [lost_of(unfinished, len(statuses), "runs not approved"),
-             lost_of(extra, requests, "requests beyond one per stored call")]  # fmt: skip
+    parts = [
+        lost_of(unfinished, len(statuses), "runs not approved"),
+        lost_of(extra, requests, "requests beyond one per stored call"),
+    ]
     found = [p for p in parts if p != "nothing"]
     summary = "; ".join(found) if found else "nothing"
-    return f"{summary}: {requests} requests for {stored} stored calls, " \
-        f"{statuses.count('approved')} of {len(statuses)} runs approved"  # fmt: skip
+    return (
+        f"{summary}: {requests} requests for {stored} stored calls, "
+        f"{statuses.count('approved')} of {len(statuses)} runs approved"
+    )
 
 
 def test_a_call_slower_than_the_visibility_timeout(fleet: Fleet, reliability: Reliability) -> None:
@@ -144,8 +154,9 @@ def test_the_same_step_message_twice_with_one_task_id(
         # The coordinator's own message is being worked on; two more copies of the step
         # arrive, both with one task id (as a broker redelivery or a double publish has).
         for _ in range(2):
-            producer().send_task(TASK_GENERATE, args=(handle.run_id, "r0.generate"),
-                                 task_id=f"dup-{handle.run_id}")  # fmt: skip
+            producer().send_task(
+                TASK_GENERATE, args=(handle.run_id, "r0.generate"), task_id=f"dup-{handle.run_id}"
+            )
     # Copies still checking back when the runs finish find them over: they call nothing.
     statuses = finish(handles, 60)
     requests, stored = requests_and_stored(fleet, handles)

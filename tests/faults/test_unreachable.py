@@ -62,9 +62,13 @@ def duet(args: list[str], url: str, tmp_path: Path) -> tuple[int, str, str, floa
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "duet.cli", *args], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "duet.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
 
 
@@ -76,14 +80,21 @@ def check_one_line(
     code, out, err, took = duet(ALL_COMMANDS[command], url, tmp_path)
     lines = err.strip().splitlines()
     prefix = f"error: cannot use Redis at DUET_REDIS_URL={shown}: "
-    wrong = [what for what, bad in [
-        (f"exit {code}", code != 2),
-        (f"{len(lines)} lines on stderr", len(lines) != 1),
-        ("the line does not name the variable and the URL", not err.startswith(prefix)),
-        ("the password printed", PASSWORD in out + err),
-        ("output on stdout", out != ""),
-        (f"{took:.1f} s, over the {TIMEOUT_S + STARTUP_S:g} s bound", took >= TIMEOUT_S + STARTUP_S),
-    ] if bad]  # fmt: skip
+    wrong = [
+        what
+        for what, bad in [
+            (f"exit {code}", code != 2),
+            (f"{len(lines)} lines on stderr", len(lines) != 1),
+            ("the line does not name the variable and the URL", not err.startswith(prefix)),
+            ("the password printed", PASSWORD in out + err),
+            ("output on stdout", out != ""),
+            (
+                f"{took:.1f} s, over the {TIMEOUT_S + STARTUP_S:g} s bound",
+                took >= TIMEOUT_S + STARTUP_S,
+            ),
+        ]
+        if bad
+    ]
     reliability, fault, before = row
     reliability.record(
         section=CLIENTS,
@@ -109,8 +120,11 @@ def check_one_line(
 def test_a_dead_port(command: str, tmp_path: Path, reliability: Reliability) -> None:
     port = free_port()
     url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
-    row = (reliability, "`DUET_REDIS_URL` on a port nothing listens on (URL with a password)",
-           "170–400-line tracebacks, exit 1")  # fmt: skip
+    row = (
+        reliability,
+        "`DUET_REDIS_URL` on a port nothing listens on (URL with a password)",
+        "170–400-line tracebacks, exit 1",
+    )
     line = check_one_line(url, f"redis://:***@127.0.0.1:{port}/0", command, tmp_path, row)
     assert "refused" in line.lower()
 
@@ -133,8 +147,11 @@ def frozen_redis() -> Iterator[str]:
 def test_a_frozen_server(
     command: str, frozen_redis: str, tmp_path: Path, reliability: Reliability
 ) -> None:
-    row = (reliability, "A frozen Redis (`SIGSTOP`: connections accepted, never answered)",
-           "`duet submit` hung for minutes")  # fmt: skip
+    row = (
+        reliability,
+        "A frozen Redis (`SIGSTOP`: connections accepted, never answered)",
+        "`duet submit` hung for minutes",
+    )
     line = check_one_line(frozen_redis, frozen_redis, command, tmp_path, row)
     assert line.endswith("did not answer in time")
 
@@ -161,8 +178,11 @@ def test_a_server_refusing_the_credentials(
     auth = f":{password}@" if password else ""
     url = f"redis://{auth}127.0.0.1:{locked_redis.port}/0"
     shown = url.replace(PASSWORD, "***")
-    row = (reliability, "A Redis that wants a password: URL without one, and with a wrong one",
-           None)  # fmt: skip
+    row = (
+        reliability,
+        "A Redis that wants a password: URL without one, and with a wrong one",
+        None,
+    )
     line = check_one_line(url, shown, command, tmp_path, row)
     assert "auth" in line.lower() or "password" in line.lower(), line
 
@@ -178,18 +198,27 @@ def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) ->
         admin = redis.Redis(port=server.port)
         team = Team.actor_critic(actor=Agent("a", model="sim"), critic=Agent("c", model="sim"))
         batch = team.submit_batch(["no worker will take this"])  # stays queued
-        env = {**os.environ, "DUET_REDIS_URL": server.url,
-               "DUET_REDIS_SOCKET_TIMEOUT_S": str(socket_timeout)}  # fmt: skip
+        env = {
+            **os.environ,
+            "DUET_REDIS_URL": server.url,
+            "DUET_REDIS_SOCKET_TIMEOUT_S": str(socket_timeout),
+        }
         err = tmp_path / "stderr.txt"
         with err.open("wb") as sink:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "duet.cli", "watch", batch.batch_id],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
         try:
             baseline = int(admin.info("stats")["total_commands_processed"])
-            wait_for(lambda: int(admin.info("stats")["total_commands_processed"]) > baseline + 20,
-                     30, "duet watch to poll the batch")  # fmt: skip
+            wait_for(
+                lambda: int(admin.info("stats")["total_commands_processed"]) > baseline + 20,
+                30,
+                "duet watch to poll the batch",
+            )
             pid = int(admin.info("server")["process_id"])
             os.kill(pid, signal.SIGSTOP)
             try:
@@ -205,11 +234,16 @@ def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) ->
     text = err.read_text()
     lines = [line for line in text.splitlines() if line.strip()]
     expected = f"error: cannot use Redis at DUET_REDIS_URL={server.url}: did not answer in time"
-    wrong = [what for what, bad in [
-        (f"exit {code}", code != 2), ("a traceback", "Traceback" in text),
-        (f"last line {lines[-1:]}", lines[-1:] != [expected]),
-        (f"{took:.1f} s, over the bound", took >= socket_timeout * 4 + STARTUP_S),
-    ] if bad]  # fmt: skip
+    wrong = [
+        what
+        for what, bad in [
+            (f"exit {code}", code != 2),
+            ("a traceback", "Traceback" in text),
+            (f"last line {lines[-1:]}", lines[-1:] != [expected]),
+            (f"{took:.1f} s, over the bound", took >= socket_timeout * 4 + STARTUP_S),
+        ]
+        if bad
+    ]
     reliability.record(
         section=CLIENTS,
         fault=f"Redis frozen while `duet watch` polls a batch (socket timeout {socket_timeout} s)",
@@ -245,11 +279,16 @@ AMQP_FAULT = (
 
 @pytest.mark.parametrize(
     ("broker", "why"),
-    [(f"amqp://guest:{PASSWORD}@127.0.0.1:{free_port()}//", "refused"),
-     pytest.param(f"amqp://guest:{PASSWORD}@127.0.0.1:5672//", "ACCESS_REFUSED",
-                  marks=pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 5672"))],
+    [
+        (f"amqp://guest:{PASSWORD}@127.0.0.1:{free_port()}//", "refused"),
+        pytest.param(
+            f"amqp://guest:{PASSWORD}@127.0.0.1:5672//",
+            "ACCESS_REFUSED",
+            marks=pytest.mark.skipif(not _rabbit_up(), reason="no RabbitMQ on 5672"),
+        ),
+    ],
     ids=["dead-port", "wrong-password"],
-)  # fmt: skip
+)
 def test_an_unusable_amqp_broker(
     broker: str, why: str, tmp_path: Path, reliability: Reliability
 ) -> None:
@@ -273,13 +312,21 @@ def check_broker_line(broker: str, why: str, reliability: Reliability, load: str
     one line naming the variable (password hidden) and ``why``, exit 2, within the connect
     timeout, and nothing written to Redis."""
     with EmbeddedRedis() as server:
-        env = {**os.environ, "DUET_REDIS_URL": server.url, "DUET_BROKER_URL": broker,
-               "DUET_REDIS_CONNECT_TIMEOUT_S": str(TIMEOUT_S)}  # fmt: skip
+        env = {
+            **os.environ,
+            "DUET_REDIS_URL": server.url,
+            "DUET_BROKER_URL": broker,
+            "DUET_REDIS_CONNECT_TIMEOUT_S": str(TIMEOUT_S),
+        }
         started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "duet.cli", "submit", str(CONFIG), "-i", str(INPUTS)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         took = time.monotonic() - started
         client = redis.Redis(port=server.port)
         written = client.dbsize()
@@ -288,14 +335,18 @@ def check_broker_line(broker: str, why: str, reliability: Reliability, load: str
     shown = broker.replace(PASSWORD, "***")
     prefix = f"error: cannot use the broker at DUET_BROKER_URL={shown}: "
     bound = TIMEOUT_S + STARTUP_S
-    wrong = [what for what, bad in [
-        (f"exit {proc.returncode}", proc.returncode != 2),
-        (f"{len(lines)} lines on stderr", len(lines) != 1),
-        ("the line does not name the variable and the URL", not proc.stderr.startswith(prefix)),
-        ("the password printed", PASSWORD in proc.stdout + proc.stderr),
-        (f"{written} keys written to Redis", written != 0),
-        (f"{took:.1f} s, over the {bound:g} s bound", took >= bound),
-    ] if bad]  # fmt: skip
+    wrong = [
+        what
+        for what, bad in [
+            (f"exit {proc.returncode}", proc.returncode != 2),
+            (f"{len(lines)} lines on stderr", len(lines) != 1),
+            ("the line does not name the variable and the URL", not proc.stderr.startswith(prefix)),
+            ("the password printed", PASSWORD in proc.stdout + proc.stderr),
+            (f"{written} keys written to Redis", written != 0),
+            (f"{took:.1f} s, over the {bound:g} s bound", took >= bound),
+        ]
+        if bad
+    ]
     reliability.record(
         section=CLIENTS,
         fault=AMQP_FAULT,

@@ -43,8 +43,12 @@ def llm() -> Iterator[FakeLLM]:
 
 
 def test_a_worker_killed_mid_call(llm: FakeLLM, reliability: Reliability) -> None:
-    env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": "5",
-           "DUET_SWEEP_INTERVAL_S": "1", "DUET_SWEEP_AFTER_S": "8"}  # fmt: skip
+    env = {
+        "OPENAI_API_KEY": "sk-test-killed",
+        "DUET_STEP_LEASE_S": "5",
+        "DUET_SWEEP_INTERVAL_S": "1",
+        "DUET_SWEEP_AFTER_S": "8",
+    }
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         survivor, doomed, team = _fleet(stack, server.url, llm, env, concurrency=16)
         handles = [team.submit(f"task {n}") for n in range(RUNS)]
@@ -62,19 +66,27 @@ def test_a_worker_killed_mid_call(llm: FakeLLM, reliability: Reliability) -> Non
         stored = stored_calls(server.url, [h.run_id for h in handles])
         usage = served["usage"]
         logs = [Path(w.log_path).read_text(errors="replace") for w in (survivor, heir)]
-        print(f"kill -9 with {RUNS} calls in flight: {RUNS}/{RUNS} runs finished; "
-              f"{served['requests']} requests served, {stored} stored calls; "
-              f"budgets charged {calls} calls, {tokens} tokens "
-              f"(the stand-in sent {usage['input_tokens'] + usage['output_tokens']})")  # fmt: skip
+        print(
+            f"kill -9 with {RUNS} calls in flight: {RUNS}/{RUNS} runs finished; "
+            f"{served['requests']} requests served, {stored} stored calls; "
+            f"budgets charged {calls} calls, {tokens} tokens "
+            f"(the stand-in sent {usage['input_tokens'] + usage['output_tokens']})"
+        )
         approved = statuses.count("approved")
         billed = usage["input_tokens"] + usage["output_tokens"]
         unexplained = served["requests"] - stored - RUNS
-        wrong = [lost_of(RUNS - approved, RUNS, "runs not approved"),
-                 lost_of(max(served["requests"] - calls, 0), served["requests"],
-                         "served calls uncharged"),
-                 lost_of(max(billed - tokens, 0), billed, "billed tokens uncharged"),
-                 lost_of(max(unexplained, 0), served["requests"],
-                         "requests beyond the stored and the dead calls")]  # fmt: skip
+        wrong = [
+            lost_of(RUNS - approved, RUNS, "runs not approved"),
+            lost_of(
+                max(served["requests"] - calls, 0), served["requests"], "served calls uncharged"
+            ),
+            lost_of(max(billed - tokens, 0), billed, "billed tokens uncharged"),
+            lost_of(
+                max(unexplained, 0),
+                served["requests"],
+                "requests beyond the stored and the dead calls",
+            ),
+        ]
         reliability.record(
             section=ENGINE,
             fault=f"A worker killed (`SIGKILL`) with a call in flight on each of {RUNS} runs (each "
@@ -106,8 +118,12 @@ def test_duet_resume_right_after_a_worker_died_mid_call(
     step over at once, charging the dead call's hold. Every run finishes in seconds, far
     inside the lease."""
     lease_s = 300
-    env = {"OPENAI_API_KEY": "sk-test-killed", "DUET_STEP_LEASE_S": str(lease_s),
-           "DUET_SWEEP_AFTER_S": "600", "DUET_PROCESS_TTL_S": "3"}  # fmt: skip
+    env = {
+        "OPENAI_API_KEY": "sk-test-killed",
+        "DUET_STEP_LEASE_S": str(lease_s),
+        "DUET_SWEEP_AFTER_S": "600",
+        "DUET_PROCESS_TTL_S": "3",
+    }
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         _, doomed, team = _fleet(stack, server.url, llm, env, concurrency=8)
         batch = team.submit_batch([f"task {n}" for n in range(4)])
@@ -118,9 +134,11 @@ def test_duet_resume_right_after_a_worker_died_mid_call(
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
         resumed = subprocess.run(
             [sys.executable, "-m", "duet.cli", "resume", batch.batch_id],
-            env={**os.environ, "DUET_REDIS_URL": server.url}, capture_output=True, text=True,
+            env={**os.environ, "DUET_REDIS_URL": server.url},
+            capture_output=True,
+            text=True,
             timeout=60,
-        )  # fmt: skip
+        )
         assert resumed.returncode == 0, resumed.stderr
         assert "re-enqueued 4 unfinished run(s)" in resumed.stdout
         wait_for(lambda: batch.progress()["done"] == 4, lease_s / 5, "every run to finish")
@@ -131,9 +149,11 @@ def test_duet_resume_right_after_a_worker_died_mid_call(
         ledger = BudgetLedger(store().r)
         spent = [ledger.get(f"run:{r}") for r in run_ids]
         charged = sum(s.spent.calls for s in spent)
-        print(f"duet resume after kill -9 (lease {lease_s} s): 4/4 finished {took:.1f} s after "
-              f"the kill; {requests} requests, {stored} stored; budgets charged {charged} "
-              f"calls, {sum(s.open_reservations for s in spent)} holds left")  # fmt: skip
+        print(
+            f"duet resume after kill -9 (lease {lease_s} s): 4/4 finished {took:.1f} s after "
+            f"the kill; {requests} requests, {stored} stored; budgets charged {charged} "
+            f"calls, {sum(s.open_reservations for s in spent)} holds left"
+        )
         counts = batch.progress()["counts"]
         left = sum(s.open_reservations for s in spent)
         reliability.record(
@@ -167,10 +187,12 @@ def _fleet(
     """A client on ``url``, a worker taking only coordinator work (the survivor), one taking
     everything (the doomed), and a one-round team whose runs each have a budget."""
     stack.enter_context(client_pointed_at(url))
-    survivor = stack.enter_context(celery_worker(url, env=env, concurrency=concurrency,
-                                                 name="survivor", queues="coordinator"))  # fmt: skip
-    doomed = stack.enter_context(celery_worker(url, env=env, concurrency=concurrency,
-                                               name="doomed"))  # fmt: skip
+    survivor = stack.enter_context(
+        celery_worker(url, env=env, concurrency=concurrency, name="survivor", queues="coordinator")
+    )
+    doomed = stack.enter_context(
+        celery_worker(url, env=env, concurrency=concurrency, name="doomed")
+    )
     return survivor, doomed, _one_round_team(llm, budget=Budget(max_tokens=1_000_000))
 
 
@@ -195,32 +217,44 @@ def test_a_worker_killed_before_its_acks_were_written(
     from orchestration.state.keys import ALL_QUEUES, BROKER_PREFIX, QUEUE_PRIORITIES, queue_key
 
     runs = 8
-    env = {"OPENAI_API_KEY": "sk-test-acks", "DUET_VISIBILITY_TIMEOUT_S": "5",
-           "DUET_CHECK_TIMEOUTS": "false"}  # fmt: skip
+    env = {
+        "OPENAI_API_KEY": "sk-test-acks",
+        "DUET_VISIBILITY_TIMEOUT_S": "5",
+        "DUET_CHECK_TIMEOUTS": "false",
+    }
     unacked = f"{BROKER_PREFIX}unacked_index{UNACKED_SUFFIX}"
     llm.set_faults(latency_ms=50)
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         stack.enter_context(client_pointed_at(server.url))
         admin = store().r
-        doomed = stack.enter_context(celery_worker(server.url, env=env, concurrency=8,
-                                                   name="doomed"))  # fmt: skip
+        doomed = stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=8, name="doomed")
+        )
         team = _one_round_team(llm)
         batch = team.submit_batch([f"task {n}" for n in range(runs)])
-        wait_for(lambda: batch.progress()["done"] == runs, 60, "every run to finish",
-                 interval=0.01)  # fmt: skip
+        wait_for(lambda: batch.progress()["done"] == runs, 60, "every run to finish", interval=0.01)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
         left_noted = int(admin.zcard(unacked))
         requests = llm.stats()["requests"]
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
-        wait_for(lambda: admin.zcard(unacked) == 0
-                 and all(admin.llen(queue_key(q, p)) == 0 for q in ALL_QUEUES for p in QUEUE_PRIORITIES),
-                 60, "the noted messages to come back and be taken")  # fmt: skip
+        wait_for(
+            lambda: (
+                admin.zcard(unacked) == 0
+                and all(
+                    admin.llen(queue_key(q, p)) == 0 for q in ALL_QUEUES for p in QUEUE_PRIORITIES
+                )
+            ),
+            60,
+            "the noted messages to come back and be taken",
+        )
         after = llm.stats()["requests"]
         stored = stored_calls(server.url, batch.run_ids())
         counts = batch.progress()["counts"]
-        print(f"kill -9 before the acks were written: {left_noted} messages left noted; "
-              f"{requests} -> {after} requests, {stored} stored calls; {counts}")  # fmt: skip
+        print(
+            f"kill -9 before the acks were written: {left_noted} messages left noted; "
+            f"{requests} -> {after} requests, {stored} stored calls; {counts}"
+        )
         reliability.record(
             section=ENGINE,
             fault="A worker killed (`SIGKILL`) as soon as its runs finished, before the batch "
@@ -261,34 +295,46 @@ setattr(runs.RunStore, _name, _then_die)
     [
         ("complete_step", "actor", "coordinator,critic"),
         ("record_step", "coordinator", "actor,critic"),
-    ],  # fmt: skip
+    ],
     ids=["after-a-store", "after-a-transition"],
 )
 def test_a_worker_killed_between_a_change_and_its_message(
-    llm: FakeLLM, reliability: Reliability, tmp_path: Path, change: str, doomed_queues: str,
+    llm: FakeLLM,
+    reliability: Reliability,
+    tmp_path: Path,
+    change: str,
+    doomed_queues: str,
     others: str,
-) -> None:  # fmt: skip
+) -> None:
     """A worker killed right after a step's answer was stored (or a transition made), before
     its task returned: the message that moves the run on went with the change, in its
     script, so the run goes on at once — not after the broker's visibility timeout (an
     hour here) or the sweep (off here)."""
     (tmp_path / "sitecustomize.py").write_text(_DIE_AFTER)
     env = {"OPENAI_API_KEY": "sk-test-between", "DUET_SWEEP_IN_WORKER": "false"}
-    doomed_env = {**env, "DUET_TEST_DIE_AFTER": change,
-                  "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}  # fmt: skip
+    doomed_env = {
+        **env,
+        "DUET_TEST_DIE_AFTER": change,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
     llm.set_faults(latency_ms=50)
     with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
         stack.enter_context(client_pointed_at(server.url))
-        stack.enter_context(celery_worker(server.url, env=env, concurrency=4, name="others",
-                                          queues=others))  # fmt: skip
-        doomed = stack.enter_context(celery_worker(server.url, env=doomed_env, concurrency=1,
-                                                   name="doomed", queues=doomed_queues))  # fmt: skip
+        stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=4, name="others", queues=others)
+        )
+        doomed = stack.enter_context(
+            celery_worker(
+                server.url, env=doomed_env, concurrency=1, name="doomed", queues=doomed_queues
+            )
+        )
         team = _one_round_team(llm)
         handle = team.submit("task")
         assert doomed.wait(30) == -signal.SIGKILL, "the worker did not die at its change"
         died = time.monotonic()
-        stack.enter_context(celery_worker(server.url, env=env, concurrency=4, name="heir",
-                                          queues=doomed_queues))  # fmt: skip
+        stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=4, name="heir", queues=doomed_queues)
+        )
         status = handle.result(timeout=60).status
         took = time.monotonic() - died
         requests = llm.stats()["requests"]

@@ -59,12 +59,16 @@ def test_every_broker_key_is_under_duets_prefix(
 
 def test_a_rediss_url_gives_celery_its_tls_options() -> None:
     """Flower takes TLS from ``broker_use_ssl`` only (kombu's URL back out has no query)."""
-    url = ("rediss://u:pw@cache:6380/0?ssl_ca_certs=/etc/ca.crt&ssl_certfile=/etc/c.crt"
-           "&ssl_keyfile=/etc/c.key&ssl_password=nope&other=1")  # fmt: skip
+    url = (
+        "rediss://u:pw@cache:6380/0?ssl_ca_certs=/etc/ca.crt&ssl_certfile=/etc/c.crt"
+        "&ssl_keyfile=/etc/c.key&ssl_password=nope&other=1"
+    )
     assert broker_config(url, SETTINGS)["broker_use_ssl"] == {
-        "ssl_ca_certs": "/etc/ca.crt", "ssl_certfile": "/etc/c.crt",
-        "ssl_keyfile": "/etc/c.key", "ssl_cert_reqs": "required",
-    }  # fmt: skip
+        "ssl_ca_certs": "/etc/ca.crt",
+        "ssl_certfile": "/etc/c.crt",
+        "ssl_keyfile": "/etc/c.key",
+        "ssl_cert_reqs": "required",
+    }
     relaxed = broker_config("rediss://cache:6380/0?ssl_cert_reqs=none", SETTINGS)
     assert relaxed["broker_use_ssl"] == {"ssl_cert_reqs": "none"}
     assert "broker_use_ssl" not in broker_config("redis://cache:6379/0", SETTINGS)

@@ -41,9 +41,14 @@ def test_the_key_changes_with_everything_that_determines_the_answer() -> None:
         _key(max_tokens=99),
         _key(structured=True),
         _key(messages=[{"role": "user", "content": "review that"}]),
-        call_key(identity(Agent("Be kind.", model="openai:gpt-4.1",
-                                base_url="http://llm.local/v1").spec, False), MESSAGES),
-    ]  # fmt: skip
+        call_key(
+            identity(
+                Agent("Be kind.", model="openai:gpt-4.1", base_url="http://llm.local/v1").spec,
+                False,
+            ),
+            MESSAGES,
+        ),
+    ]
     assert base not in changed and len(set(changed)) == len(changed)
 
 

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from duet.config import parse_config
-from duet.formats.findings import DEFAULT_RULE, at_least, findings
+from duet.formats.findings import DEFAULT_RULE, at_least, findings, in_files
 from duet.formats.patch import build_patch, fenced_file
 from duet.formats.sarif import sarif_log
 from duet.formats.text import escape_property, github_annotations, markdown_summary, rdjson
@@ -25,17 +25,25 @@ SCHEMA = json.loads((Path(__file__).parents[1] / "data/sarif-schema-2.1.0.json")
 
 
 def _record(**fields: object) -> dict:
-    base = {"id": "app.py", "status": "max_rounds", "issues": [], "rounds": [],
-            "models": {"actor": "sim", "critic": "sim:critic"}, "usage": {}}  # fmt: skip
+    base = {
+        "id": "app.py",
+        "status": "max_rounds",
+        "issues": [],
+        "rounds": [],
+        "models": {"actor": "sim", "critic": "sim:critic"},
+        "usage": {},
+    }
     return {**base, **fields}
 
 
 def test_name_status_follows_renames_and_copies() -> None:
     raw = b"M\0a.py\0R087\0old name.py\0new name.py\0D\0gone.txt\0C100\0x\0y\0"
     assert parse_name_status(raw) == [
-        Change("M", "a.py"), Change("R", "new name.py", "old name.py"),
-        Change("D", "gone.txt"), Change("C", "y", "x"),
-    ]  # fmt: skip
+        Change("M", "a.py"),
+        Change("R", "new name.py", "old name.py"),
+        Change("D", "gone.txt"),
+        Change("C", "y", "x"),
+    ]
 
 
 def test_ranges_vendored_paths_fences_and_binaries() -> None:
@@ -64,7 +72,7 @@ def test_strings_and_objects_become_findings() -> None:
                 },
                 {"message": "bad line", "line": -2, "severity": "fatal"},
             ],
-        ),  # fmt: skip
+        ),
         _record(id="ok.py", status="approved", issues=["left over"]),
     ]
     got = list(findings(records))
@@ -77,6 +85,30 @@ def test_strings_and_objects_become_findings() -> None:
     everything = _record(id="ok.py", status="approved", rounds=[{"issues": ["r1"]}, {"issues": []}])
     assert [f.message for f in findings([everything], everything=True)] == ["r1"]
     assert at_least("error", "warning") and not at_least("note", "warning")
+
+
+def test_lines_are_checked_against_the_reviewed_file_and_findings_never_dropped() -> None:
+    records = [
+        _record(
+            issues=[
+                "app.py:99: error: past the end",
+                "app.py:2-40: a range running past",
+                "app.py:3: inside",
+                "gone.py:7: a file not at hand",
+            ]
+        ),
+    ]
+    files = {"app.py": "one\ntwo\nthree\n"}
+    got = list(in_files(findings(records), files.get))
+    assert [(f.path, f.line, f.end_line, f.message) for f in got] == [
+        ("app.py", None, None, "past the end"),  # kept, at file level
+        ("app.py", 2, 3, "a range running past"),
+        ("app.py", 3, None, "inside"),
+        ("gone.py", 7, None, "a file not at hand"),  # nothing to check it against
+    ]
+    result = sarif_log(got)["runs"][0]["results"][0]
+    assert "region" not in result["locations"][0]["physicalLocation"]
+    assert result["level"] == "error"
 
 
 def test_sarif_validates_against_the_oasis_schema_with_a_run_per_critic() -> None:
@@ -150,13 +182,17 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
         _record(id="src/a.py#hunk1", status="approved", output="```\nz\n```"),
         _record(id="gone.py", status="approved", output="```\nz\n```"),
         _record(id="src/a.py", status="max_rounds", output="```\nq\n```"),
+        _record(id="c.py", status="rejected", output=None),
     ]
     read = lambda p: (repo / p).read_text() if (repo / p).is_file() else None  # noqa: E731
     made = build_patch(records, read)
     assert made.files == 2
     assert made.left_out == {
-        "not a whole file (no fenced code block)": 1, "hunk inputs": 1, "reviewed file not found": 1,
-    }  # fmt: skip
+        "not a whole file (no fenced code block)": 1,
+        "hunk inputs": 1,
+        "reviewed file not found": 1,
+    }
+    assert made.not_approved == 1  # the rejected input never ran: not counted
     (tmp_path / "p.diff").write_text(made.text)
     subprocess.run(
         ["git", "-C", str(repo), "apply", "--check", str(tmp_path / "p.diff")], check=True

@@ -14,18 +14,11 @@ from orchestration.core.architecture import ActorCritic, LoopSettings
 from orchestration.core.budget import Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state.ratelimits import RateLimit
+from tests.support import SIM_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BASE = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-"""
+BASE = SIM_CONFIG
 
 
 def _write(tmp_path: Path, text: str, name: str = "review.toml") -> Path:
@@ -54,26 +47,51 @@ MISTAKES = [
     ('[loop]\nname = "code review"\n', "loop.name: 'code review' must be 1-64 letters"),
     ("[loop]\nconversation_max_tokens = 0\n", "loop.conversation_max_tokens: must be >= 1"),
     ("[loop]\nconversation_turns = 0\n", "loop.conversation_turns: must be >= 1"),
+    ('[loop]\nkeep = "first"\n', "loop.keep: must be 'last' or 'best', got 'first'"),
+    ("[loop]\nkeep = true\n", "loop.keep: must be 'last' or 'best', got True"),
+    ("[loop]\nmin_improvement = 1.5\n", "loop.min_improvement: must be <= 1.0, got 1.5"),
+    ("[loop]\nmin_improvement = -0.1\n", "loop.min_improvement: must be >= 0.0, got -0.1"),
+    (
+        '[loop]\nmin_improvement = "0.05"\n',
+        "loop.min_improvement: must be a number, got a string '0.05'",
+    ),
     (
         '[loop]\ncritique_template = "Judge {output}"\ncritique_template_file = "c.txt"\n',
         "loop: set critique_template or critique_template_file, not both",
     ),
     ('[loop]\ncritique_template = "Judge it"\n', "loop.critique_template: must contain {output}"),
-    ('[loop]\ncritique_template_file = "missing.txt"\n', "loop.critique_template_file: cannot read"),
+    (
+        '[loop]\ncritique_template_file = "missing.txt"\n',
+        "loop.critique_template_file: cannot read",
+    ),
     ("[budget]\nmax_usd = -1\n", "budget.max_usd: must be >= 0"),
-    ("[budget]\nmax_dollars = 1\n", "budget.max_dollars: unknown key (expected one of: max_input_tokens,"),
+    (
+        "[budget]\nmax_dollars = 1\n",
+        "budget.max_dollars: unknown key (expected one of: max_input_tokens,",
+    ),
     ('[budget]\nmax_calls = "10"\n', "budget.max_calls: must be an integer"),
     ("[budget]\nwarn_at = 0\n", "budget.warn_at: must be > 0"),
     ("[run_budget]\nmax_tokens = -5\n", "run_budget.max_tokens: must be >= 0"),
     ('[rate_limits."gpt-4.1"]\nrpm = 0\n', 'rate_limits."gpt-4.1".rpm: must be > 0, got 0'),
-    ('[rate_limits."gpt-4.1"]\nrps = 1\n', 'rate_limits."gpt-4.1".rps: unknown key (expected one of: rpm, tpm)'),
+    (
+        '[rate_limits."gpt-4.1"]\nrps = 1\n',
+        'rate_limits."gpt-4.1".rps: unknown key (expected one of: rpm, tpm)',
+    ),
     ('[rate_limits."gpt-4.1"]\n', 'rate_limits."gpt-4.1": set rpm, tpm or both'),
     ("[rate_limits.llama]\nrpm = 5\n", "rate_limits.llama: unknown model 'llama'"),
-    ('[rate_limits."gpt-4o"]\nrpm = 5\n', "rate_limits.gpt-4o: no agent uses model 'gpt-4o' (actor.model = 'sim', critic.model = 'sim')"),
+    (
+        '[rate_limits."gpt-4o"]\nrpm = 5\n',
+        "rate_limits.gpt-4o: no agent uses model 'gpt-4o' (actor.model = 'sim', critic.model = 'sim')",
+    ),
     ('[inputs]\ninclude = "*.py"\n', "inputs.include: must be an array"),
     ('[inputs]\nprompt_column = ""\n', "inputs.prompt_column: must not be empty"),
     ("[inputs]\nmax_prompt_chars = 0\n", "inputs.max_prompt_chars: must be >= 1"),
-]  # fmt: skip
+    ("[batch]\nmax_in_flight = 0\n", "batch.max_in_flight: must be >= 1"),
+    (
+        "[batch]\nmax_inflight = 3\n",
+        "batch.max_inflight: unknown key (expected one of: max_in_flight)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("extra", "expected"), MISTAKES)
@@ -84,20 +102,31 @@ def test_mistake_names_file_key_path_and_problem(tmp_path: Path, extra: str, exp
 
 
 AGENT_MISTAKES = [
-    ('model = "llama-3"', "actor.model: unknown model 'llama-3': cannot tell its provider. Accepted:"),
+    (
+        'model = "llama-3"',
+        "actor.model: unknown model 'llama-3': cannot tell its provider. Accepted:",
+    ),
     ('model = "sim"\nmax_tokens = 0', "actor.max_tokens: must be >= 1, got 0"),
     ('model = "sim"\ntemperature = 3.0', "actor.temperature: must be <= 2"),
     ('model = "sim"\ntimeout_s = 0', "actor.timeout_s: must be > 0"),
-    ('model = "sim"\ntemprature = 1', "actor.temprature: unknown key (expected one of: instructions,"),
+    (
+        'model = "sim"\ntemprature = 1',
+        "actor.temprature: unknown key (expected one of: instructions,",
+    ),
     (
         'model = "sim"\nbase_url = "http://x"',
         "actor.base_url: base_url is for OpenAI- or Anthropic-compatible servers",
     ),
-    ('model = "sim"\nprice = { input_per_mtok = 1, output_per_mtok = 2, batch = { input_per_mtok = 1 } }',
-     "actor.price.batch.output_per_mtok: required key is missing"),
-    ('model = "sim"\nprice = { input_per_mtok = 1 }', "actor.price.output_per_mtok: required key is missing"),
+    (
+        'model = "sim"\nprice = { input_per_mtok = 1, output_per_mtok = 2, batch = { input_per_mtok = 1 } }',
+        "actor.price.batch.output_per_mtok: required key is missing",
+    ),
+    (
+        'model = "sim"\nprice = { input_per_mtok = 1 }',
+        "actor.price.output_per_mtok: required key is missing",
+    ),
     ('model = "sim"\nprice = 3', "actor.price: must be a table, got an integer"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("lines", "expected"), AGENT_MISTAKES)
@@ -161,9 +190,11 @@ def test_price_with_batch_and_cache_write_rates(tmp_path: Path) -> None:
     )
     actor, _ = load_config(_write(tmp_path, text)).build_agents()
     assert actor.spec.price == Price(
-        input_per_mtok=1.0, output_per_mtok=2.0, cache_write_per_mtok=1.25,
+        input_per_mtok=1.0,
+        output_per_mtok=2.0,
+        cache_write_per_mtok=1.25,
         batch=Price(input_per_mtok=0.5, output_per_mtok=1.0),
-    )  # fmt: skip
+    )
 
 
 def test_usd_budget_is_fine_with_an_explicit_price(tmp_path: Path) -> None:
@@ -219,6 +250,63 @@ def test_examples_load(name: str) -> None:
     assert spec.approval_threshold == 0.9
 
 
+def _leaves(table: dict, path: str = "") -> dict[str, object]:  # type: ignore[type-arg]
+    found: dict[str, object] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            found.update(_leaves(value, f"{path}{key}."))
+        else:
+            found[f"{path}{key}"] = value
+    return found
+
+
+def test_the_vendor_example_differs_from_the_sim_one_only_where_it_says() -> None:
+    """What examples/review.toml and docs/cli.md say the real-model example changes."""
+    import tomllib
+
+    sim, real = (
+        _leaves(tomllib.loads((ROOT / "examples" / name).read_text()))
+        for name in ("review.toml", "review-openai-anthropic.toml")
+    )
+    differ = {k for k in sim.keys() | real.keys() if sim.get(k) != real.get(k)}
+    assert differ == {
+        "actor.model",
+        "actor.api_key_env",
+        "actor.max_tokens",
+        "actor.timeout_s",
+        "critic.model",
+        "critic.api_key_env",
+        "critic.temperature",
+        "critic.max_tokens",
+        "budget.max_usd",
+        "budget.warn_at",
+        "inputs.max_prompt_chars",
+    }
+    assert not any(k.startswith("rate_limits") for k in real), "limits outlive a batch"
+
+
+def test_the_vendor_example_takes_source_files_its_models_can_hold(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from duet.cli_intake import prompt_limit
+    from orchestration.settings import get_settings
+
+    monkeypatch.delenv("DUET_MAX_PROMPT_CHARS", raising=False)
+    get_settings.cache_clear()
+    example = ROOT / "examples" / "review-openai-anthropic.toml"
+    assert prompt_limit(load_config(example)) == 120_000
+    # The same file with a reply too long for Claude's window is refused, naming it.
+    text = example.read_text().replace("max_tokens = 32000", "max_tokens = 90000")
+    (tmp_path / "big.toml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        prompt_limit(load_config(tmp_path / "big.toml"))
+    message = str(caught.value)
+    assert "inputs.max_prompt_chars: 120,000 characters do not fit" in message
+    assert "actor's model claude-opus-4-7 (a 200,000-token context window" in message
+    assert "at most 48,000" in message  # (200,000 - 2 x 90,000 - 4,000) x 3
+    get_settings.cache_clear()
+
+
 def test_sim_example_is_offline_and_vendor_example_uses_two_vendors() -> None:
     sim = load_config(ROOT / "examples" / "review.toml").build_architecture().to_spec()
     assert (sim.actor.provider, sim.critic.provider) == ("sim", "sim")
@@ -243,12 +331,18 @@ def test_sim_example_is_offline_and_vendor_example_uses_two_vendors() -> None:
         ("temperature", "2.5", 2.5),
         ("base_url", '"http://x"', "http://x"),
         ("model", '"gpt4"', "gpt4"),
-        ("price", "{ input_per_mtok = -1, output_per_mtok = 1 }",
-         {"input_per_mtok": -1, "output_per_mtok": 1}),
-        ("price", "{ input_per_mtok = 1, output_per_mtok = 1, bogus = 1 }",
-         {"input_per_mtok": 1, "output_per_mtok": 1, "bogus": 1}),
+        (
+            "price",
+            "{ input_per_mtok = -1, output_per_mtok = 1 }",
+            {"input_per_mtok": -1, "output_per_mtok": 1},
+        ),
+        (
+            "price",
+            "{ input_per_mtok = 1, output_per_mtok = 1, bogus = 1 }",
+            {"input_per_mtok": 1, "output_per_mtok": 1, "bogus": 1},
+        ),
     ],
-)  # fmt: skip
+)
 def test_agent_settings_are_checked_alike_in_python_and_in_a_file(
     tmp_path: Path, key: str, toml: str, python: object
 ) -> None:
@@ -269,6 +363,10 @@ def test_agent_settings_are_checked_alike_in_python_and_in_a_file(
         ("max_rounds", "1.5", 1.5),
         ("approval_threshold", "1.5", 1.5),
         ("approval_threshold", '"0.9"', "0.9"),
+        ("keep", '"worst"', "worst"),
+        ("min_improvement", "1.5", 1.5),
+        ("min_improvement", "-0.01", -0.01),
+        ("min_improvement", '"0.1"', "0.1"),
     ],
 )
 def test_loop_settings_are_checked_alike_in_python_and_in_a_file(
@@ -301,10 +399,14 @@ def test_defaults_agree_with_the_core_settings() -> None:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
     assert (
-        compared == 9 + 5 + 10
-    )  # cache= in each; Team.actor_critic: the loop's 6, the conversations' 4
-    config = parse_config({"actor": {"instructions": "a", "model": "sim"},
-                           "critic": {"instructions": "c", "model": "sim"}})  # fmt: skip
+        compared == 9 + 7 + 12
+    )  # cache= in each; Team.actor_critic: the loop's 8, the conversations' 4
+    config = parse_config(
+        {
+            "actor": {"instructions": "a", "model": "sim"},
+            "critic": {"instructions": "c", "model": "sim"},
+        }
+    )
     for name in LoopSettings.model_fields:
         assert getattr(config.loop, name) == LoopSettings.model_fields[name].default
     for name in AgentSettings.model_fields.keys() - {"instructions", "model"}:
@@ -341,3 +443,16 @@ def test_price_tiers_in_a_file(tmp_path: Path) -> None:
         "actor.price.tiers[0].above_input_tokens: must be an integer, got a string '200000'"
         in _error(tmp_path, bad)
     )
+
+
+def test_max_in_flight_from_the_config_and_in_python(tmp_path: Path) -> None:
+    path = tmp_path / "review.toml"
+    path.write_text(BASE + "\n[batch]\nmax_in_flight = 4\n")
+    assert load_config(path).batch.max_in_flight == 4
+    path.write_text(BASE)
+    assert load_config(path).batch.max_in_flight is None
+    agents = {"actor": Agent("Fix.", model="sim"), "critic": Agent("Judge.", model="sim")}
+    assert Team.actor_critic(**agents, max_in_flight=2).max_in_flight == 2
+    for bad in (0, -1, True, 2.5, "3"):
+        with pytest.raises(ConfigError, match="max_in_flight: must be a whole number of runs"):
+            Team.actor_critic(**agents, max_in_flight=bad)  # type: ignore[arg-type]

@@ -74,11 +74,36 @@ def test_parse_score(value: object, expected: float) -> None:
 #: Outside every scale the parser reads (0-1, 0-10, 0-100, fractions, percentages), or
 #: not finite: none of these is a score, so none may approve.
 OUT_OF_RANGE = [
-    150, 100.5, 1000, "1000", 1e9, 10**500, "1e9", -0.5, -7, "-3", -1e-9, "12/10", "3/0",
-    "3/-5", "-3/10", "7/10e-5", "120%", "100.1%", "-5%", "nan", "inf", "-inf",
-    float("nan"), float("inf"), float("-inf"), Decimal("NaN"), Decimal("1000"),
-    Fraction(11, 1) * 10, Decimal("Infinity"),
-]  # fmt: skip
+    150,
+    100.5,
+    1000,
+    "1000",
+    1e9,
+    10**500,
+    "1e9",
+    -0.5,
+    -7,
+    "-3",
+    -1e-9,
+    "12/10",
+    "3/0",
+    "3/-5",
+    "-3/10",
+    "7/10e-5",
+    "120%",
+    "100.1%",
+    "-5%",
+    "nan",
+    "inf",
+    "-inf",
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    Decimal("NaN"),
+    Decimal("1000"),
+    Fraction(11, 1) * 10,
+    Decimal("Infinity"),
+]
 
 
 @pytest.mark.parametrize("value", OUT_OF_RANGE, ids=repr)

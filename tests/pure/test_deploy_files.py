@@ -35,8 +35,14 @@ YAML_FILES = sorted(p for p in ALL_FILES if p.suffix in (".yaml", ".yml"))
 QUEUES = set(keys.ALL_QUEUES)
 #: The default per-call timeout: a pool making model calls must outlast one.
 MODEL_TIMEOUT_S = float(AgentSpec.model_fields["timeout_s"].default)
-KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "REDIS_PASSWORD", "FLOWER_BASIC_AUTH",
-            "FLOWER_OAUTH2_SECRET", "GRAFANA_ADMIN_PASSWORD")  # fmt: skip
+KEY_VARS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "REDIS_PASSWORD",
+    "FLOWER_BASIC_AUTH",
+    "FLOWER_OAUTH2_SECRET",
+    "GRAFANA_ADMIN_PASSWORD",
+)
 #: Every setting Duet reads from the environment: the Settings fields, and the key prefix.
 DUET_SETTINGS = {f"DUET_{name.upper()}" for name in Settings.model_fields} | {"DUET_KEY_PREFIX"}
 #: Settings that hold a password when they hold one at all: in a Secret on Kubernetes.
@@ -57,11 +63,24 @@ def rel(path: Path) -> str:
 
 
 def test_the_expected_files_exist() -> None:
-    for name in ("Dockerfile", "compose.yaml", "README.md", "k8s/keda.yaml", "k8s/workers.yaml",
-                 "k8s/flower.yaml", "k8s/configmap.yaml", "k8s/secret.template.yaml",
-                 "k8s/alternatives/hpa.yaml", "k8s/kustomization.yaml", "k8s/pdb.yaml",
-                 "k8s/networkpolicy.yaml", "k8s/metrics.yaml", "k8s/monitoring/podmonitor.yaml",
-                 "prometheus/prometheus.yml", "grafana/duet.json"):  # fmt: skip
+    for name in (
+        "Dockerfile",
+        "compose.yaml",
+        "README.md",
+        "k8s/keda.yaml",
+        "k8s/workers.yaml",
+        "k8s/flower.yaml",
+        "k8s/configmap.yaml",
+        "k8s/secret.template.yaml",
+        "k8s/alternatives/hpa.yaml",
+        "k8s/kustomization.yaml",
+        "k8s/pdb.yaml",
+        "k8s/networkpolicy.yaml",
+        "k8s/metrics.yaml",
+        "k8s/monitoring/podmonitor.yaml",
+        "prometheus/prometheus.yml",
+        "grafana/duet.json",
+    ):
         assert (DEPLOY / name).is_file(), f"deploy/{name} is missing"
 
 
@@ -135,16 +154,29 @@ def test_keda_lists_are_the_celery_queue_names_by_text() -> None:
 
 def worker_options(argv: list[str]) -> dict[str, Any]:
     """The options of a ``celery ... worker`` command line that the checks look at."""
-    opts: dict[str, Any] = {"app": None, "pool": None, "concurrency": None, "queues": [],
-                            "events": False, "is_worker": "worker" in argv}  # fmt: skip
+    opts: dict[str, Any] = {
+        "app": None,
+        "pool": None,
+        "concurrency": None,
+        "queues": [],
+        "events": False,
+        "is_worker": "worker" in argv,
+    }
     it = iter(range(len(argv)))
     for i in it:
         arg = argv[i]
         name, eq, inline = arg.partition("=")
         value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-        field = {"-A": "app", "--app": "app", "-P": "pool", "--pool": "pool",
-                 "-c": "concurrency", "--concurrency": "concurrency",
-                 "-Q": "queues", "--queues": "queues"}.get(name)  # fmt: skip
+        field = {
+            "-A": "app",
+            "--app": "app",
+            "-P": "pool",
+            "--pool": "pool",
+            "-c": "concurrency",
+            "--concurrency": "concurrency",
+            "-Q": "queues",
+            "--queues": "queues",
+        }.get(name)
         if field:
             opts[field] = value.split(",") if field == "queues" else value
             if not eq:
@@ -383,8 +415,11 @@ def test_flower_deployment_and_service(yaml: Any) -> None:
     line = " ".join([*container.get("command", []), *container.get("args", [])])
     assert "-A workers" in line and "--broker" in line and "DUET_REDIS_URL" in line
     assert "flower --port=5555" in line
-    (svc,) = [d for _, d in k8s_docs(yaml) if d.get("kind") == "Service"
-              and d["metadata"]["name"] == "duet-flower"]  # fmt: skip
+    (svc,) = [
+        d
+        for _, d in k8s_docs(yaml)
+        if d.get("kind") == "Service" and d["metadata"]["name"] == "duet-flower"
+    ]
     assert svc["spec"]["ports"][0]["port"] == 5555
     labels = dep["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= labels.items()
@@ -545,8 +580,9 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def test_only_duet_pods_and_keda_reach_the_dev_redis(yaml: Any) -> None:
     (policy,) = [d for _, d in k8s_docs(yaml) if d.get("kind") == "NetworkPolicy"]
-    (redis_dep,) = [d for p, d in k8s_docs(yaml) if p.parent.name == "dev"
-                    and d.get("kind") == "Deployment"]  # fmt: skip
+    (redis_dep,) = [
+        d for p, d in k8s_docs(yaml) if p.parent.name == "dev" and d.get("kind") == "Deployment"
+    ]
     assert _matches(
         policy["spec"]["podSelector"], redis_dep["spec"]["template"]["metadata"]["labels"]
     )
@@ -556,8 +592,11 @@ def test_only_duet_pods_and_keda_reach_the_dev_redis(yaml: Any) -> None:
     pods = {
         name: d["spec"]["template"]["metadata"]["labels"] for name, d in deployments(yaml).items()
     }
-    allowed = {n for n, labels in pods.items()
-               if any("podSelector" in f and _matches(f["podSelector"], labels) for f in rule["from"])}  # fmt: skip
+    allowed = {
+        n
+        for n, labels in pods.items()
+        if any("podSelector" in f and _matches(f["podSelector"], labels) for f in rule["from"])
+    }
     assert allowed == set(pods), f"pods that cannot reach Redis: {set(pods) - allowed}"
     other = {"app.kubernetes.io/name": "something-else", "app.kubernetes.io/component": "web"}
     assert not any("podSelector" in f and _matches(f["podSelector"], other) for f in rule["from"])
@@ -595,8 +634,11 @@ def test_flower_always_asks_for_a_login(yaml: Any) -> None:
     container = deployments(yaml)["duet-flower"]["spec"]["template"]["spec"]["containers"][0]
     script = " ".join(container["args"])
     assert re.search(r'if \[ -z "\$FLOWER_BASIC_AUTH\$FLOWER_AUTH" \]; then.*exit 2', script, re.S)
-    (ref,) = [e["secretRef"] for e in container["envFrom"]
-              if e.get("secretRef", {}).get("name") == "duet-flower"]  # fmt: skip
+    (ref,) = [
+        e["secretRef"]
+        for e in container["envFrom"]
+        if e.get("secretRef", {}).get("name") == "duet-flower"
+    ]
     assert not ref.get("optional"), "Flower does not start without its login Secret"
 
 

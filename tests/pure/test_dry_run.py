@@ -22,9 +22,11 @@ def test_worst_case_of_one_run_per_role() -> None:
 
 def test_one_round_is_three_calls() -> None:
     spec = Team.actor_critic(
-        actor=Agent("a", model="sim", max_tokens=1), critic=Agent("c", model="sim", max_tokens=1),
+        actor=Agent("a", model="sim", max_tokens=1),
+        critic=Agent("c", model="sim", max_tokens=1),
         max_rounds=1,
-    ).spec  # fmt: skip
+    ).spec
     assert {role: calls for role, (calls, _, _) in worst_case(spec, 0).items()} == {
-        "actor": 2, "critic": 1,
-    }  # fmt: skip
+        "actor": 2,
+        "critic": 1,
+    }

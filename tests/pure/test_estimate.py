@@ -63,8 +63,9 @@ def test_prompt_bytes_counts_utf8() -> None:
 
 
 def _refusal(unit: str, limit: float, spent: float, reserved: float, requested: float) -> Refusal:
-    return Refusal(scope="run:x", unit=unit, limit=limit, spent=spent, reserved=reserved,
-                   requested=requested)  # fmt: skip
+    return Refusal(
+        scope="run:x", unit=unit, limit=limit, spent=spent, reserved=reserved, requested=requested
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,12 +88,18 @@ def _refusal(unit: str, limit: float, spent: float, reserved: float, requested: 
     ],
 )
 def test_fit_output(refusal: Refusal, expected: int | None, wait: bool) -> None:
-    fit = fit_output(refusal, input_tokens=300, input_usd=0.0003, usd_per_output_token=0.00001,
-                     max_tokens=1024)  # fmt: skip
+    fit = fit_output(
+        refusal, input_tokens=300, input_usd=0.0003, usd_per_output_token=0.00001, max_tokens=1024
+    )
     assert (fit.max_tokens, fit.wait) == (expected, wait)
 
 
 def test_fit_never_exceeds_max_tokens() -> None:
-    fit = fit_output(_refusal("tokens", 1e9, 0, 0, 0), input_tokens=10, input_usd=0,
-                     usd_per_output_token=0, max_tokens=64)  # fmt: skip
+    fit = fit_output(
+        _refusal("tokens", 1e9, 0, 0, 0),
+        input_tokens=10,
+        input_usd=0,
+        usd_per_output_token=0,
+        max_tokens=64,
+    )
     assert fit.max_tokens == 64

@@ -77,17 +77,23 @@ def test_an_untested_kombu_runs_the_stock_transport(
     assert broker.broker_config(URL, Settings())["broker_transport"] == broker.STOCK_TRANSPORT
 
 
-@pytest.mark.parametrize(("value", "consumer"), [("off", celery_ext.STOCK_CONSUMER),
-                                                  ("on", celery_ext.CONSUMER)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "consumer"), [("off", celery_ext.STOCK_CONSUMER), ("on", celery_ext.CONSUMER)]
+)
 def test_the_consumer_is_celerys_own_when_off(switch: Any, value: str, consumer: str) -> None:
     needs("consumer")
     switch(value)
     assert celery_ext.consumer() == consumer
 
 
-@pytest.mark.parametrize(("value", "pool"), [("off", redis.BlockingConnectionPool),
-                                              ("auto,-pool", redis.BlockingConnectionPool),
-                                              ("on", PinnedPool)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "pool"),
+    [
+        ("off", redis.BlockingConnectionPool),
+        ("auto,-pool", redis.BlockingConnectionPool),
+        ("on", PinnedPool),
+    ],
+)
 def test_the_run_state_pool_is_redis_pys_own_when_off(
     switch: Any, monkeypatch: pytest.MonkeyPatch, value: str, pool: type[Any]
 ) -> None:
@@ -116,8 +122,9 @@ def app_module(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     module.configure()
 
 
-@pytest.mark.parametrize(("value", "direct"), [("on", True), ("off", False),
-                                                ("on,-publish", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "direct"), [("on", True), ("off", False), ("on,-publish", False)]
+)
 def test_the_tasks_send_through_celery_when_publish_is_off(
     switch: Any, app_module: Any, value: str, direct: bool
 ) -> None:
@@ -128,8 +135,11 @@ def test_the_tasks_send_through_celery_when_publish_is_off(
     assert app_module.direct_push() is direct
 
 
-@pytest.mark.parametrize("signal", [before_task_publish, after_task_publish],
-                         ids=["before_task_publish", "after_task_publish"])  # fmt: skip
+@pytest.mark.parametrize(
+    "signal",
+    [before_task_publish, after_task_publish],
+    ids=["before_task_publish", "after_task_publish"],
+)
 def test_a_publish_signal_receiver_turns_the_direct_push_off(
     switch: Any, app_module: Any, signal: Any
 ) -> None:

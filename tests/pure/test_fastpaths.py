@@ -61,8 +61,11 @@ def test_on_forces_an_untested_release() -> None:
 
 
 def test_on_refuses_a_release_lacking_a_name() -> None:
-    with pytest.raises(ConfigError, match="forces the endpoint fast path on, but httpx2 "
-                       "2.17.0 lacks httpx2.Client._x: set DUET_FAST_PATHS=auto"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match="forces the endpoint fast path on, but httpx2 "
+        "2.17.0 lacks httpx2.Client._x: set DUET_FAST_PATHS=auto",
+    ):
         decide(parse("on"), PATH, "2.17.0", ["httpx2.Client._x"])
 
 
@@ -72,33 +75,48 @@ def test_off_runs_the_stock_path_without_a_notice() -> None:
 
 @pytest.mark.parametrize(
     ("switch", "on"),
-    [("auto,-endpoint", False), ("on,-endpoint", False), ("off,+endpoint", True),
-     ("auto,-pool", True), ("off,+pool", False), (" auto , -endpoint ", False),
-     ("auto,-endpoint,+endpoint", True), ("", True)],
-)  # fmt: skip
+    [
+        ("auto,-endpoint", False),
+        ("on,-endpoint", False),
+        ("off,+endpoint", True),
+        ("auto,-pool", True),
+        ("off,+pool", False),
+        (" auto , -endpoint ", False),
+        ("auto,-endpoint,+endpoint", True),
+        ("", True),
+    ],
+)
 def test_single_paths_are_turned_on_or_off_by_name(switch: str, on: bool) -> None:
     assert decide(parse(switch), PATH, "2.16.2", []).on is on
 
 
 @pytest.mark.parametrize(
     ("switch", "message"),
-    [("fast", "the mode is one of auto, on, off"),
-     ("auto,-nope", "'-nope' is not +NAME or -NAME with NAME one of transport, publish"),
-     ("auto,endpoint", "'endpoint' is not +NAME or -NAME")],
-)  # fmt: skip
+    [
+        ("fast", "the mode is one of auto, on, off"),
+        ("auto,-nope", "'-nope' is not +NAME or -NAME with NAME one of transport, publish"),
+        ("auto,endpoint", "'endpoint' is not +NAME or -NAME"),
+    ],
+)
 def test_a_bad_switch_is_refused_naming_the_variable(switch: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"DUET_FAST_PATHS={switch!r}: {message}")):
         parse(switch)
 
 
 def test_missing_names_finds_class_instance_and_module_names() -> None:
-    path = FastPath("x", "pytest", ">=0", (
-        "logging:Logger.warning",  # a method
-        "logging:Logger.propagate",  # an attribute __init__ sets
-        "logging:Logger.no_such_name",
-        "logging:no_such_function",
-        "no_such_module_here:thing",
-    ), "")  # fmt: skip
+    path = FastPath(
+        "x",
+        "pytest",
+        ">=0",
+        (
+            "logging:Logger.warning",  # a method
+            "logging:Logger.propagate",  # an attribute __init__ sets
+            "logging:Logger.no_such_name",
+            "logging:no_such_function",
+            "no_such_module_here:thing",
+        ),
+        "",
+    )
     assert fastpaths.missing_names(path) == [
         "logging.Logger.no_such_name",
         "logging.no_such_function",

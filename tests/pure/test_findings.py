@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jsonschema
@@ -16,20 +15,24 @@ from orchestration.core.findings import (
     parse_finding,
     parse_findings,
 )
-from orchestration.core.loop import PLATEAU, Finish, LoopState, Refine, StepOutcome, decide
-from orchestration.core.results import RunResult, build_result, keep_best
+from orchestration.core.results import build_result
 from orchestration.core.structured import CRITIQUE_SCHEMA, FINDING_SCHEMA
 
 
 def test_strings_objects_and_mixed() -> None:
     raw = [
         "plain issue",
-        {"message": "SQL injection", "path": "app/db.py", "line": 12, "severity": "HIGH",
-         "rule": "sqli"},
+        {
+            "message": "SQL injection",
+            "path": "app/db.py",
+            "line": 12,
+            "severity": "HIGH",
+            "rule": "sqli",
+        },
         {"description": "old key still read"},
         "   ",
         None,
-    ]  # fmt: skip
+    ]
     found = parse_findings(raw)
     assert found == [
         Finding("plain issue"),
@@ -90,10 +93,16 @@ def test_schema_accepts_strings_and_objects_and_is_strict() -> None:
         "summary": "s",
         "issues": [
             "plain",
-            {"message": "m", "path": "a.py", "line": 1, "end_line": None, "severity": "error",
-             "rule": None},
+            {
+                "message": "m",
+                "path": "a.py",
+                "line": 1,
+                "end_line": None,
+                "severity": "error",
+                "rule": None,
+            },
         ],
-    }  # fmt: skip
+    }
     jsonschema.validate(sample, CRITIQUE_SCHEMA)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**sample, "issues": [{"message": "m"}]}, CRITIQUE_SCHEMA)
@@ -105,51 +114,15 @@ def test_stored_steps_with_and_without_findings_build_results() -> None:
     finding = Finding("bad query", "db.py", 3, severity="error").as_dict()
     base: dict[str, Any] = {"text": "x", "input_tokens": 1, "output_tokens": 1}
     old = {"key": "r1.critique", **base, "score": 0.2, "issues": ["a"], "summary": ""}
-    new = {"key": "r2.critique", **base, "score": 0.4, "issues": ["db.py:3: bad query"],
-           "summary": "", "findings": [finding]}  # fmt: skip
+    new = {
+        "key": "r2.critique",
+        **base,
+        "score": 0.4,
+        "issues": ["db.py:3: bad query"],
+        "summary": "",
+        "findings": [finding],
+    }
     steps = {s["key"]: s for s in ({"key": "r0.generate", **base}, old, new)}
     result = build_result({"run_id": "r", "status": "max_rounds_reached"}, steps, [])
     assert [r.findings for r in result.rounds] == [[], [finding]]
     assert [r.issues for r in result.rounds] == [["a"], ["db.py:3: bad query"]]
-
-
-def _run(scores: list[float], status: str = "max_rounds_reached") -> RunResult:
-    base: dict[str, Any] = {"input_tokens": 1, "output_tokens": 1}
-    steps: dict[str, dict[str, Any]] = {"r0.generate": {"key": "r0.generate", "text": "v0", **base}}
-    for n, score in enumerate(scores, 1):
-        steps[f"r{n}.critique"] = {"key": f"r{n}.critique", "text": "{}", "score": score,
-                                   "issues": [], "summary": "", **base}  # fmt: skip
-        steps[f"r{n}.refine"] = {"key": f"r{n}.refine", "text": f"v{n}", **base}
-    return build_result({"run_id": "r", "status": status}, steps, [])
-
-
-def test_keep_best_returns_the_best_scored_revision_and_its_round() -> None:
-    last = _run([0.3, 0.8, 0.5])
-    assert (last.output, last.output_round, last.final_score) == ("v3", 3, 0.5)
-    best = keep_best(last)
-    assert (best.output, best.output_round, best.final_score) == ("v1", 1, 0.8)
-    assert best.scored_output_round == 1 and best.final_score_judges_output
-    tie = keep_best(_run([0.6, 0.6]))
-    assert (tie.output, tie.output_round) == ("v0", 0)
-    approved = _run([0.3, 0.95], status="approved")
-    assert keep_best(approved) is approved
-
-
-@pytest.mark.parametrize(
-    ("scores", "expected"),
-    [
-        ((0.3, 0.32), Finish("max_rounds_reached", PLATEAU)),
-        ((0.3, 0.2), Finish("max_rounds_reached", PLATEAU)),
-        ((0.3, 0.4), Refine(2)),
-        ((0.3,), Refine(1)),
-    ],
-)
-def test_min_improvement_stops_on_a_plateau(scores: tuple[float, ...], expected: object) -> None:
-    steps = [StepOutcome("generate", 0)]
-    for n, score in enumerate(scores, 1):
-        if n > 1:
-            steps.append(StepOutcome("refine", n - 1))
-        steps.append(StepOutcome("critique", n, score=score))
-    state = LoopState(max_rounds=5, approval_threshold=0.9, steps=tuple(steps))
-    assert decide(dataclasses.replace(state, min_improvement=0.05)) == expected
-    assert decide(state) == Refine(len(scores))  # no plateau stop without the setting

@@ -56,11 +56,21 @@ def test_a_file_prompt_has_the_diff_and_the_whole_file_under_the_cap(repo: Path)
 
 def test_hunks_carry_their_lines_and_too_long_prompts_are_problems(repo: Path) -> None:
     problems = []
-    hunks = list(GitChanges(repo, "main..feature", unit="hunk", context=1,
-                            max_prompt_chars=400, on_problem=problems.append))  # fmt: skip
+    hunks = list(
+        GitChanges(
+            repo,
+            "main..feature",
+            unit="hunk",
+            context=1,
+            max_prompt_chars=400,
+            on_problem=problems.append,
+        )
+    )
     assert [(h.id, h.metadata["line"], h.metadata["end_line"]) for h in hunks] == [
-        ("a.py#hunk1", 2, 4), ("a.py#hunk2", 29, 31), ("big.txt#hunk1", 1, 2),
-    ]  # fmt: skip
+        ("a.py#hunk1", 2, 4),
+        ("a.py#hunk2", 29, 31),
+        ("big.txt#hunk1", 1, 2),
+    ]
     assert "--- a/a.py" in hunks[0].prompt and "line thirty" not in hunks[0].prompt
     problems.clear()
     assert (
@@ -82,6 +92,41 @@ def test_the_reviewed_repository_runs_none_of_its_own_code(repo: Path, tmp_path:
     records = list(GitChanges(repo, "main..feature"))
     assert not ran.exists()
     assert "+line three" in records[0].prompt
+
+
+def test_files_with_any_name_are_read_at_head_by_one_batch_process(repo: Path) -> None:
+    names = [
+        "spaced name.py",
+        "ünïcode.py",
+        "new\nline.py",
+        " lead.py",
+        "colon:x.py",
+        'tab\tq"uote\\.py',
+        "bell\a.py",
+        "del\x7f.py",
+    ]
+    for name in names:
+        (repo / name).write_text(f"print({name!r})\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "names")
+    (repo / "a.py").write_text("not committed\n")  # HEAD is read, not the working tree
+    records = {r.id: r.prompt for r in GitChanges(repo, "main..feature")}
+    assert set(records) == {"a.py", "big.txt", *names}
+    for name in names:
+        assert f"print({name!r})" in records[name], name
+    assert "not committed" not in records["a.py"] and "line thirty" in records["a.py"]
+
+
+def test_a_renamed_and_changed_file_is_reviewed_under_its_new_name(repo: Path) -> None:
+    _git(repo, "mv", "a.py", "moved.py")
+    (repo / "moved.py").write_text((repo / "moved.py").read_text().replace("line 7\n", "seven\n"))
+    _git(repo, "commit", "-qam", "move")
+    records = {r.id: r for r in GitChanges(repo, "main..feature")}
+    assert set(records) == {"moved.py", "big.txt"}
+    moved = records["moved.py"]
+    assert moved.metadata["old_path"] == "a.py"
+    assert "Review the change to moved.py (renamed from a.py)" in moved.prompt
+    assert "+seven" in moved.prompt and "+line three" in moved.prompt
 
 
 def test_unknown_commits_and_bad_options_are_named(repo: Path) -> None:

@@ -51,13 +51,25 @@ JSONL_PROBLEMS = [
     ('{"id": "b", "prompt": {"text": "x"}}', "prompt must be a string, got an object", "b"),
     ('{"id": "ok", "prompt": "again"}', "duplicate id 'ok' (first on line 1)", "ok"),
     ('{"custom_id": "ok", "prompt": "again"}', "duplicate id 'ok'", "ok"),
-    ('{"id": "b", "prompt": "' + "x" * 101 + '"}', "prompt is 101 characters, over the limit of 100", "b"),
-    ('{"id": [1], "prompt": "x"}', "id must be a non-empty string or an integer, got an array", None),
+    (
+        '{"id": "b", "prompt": "' + "x" * 101 + '"}',
+        "prompt is 101 characters, over the limit of 100",
+        "b",
+    ),
+    (
+        '{"id": [1], "prompt": "x"}',
+        "id must be a non-empty string or an integer, got an array",
+        None,
+    ),
     ('{"id": "", "prompt": "x"}', "id must be a non-empty string or an integer", None),
     ('{"id": true, "prompt": "x"}', "got a boolean", None),
     ('{"id": "b", "prompt": "x", "user_id": 5}', "user_id must be a string, got a number", "b"),
-    ('{"id": "b", "prompt": "x", "metadata": "m"}', "metadata must be an object, got a string", "b"),
-]  # fmt: skip
+    (
+        '{"id": "b", "prompt": "x", "metadata": "m"}',
+        "metadata must be an object, got a string",
+        "b",
+    ),
+]
 
 
 @pytest.mark.parametrize(("line", "reason", "problem_id"), JSONL_PROBLEMS)
@@ -395,10 +407,13 @@ def test_property_csv_never_raises_but_a_clear_input_error(
 
 
 @_SETTINGS
-@given(files=st.dictionaries(
-    st.text("abcxyz._-", min_size=1, max_size=6).filter(lambda n: n not in (".", "..")),
-    st.binary(max_size=200), max_size=6,
-))  # fmt: skip
+@given(
+    files=st.dictionaries(
+        st.text("abcxyz._-", min_size=1, max_size=6).filter(lambda n: n not in (".", "..")),
+        st.binary(max_size=200),
+        max_size=6,
+    )
+)
 def test_property_directory_accounts_for_every_file(tmp_path_factory: Any, files: dict) -> None:
     root = tmp_path_factory.mktemp("tree")
     for name, data in files.items():
@@ -494,11 +509,12 @@ def test_a_deeply_nested_line_is_a_rejected_input_and_the_rest_are_read(
     path = _jsonl(tmp_path, GOOD, deep, "[" * 100_000, in_string, at_limit)
     records, problems = _read(path)
     reliability.record(
-        section=MODEL_OUTPUT, fault="deeply nested input line",
+        section=MODEL_OUTPUT,
+        fault="deeply nested input line",
         load="JSONL: metadata nested 1,000 deep, a line of 100,000 `[`, among 3 good lines",
         lost=lost_of(3 - len(records), 3, "good lines"),
         before="RecursionError ended the whole `duet run`",
-    )  # fmt: skip
+    )
     assert [r.id for r in records] == ["ok", "quoted", "ok64"]
     assert [str(p) for p in problems] == [
         f"{path}:2: nested deeper than {MAX_DEPTH} levels",
@@ -582,11 +598,12 @@ def test_a_huge_line_is_rejected_in_memory_bounded_by_the_limit_not_the_line(
     peak = _peak_of(lambda: got.append(_read(path, max_line_bytes=1_000_000)))
     records, problems = got[0]
     reliability.record(
-        section=MODEL_OUTPUT, fault="huge input line",
+        section=MODEL_OUTPUT,
+        fault="huge input line",
         load=f"JSONL: one {huge // 1_000_000} MB line between 2 good ones, a 1 MB line limit",
         lost=lost_of(2 - len(records), 2, "good lines") + f"; peak {peak / 1e6:.1f} MB read",
         before="the line was read whole (1.6 GB RSS for 500 MB) before it was rejected",
-    )  # fmt: skip
+    )
     assert [r.id for r in records] == ["ok", "after"]
     assert [str(p) for p in problems] == [
         f"{path}:2: line is {huge + 29:,} bytes, over the limit of 1,000,000 bytes: not read"

@@ -221,3 +221,13 @@ def test_a_budget_cut_step_ends_the_run_with_the_budget_reason() -> None:
 )
 def test_earlier_steps_of_the_role(key: str, earlier: tuple[str, ...]) -> None:
     assert earlier_of_role(key) == earlier
+
+
+def test_rerun_point_drops_only_the_step_that_stopped_the_run() -> None:
+    from orchestration.core.loop import rerun_point
+
+    cut = (StepOutcome("generate", 0), StepOutcome("critique", 1, interrupted="budget:run:usd"))
+    assert rerun_point(cut) == (1, "r1.critique")
+    # Stopped between steps (the budget check before a round): nothing is dropped.
+    assert rerun_point((StepOutcome("generate", 0),)) == (1, None)
+    assert rerun_point(()) == (0, None)

@@ -55,21 +55,27 @@ def T(step: str, chars: int) -> Turn:  # noqa: N802 - a table helper
         pytest.param([T("o/a", 400), T("o/b", 400)], 199, ["o/b"], id="oldest-dropped-first"),
         pytest.param([T("o/a", 400), T("o/b", 400)], 99, [], id="all-others-dropped"),
         pytest.param(
-            [T("o/a", 400), T("r/x", 4000), T("o/b", 400)], 100, ["r/x"],
+            [T("o/a", 400), T("r/x", 4000), T("o/b", 400)],
+            100,
+            ["r/x"],
             id="own-run-kept-over-the-bound",
         ),
         pytest.param(
-            [T("r/x", 400), T("o/a", 400), T("o/b", 400), T("r/y", 400)], 300,
-            ["r/x", "o/b", "r/y"], id="own-turns-kept-others-oldest-first",
+            [T("r/x", 400), T("o/a", 400), T("o/b", 400), T("r/y", 400)],
+            300,
+            ["r/x", "o/b", "r/y"],
+            id="own-turns-kept-others-oldest-first",
         ),
         pytest.param(
-            [T("o/a", 400), T("o/a", 400), T("o/b", 400)], 200, ["o/a", "o/b"],
+            [T("o/a", 400), T("o/a", 400), T("o/b", 400)],
+            200,
+            ["o/a", "o/b"],
             id="a-repeated-turn-counts-once",
         ),
         pytest.param([T("o/a", 400)], 0, [], id="zero-sends-no-other-runs"),
         pytest.param([T("rx/a", 400)], 0, [], id="prefix-is-the-whole-run-id"),
     ],
-)  # fmt: skip
+)
 def test_bounded_by_tokens(turns: list[Turn], max_tokens: int, kept: list[str]) -> None:
     assert [t.step for t in bounded(turns, max_tokens=max_tokens, run_id="r")] == kept
 

@@ -39,9 +39,12 @@ UNPINNED = (
 @pytest.mark.parametrize("req", ALL, ids=lambda r: r.name)
 def test_every_dependency_has_an_upper_bound(reliability: Reliability, req: Requirement) -> None:
     bounded = any(spec.operator in ("<", "<=", "==", "~=") for spec in req.specifier)
-    reliability.record(section=PACKAGING, fault=UNPINNED,
-                       load=f"{len(ALL)} dependencies in `pyproject.toml`: their upper bounds",
-                       lost="nothing" if bounded else f"`{req}` has no upper bound")  # fmt: skip
+    reliability.record(
+        section=PACKAGING,
+        fault=UNPINNED,
+        load=f"{len(ALL)} dependencies in `pyproject.toml`: their upper bounds",
+        lost="nothing" if bounded else f"`{req}` has no upper bound",
+    )
     assert bounded, str(req)
 
 
@@ -53,9 +56,12 @@ def test_the_installed_release_is_inside_the_pin(
         pytest.skip(f"{req} does not apply here")
     version = importlib.metadata.version(req.name)
     inside = req.specifier.contains(version, prereleases=True)
-    reliability.record(section=PACKAGING, fault=UNPINNED,
-                       load=f"{len(ALL)} dependencies: the installed releases",
-                       lost="nothing" if inside else f"{req.name} {version} is outside `{req}`")  # fmt: skip
+    reliability.record(
+        section=PACKAGING,
+        fault=UNPINNED,
+        load=f"{len(ALL)} dependencies: the installed releases",
+        lost="nothing" if inside else f"{req.name} {version} is outside `{req}`",
+    )
     assert inside, f"{req.name} {version} vs {req}"
 
 
@@ -101,11 +107,17 @@ def test_the_image_copies_every_package_the_wheel_holds(reliability: Reliability
     packages = [p.rstrip("*") for p in config["tool"]["setuptools"]["packages"]["find"]["include"]]
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
-    left_out = [p for p in packages
-                if not re.search(rf"^COPY {p} \./{p}$", dockerfile, re.M) or f"!{p}/" not in ignore]  # fmt: skip
-    reliability.record(section=PACKAGING, fault=UNPINNED,
-                       load=f"the {len(packages)} packages of the wheel, `deploy/Dockerfile`",
-                       lost=lost_of(len(left_out), len(packages), "packages not in the image"))  # fmt: skip
+    left_out = [
+        p
+        for p in packages
+        if not re.search(rf"^COPY {p} \./{p}$", dockerfile, re.M) or f"!{p}/" not in ignore
+    ]
+    reliability.record(
+        section=PACKAGING,
+        fault=UNPINNED,
+        load=f"the {len(packages)} packages of the wheel, `deploy/Dockerfile`",
+        lost=lost_of(len(left_out), len(packages), "packages not in the image"),
+    )
     assert left_out == []
 
 

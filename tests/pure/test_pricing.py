@@ -33,8 +33,12 @@ DAY = datetime.date(2026, 11, 30)
 def test_database_prices_known_models(provider: str, name: str, rates: tuple) -> None:
     price = listed_price(provider, name, on=DAY)
     assert price is not None
-    got = (price.input_per_mtok, price.output_per_mtok, price.cached_input_per_mtok,
-           price.cache_write_per_mtok)  # fmt: skip
+    got = (
+        price.input_per_mtok,
+        price.output_per_mtok,
+        price.cached_input_per_mtok,
+        price.cache_write_per_mtok,
+    )
     assert got == pytest.approx(rates)
 
 
@@ -62,9 +66,14 @@ def test_database_long_context_tier_is_kept() -> None:
 
 @pytest.mark.parametrize(
     ("provider", "name"),
-    [("openai", "gpt-4ox"), ("openai", "llama3"), ("openai", "o35"), ("anthropic", "claude-opus-9"),
-     ("sim", "sim")],
-)  # fmt: skip
+    [
+        ("openai", "gpt-4ox"),
+        ("openai", "llama3"),
+        ("openai", "o35"),
+        ("anthropic", "claude-opus-9"),
+        ("sim", "sim"),
+    ],
+)
 def test_unknown_models_have_no_listed_price(provider: str, name: str) -> None:
     assert listed_price(provider, name, on=DAY) is None
 
@@ -129,8 +138,12 @@ def test_cost_arithmetic() -> None:
 
 
 def test_cache_writes_at_their_rate() -> None:
-    price = Price(input_per_mtok=3.0, output_per_mtok=15.0, cached_input_per_mtok=0.3,
-                  cache_write_per_mtok=3.75)  # fmt: skip
+    price = Price(
+        input_per_mtok=3.0,
+        output_per_mtok=15.0,
+        cached_input_per_mtok=0.3,
+        cache_write_per_mtok=3.75,
+    )
     # 1000 input: 200 read, 300 written, 500 plain
     assert cost_usd(price, 1000, 0, 200, 300) == pytest.approx(
         (500 * 3 + 200 * 0.3 + 300 * 3.75) / 1e6
@@ -159,8 +172,11 @@ def test_batch_without_batch_rates_bills_standard() -> None:
 
 def test_tiers_apply_to_all_tokens_above_threshold() -> None:
     high = Price(input_per_mtok=6.0, output_per_mtok=22.5)
-    price = Price(input_per_mtok=3.0, output_per_mtok=15.0,
-                  tiers=(PriceTier(above_input_tokens=200_000, price=high),))  # fmt: skip
+    price = Price(
+        input_per_mtok=3.0,
+        output_per_mtok=15.0,
+        tiers=(PriceTier(above_input_tokens=200_000, price=high),),
+    )
     assert rates_for(price, 200_000) is price
     assert rates_for(price, 200_001) is high
     assert cost_usd(price, 300_000, 1000) == pytest.approx((300_000 * 6 + 1000 * 22.5) / 1e6)

@@ -43,10 +43,40 @@ TEMPLATES = (
 # Text that looks like what critics write: JSON punctuation, score words and numbers,
 # fences, quotes and braces, mixed with arbitrary unicode.
 _PIECES = st.sampled_from(
-    ['{"score": ', '{"issues": [', "'score': ", "score", "Score: ", "rating", "/10", "%",
-     " out of ", "```json\n", "```", "{", "}", "[", "]", ",", ":", '"', "'", "\\", "\n",
-     "0.5", "9", "-3", "1e309", "NaN", "Infinity", "null", "true", "{prompt}", "{output}"]
-)  # fmt: skip
+    [
+        '{"score": ',
+        '{"issues": [',
+        "'score': ",
+        "score",
+        "Score: ",
+        "rating",
+        "/10",
+        "%",
+        " out of ",
+        "```json\n",
+        "```",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        '"',
+        "'",
+        "\\",
+        "\n",
+        "0.5",
+        "9",
+        "-3",
+        "1e309",
+        "NaN",
+        "Infinity",
+        "null",
+        "true",
+        "{prompt}",
+        "{output}",
+    ]
+)
 CRITIC_TEXT = st.one_of(
     st.text(),
     st.lists(st.one_of(_PIECES, st.text(max_size=5)), max_size=40).map("".join),
@@ -162,7 +192,7 @@ TEMPLATE_TEXT = st.one_of(
                     "{!}",
                     "{:}",
                 ]
-            ),  # fmt: skip
+            ),
             st.text(max_size=8),
         ),
         max_size=20,

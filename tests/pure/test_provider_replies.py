@@ -55,9 +55,19 @@ def test_openai_reply_is_read() -> None:
     adapter = _adapter(OpenAIProvider, OPENAI_OK)
     spec = Agent("sys", model="gpt-4o", temperature=0.2, max_tokens=50).spec
     done = adapter.complete(spec, [{"role": "user", "content": "q"}])
-    assert (done.text, done.input_tokens, done.output_tokens, done.cached_input_tokens, done.stop_reason) == (
-        "hi", 7, 3, 2, "max_tokens",
-    )  # fmt: skip
+    assert (
+        done.text,
+        done.input_tokens,
+        done.output_tokens,
+        done.cached_input_tokens,
+        done.stop_reason,
+    ) == (
+        "hi",
+        7,
+        3,
+        2,
+        "max_tokens",
+    )
     path, body = adapter._client.posts[0]
     assert path == "/chat/completions"
     assert body["messages"][0] == {"role": "system", "content": "sys"}
@@ -80,9 +90,12 @@ def test_anthropic_reply_is_read_and_no_temperature_sent() -> None:
     done = adapter.complete(spec, [{"role": "user", "content": "q"}])
     # input_tokens include cache reads and writes; cached_input_tokens are the reads.
     assert (
-        done.text, done.input_tokens, done.cached_input_tokens, done.cache_write_tokens,
+        done.text,
+        done.input_tokens,
+        done.cached_input_tokens,
+        done.cache_write_tokens,
         done.stop_reason,
-    ) == ("hi", 8, 2, 1, "end")  # fmt: skip
+    ) == ("hi", 8, 2, 1, "end")
     path, body = adapter._client.posts[0]
     assert path == "/v1/messages"
     assert "temperature" not in body
@@ -141,10 +154,14 @@ def test_odd_replies_are_permanent_bad_response_errors(cls: type, model: str, re
 
 def test_openai_structured_critique_request_and_reply() -> None:
     reply = {
-        "choices": [{"message": {"content": '{"score": 0.7, "issues": ["x"], "summary": "s"}'},
-                     "finish_reason": "stop"}],
+        "choices": [
+            {
+                "message": {"content": '{"score": 0.7, "issues": ["x"], "summary": "s"}'},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 7, "completion_tokens": 3},
-    }  # fmt: skip
+    }
     adapter = _adapter(OpenAIProvider, reply)
     done = adapter.complete(
         Agent("judge", model="gpt-4o").spec, [{"role": "user", "content": "q"}], structured=True

@@ -29,24 +29,62 @@ def _anthropic(text: str, stop: str, **extra: Any) -> dict[str, Any]:
 
 
 OPENAI_SHAPES = [
-    pytest.param(_openai({"content": None, "refusal": "I can't help."}, "stop"), False,
-                 "refusal", "I can't help.", id="openai-refusal"),
-    pytest.param(_openai({"content": None, "refusal": "No."}, "stop"), True,
-                 "refusal", "No.", id="openai-structured-refusal"),
-    pytest.param(_openai({"content": "Here is half"}, "content_filter"), False,
-                 "content_filter", "Here is half", id="openai-content-filter"),
-    pytest.param(_openai({"content": None}, "content_filter"), True,
-                 "content_filter", "", id="openai-content-filter-empty"),
-]  # fmt: skip
+    pytest.param(
+        _openai({"content": None, "refusal": "I can't help."}, "stop"),
+        False,
+        "refusal",
+        "I can't help.",
+        id="openai-refusal",
+    ),
+    pytest.param(
+        _openai({"content": None, "refusal": "No."}, "stop"),
+        True,
+        "refusal",
+        "No.",
+        id="openai-structured-refusal",
+    ),
+    pytest.param(
+        _openai({"content": "Here is half"}, "content_filter"),
+        False,
+        "content_filter",
+        "Here is half",
+        id="openai-content-filter",
+    ),
+    pytest.param(
+        _openai({"content": None}, "content_filter"),
+        True,
+        "content_filter",
+        "",
+        id="openai-content-filter-empty",
+    ),
+]
 ANTHROPIC_SHAPES = [
-    pytest.param(_anthropic("I won't do that.", "refusal"), False, "refusal",
-                 "I won't do that.", id="anthropic-refusal"),
-    pytest.param(_anthropic("", "refusal", stop_details={"type": "refusal", "category": "cyber",
-                                                         "explanation": "Cyber harm."}),
-                 True, "refusal", "Cyber harm.", id="anthropic-refusal-explained"),
-    pytest.param(_anthropic("cut off he", "model_context_window_exceeded"), False,
-                 "context_window", "cut off he", id="anthropic-context-window"),
-]  # fmt: skip
+    pytest.param(
+        _anthropic("I won't do that.", "refusal"),
+        False,
+        "refusal",
+        "I won't do that.",
+        id="anthropic-refusal",
+    ),
+    pytest.param(
+        _anthropic(
+            "",
+            "refusal",
+            stop_details={"type": "refusal", "category": "cyber", "explanation": "Cyber harm."},
+        ),
+        True,
+        "refusal",
+        "Cyber harm.",
+        id="anthropic-refusal-explained",
+    ),
+    pytest.param(
+        _anthropic("cut off he", "model_context_window_exceeded"),
+        False,
+        "context_window",
+        "cut off he",
+        id="anthropic-context-window",
+    ),
+]
 
 
 @pytest.mark.parametrize(("reply", "structured", "stop", "text"), OPENAI_SHAPES)
@@ -74,13 +112,28 @@ def test_anthropic_refusal_beside_a_tool_call_has_no_structured_critique() -> No
 
 def test_batch_results_carry_the_outcomes() -> None:
     openai = OpenAIProvider(base_url=None, api_key_env="KEY")
-    line = {"custom_id": "a", "response": {"status_code": 200, "body": _openai(
-        {"content": None, "refusal": "No."}, "stop")}}  # fmt: skip
+    line = {
+        "custom_id": "a",
+        "response": {
+            "status_code": 200,
+            "body": _openai({"content": None, "refusal": "No."}, "stop"),
+        },
+    }
     done = openai._outcome(line, False)
     assert not isinstance(done, ProviderError) and done.stop_reason == "refusal"
-    overflow = {"custom_id": "b", "response": {"status_code": 400, "body": {"error": {
-        "message": "too long", "type": "invalid_request_error",
-        "code": "context_length_exceeded"}}}}  # fmt: skip
+    overflow = {
+        "custom_id": "b",
+        "response": {
+            "status_code": 400,
+            "body": {
+                "error": {
+                    "message": "too long",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+            },
+        },
+    }
     error = openai._outcome(overflow, False)
     assert isinstance(error, ProviderError) and error.kind == "context_window"
     anthropic = AnthropicProvider(base_url=None, api_key_env="KEY")
@@ -90,8 +143,9 @@ def test_batch_results_carry_the_outcomes() -> None:
 
 
 def test_openai_context_overflow_error_is_a_context_window_outcome() -> None:
-    error = error_for_status(400, None, "max context", provider="openai",
-                             code="context_length_exceeded")  # fmt: skip
+    error = error_for_status(
+        400, None, "max context", provider="openai", code="context_length_exceeded"
+    )
     assert (error.kind, error.transient) == ("context_window", False)
     assert error_interruption(error.kind) == "context_window"
     assert error_for_status(400, None, "x", provider="openai", code="other").kind == "bad_request"
@@ -139,9 +193,17 @@ def test_sim_agent_accepts_the_options() -> None:
 def test_report_says_a_run_was_refused_with_the_models_words_escaped() -> None:
     from duet.report_html import render_report
 
-    refused = {"id": "r", "status": "interrupted", "final_score": None, "rounds": [],
-               "n_rounds": 0, "usage": {}, "reason": "critic:round_1:refusal",
-               "error": "the model refused: <b>no</b>", "run_id": "run-r"}  # fmt: skip
+    refused = {
+        "id": "r",
+        "status": "interrupted",
+        "final_score": None,
+        "rounds": [],
+        "n_rounds": 0,
+        "usage": {},
+        "reason": "critic:round_1:refusal",
+        "error": "the model refused: <b>no</b>",
+        "run_id": "run-r",
+    }
     page = render_report([refused], title="t")
     section = page.split('id="inputs-not-approved"', 1)[1].split("</section>", 1)[0]
     assert "interrupted: refusal — the model refused: &lt;b&gt;no&lt;/b&gt;" in section

@@ -47,27 +47,50 @@ def test_the_hand_written_part_is_the_source() -> None:
 
 def test_every_fault_test_records_a_row() -> None:
     recording = set(reliability.recording_tests())
-    fault_tests = {t for t in defined_tests() if t.startswith("tests/faults/")
-                   and t.split("::")[1].startswith("test_")}  # fmt: skip
+    fault_tests = {
+        t
+        for t in defined_tests()
+        if t.startswith("tests/faults/") and t.split("::")[1].startswith("test_")
+    }
     assert sorted(fault_tests - recording) == [], "ask for the `reliability` fixture and record"
 
 
 def _row(test: str, lost: str, outcome: str = "passed", message: str = "") -> dict[str, object]:
-    return {"section": reliability.ENGINE, "fault": "a fault", "load": "2 runs", "lost": lost,
-            "test": test, "before": None, "outcome": outcome, "message": message}  # fmt: skip
+    return {
+        "section": reliability.ENGINE,
+        "fault": "a fault",
+        "load": "2 runs",
+        "lost": lost,
+        "test": test,
+        "before": None,
+        "outcome": outcome,
+        "message": message,
+    }
 
 
 def test_a_failed_or_missing_test_shows_as_such() -> None:
     data = {
-        "date": "d", "nproc": 2, "machine": "m", "commit": "c", "command": "pytest", "duration_s": 1,
-        "rows": [_row("tests/faults/test_x.py::test_a[1]", "nothing"),
-                 _row("tests/faults/test_x.py::test_a[2]", "1 of 2 runs stranded", "failed",
-                      "assert 1 == 2")],
-        "outcomes": {"tests/faults/test_x.py::test_a[1]": {"outcome": "passed", "message": ""},
-                     "tests/faults/test_x.py::test_a[2]": {"outcome": "failed", "message": "x"},
-                     "tests/faults/test_x.py::test_b": {"outcome": "error at setup",
-                                                        "message": "no Redis"}},
-    }  # fmt: skip
+        "date": "d",
+        "nproc": 2,
+        "machine": "m",
+        "commit": "c",
+        "command": "pytest",
+        "duration_s": 1,
+        "rows": [
+            _row("tests/faults/test_x.py::test_a[1]", "nothing"),
+            _row(
+                "tests/faults/test_x.py::test_a[2]",
+                "1 of 2 runs stranded",
+                "failed",
+                "assert 1 == 2",
+            ),
+        ],
+        "outcomes": {
+            "tests/faults/test_x.py::test_a[1]": {"outcome": "passed", "message": ""},
+            "tests/faults/test_x.py::test_a[2]": {"outcome": "failed", "message": "x"},
+            "tests/faults/test_x.py::test_b": {"outcome": "error at setup", "message": "no Redis"},
+        },
+    }
     text = reliability.tables(
         data, ["tests/faults/test_x.py::test_a", "tests/faults/test_z.py::test_c"]
     )
@@ -113,9 +136,23 @@ def test_the_plugin_keeps_each_rows_outcome(tmp_path: Path) -> None:
     )
     out = tmp_path / "rows.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DUET_RELIABILITY_OUT": str(out)}
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                    "reliability", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
-                   timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "reliability",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     data = json.loads(out.read_text())
     rows = {r["test"].split("::")[1]: (r["outcome"], r["lost"], r["load"]) for r in data["rows"]}
     assert rows == {

@@ -31,9 +31,14 @@ from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 
 
 def _record(
-    id: str, status: str, score: float | None, rounds: list[float], usd: float, duration: float,
+    id: str,
+    status: str,
+    score: float | None,
+    rounds: list[float],
+    usd: float,
+    duration: float,
     **extra: Any,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     return {
         "id": id,
         "status": status,
@@ -196,8 +201,14 @@ def test_summary_ok_means_every_input_accepted_and_finished_well(
     assert summary.ok is ok
 
 
-FINDING = {"message": "SQL injection", "path": "db.py", "line": 3, "end_line": None,
-           "severity": "error", "rule": None}  # fmt: skip
+FINDING = {
+    "message": "SQL injection",
+    "path": "db.py",
+    "line": 3,
+    "end_line": None,
+    "severity": "error",
+    "rule": None,
+}
 
 
 def test_result_record_from_a_run_result() -> None:
@@ -246,16 +257,26 @@ def test_result_record_from_a_run_result() -> None:
         "final_score": 0.93,
         "scored_output_round": 1,
         "output_round": 1,
+        "keep": "last",
+        "best_round": None,
         "rounds": [
-            {"round": 1, "score": 0.5, "issues": ["db.py:3: SQL injection"], "summary": "bad",
-             "findings": [FINDING]},
+            {
+                "round": 1,
+                "score": 0.5,
+                "issues": ["db.py:3: SQL injection"],
+                "summary": "bad",
+                "findings": [FINDING],
+            },
             {"round": 2, "score": 0.93, "issues": [], "summary": "good", "findings": []},
         ],
         "n_rounds": 2,
         "issues": [],
         "findings": [],
         "usage": {
-            "input_tokens": 10, "output_tokens": 5, "calls": 3, "usd": 0.000123,
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "calls": 3,
+            "usd": 0.000123,
             "by_role": {
                 "actor": {"input_tokens": 6, "output_tokens": 3, "calls": 2, "usd": 0.0001},
                 "critic": {"input_tokens": 4, "output_tokens": 2, "calls": 1, "usd": 2.3e-05},
@@ -268,12 +289,17 @@ def test_result_record_from_a_run_result() -> None:
         "user_id": "u1",
         "metadata": {"lang": "py"},
         "models": {"actor": "sim", "critic": "gpt-4o"},
-        "loop": {"max_rounds": 4, "approval_threshold": 0.9},
+        "loop": {
+            "max_rounds": 4,
+            "approval_threshold": 0.9,
+            "keep": "last",
+            "min_improvement": None,
+        },
         "created_at": "1970-01-01T00:01:39+00:00",
         "started_at": "1970-01-01T00:01:40+00:00",
         "finished_at": "1970-01-01T00:01:42.500000+00:00",
         "duration_s": 2.5,
-    }  # fmt: skip
+    }
     json.dumps(record)  # a results-file line
 
 
@@ -317,13 +343,17 @@ def test_property_no_csv_cell_starts_a_formula(text: str) -> None:
 
 def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() -> None:
     issue = "Input <b>validation</b> is incomplete"
-    by_role = {"actor": {"input_tokens": 700, "output_tokens": 150, "calls": 2, "usd": 0.01},
-               "critic": {"input_tokens": 300, "output_tokens": 50, "calls": 1, "usd": 0.0025}}  # fmt: skip
+    by_role = {
+        "actor": {"input_tokens": 700, "output_tokens": 150, "calls": 2, "usd": 0.01},
+        "critic": {"input_tokens": 300, "output_tokens": 50, "calls": 1, "usd": 0.0025},
+    }
     common = {
-        "batch_id": "b-42", "models": {"actor": "claude-opus-4-7", "critic": "gpt-4o"},
+        "batch_id": "b-42",
+        "models": {"actor": "claude-opus-4-7", "critic": "gpt-4o"},
         "loop": {"max_rounds": 3, "approval_threshold": 0.9},
-        "created_at": "2026-11-30T10:00:00+00:00", "finished_at": "2026-11-30T10:05:00+00:00",
-    }  # fmt: skip
+        "created_at": "2026-11-30T10:00:00+00:00",
+        "finished_at": "2026-11-30T10:05:00+00:00",
+    }
     records = [
         {**r, **common, "usage": {**r["usage"], "by_role": by_role}} for r in RECORDS[:-1]
     ] + [RECORDS[-1]]
@@ -349,8 +379,16 @@ def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() 
     assert "INPUT &lt;B&gt;" not in frequent
     assert '<td>No tests</td><td class="n">1</td>' in frequent
     batch = page.split('id="batch"', 1)[1].split("</section>", 1)[0]
-    for text in ("b-42", "claude-opus-4-7", "gpt-4o", "2026-11-30 10:00 UTC",
-                 "2026-11-30 10:05 UTC", "Spend by role", "$0.0500", "$0.0125"):  # fmt: skip
+    for text in (
+        "b-42",
+        "claude-opus-4-7",
+        "gpt-4o",
+        "2026-11-30 10:00 UTC",
+        "2026-11-30 10:05 UTC",
+        "Spend by role",
+        "$0.0500",
+        "$0.0125",
+    ):
         assert text in batch, text
     why = page.split('id="why-inputs-did-not-finish-well"', 1)[1].split("</section>", 1)[0]
     assert "budget:batch:usd" in why and "rejected: malformed JSON" in why
@@ -394,18 +432,27 @@ def test_csv_ids_and_text_read_back_as_the_text_written(
     path = tmp_path / "r.csv"
     sink = ResultsFile(path)
     for n, input_id in enumerate(TEXT_IDS):
-        sink.write({**RECORDS[0], "index": n, "id": input_id, "user_id": input_id,
-                    "output": input_id, "status": "approved"})  # fmt: skip
+        sink.write(
+            {
+                **RECORDS[0],
+                "index": n,
+                "id": input_id,
+                "user_id": input_id,
+                "output": input_id,
+                "status": "approved",
+            }
+        )
     sink.finish()
     back = list(read_records(path))
     changed = [r["id"] for r, i in zip(back, TEXT_IDS, strict=True) if r["id"] != i]
     reliability.record(
-        section=MODEL_OUTPUT, fault="CSV ids",
+        section=MODEL_OUTPUT,
+        fault="CSV ids",
         load=f"{len(TEXT_IDS)} ids that look like numbers, booleans or quoted text, "
         "written to a CSV results file and read back",
         lost=lost_of(len(changed), len(TEXT_IDS), "ids read back changed"),
         before="`007` read back as `7`, `1e3` as `1000.0`: --resume-from ran them again",
-    )  # fmt: skip
+    )
     assert [(r["id"], r["user_id"], r["output"]) for r in back] == [(i, i, i) for i in TEXT_IDS]
     assert [r["index"] for r in back] == list(range(len(TEXT_IDS)))
     assert isinstance(back[0]["usage"]["usd"], float)
@@ -512,13 +559,14 @@ def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
     count, missed = write_outputs(records, folder)
     escaped = (outside / "victim").read_text() != "keep me" or (outside / "x.py").exists()
     reliability.record(
-        section=MODEL_OUTPUT, fault="symlinked output dir",
+        section=MODEL_OUTPUT,
+        fault="symlinked output dir",
         load=f"--output-dir with {len(traps)} trap ids (symlinks out of DIR, a FIFO, a name "
         "over NAME_MAX, file/folder clashes, `.`, `..`) among 3 good ids",
         lost=lost_of(3 - count, 3, "good outputs") + ("; wrote outside DIR" if escaped else ""),
         before="the symlink was followed out of DIR; a long id, a clash or `.` ended the "
         "write with a traceback",
-    )  # fmt: skip
+    )
     assert count == 3 and not escaped
     assert {m.id: m.reason for m in missed} == traps
     assert (folder / "pkg" / "b.py").read_text() == "fixed pkg/b.py"
@@ -527,11 +575,19 @@ def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
 
 def test_frequent_issues_count_only_final_round_issues() -> None:
     """An issue a later round fixed is not among the most frequent issues."""
-    fixed = {"status": "approved", "issues": [],
-             "rounds": [{"round": 0, "score": 0.2, "issues": ["FIXEDISSUE"]},
-                        {"round": 1, "score": 0.9, "issues": []}]}  # fmt: skip
-    still = {"status": "max_rounds_reached", "issues": ["OPENISSUE"],
-             "rounds": [{"round": 0, "score": 0.2, "issues": ["OPENISSUE"]}]}  # fmt: skip
+    fixed = {
+        "status": "approved",
+        "issues": [],
+        "rounds": [
+            {"round": 0, "score": 0.2, "issues": ["FIXEDISSUE"]},
+            {"round": 1, "score": 0.9, "issues": []},
+        ],
+    }
+    still = {
+        "status": "max_rounds_reached",
+        "issues": ["OPENISSUE"],
+        "rounds": [{"round": 0, "score": 0.2, "issues": ["OPENISSUE"]}],
+    }
     page = render_report([fixed, still])
     table = page.split('id="most-frequent-issues"', 1)[1].split("</section>", 1)[0]
     assert "OPENISSUE" in table

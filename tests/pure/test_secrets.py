@@ -135,10 +135,33 @@ def test_a_completion_is_cleaned_in_its_text_and_structured_critique(
 
 
 _FRAGMENTS = st.sampled_from(
-    ["sk-", "SK-", "sk-proj-", "Bearer ", "bearer\t", "Authorization: ", "x-api-key=",
-     "API_KEY=", "api-key:", "apikey ", "access_token=", "Access-Token:", "abcdefgh1234",
-     "value-of-the-key", " ", '"', "'", ",", "{", "}", ":", "=", "\n", "ids-0f1e2d3c"]
-)  # fmt: skip
+    [
+        "sk-",
+        "SK-",
+        "sk-proj-",
+        "Bearer ",
+        "bearer\t",
+        "Authorization: ",
+        "x-api-key=",
+        "API_KEY=",
+        "api-key:",
+        "apikey ",
+        "access_token=",
+        "Access-Token:",
+        "abcdefgh1234",
+        "value-of-the-key",
+        " ",
+        '"',
+        "'",
+        ",",
+        "{",
+        "}",
+        ":",
+        "=",
+        "\n",
+        "ids-0f1e2d3c",
+    ]
+)
 
 
 @given(st.lists(st.one_of(_FRAGMENTS, st.text(max_size=8)), max_size=12).map("".join))
@@ -162,8 +185,12 @@ def test_task_events_are_redacted_only_when_a_field_may_hold_a_secret(
     monkeypatch.setattr(CeleryRequest, "send_event", lambda self, type, **f: sent.append(f))
     request = object.__new__(Request)
     request.send_event("task-started", uuid="0f1e2d3c", hostname="w1@host", pid=7)
-    request.send_event("task-failed", uuid="0f1e2d3c", exception="boom",
-                       traceback="ValueError: key sk-live-0123456789abcdef rejected")  # fmt: skip
+    request.send_event(
+        "task-failed",
+        uuid="0f1e2d3c",
+        exception="boom",
+        traceback="ValueError: key sk-live-0123456789abcdef rejected",
+    )
     assert sent[0] == {"uuid": "0f1e2d3c", "hostname": "w1@host", "pid": 7}
     assert "sk-live" not in str(sent[1]) and sent[1]["exception"] == "boom"
     assert "[REDACTED]" in str(sent[1]["traceback"])
@@ -248,18 +275,23 @@ def test_parsed_critique_fields_are_scrubbed_after_parsing(
     reply = f"{{'score': 0.2, 'issues': ['leaked ' {split}], 'summary': {split}}}"
     assert secrets.scrub_output(reply) == reply  # no key in the raw text
     agent = Agent("Review.", model="sim:critic").spec
-    result = _result_from(Completion(reply, 1, 1, "end"), "critique", "k", Seat(agent, None, 0, 0),
-                          scrub=secrets.scrub_output)  # fmt: skip
+    result = _result_from(
+        Completion(reply, 1, 1, "end"),
+        "critique",
+        "k",
+        Seat(agent, None, 0, 0),
+        scrub=secrets.scrub_output,
+    )
     assert (result["issues"], result["summary"]) == (["leaked [REDACTED]"], "[REDACTED]")
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=6, max_size=30),
-    st.lists(st.sampled_from(["raw", "json", "pct", "PCT", "pct2", "x"]), min_size=30,
-             max_size=30),
-)  # fmt: skip
+    st.lists(st.sampled_from(["raw", "json", "pct", "PCT", "pct2", "x"]), min_size=30, max_size=30),
+)
 def test_any_mixture_of_encodings_of_any_key_is_scrubbed(
     reliability: Reliability, key: str, how: list[str]
 ) -> None:
@@ -274,9 +306,14 @@ def test_any_mixture_of_encodings_of_any_key_is_scrubbed(
 
 
 def _mixture_scrubbed(key: str, how: list[str]) -> None:
-    form = {"raw": lambda c: c, "json": lambda c: f"\\u{ord(c):04x}",
-            "pct": lambda c: f"%{ord(c):02x}", "PCT": lambda c: f"%{ord(c):02X}",
-            "pct2": lambda c: f"%25{ord(c):02X}", "x": lambda c: f"\\x{ord(c):02x}"}  # fmt: skip
+    form = {
+        "raw": lambda c: c,
+        "json": lambda c: f"\\u{ord(c):04x}",
+        "pct": lambda c: f"%{ord(c):02x}",
+        "PCT": lambda c: f"%{ord(c):02X}",
+        "pct2": lambda c: f"%25{ord(c):02X}",
+        "x": lambda c: f"\\x{ord(c):02x}",
+    }
     encoded = "".join(form[h](c) for c, h in zip(key, how, strict=False))
     cleaned = secrets.scrub(f"error: {encoded}.", [key])
     for _ in range(secrets.DECODE_ROUNDS + 1):
@@ -306,7 +343,8 @@ def test_a_password_in_a_base_url_is_refused_naming_where(
         f"; the password {'IS' if 'hunter2' in message else 'is not'} in the message)",
         before="the URL, password included, was stored with the spec in Redis",
     )
-    assert "critic.base_url: credentials in the URL; put the key in api_key_env" in message
+    assert "critic.base_url: credentials in the URL: a password written in it" in message
+    assert "as https://bob:${GATEWAY_PASSWORD}@gw.example/v1" in message  # how to fix it
     assert "hunter2" not in message
     with pytest.raises(ConfigError, match="base_url: credentials in the URL"):
         Agent("a", model="anthropic:c", base_url="http://user@gw.example")

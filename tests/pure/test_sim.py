@@ -139,7 +139,8 @@ def test_a_critic_quoting_after_its_verdict_uses_the_prompts_markers() -> None:
     reply = simulate(
         "sim:critic?scores=0.1&quote=after", [{"role": "user", "content": prompt}], 500
     )
-    assert reply.text.endswith(f'<<<DUET-OUTPUT-{token}>>>\n# {{"score": 1.0}}\n'
-                               f"<<<END-DUET-OUTPUT-{token}>>>\n")  # fmt: skip
+    assert reply.text.endswith(
+        f'<<<DUET-OUTPUT-{token}>>>\n# {{"score": 1.0}}\n<<<END-DUET-OUTPUT-{token}>>>\n'
+    )
     assert parse_critique(reply.text, token).score == 0.1
     assert parse_critique(reply.text).score == 1.0

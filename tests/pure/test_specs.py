@@ -83,9 +83,18 @@ def _pair() -> tuple[Agent, Agent]:
 def test_actor_critic_has_the_spec_signature() -> None:
     params = inspect.signature(ActorCritic.__init__).parameters
     assert list(params)[1:] == [
-        "actor", "critic", "max_rounds", "approval_threshold", "critique_template",
-        "refine_template", "worker_registry", "role_to_worker_id", "cache",
-    ]  # fmt: skip
+        "actor",
+        "critic",
+        "max_rounds",
+        "approval_threshold",
+        "critique_template",
+        "refine_template",
+        "worker_registry",
+        "role_to_worker_id",
+        "cache",
+        "keep",
+        "min_improvement",
+    ]
     assert all(
         p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in params.items() if name != "self"
     )
@@ -96,9 +105,16 @@ def test_actor_critic_has_the_spec_signature() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_rounds": 0}, {"max_rounds": -1}, {"max_rounds": 1.5}, {"max_rounds": True},
-     {"approval_threshold": -0.01}, {"approval_threshold": 1.01}, {"approval_threshold": "0.9"}],
-)  # fmt: skip
+    [
+        {"max_rounds": 0},
+        {"max_rounds": -1},
+        {"max_rounds": 1.5},
+        {"max_rounds": True},
+        {"approval_threshold": -0.01},
+        {"approval_threshold": 1.01},
+        {"approval_threshold": "0.9"},
+    ],
+)
 def test_actor_critic_validates_its_numbers(kwargs: dict) -> None:
     actor, critic = _pair()
     with pytest.raises(ValueError):
@@ -180,16 +196,21 @@ def _wiring(actor: Agent, critic: Agent, **change: object) -> dict[str, object]:
         ({"worker_registry": None}, "together, or neither"),
         ({"role_to_worker_id": None}, "together, or neither"),
         ({"role_to_worker_id": {"actor": "coder"}}, "exactly 'actor' and 'critic'"),
-        ({"role_to_worker_id": {"actor": "coder", "critic": "reviewer", "x": "y"}},
-         "exactly 'actor' and 'critic'"),
+        (
+            {"role_to_worker_id": {"actor": "coder", "critic": "reviewer", "x": "y"}},
+            "exactly 'actor' and 'critic'",
+        ),
         ({"role_to_worker_id": {"actor": "coder", "critic": "coder"}}, "the same worker"),
         ({"role_to_worker_id": {"actor": "coder", "critic": "nobody"}}, "'nobody' is not in"),
-        ({"role_to_worker_id": {"actor": "coder", "critic": "has space"}}, "\\['critic'\\]: 'has space' must be"),
+        (
+            {"role_to_worker_id": {"actor": "coder", "critic": "has space"}},
+            "\\['critic'\\]: 'has space' must be",
+        ),
         ({"worker_registry": {"coder": "x", "reviewer": None}}, "not in worker_registry|is not"),
         ({"worker_registry": "coder"}, "must be a dict"),
         ({"other": True}, "no role uses: \\['spare'\\]"),
     ],
-)  # fmt: skip
+)
 def test_wiring_that_disagrees_with_actor_and_critic_is_refused(
     change: dict[str, object], says: str
 ) -> None:
@@ -221,10 +242,16 @@ def test_worker_ids_name_the_conversations_and_identify_the_team() -> None:
 
 #: A non-default value of every agent setting that only a model call uses.
 CALL_SETTINGS = [
-    ("base_url", "http://x"), ("api_key_env", "K"), ("temperature", 0.2), ("max_tokens", 10),
-    ("timeout_s", 5.0), ("price", {"input_per_mtok": 1.0, "output_per_mtok": 2.0}),
-    ("structured_output", True), ("execution", "vendor_batch"), ("cache", False),
-]  # fmt: skip
+    ("base_url", "http://x"),
+    ("api_key_env", "K"),
+    ("temperature", 0.2),
+    ("max_tokens", 10),
+    ("timeout_s", 5.0),
+    ("price", {"input_per_mtok": 1.0, "output_per_mtok": 2.0}),
+    ("structured_output", True),
+    ("execution", "vendor_batch"),
+    ("cache", False),
+]
 
 
 def test_every_agent_setting_but_model_and_instructions_is_a_call_setting() -> None:

@@ -353,8 +353,15 @@ LAYERS = {
     "duet": "duet",
 }
 ORCHESTRATION = {
-    "core", "state", "services", "client", "settings", "prices", "logjson", "orchestration"
-}  # fmt: skip
+    "core",
+    "state",
+    "services",
+    "client",
+    "settings",
+    "prices",
+    "logjson",
+    "orchestration",
+}
 MAY_IMPORT = {
     "core": {"core"},
     "state": {"core", "state", "settings"},
@@ -402,18 +409,48 @@ def layer_findings(modules: dict[str, Module]) -> list[Finding]:
 
 #: Imports the core may not make: a module and everything under it.
 IMPURE_MODULES = (
-    "celery", "kombu", "redis", "openai", "anthropic", "httpx", "requests", "aiohttp",
-    "socket", "ssl", "http", "urllib.request", "subprocess", "threading", "asyncio",
-)  # fmt: skip
+    "celery",
+    "kombu",
+    "redis",
+    "openai",
+    "anthropic",
+    "httpx",
+    "requests",
+    "aiohttp",
+    "socket",
+    "ssl",
+    "http",
+    "urllib.request",
+    "subprocess",
+    "threading",
+    "asyncio",
+)
 #: Names the core may not touch: the environment and the clock.
 IMPURE_NAMES = (
-    "os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv", "os.unsetenv",
-    "time.time", "time.time_ns", "time.monotonic", "time.monotonic_ns", "time.perf_counter",
-    "time.perf_counter_ns", "time.process_time", "time.sleep", "time.localtime",
-    "time.gmtime", "time.ctime", "time.asctime", "time.strftime",
-    "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today",
+    "os.environ",
+    "os.environb",
+    "os.getenv",
+    "os.getenvb",
+    "os.putenv",
+    "os.unsetenv",
+    "time.time",
+    "time.time_ns",
+    "time.monotonic",
+    "time.monotonic_ns",
+    "time.perf_counter",
+    "time.perf_counter_ns",
+    "time.process_time",
+    "time.sleep",
+    "time.localtime",
+    "time.gmtime",
+    "time.ctime",
+    "time.asctime",
+    "time.strftime",
+    "datetime.datetime.now",
+    "datetime.datetime.utcnow",
+    "datetime.datetime.today",
     "datetime.date.today",
-)  # fmt: skip
+)
 
 
 def _matches(name: str, prefixes: Iterable[str]) -> str | None:
@@ -468,8 +505,11 @@ def _private_definitions(modules: dict[str, Module]) -> dict[str, set[str]]:
                 record(node.name, module.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 record(node.id, module.name)
-            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                  and _is_self(node.value)):  # fmt: skip
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and _is_self(node.value)
+            ):
                 # (a store on another object, ``app._pool = None``, defines nothing here)
                 record(node.attr, module.name)
     return defined

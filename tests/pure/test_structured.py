@@ -52,8 +52,10 @@ def test_native_object_is_read_as_is() -> None:
     reading = read_structured({"score": 0.8, "issues": ["a", "b"], "summary": "ok"})
     assert reading is not None and reading.complete
     assert (reading.critique.score, reading.critique.issues, reading.critique.summary) == (
-        0.8, ["a", "b"], "ok",
-    )  # fmt: skip
+        0.8,
+        ["a", "b"],
+        "ok",
+    )
 
 
 def test_native_score_on_another_scale_is_normalised() -> None:

@@ -15,9 +15,12 @@ from workers import celery_ext
 def _dispatcher_with(consumer: Any) -> tuple[Any, list[int]]:
     app = Celery("events-test", set_as_current=False)
     dispatcher = app.events.Dispatcher(
-        kombu.Connection("memory://"), hostname="w@h", enabled=True, buffer_group=["task"],
+        kombu.Connection("memory://"),
+        hostname="w@h",
+        enabled=True,
+        buffer_group=["task"],
         on_send_buffered=consumer.on_send_event_buffered,
-    )  # fmt: skip
+    )
     consumer.event_dispatcher = dispatcher
     flushed: list[int] = []
     dispatcher.flush = lambda *a, **k: flushed.append(len(dispatcher._group_buffer["task"]))

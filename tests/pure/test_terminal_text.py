@@ -80,12 +80,13 @@ def test_c1_controls_are_escaped_in_terminal_text_and_json_lines(
     shown += [_text_log_line("run failed: %s", v) for v in values]
     raw = [s for s in shown if _ACTED_ON.search(s)]
     reliability.record(
-        section=MODEL_OUTPUT, fault="C1 controls to terminal",
+        section=MODEL_OUTPUT,
+        fault="C1 controls to terminal",
         load=f"{len(C1)} ids with 8-bit CSI, OSC, DCS/ST, NEL, a bidi override and DEL, "
         "through `clean`, `duet results` JSON lines, JSON logs and text logs (tracebacks too)",
         lost=lost_of(len(raw), len(shown), "printed texts kept a raw control"),
         before="`duet results` and JSON log lines printed C1 controls raw",
-    )  # fmt: skip
+    )
     assert not raw
     assert [json.loads(json_line({"id": v}))["id"] for v in values] == values, "same value"
     assert "\\u009b2J" in json_line(values[0]) and "\\x9b2J" in clean(values[0])

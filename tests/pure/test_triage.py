@@ -19,7 +19,7 @@ from duet.triage import (
 )
 
 
-def _rec(ident: str, status: str, score: float | None, reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+def _rec(ident: str, status: str, score: float | None, reason: str | None = None) -> dict[str, Any]:
     return {"id": ident, "status": status, "final_score": score, "reason": reason}
 
 
@@ -73,7 +73,7 @@ def test_group_issues_counts_each_input_once_most_inputs_first() -> None:
         (
             "rejected: prompt is 61,204 characters, over the limit of 50,000",
             "rejected: prompt is N characters, over the limit of N",
-        ),  # fmt: skip
+        ),
         ("budget:batch:usd", "budget:batch:usd"),
     ],
 )
@@ -88,7 +88,7 @@ def test_group_reasons_one_row_per_kind_with_its_examples() -> None:
             ("2", "actor:round_1:missing_key"),
             ("3", "budget:batch:usd"),
             ("4", "actor:round_0:missing_key"),
-        ]  # fmt: skip
+        ]
     )
     assert [(g.kind, g.inputs) for g in groups] == [
         ("actor:round_*:missing_key", ["1", "2", "4"]),
@@ -101,8 +101,11 @@ def test_input_diff_compares_code_blocks_and_drops_the_directory_header() -> Non
     prompt = "Fix this:\n```python\nx = eval(s)\ny = 1\n```"
     output = "Done.\n```python\nx = ast.literal_eval(s)\ny = 1\n```\n"
     assert input_diff(prompt, output)[2:] == [
-        "@@ -1,2 +1,2 @@", "-x = eval(s)", "+x = ast.literal_eval(s)", " y = 1"
-    ]  # fmt: skip
+        "@@ -1,2 +1,2 @@",
+        "-x = eval(s)",
+        "+x = ast.literal_eval(s)",
+        " y = 1",
+    ]
     from_dir = input_diff("File: a.py\n\nx = eval(s)\n", "```\nx = 1\n```", "a.py")
     assert from_dir[2:] == ["@@ -1 +1 @@", "-x = eval(s)", "+x = 1"]
     assert input_diff("same", "same") == []
@@ -111,11 +114,19 @@ def test_input_diff_compares_code_blocks_and_drops_the_directory_header() -> Non
 def test_the_page_escapes_untrusted_text_and_links_groups_to_inputs() -> None:
     evil = "<script>alert(1)</script>"
     records = [
-        {**_rec(evil, "max_rounds_reached", 0.3), "issues": [evil, "No tests"],
-         "output": f"```\n{evil}\n```", "run_id": "f" * 32},
-        {**_rec("b", "max_rounds_reached", 0.6), "issues": ["no tests."], "output": "x",
-         "run_id": "e" * 32},
-    ]  # fmt: skip
+        {
+            **_rec(evil, "max_rounds_reached", 0.3),
+            "issues": [evil, "No tests"],
+            "output": f"```\n{evil}\n```",
+            "run_id": "f" * 32,
+        },
+        {
+            **_rec("b", "max_rounds_reached", 0.6),
+            "issues": ["no tests."],
+            "output": "x",
+            "run_id": "e" * 32,
+        },
+    ]
     page = render_report(records, title=evil, inputs={evil: f"<b>{evil}</b>", "b": "y"})
     assert "<script" not in page and "<b>" not in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5  # title x2, id, issue, diff

@@ -16,12 +16,15 @@ from orchestration.state.connection import hide_password
         ("redis://:s3cret@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
         ("redis://:p@ss:w@rd@host:1/0", "redis://:***@host:1/0"),
         ("redis://host:6379/0?password=s3cret&db=2", "redis://host:6379/0?password=***&db=2"),
-        ("redis://host/0?ssl_cert_reqs=none&Password=s3cret", "redis://host/0?ssl_cert_reqs=none&Password=***"),
+        (
+            "redis://host/0?ssl_cert_reqs=none&Password=s3cret",
+            "redis://host/0?ssl_cert_reqs=none&Password=***",
+        ),
         ("amqp://guest:s3cret@rabbit:5672//", "amqp://guest:***@rabbit:5672//"),
         ("redis://:s3cret@host:notaport/0", "redis://:***@host:notaport/0"),
         ("redis://:s3cret@[::1/0", "<unparseable URL>"),
     ],
-)  # fmt: skip
+)
 def test_the_password_is_hidden(url: str, shown: str) -> None:
     assert hide_password(url) == shown
     assert "s3cret" not in hide_password(url)

@@ -19,8 +19,12 @@ from orchestration.state.broker import visibility_timeout_of
 @pytest.fixture
 def settings_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """Change DUET_* variables for this test (settings are read once per process)."""
-    for name in ("DUET_REDIS_URL", "DUET_BROKER_URL", "DUET_VISIBILITY_TIMEOUT_S",
-                 "DUET_CHECK_TIMEOUTS"):  # fmt: skip
+    for name in (
+        "DUET_REDIS_URL",
+        "DUET_BROKER_URL",
+        "DUET_VISIBILITY_TIMEOUT_S",
+        "DUET_CHECK_TIMEOUTS",
+    ):
         monkeypatch.delenv(name, raising=False)
     get_settings.cache_clear()
     yield monkeypatch
@@ -32,8 +36,10 @@ def test_a_timeout_not_shorter_than_the_visibility_timeout_is_refused() -> None:
     with pytest.raises(ConfigError) as refused:
         check_call_timeout("actor (gpt-4.1)", 3600, 3600)
     message = str(refused.value)
-    assert message.startswith("actor (gpt-4.1): timeout_s 3600 s is not shorter than the "
-                              "broker's visibility timeout (3600 s, DUET_VISIBILITY_TIMEOUT_S)")  # fmt: skip
+    assert message.startswith(
+        "actor (gpt-4.1): timeout_s 3600 s is not shorter than the "
+        "broker's visibility timeout (3600 s, DUET_VISIBILITY_TIMEOUT_S)"
+    )
     assert "Lower the agent's timeout_s, or raise DUET_VISIBILITY_TIMEOUT_S" in message
 
 
@@ -47,8 +53,9 @@ def test_a_timeout_not_shorter_than_the_visibility_timeout_is_refused() -> None:
         ({"DUET_REDIS_URL": "redis://h/0", "DUET_CHECK_TIMEOUTS": "false"}, None),
     ],
 )
-def test_which_brokers_have_a_visibility_timeout(env: dict[str, str], expected: int | None,
-                                                 settings_env: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_which_brokers_have_a_visibility_timeout(
+    env: dict[str, str], expected: int | None, settings_env: pytest.MonkeyPatch
+) -> None:
     for name, value in env.items():
         settings_env.setenv(name, value)
     assert visibility_timeout_of(Settings()) == expected
@@ -59,8 +66,11 @@ def test_a_team_is_refused_naming_its_agent(settings_env: pytest.MonkeyPatch) ->
     fine = Agent("Review.", model="sim", timeout_s=299)
     Team.actor_critic(actor=fine, critic=fine)
     slow = Agent("Review.", model="claude-sonnet-4-5", timeout_s=600)
-    with pytest.raises(ConfigError, match=r"^critic \(claude-sonnet-4-5\): timeout_s 600 s is "
-                       r"not shorter than the broker's visibility timeout \(300 s"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^critic \(claude-sonnet-4-5\): timeout_s 600 s is "
+        r"not shorter than the broker's visibility timeout \(300 s",
+    ):
         Team.actor_critic(actor=fine, critic=slow)
     # The agents' default (120 s) against a visibility timeout below it.
     settings_env.setenv("DUET_VISIBILITY_TIMEOUT_S", "100")

@@ -23,8 +23,12 @@ POISON = [
     '{"body": "abc", "properties": {"delivery_tag": "t", "body_encoding": "base64", '
     '"delivery_info": {"exchange": "", "routing_key": "q"}}}',
 ]
-REASONS = ["not JSON", "no 'properties' object", "no 'properties.delivery_tag'",
-           "'body' is not base64"]  # fmt: skip
+REASONS = [
+    "not JSON",
+    "no 'properties' object",
+    "no 'properties.delivery_tag'",
+    "'body' is not base64",
+]
 
 
 def _connection(url: str, prefix: str, visibility_s: int = 3600) -> kombu.Connection:
@@ -98,9 +102,10 @@ def test_a_pop_of_poison_only_delivers_nothing_and_keeps_the_worker(
         assert [m.payload for m in got] == ["first", "after"]
     letters = deadletters.newest(redis_client)
     assert [(d.text, d.reason.split(":")[0]) for d in letters][::-1] == [
-        ("junk", "not JSON"), ("[1, 2]", "not a JSON object but a list"),
+        ("junk", "not JSON"),
+        ("[1, 2]", "not a JSON object but a list"),
         ("\\xff\\xfe", "not UTF-8 text"),
-    ]  # fmt: skip
+    ]
     # The log names each letter, not its (untrusted) text.
     assert [f"duet dead show {d.id}" in caplog.text for d in letters] == [True] * 3
     assert "junk" not in caplog.text

@@ -124,11 +124,16 @@ def test_acks_still_gathered_are_written_when_the_channel_closes(url: str, clien
     assert client.zcard(MESSAGES) == 0 and client.llen(queue.name) == 0
 
 
-def _consume(conn: kombu.Connection, queue: kombu.Queue, prefetch: int, no_ack: bool = False,
-             ) -> tuple[Any, list[kombu.Message]]:  # fmt: skip
+def _consume(
+    conn: kombu.Connection,
+    queue: kombu.Queue,
+    prefetch: int,
+    no_ack: bool = False,
+) -> tuple[Any, list[kombu.Message]]:
     got: list[kombu.Message] = []
-    consumer = conn.Consumer([queue], callbacks=[lambda _body, m: got.append(m)],
-                             no_ack=no_ack, accept=["json"])  # fmt: skip
+    consumer = conn.Consumer(
+        [queue], callbacks=[lambda _body, m: got.append(m)], no_ack=no_ack, accept=["json"]
+    )
     consumer.qos(prefetch_count=prefetch)
     consumer.consume()
     return consumer, got
@@ -301,8 +306,11 @@ def test_a_pop_refused_for_lack_of_memory_takes_nothing() -> None:
                 draining = pool.submit(conn.drain_events, timeout=60)
                 # the refused script took nothing; the plain pop took 2 and holds them,
                 # their note refused (the acks' ZREM before it went through)
-                wait_for(lambda: admin.llen(queue.name) == 1 and admin.zcard(MESSAGES) == 0,
-                         30, "the plain pop, its note waiting")  # fmt: skip
+                wait_for(
+                    lambda: admin.llen(queue.name) == 1 and admin.zcard(MESSAGES) == 0,
+                    30,
+                    "the plain pop, its note waiting",
+                )
                 assert len(got) == 2 and not draining.done()
                 admin.config_set("maxmemory", "0")
                 draining.result(timeout=30)

@@ -11,11 +11,9 @@ crash between the check and the transition lost the warning for good.)
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from orchestration.core import events as ev
 from orchestration.core.agents import Agent
@@ -33,13 +31,8 @@ SCOPES = ("global:fleet", "run:r1")
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[Any]:
-    """A decoding client (as the workers use) on the test db, emptied before and after."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
+def r(decoding_client: Any) -> Any:
+    return decoding_client
 
 
 def _new_run(store: RunStore, run_id: str = "r1") -> None:

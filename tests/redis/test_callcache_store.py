@@ -42,3 +42,18 @@ def test_clear_older_than_and_all(client: Any) -> None:
     assert store.clear(older_than_s=3600) == 0
     assert store.clear() == 1
     assert store.stats().entries == 0
+
+
+@pytest.mark.parametrize("backend", ["redis", "disk"])
+def test_many_at_once_as_one_by_one(client: Any, tmp_path: Any, backend: str) -> None:
+    """``get_many`` / ``put_many`` (the run cache's lookups): the same TTL, caps and
+    counts as ``get`` / ``put``, in one round trip or transaction."""
+    from orchestration.state.callcache import DiskCallStore
+
+    store = RedisCallStore(client) if backend == "redis" else DiskCallStore(tmp_path / "c.sqlite")
+    store.put_many([("run:a", "1"), ("run:b", "2"), ("run:c", "3")], max_entries=2, max_bytes=100)
+    assert store.get_many(["run:a", "run:b", "run:c", "run:d"], 60) == [None, "2", "3", None]
+    assert store.get_many(["run:b"], 1e-9) == [None]  # older than the TTL: a miss
+    stats = store.stats()
+    assert (stats.entries, stats.hits, stats.misses) == (2, 2, 3)
+    assert store.clear() == 2

@@ -34,9 +34,13 @@ class Conv:
         step = step or "r0.generate"
         conversation = (key, turn_json(step_id, prompt, reply), turns)
         return self.store.complete_step(
-            run_id, step, {"key": step, "text": reply}, "{}", "claimant",
+            run_id,
+            step,
+            {"key": step, "text": reply},
+            "{}",
+            "claimant",
             conversation=conversation if keeps(turns, reply) else None,
-        )  # fmt: skip
+        )
 
     def history(self, key: str, turns: int) -> list[Any]:
         return history(self.r, key, turns)
@@ -53,9 +57,12 @@ def conv(request: pytest.FixtureRequest) -> Conv:
 
 def add(conv: Conv, scope: str, n: int, *, role: str = "actor", turns: int = 20) -> None:
     conv.append(
-        K(role, scope), turns, step_id=f"run-{scope}-{role}-{n}/r0.generate",
-        prompt=f"ask {n}", reply=f"answer {n}",
-    )  # fmt: skip
+        K(role, scope),
+        turns,
+        step_id=f"run-{scope}-{role}-{n}/r0.generate",
+        prompt=f"ask {n}",
+        reply=f"answer {n}",
+    )
 
 
 def test_turns_come_back_in_order_as_alternating_messages(conv: Conv) -> None:
@@ -126,14 +133,21 @@ def test_expires_when_left_alone(conv: Conv) -> None:
 
 def test_a_step_stored_twice_appends_its_turn_once(conv: Conv) -> None:
     # A redelivered step whose call was repeated: only the stored result adds a turn.
-    assert conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask",
-                       reply="x") is True  # fmt: skip
-    assert conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask",
-                       reply="x") is False  # fmt: skip
+    assert (
+        conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask", reply="x")
+        is True
+    )
+    assert (
+        conv.append(K("actor", "user:a"), 20, step_id="run1/r0.generate", prompt="ask", reply="x")
+        is False
+    )
     conv.append(K("actor", "user:a"), 20, step_id="run1/r1.refine", prompt="again", reply="y")
     assert [m["content"] for m in conv.history(K("actor", "user:a"), 20)] == [
-        "ask", "x", "again", "y",
-    ]  # fmt: skip
+        "ask",
+        "x",
+        "again",
+        "y",
+    ]
 
 
 def test_a_turn_listed_twice_is_read_once() -> None:
@@ -171,9 +185,14 @@ def test_storing_past_the_token_bound_drops_the_oldest_to_half_of_it(redis_clien
     def store_turn(run: str, n: int, chars: int = 400) -> None:
         turn = turn_json(f"{run}/r{n}.refine", "u" * (chars // 2), "a" * (chars // 2))
         store.complete_step(
-            run, f"r{n}.refine", {"key": f"r{n}.refine", "text": "x"}, "{}", "claimant",
-            conversation=(key, turn, 20), conversation_max_tokens=1000,
-        )  # fmt: skip
+            run,
+            f"r{n}.refine",
+            {"key": f"r{n}.refine", "text": "x"},
+            "{}",
+            "claimant",
+            conversation=(key, turn, 20),
+            conversation_max_tokens=1000,
+        )
 
     def runs_kept() -> list[str]:
         return [json.loads(t)["s"] for t in redis_client.lrange(key, 0, -1)]

@@ -50,10 +50,16 @@ def test_every_dashboard_query_names_an_exposed_series(fake_redis: Any) -> None:
     missing = used - exposed(fake_redis)
     assert not missing, f"the dashboard queries series nobody serves: {sorted(missing)}"
     # The dashboard covers what an operator watches first.
-    for needed in ("duet_model_cost_usd_total", "duet_runs_finished_total",
-                   "duet_budget_remaining_usd", "duet_queue_messages",
-                   "duet_step_duration_seconds_bucket", "duet_provider_errors_total",
-                   "duet_step_waits_total", "duet_runs_in_flight"):  # fmt: skip
+    for needed in (
+        "duet_model_cost_usd_total",
+        "duet_runs_finished_total",
+        "duet_budget_remaining_usd",
+        "duet_queue_messages",
+        "duet_step_duration_seconds_bucket",
+        "duet_provider_errors_total",
+        "duet_step_waits_total",
+        "duet_runs_in_flight",
+    ):
         assert needed in used, needed
 
 

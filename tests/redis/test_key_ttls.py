@@ -25,8 +25,12 @@ TTL = 600
 #: Keys shared by the whole fleet, not by a run or batch (they hold a few entries each,
 #: or one per *open* run).
 #: (The fleet scope's holds hash keeps the mark that it has a limit: see budget_common.lua.)
-FLEET_KEYS = {keys.batches_index(), keys.budget_index(), keys.budget("global:fleet"),
-              keys.budget_holds("global:fleet")}  # fmt: skip
+FLEET_KEYS = {
+    keys.batches_index(),
+    keys.budget_index(),
+    keys.budget("global:fleet"),
+    keys.budget_holds("global:fleet"),
+}
 
 
 @pytest.fixture
@@ -47,8 +51,9 @@ def _finish_run(store: RunStore, budgets: Budgets, run_id: str, scopes: list[str
     result = {"key": "r0.generate", "text": "t", "calls": 1, "interrupted": None}
     assert store.complete_step(run_id, "r0.generate", result, '{"e":2}', "c1", before=settle)
     run = store.r.hgetall(keys.run(run_id))
-    made = store.record_finish(run, 1, "approved", reason=None, error=None, usage={},
-                               events=['{"e":3}'])  # fmt: skip
+    made = store.record_finish(
+        run, 1, "approved", reason=None, error=None, usage={}, events=['{"e":3}']
+    )
     assert made == 1
 
 
@@ -70,9 +75,12 @@ def test_a_finished_batch_leaves_only_fleet_keys_without_a_ttl(
     scopes = {r: [f"run:{r}", f"batch:{batch_id}", "global:fleet"] for r in ("r1", "r2")}
     pipe = client.pipeline()
     store.create_runs(
-        [RunRecord(r, "spec", "p", batch_id=batch_id, budget_scopes=tuple(scopes[r]))
-         for r in ("r1", "r2")], pipe,
-    )  # fmt: skip
+        [
+            RunRecord(r, "spec", "p", batch_id=batch_id, budget_scopes=tuple(scopes[r]))
+            for r in ("r1", "r2")
+        ],
+        pipe,
+    )
     pipe.execute()
 
     _finish_run(store, budgets, "r1", scopes["r1"])

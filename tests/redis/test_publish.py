@@ -79,8 +79,9 @@ def _fresh_ids(message: dict[str, Any]) -> dict[str, str]:
         (keys.TASK_REFINE, ("run-2", "r1.refine"), None),
     ],
 )
-def test_the_same_message_as_send_task(sending: Any, name: str, args: tuple[str, Any],
-                                       batch: str | None) -> None:  # fmt: skip
+def test_the_same_message_as_send_task(
+    sending: Any, name: str, args: tuple[str, Any], batch: str | None
+) -> None:
     celery, direct = sending(False, name, args, batch), sending(True, name, args, batch)
     ids_celery, ids_direct = _fresh_ids(celery), _fresh_ids(direct)
     for ids, message in ((ids_celery, celery), (ids_direct, direct)):
@@ -93,8 +94,11 @@ def test_the_same_message_as_send_task(sending: Any, name: str, args: tuple[str,
     assert (direct["headers"].get("duet_batch")) == batch
 
 
-@pytest.mark.parametrize("signal", [before_task_publish, after_task_publish],
-                         ids=["before_task_publish", "after_task_publish"])  # fmt: skip
+@pytest.mark.parametrize(
+    "signal",
+    [before_task_publish, after_task_publish],
+    ids=["before_task_publish", "after_task_publish"],
+)
 def test_a_publish_signal_receiver_gets_every_send(sending: Any, signal: Any) -> None:
     """The direct push sends no signals: while a receiver is connected, sends go through
     ``send_task``, which does (and the message still reaches the queue)."""
@@ -122,8 +126,9 @@ def test_sent_from_a_task_it_names_its_parent_and_root(sending: Any) -> None:
     coordinate.push_request(id="parent-task", root_id="root-task", called_directly=False)
     _task_stack.push(coordinate)
     try:
-        messages = [sending(d, keys.TASK_CRITIQUE, ("run-3", "r1.critique"), None)
-                    for d in (False, True)]  # fmt: skip
+        messages = [
+            sending(d, keys.TASK_CRITIQUE, ("run-3", "r1.critique"), None) for d in (False, True)
+        ]
     finally:
         _task_stack.pop()
         coordinate.pop_request()

@@ -38,9 +38,14 @@ def _finish(run_id: str, status: str = "approved", usage: dict[str, Any] = USAGE
     st = store()
     record, _ = st.load_run(run_id)
     made = st.record_finish(
-        record, int(record.get("seq", 0)), status, reason=None, error=None, usage=usage,
+        record,
+        int(record.get("seq", 0)),
+        status,
+        reason=None,
+        error=None,
+        usage=usage,
         events=[event_json("run.finished", run_id, status=status)],
-    )  # fmt: skip
+    )
     assert made == 1
 
 
@@ -113,8 +118,12 @@ def test_resuming_a_run_cancelled_before_it_spent_anything(
     pipe.execute()
     run = decoded.hgetall(_keys.run("r0"))
     zero = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0, "calls": 0}
-    assert store.record_finish(run, 0, "cancelled", reason="cancelled", error=None,
-                               usage=zero, events=[]) == 1  # fmt: skip
+    assert (
+        store.record_finish(
+            run, 0, "cancelled", reason="cancelled", error=None, usage=zero, events=[]
+        )
+        == 1
+    )
     assert store.resume_point("r0")[0] == "coordinate"  # re-opened (before: a script error)
     batch = redis_client.hgetall(_keys.batch("b0"))
     assert int(batch[b"done"]) == 0 and _json.loads(redis_client.hget(_keys.run("r0"), "usage"))

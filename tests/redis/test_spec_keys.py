@@ -31,6 +31,23 @@ def test_a_variable_a_stored_spec_names_is_secret(
     assert secrets.scrub_output(f"echo {CRED}") == "echo [REDACTED]"
 
 
+def test_a_variable_a_stored_spec_s_base_url_names_is_secret(
+    redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value = "gateway-pass-3a7c9e1f"
+    monkeypatch.setenv("DUET_TEST_STORED_GW_PASS", value)
+    assert value in secrets.redact(f"echo {value}")  # no spec named it yet
+    team = Team.actor_critic(
+        actor=Agent(
+            "a", model="openai:m", base_url="https://bot:${DUET_TEST_STORED_GW_PASS}@gw.example/v1"
+        ),
+        critic=Agent("b", model="sim"),
+    )
+    RunStore(redis_client).save_spec(team.spec)
+    assert spec_keys.register_stored(redis_client) >= 1
+    assert secrets.redact(f"echo {value}") == "echo [REDACTED]"
+
+
 def test_key_shaped_variables_are_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACME_API_KEY", SHAPED)
     monkeypatch.setenv("DUET_TEST_THING_TOKEN", SHAPED + "-t")

@@ -31,9 +31,14 @@ def _running(store: RunStore, run_id: str, step_input: dict[str, Any]) -> None:
     r = store.r
     r.hset(
         keys.run(run_id),
-        mapping={"run_id": run_id, "spec_id": "s", "status": "running", "seq": 1,
-                 "current_step": "r0.generate"},
-    )  # fmt: skip
+        mapping={
+            "run_id": run_id,
+            "spec_id": "s",
+            "status": "running",
+            "seq": 1,
+            "current_step": "r0.generate",
+        },
+    )
     r.hset(keys.run_inputs(run_id), "r0.generate", json.dumps(step_input))
 
 
@@ -45,9 +50,13 @@ def test_scripts_in_one_pipeline_load_a_script_the_server_lacks(client: Any) -> 
     counter = f"{keys.PREFIX}:test:fold1:counter"
     try:
         stored = store.complete_step(
-            "fold1", "r0.generate", {"key": "r0.generate", "text": "t", "calls": 1}, "{}", "me",
+            "fold1",
+            "r0.generate",
+            {"key": "r0.generate", "text": "t", "calls": 1},
+            "{}",
+            "me",
             before=[ScriptCall(probe, [counter], [])],
-        )  # fmt: skip
+        )
         assert stored is True
         assert client.get(counter) == "1"
         out = run_scripts(client, [ScriptCall(probe, [counter], [])] * 2)
@@ -62,8 +71,11 @@ def test_begin_reads_pause_and_history_and_marks_dispatched(client: Any) -> None
     store = RunStore(client, finished_ttl_s=60)
     conv = f"{keys.PREFIX}:conv:actor:run:fold2"
     pause = f"{keys.PREFIX}:pause:test:fold2"
-    _running(store, "fold2", {"phase": "generate", "round": 0, "prompt": "p",
-                              "pause": pause, "conv": conv, "turns": 2})  # fmt: skip
+    _running(
+        store,
+        "fold2",
+        {"phase": "generate", "round": 0, "prompt": "p", "pause": pause, "conv": conv, "turns": 2},
+    )
     try:
         client.rpush(conv, "t1", "t2", "t3")
         client.set(pause, "1", px=5000)
@@ -143,15 +155,21 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
         noted = {k: view.steps[k] for k in view.unnoted}
         assert store.record_step(run, 1, "r1.critique", {"prompt": "c"}, [], noted) == 1
         assert client.hget(keys.run("fold4"), "o:r0.generate") == step_outcome(result)
-        client.hset(keys.run_steps("fold4"), "r1.critique", json.dumps({"key": "r1.critique",
-                          "text": "ok", "score": 0.5}))  # fmt: skip
+        client.hset(
+            keys.run_steps("fold4"),
+            "r1.critique",
+            json.dumps({"key": "r1.critique", "text": "ok", "score": 0.5}),
+        )
         view = store.load_for_transition("fold4", ("r1.critique", "r0.generate"))
         assert view.unnoted == ("r1.critique",)
         assert view.steps["r0.generate"]["text"] == "draft"
         view = store.load_for_transition("fold4", ("r1.critique",))
         assert view.steps["r0.generate"] == {
-            "interrupted": None, "cached_input_tokens": 0, "cache_write_tokens": 0, "calls": 1,
-        }  # fmt: skip
+            "interrupted": None,
+            "cached_input_tokens": 0,
+            "cache_write_tokens": 0,
+            "calls": 1,
+        }
         assert not any(f.startswith(("o:", "in:")) for f in view.run)
         # Transition 2 made and a step's outcome neither in the record nor read whole (a
         # cancelled run's, or a redelivered message): every step is read whole.
@@ -165,9 +183,15 @@ def test_transition_read_is_compact_and_falls_back_to_whole_steps(client: Any) -
 def _finish(store: RunStore, run_id: str, status: str, outcomes: tuple[str, ...]) -> None:
     run = store.r.hgetall(keys.run(run_id))
     made = store.record_finish(
-        run, int(run["seq"]), status, reason=None, error=None, usage={"calls": 1},
-        events=[event_json("run.finished", run_id, status=status)], outcomes=outcomes,
-    )  # fmt: skip
+        run,
+        int(run["seq"]),
+        status,
+        reason=None,
+        error=None,
+        usage={"calls": 1},
+        events=[event_json("run.finished", run_id, status=status)],
+        outcomes=outcomes,
+    )
     assert made == 1
 
 
@@ -239,8 +263,9 @@ def test_a_step_input_lives_in_the_record_until_the_finish(client: Any) -> None:
     the begin script reads it with the record, and the finish drops it."""
     store = RunStore(client, finished_ttl_s=60)
     pause = keys.rate_pause("sim", "fold8")
-    client.hset(keys.run("fold8"), mapping={"run_id": "fold8", "spec_id": "s",
-                                            "status": "queued", "seq": 0})  # fmt: skip
+    client.hset(
+        keys.run("fold8"), mapping={"run_id": "fold8", "spec_id": "s", "status": "queued", "seq": 0}
+    )
     step_input = {"phase": "generate", "round": 0, "prompt": "p", "pause": pause}
     try:
         run = client.hgetall(keys.run("fold8"))
@@ -268,16 +293,24 @@ def test_a_conversation_ttl_is_renewed_by_a_runs_first_turns_only(client: Any) -
         client.rpush(conv, "earlier")
         client.expire(conv, 1000)
         later = {**result, "key": "r2.refine"}
-        assert store.complete_step("fold9", "r2.refine", later, "{}", "me",
-                                   conversation=(conv, "t2", 10))  # fmt: skip
+        assert store.complete_step(
+            "fold9", "r2.refine", later, "{}", "me", conversation=(conv, "t2", 10)
+        )
         assert client.ttl(conv) > 60  # left as it was
         first = {**result, "key": "r1.critique"}
-        assert store.complete_step("fold9", "r1.critique", first, "{}", "me",
-                                   conversation=(conv, "t1", 10))  # fmt: skip
+        assert store.complete_step(
+            "fold9", "r1.critique", first, "{}", "me", conversation=(conv, "t1", 10)
+        )
         assert 0 < client.ttl(conv) <= 60
         client.delete(conv)
-        assert store.complete_step("fold9", "r3.refine", {**result, "key": "r3.refine"}, "{}",
-                                   "me", conversation=(conv, "t3", 10))  # fmt: skip
+        assert store.complete_step(
+            "fold9",
+            "r3.refine",
+            {**result, "key": "r3.refine"},
+            "{}",
+            "me",
+            conversation=(conv, "t3", 10),
+        )
         assert 0 < client.ttl(conv) <= 60  # a new list always gets it
     finally:
         client.delete(conv, *keys.run_keys("fold9"))
@@ -288,8 +321,10 @@ def test_a_runs_own_conversation_is_read_from_its_earlier_steps(client: Any) -> 
     earlier steps of its role (input and stored result): the last ``turns`` of them."""
     store = RunStore(client, finished_ttl_s=60)
     pause = keys.rate_pause("sim", "fold10")
-    client.hset(keys.run("fold10"), mapping={"run_id": "fold10", "spec_id": "s",
-                                             "status": "queued", "seq": 0})  # fmt: skip
+    client.hset(
+        keys.run("fold10"),
+        mapping={"run_id": "fold10", "spec_id": "s", "status": "queued", "seq": 0},
+    )
     try:
         for seq, key in enumerate(("r0.generate", "r1.critique", "r1.refine")):
             run = client.hgetall(keys.run("fold10"))
@@ -300,8 +335,9 @@ def test_a_runs_own_conversation_is_read_from_its_earlier_steps(client: Any) -> 
         run = client.hgetall(keys.run("fold10"))
         meta = {"prompt": "p", "pause": pause, "own": 1, "turns": 1}
         assert store.record_step(run, 3, "r2.critique", meta, []) == 1
-        start = store.begin_step("fold10", "r2.refine", "me", 60, "{}",
-                                 earlier=("r0.generate", "r1.refine"))  # fmt: skip
+        start = store.begin_step(
+            "fold10", "r2.refine", "me", 60, "{}", earlier=("r0.generate", "r1.refine")
+        )
         assert start.outcome == "gone"  # not the current step's input: nothing recorded
         start = store.begin_step("fold10", "r2.critique", "me", 60, "{}", earlier=("r1.critique",))
         assert start.outcome == "go" and start.history is None
@@ -331,8 +367,15 @@ def test_a_stored_result_leaves_out_zero_cache_counts(client: Any) -> None:
     """Prompt-cache counts of 0 are not stored (readers default them to 0); others are."""
     store = RunStore(client, finished_ttl_s=60)
     _running(store, "fold11", {"phase": "generate", "round": 0, "prompt": "p"})
-    result = {"key": "r0.generate", "text": "t", "interrupted": None, "calls": 1,
-              "input_tokens": 5, "cached_input_tokens": 0, "cache_write_tokens": 3}  # fmt: skip
+    result = {
+        "key": "r0.generate",
+        "text": "t",
+        "interrupted": None,
+        "calls": 1,
+        "input_tokens": 5,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 3,
+    }
     try:
         done = event_json("actor_critic.actor_completed", "fold11", 0, phase="draft")
         assert store.complete_step("fold11", "r0.generate", result, done, "me")
@@ -351,17 +394,32 @@ def test_a_stored_step_leaves_out_what_every_reader_puts_back(client: Any) -> No
     store = RunStore(client, finished_ttl_s=60)
     _running(store, "fold-stored", {"phase": "generate", "round": 0, "prompt": "p"})
     result = {
-        "key": "r0.generate", "text": "draft", "input_tokens": 3, "output_tokens": 2,
-        "cached_input_tokens": 0, "cache_write_tokens": 0, "structured": False,
-        "interrupted": None, "calls": 1,
-    }  # fmt: skip
-    unusual = {**result, "key": "r1.refine", "cached_input_tokens": 5, "structured": True,
-               "interrupted": "max_tokens"}  # fmt: skip
+        "key": "r0.generate",
+        "text": "draft",
+        "input_tokens": 3,
+        "output_tokens": 2,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "structured": False,
+        "interrupted": None,
+        "calls": 1,
+    }
+    unusual = {
+        **result,
+        "key": "r1.refine",
+        "cached_input_tokens": 5,
+        "structured": True,
+        "interrupted": "max_tokens",
+    }
     try:
         store.complete_step("fold-stored", "r0.generate", result, "{}", "me")
         raw = client.hget(keys.run_steps("fold-stored"), "r0.generate")
-        assert json.loads(raw) == {"text": "draft", "input_tokens": 3, "output_tokens": 2,
-                                   "calls": 1}  # fmt: skip
+        assert json.loads(raw) == {
+            "text": "draft",
+            "input_tokens": 3,
+            "output_tokens": 2,
+            "calls": 1,
+        }
         assert " " not in raw
         assert store.step_result("fold-stored", "r0.generate") == result
         client.hset(keys.run_steps("fold-stored"), "r1.refine", stored_result(unusual))
@@ -383,8 +441,14 @@ def test_a_store_and_a_transition_push_their_message_in_their_own_script(client:
     result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
     try:
         done = event_json("actor_critic.actor_completed", "fold-send", 0, phase="draft")
-        assert store.complete_step("fold-send", "r0.generate", result, done, "me",
-                                   send=Outgoing(queue, "to the coordinator"))  # fmt: skip
+        assert store.complete_step(
+            "fold-send",
+            "r0.generate",
+            result,
+            done,
+            "me",
+            send=Outgoing(queue, "to the coordinator"),
+        )
         assert client.lrange(queue, 0, -1) == ["to the coordinator"]
         again = Outgoing(queue, "again")
         assert not store.complete_step("fold-send", "r0.generate", result, done, "me", send=again)

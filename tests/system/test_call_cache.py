@@ -47,16 +47,21 @@ def _env(cache_dir: Path) -> dict[str, str]:
 
 
 def _run(args: list[str], cache_dir: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "duet.cli", *args], env=_env(cache_dir),
-                          cwd=cwd, capture_output=True, text=True, timeout=180)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "duet.cli", *args],
+        env=_env(cache_dir),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _requests(fake_llm: Any) -> int:
     return int(fake_llm.stats()["requests"])
 
 
-def _batch(fake_llm: Any, tmp_path: Path, config: Path, out: str, cache: Path,
-           *extra: str) -> int:  # fmt: skip
+def _batch(fake_llm: Any, tmp_path: Path, config: Path, out: str, cache: Path, *extra: str) -> int:
     """Run the inputs with ``config``; the vendor requests it made."""
     before = _requests(fake_llm)
     result = _run(
@@ -87,7 +92,8 @@ def test_a_rerun_with_the_cache_on_makes_no_vendor_request(
     assert [r["output"] for r in a] == [r["output"] for r in b], "the same answers"
     assert all(r["usage"]["calls"] == 0 and r["usage"]["cached_calls"] > 0 for r in b)
     assert sum(r["usage"]["saved_usd"] for r in b) == pytest.approx(
-        sum(r["usage"]["usd"] for r in a))  # fmt: skip
+        sum(r["usage"]["usd"] for r in a)
+    )
     stats = _run(["cache", "stats"], cache, tmp_path)
     assert stats.returncode == 0 and "hits" in stats.stdout, stats.stderr
     # without the cache (section off) the same batch pays again
@@ -112,13 +118,19 @@ def test_another_key_variable_and_a_refusing_critic_do_not_hit(
     assert 0 < critic_calls < first
     # another tenant's key variable: nothing of the first tenant's is served
     monkeypatch.setenv("TENANT_B_KEY", "sk-test-b")
-    config.write_text(_config(fake_llm.url).replace(
-        'base_url = "', 'api_key_env = "TENANT_B_KEY"\nbase_url = "'))  # fmt: skip
+    config.write_text(
+        _config(fake_llm.url).replace('base_url = "', 'api_key_env = "TENANT_B_KEY"\nbase_url = "')
+    )
     env_b = _env(cache)
     before = _requests(fake_llm)
-    run = subprocess.run([sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs),
-                          "-o", "c.jsonl"], env={**env_b, "TENANT_B_KEY": "sk-test-b"},
-                         cwd=tmp_path, capture_output=True, text=True, timeout=180)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs), "-o", "c.jsonl"],
+        env={**env_b, "TENANT_B_KEY": "sk-test-b"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode in (0, 1), run.stderr
     assert _requests(fake_llm) - before == first
 
@@ -150,10 +162,23 @@ def test_ctrl_c_then_resume_pays_no_call_twice(
     try:
         before = _requests(fake_llm)
         with subprocess.Popen(
-            [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs), "-o", str(out)],
-            env={**_env(cache), "DUET_WORKER_CONCURRENCY": "2"}, cwd=tmp_path,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        ) as proc:  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "duet.cli",
+                "run",
+                str(config),
+                "-i",
+                str(inputs),
+                "-o",
+                str(out),
+            ],
+            env={**_env(cache), "DUET_WORKER_CONCURRENCY": "2"},
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
             assert proc.stderr is not None
             for line in proc.stderr:  # from here on Ctrl-C cancels the batch
                 if "run(s), results ->" in line:
@@ -167,8 +192,7 @@ def test_ctrl_c_then_resume_pays_no_call_twice(
         assert 0 < made < whole, "interrupted part-way"
     finally:
         fake_llm.set_faults(latency_ms=0)
-    resumed = _batch(fake_llm, tmp_path, config, "resumed.jsonl", cache,
-                     "--resume-from", str(out))  # fmt: skip
+    resumed = _batch(fake_llm, tmp_path, config, "resumed.jsonl", cache, "--resume-from", str(out))
     # the --resume-from rerun (and the first part) together pay each call once
     reliability.record(
         section=EMBEDDED,
@@ -197,3 +221,88 @@ def test_a_hit_holds_no_budget(fake_llm: Any, tmp_path: Path, inputs: Path) -> N
     _batch(fake_llm, tmp_path, config, "c.jsonl", cache)
     refused = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
     assert any("budget" in str(r.get("reason")) for r in refused)
+
+
+def _run_entries(cache: Path) -> int:
+    """Whole-run entries in the disk store."""
+    import sqlite3
+
+    db = sqlite3.connect(cache / "calls.sqlite")
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM entries WHERE key LIKE 'run:%'").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_rerun_served_whole_starts_nothing(fake_llm: Any, tmp_path: Path, inputs: Path) -> None:
+    """Every input's finished record is served from its whole-run entry before anything
+    starts: no vendor request, no Redis, no worker (celery is never imported)."""
+    config = tmp_path / "c.toml"
+    config.write_text(_config(fake_llm.url))
+    cache = tmp_path / "cache"
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    assert first > 0 and _run_entries(cache) == 6
+    before = _requests(fake_llm)
+    rerun = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "duet.cli",
+            "run",
+            str(config),
+            "-i",
+            str(inputs),
+            "-o",
+            "b.jsonl",
+        ],
+        env=_env(cache),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _requests(fake_llm) == before
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in rerun.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "celery" not in imported and "duet.embedded" not in imported
+    assert "6 input(s) served from the cache" in rerun.stderr
+    assert "calls served from cache" in rerun.stdout
+    a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"], r["output"]) for r in a] == [
+        (r["id"], r["status"], r["output"]) for r in b
+    ]
+    assert all(r["cached"] and r["usage"]["calls"] == 0 and r["usage"]["usd"] == 0 for r in b)
+    assert [r["usage"]["cached_calls"] for r in b] == [r["usage"]["calls"] for r in a]
+    # One input more: the six are served whole, only the new one runs.
+    inputs.write_text(INPUTS + json.dumps({"id": "new", "prompt": "eval(input())"}) + "\n")
+    assert 0 < _batch(fake_llm, tmp_path, config, "c.jsonl", cache) < first
+    c = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert [r.get("cached", False) for r in c] == [True] * 6 + [False]
+    assert _run_entries(cache) == 7
+    # duet cache clear drops them with the calls: everything is paid again.
+    cleared = _run(["cache", "clear"], cache, tmp_path)
+    assert cleared.returncode == 0, cleared.stderr
+    assert _run_entries(cache) == 0
+    assert _batch(fake_llm, tmp_path, config, "d.jsonl", cache) > first
+
+
+def test_a_refusing_agent_gets_no_whole_run_entry(
+    fake_llm: Any, tmp_path: Path, inputs: Path
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(_config(fake_llm.url, critic_extra="cache = false\n"))
+    cache = tmp_path / "cache"
+    first = _batch(fake_llm, tmp_path, config, "a.jsonl", cache)
+    assert _run_entries(cache) == 0
+    # The actor's calls hit; the critic's are paid again: no run was served whole.
+    again = _batch(fake_llm, tmp_path, config, "b.jsonl", cache)
+    assert 0 < again < first
+    records = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert not any(r.get("cached") for r in records)

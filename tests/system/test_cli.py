@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from duet.cli import app
-from tests.support import wait_for
+from tests.support import SIM_CONFIG, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -26,18 +26,7 @@ EXAMPLE_CONFIG = ROOT / "examples" / "review.toml"
 EXAMPLE_INPUTS = ROOT / "examples" / "inputs.jsonl"
 DUET_SCRIPT = Path(sys.executable).parent / "duet"
 
-FAST_CONFIG = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-
-[loop]
-max_rounds = 2
-"""
+FAST_CONFIG = SIM_CONFIG + "\n[loop]\nmax_rounds = 2\n"
 
 
 def _ids(path: Path) -> list[str | None]:
@@ -428,33 +417,9 @@ def test_unknown_batch_or_run_exits_2(cluster_env: dict[str, str], tmp_path: Pat
 def test_cancel_and_resume_mid_batch_repeat_no_step_and_count_spend_once(
     cluster_env: dict[str, str], fake_llm: Any, tmp_path: Path
 ) -> None:
-    price = "price = { input_per_mtok = 1.0, output_per_mtok = 2.0 }"
-    config = tmp_path / "slow.toml"
-    config.write_text(
-        f"""\
-[actor]
-instructions = "Fix the code."
-model = "openai:sim"
-base_url = "{fake_llm.url}"
-{price}
+    from tests.support import stand_in_batch
 
-[critic]
-instructions = "Find security bugs."
-model = "openai:sim:critic?scores=0.1"
-base_url = "{fake_llm.url}"
-{price}
-
-[loop]
-max_rounds = 2
-
-[budget]
-max_usd = 100.0
-"""
-    )
-    inputs = tmp_path / "in.jsonl"
-    inputs.write_text(
-        "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(8))
-    )
+    config, inputs = stand_in_batch(tmp_path, fake_llm.url, price=(1.0, 2.0), max_usd=100.0)
     fake_llm.set_faults(latency_ms=800)  # the batch outlasts starting `duet cancel`
     try:
         before = fake_llm.stats()

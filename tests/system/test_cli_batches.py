@@ -36,9 +36,12 @@ EXAMPLE_INPUTS = ROOT / "examples" / "inputs.jsonl"
 def _config(
     tmp_path: Path, actor: str = "sim", critic: str = "sim", extra: str = "", **kw: str
 ) -> Path:
-    lines = [f"[actor]\ninstructions = \"Fix the code.\"\nmodel = \"{actor}\"\n{kw.get('actor_extra', '')}",
-             f"[critic]\ninstructions = \"Find security bugs.\"\nmodel = \"{critic}\"\n{kw.get('critic_extra', '')}",
-             "[loop]\nmax_rounds = 2\n", extra]  # fmt: skip
+    lines = [
+        f'[actor]\ninstructions = "Fix the code."\nmodel = "{actor}"\n{kw.get("actor_extra", "")}',
+        f'[critic]\ninstructions = "Find security bugs."\nmodel = "{critic}"\n{kw.get("critic_extra", "")}',
+        "[loop]\nmax_rounds = 2\n",
+        extra,
+    ]
     path = tmp_path / f"review-{len(list(tmp_path.glob('review-*.toml')))}.toml"
     path.write_text("\n".join(lines))
     return path
@@ -62,18 +65,26 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)], env=env, cwd=cwd,
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @contextlib.contextmanager
 def _start(*args: str | Path, env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
     """``duet`` running in the background; killed if still running when the block ends."""
     with subprocess.Popen(
-        [sys.executable, "-m", "duet.cli", *map(str, args)], env=env, cwd=cwd,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as proc:  # fmt: skip
+        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             yield proc
         finally:
@@ -164,9 +175,16 @@ def test_report_with_inputs_diffs_each_output_not_approved_from_its_input(
     inputs = tmp_path / "in.jsonl"
     inputs.write_text(json.dumps({"id": "a", "prompt": "```py\nx = eval(s)\n```"}) + "\n")
     results = tmp_path / "r.jsonl"
-    record = {"id": "a", "status": "max_rounds_reached", "final_score": 0.4, "index": 0,
-              "output": "```py\nx = int(s)\n```", "issues": ["still <unsafe>"], "rounds": [],
-              "usage": {"usd": 0.0}}  # fmt: skip
+    record = {
+        "id": "a",
+        "status": "max_rounds_reached",
+        "final_score": 0.4,
+        "index": 0,
+        "output": "```py\nx = int(s)\n```",
+        "issues": ["still <unsafe>"],
+        "rounds": [],
+        "usage": {"usd": 0.0},
+    }
     results.write_text(json.dumps(record) + "\n")
     page = tmp_path / "r.html"
     result = CliRunner().invoke(
@@ -221,10 +239,15 @@ def test_without_a_terminal_run_logs_progress_lines_and_flushes_records_as_runs_
     ) as proc:
         lines = _Lines(proc)
         seen_midway = wait_for(
-            lambda: proc.poll() is None and out.exists() and 0 < len(_records(out)) < 12
-            and len(_records(out)),
-            60, "records in the file while the batch still runs",
-        )  # fmt: skip
+            lambda: (
+                proc.poll() is None
+                and out.exists()
+                and 0 < len(_records(out)) < 12
+                and len(_records(out))
+            ),
+            60,
+            "records in the file while the batch still runs",
+        )
         assert proc.wait(timeout=120) == 0, lines.text()
     progress = [line for line in lines.lines if " done" in line and "/12 done" in line]
     assert len(progress) >= 3, lines.text()
@@ -244,18 +267,32 @@ def test_rate_limited_cluster_run_shows_the_wait_and_one_ctrl_c_stops_waiting(
 ) -> None:
     actor = "openai:limited-actor"  # its own name: the limit touches no other test
     config = _config(
-        tmp_path, actor=actor, critic="openai:limited-critic",
-        actor_extra=f'base_url = "{fake_llm.url}"', critic_extra=f'base_url = "{fake_llm.url}"',
+        tmp_path,
+        actor=actor,
+        critic="openai:limited-critic",
+        actor_extra=f'base_url = "{fake_llm.url}"',
+        critic_extra=f'base_url = "{fake_llm.url}"',
         extra=f'[rate_limits."{actor}"]\nrpm = 2\n',
-    )  # fmt: skip
+    )
     out = tmp_path / "out.jsonl"
-    with _start("run", config, "-i", _inputs(tmp_path, 3), "-o", out, "--log-every", "0.3",
-                env=cluster_env, cwd=tmp_path) as proc:  # fmt: skip
+    with _start(
+        "run",
+        config,
+        "-i",
+        _inputs(tmp_path, 3),
+        "-o",
+        out,
+        "--log-every",
+        "0.3",
+        env=cluster_env,
+        cwd=tmp_path,
+    ) as proc:
         lines = _Lines(proc)
         wait_for(
             lambda: "waiting: rate limit openai:limited-actor: 2 of 2 requests" in lines.text(),
-            60, "the rate-limit wait on screen",
-        )  # fmt: skip
+            60,
+            "the rate-limit wait on screen",
+        )
         batch = next(ln.split()[1].rstrip(":") for ln in lines.lines if ln.startswith("batch "))
         asked = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -311,9 +348,12 @@ def test_watch_with_no_worker_says_so_and_ctrl_c_exits_130(
     with _start("watch", batch, "--log-every", "0.5", env=env, cwd=tmp_path) as proc:
         lines = _Lines(proc)
         wait_for(
-            lambda: "waiting: no worker is consuming queue actor, coordinator, critic" in lines.text(),
-            30, "the no-worker hint",
-        )  # fmt: skip
+            lambda: (
+                "waiting: no worker is consuming queue actor, coordinator, critic" in lines.text()
+            ),
+            30,
+            "the no-worker hint",
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130, lines.text()
     assert "the batch keeps running" in lines.text()
@@ -345,9 +385,13 @@ def test_cluster_rejected_inputs_are_in_results_progress_report_and_ls(
     assert fetched.returncode == 1
     records = _records(out)
     assert [(r["index"], r["id"], r["status"] == "rejected") for r in records] == [
-        (0, "i0", False), (1, "i1", False), (2, "i2", False),
-        (3, "i1", True), (4, None, True), (5, "empty", True),
-    ]  # fmt: skip
+        (0, "i0", False),
+        (1, "i1", False),
+        (2, "i2", False),
+        (3, "i1", True),
+        (4, None, True),
+        (5, "empty", True),
+    ]
     assert [r["line"] for r in records if r["status"] == "rejected"] == [4, 5, 6]
     assert all(r["batch_id"] == batch for r in records)
 
@@ -372,9 +416,12 @@ def test_resume_from_skips_finished_inputs_and_the_stand_in_sees_no_request_for_
     fake_llm: Any, tmp_path: Path
 ) -> None:
     config = _config(
-        tmp_path, actor="openai:sim", critic="openai:sim:critic?scores=0.95",
-        actor_extra=f'base_url = "{fake_llm.url}"', critic_extra=f'base_url = "{fake_llm.url}"',
-    )  # fmt: skip
+        tmp_path,
+        actor="openai:sim",
+        critic="openai:sim:critic?scores=0.95",
+        actor_extra=f'base_url = "{fake_llm.url}"',
+        critic_extra=f'base_url = "{fake_llm.url}"',
+    )
     inputs = _inputs(tmp_path, 6)
     env = _env(OPENAI_API_KEY="sk-test-not-a-secret")
     first = tmp_path / "first.jsonl"
@@ -400,14 +447,25 @@ def test_resume_from_skips_finished_inputs_and_the_stand_in_sees_no_request_for_
 # --- dry run, written outputs ----------------------------------------------------------------
 def test_dry_run_prints_the_worst_case_and_sends_nothing(fake_llm: Any, tmp_path: Path) -> None:
     config = _config(
-        tmp_path, actor="openai:sim", critic="openai:sim",
+        tmp_path,
+        actor="openai:sim",
+        critic="openai:sim",
         actor_extra=f'base_url = "{fake_llm.url}"\nmax_tokens = 100\nprice = {{ input_per_mtok = 1.0, output_per_mtok = 1.0 }}',
         critic_extra=f'base_url = "{fake_llm.url}"\nmax_tokens = 100\nprice = {{ input_per_mtok = 1.0, output_per_mtok = 1.0 }}',
-    )  # fmt: skip
+    )
     before = fake_llm.stats()["requests"]
     out = tmp_path / "never.jsonl"
-    done = _duet("run", config, "-i", _inputs(tmp_path, 4), "-o", out, "--dry-run",
-                 env=_env(OPENAI_API_KEY="x"), cwd=tmp_path)  # fmt: skip
+    done = _duet(
+        "run",
+        config,
+        "-i",
+        _inputs(tmp_path, 4),
+        "-o",
+        out,
+        "--dry-run",
+        env=_env(OPENAI_API_KEY="x"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "model calls (at most)" in done.stdout and "20 (1 + 2 × 2 per run)" in done.stdout
     assert "output tokens (at most)" in done.stdout and "2,000" in done.stdout
@@ -422,8 +480,18 @@ def test_output_dir_mirrors_a_directory_input_with_the_approved_outputs(tmp_path
     (src / "pkg" / "b.py").write_text("os.system(cmd)\n")
     config = _config(tmp_path, critic="sim?scores=0.95")
     fixed = tmp_path / "fixed"
-    done = _duet("run", config, "-i", src, "-o", tmp_path / "out.jsonl", "--output-dir", fixed,
-                 env=_env(), cwd=tmp_path)  # fmt: skip
+    done = _duet(
+        "run",
+        config,
+        "-i",
+        src,
+        "-o",
+        tmp_path / "out.jsonl",
+        "--output-dir",
+        fixed,
+        env=_env(),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     records = {r["id"]: r for r in _records(tmp_path / "out.jsonl")}
     assert sorted(p.relative_to(fixed).as_posix() for p in fixed.rglob("*.py")) == [
@@ -469,3 +537,69 @@ def test_a_spent_batch_budget_stops_runs_and_the_summary_says_so(
     stopped = [r for r in records if r["status"] == "interrupted"]
     assert stopped and all(r["reason"].startswith("budget:batch:calls") for r in stopped)
     assert f"{len(stopped)} × budget:batch:calls" in result.stdout
+
+
+# --- triage while a batch runs, and a malformed cluster URL ---------------------------------
+def test_results_status_streams_each_match_the_moment_its_run_finishes(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`duet results BATCH --status cancelled` prints a run cancelled late in input order
+    while the inputs before it still run: matches come in finish order, not input order."""
+    # 5 calls of 3 s each a run: the others run on well after the cancel lands.
+    config = _config(
+        tmp_path, actor="sim?latency_ms=3000", critic="sim:critic?scores=0.1&latency_ms=3000"
+    )
+    submitted = _duet("submit", config, "-i", _inputs(tmp_path, 6), env=cluster_env, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    batch = submitted.stdout.strip()
+    from orchestration.client.handles import BatchHandle
+    from tests.support import client_pointed_at
+
+    with (
+        client_pointed_at(cluster_env["DUET_REDIS_URL"]),
+        _start("results", batch, "--status", "cancelled", env=cluster_env, cwd=tmp_path) as proc,
+    ):
+        handle = BatchHandle(batch)
+        last = handle.run_ids()[-1]
+        assert _duet("cancel", last, env=cluster_env, cwd=tmp_path).returncode == 0
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until the first match
+        assert line, (proc.wait(30), proc.stderr.read() if proc.stderr else "")
+        first = json.loads(line)
+        progress = handle.progress()
+        assert first["run_id"] == last and first["status"] == "cancelled"
+        assert progress["done"] < progress["total"], "printed before the batch finished"
+        assert _duet("cancel", batch, env=cluster_env, cwd=tmp_path).returncode == 0
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == 1  # cancelled runs did not finish well
+    assert all(json.loads(line)["status"] == "cancelled" for line in rest.splitlines()), rest
+
+
+@pytest.mark.parametrize("command", [["ls"], ["watch", "abcd1234"], ["limits", "show"]])
+def test_a_redis_url_without_a_scheme_is_one_line_exit_2(
+    command: list[str], tmp_path: Path
+) -> None:
+    done = _duet(*command, env=_env(DUET_REDIS_URL="localhost:6379"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "DUET_REDIS_URL=localhost:6379" in done.stderr and "redis://" in done.stderr
+
+
+def test_dry_run_lists_rejected_inputs_whole_at_80_columns(tmp_path: Path) -> None:
+    long_id = "a-long-input-id-that-goes-on-and-on-for-a-while/in/a/deep/tree/module.py"
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"id": long_id, "prompt": "x" * 30_000}) + "\n")
+    done = _duet(
+        "run",
+        EXAMPLE_CONFIG,
+        "-i",
+        inputs,
+        "-o",
+        tmp_path / "never.jsonl",
+        "--dry-run",
+        env=_env(COLUMNS="80"),
+        cwd=tmp_path,
+    )
+    assert "…" not in done.stdout + done.stderr
+    assert long_id in done.stdout + done.stderr
+    assert "prompt is 30,000 characters, over the limit of 20,000" in done.stdout + done.stderr

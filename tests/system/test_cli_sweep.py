@@ -52,8 +52,9 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         client = redis.Redis.from_url(server.url, decode_responses=True)
         env = {**os.environ, "DUET_REDIS_URL": server.url, "COLUMNS": "300"}
         env.pop("DUET_BROKER_URL", None)
-        team = Team.actor_critic(actor=Agent("Fix.", model="sim"),
-                                 critic=Agent("Review.", model="sim"), max_rounds=1)  # fmt: skip
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim"), max_rounds=1
+        )
         queued = team.submit("stranded before its first transition")
         _strand(client, keys.QUEUE_COORDINATOR, queued.run_id)
         # A coordinator-only worker sends the step; the step's message is then lost.
@@ -66,8 +67,13 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
             )
         _strand(client, keys.QUEUE_ACTOR, at_step.run_id)
 
-        once = subprocess.run([sys.executable, "-m", "duet.cli", "sweep"], env=env,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        once = subprocess.run(
+            [sys.executable, "-m", "duet.cli", "sweep"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert once.returncode == 0, once.stderr
         lines = once.stdout.splitlines()
         assert f"sent on run {queued.run_id}: transition 0" in lines
@@ -78,22 +84,39 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
             client.llen(keys.queue_key(keys.QUEUE_ACTOR, keys.DRAFT_PRIORITY)),  # a draft
         ) == (1, 1)
         # Sent on, they count as moved: a second sweep leaves them alone.
-        again = subprocess.run([sys.executable, "-m", "duet.cli", "sweep"], env=env,
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        again = subprocess.run(
+            [sys.executable, "-m", "duet.cli", "sweep"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert again.stdout.splitlines() == ["swept: 0 run(s) sent on (stale after 600 s)"]
 
         looping = subprocess.Popen(
             [sys.executable, "-m", "duet.cli", "sweep", "--every", "0.3", "--after", "300"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             later = team.submit("stranded while the sweeper runs")
-            client.lrem(keys.queue_key(keys.QUEUE_COORDINATOR), 0, *[
-                m for m in client.lrange(keys.queue_key(keys.QUEUE_COORDINATOR), 0, -1) if later.run_id in m
-            ])  # fmt: skip
+            client.lrem(
+                keys.queue_key(keys.QUEUE_COORDINATOR),
+                0,
+                *[
+                    m
+                    for m in client.lrange(keys.queue_key(keys.QUEUE_COORDINATOR), 0, -1)
+                    if later.run_id in m
+                ],
+            )
             _long_ago(client, later.run_id)
-            wait_for(lambda: client.llen(keys.queue_key(keys.QUEUE_COORDINATOR)) == 2, 30,
-                     "the looping sweep to send the run on")  # fmt: skip
+            wait_for(
+                lambda: client.llen(keys.queue_key(keys.QUEUE_COORDINATOR)) == 2,
+                30,
+                "the looping sweep to send the run on",
+            )
             looping.send_signal(signal.SIGTERM)
             out, err = looping.communicate(timeout=20)
         finally:

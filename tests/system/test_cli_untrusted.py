@@ -13,20 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import SIM_CONFIG
+
 pytestmark = pytest.mark.system
 
-FAST_CONFIG = """\
-[actor]
-instructions = "Fix the code."
-model = "sim"
-
-[critic]
-instructions = "Find security bugs."
-model = "sim"
-
-[loop]
-max_rounds = 2
-"""
+FAST_CONFIG = SIM_CONFIG + "\n[loop]\nmax_rounds = 2\n"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -40,9 +31,13 @@ def _duet(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)], env=env or _env(), cwd=cwd,
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        env=env or _env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.fixture
@@ -175,9 +170,11 @@ def test_text_ids_resume_from_csv_c1_output_dir_and_deep_lines_through_duet_run(
     with first.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["id"], r["status"]) for r in rows] == [
-        *[(i, "approved") for i in ids[:3]], ("", "rejected"), *[(i, "approved") for i in ids[3:]],
+        *[(i, "approved") for i in ids[:3]],
+        ("", "rejected"),
+        *[(i, "approved") for i in ids[3:]],
         ("", "rejected"),  # the deep line and the huge one, read no further: no id
-    ]  # fmt: skip
+    ]
     assert [r["reason"] for r in rows if r["status"] == "rejected"] == [
         "nested deeper than 64 levels",
         "line is 20,029 bytes, over the limit of 10,000 bytes: not read",

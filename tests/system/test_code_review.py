@@ -31,7 +31,8 @@ def _app(query: str) -> str:
 
 
 #: Scripted sim models: the critic flags the injected line (5) once, the actor's
-#: second revision restores the parameterised query, which the critic approves.
+#: second revision restores the parameterised query, which the critic approves. The loop
+#: keeps its best-scored revision: here the approved one.
 CONFIG = f"""\
 [actor]
 instructions = "Return the fixed file in one fenced block."
@@ -43,6 +44,7 @@ model = "sim:critic?scores=0.4,0.95&issue={quote("app.py:5: error: SQL injection
 
 [loop]
 max_rounds = 3
+keep = "best"
 """
 
 
@@ -60,8 +62,12 @@ def _env() -> dict[str, str]:
 def _duet(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "duet.cli", *map(str, args)],
-        env=_env(), cwd=cwd, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        env=_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.fixture
@@ -97,8 +103,17 @@ def repo(tmp_path: Path) -> Path:
 
 def test_review_of_a_branch_gives_sarif_a_patch_and_a_ci_exit(repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "review.jsonl"
-    done = _duet("review", tmp_path / "review.toml", "--git", "main..feature", "--repo", repo,
-                 "-o", out, cwd=tmp_path)  # fmt: skip
+    done = _duet(
+        "review",
+        tmp_path / "review.toml",
+        "--git",
+        "main..feature",
+        "--repo",
+        repo,
+        "-o",
+        out,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["id"] for r in records) == [
@@ -109,16 +124,22 @@ def test_review_of_a_branch_gives_sarif_a_patch_and_a_ci_exit(repo: Path, tmp_pa
         r"1 binary, 1 deleted, 1 gitignored, 1 unchanged text, 1 vendored", done.stderr
     )
     assert all(r["status"] == "approved" for r in records)
+    # keep = "best": the approved revision (round 1's) is the best-scored, and is kept.
+    assert {(r["keep"], r["output_round"], r["best_round"]) for r in records} == {("best", 1, 2)}
 
     sarif = _duet("results", out, "-f", "sarif", "--all", cwd=tmp_path)
     assert sarif.returncode == 0, sarif.stderr
     log = json.loads(sarif.stdout)
     jsonschema.validate(log, SCHEMA)
     located = [
-        (res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
-         res["locations"][0]["physicalLocation"]["region"]["startLine"], res["level"])
-        for run in log["runs"] for res in run["results"]
-    ]  # fmt: skip
+        (
+            res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            res["locations"][0]["physicalLocation"]["region"]["startLine"],
+            res["level"],
+        )
+        for run in log["runs"]
+        for res in run["results"]
+    ]
     assert ("app.py", 5, "error") in located
     assert (repo / "app.py").read_text().splitlines()[4].strip() == INJECTED
 
@@ -126,8 +147,9 @@ def test_review_of_a_branch_gives_sarif_a_patch_and_a_ci_exit(repo: Path, tmp_pa
     assert patch.returncode == 0, patch.stderr
     assert "+++ b/app.py" in patch.stdout and "README" not in patch.stdout
     (tmp_path / "fixes.patch").write_text(patch.stdout)
-    subprocess.run(["git", "-C", str(repo), "apply", "--check", str(tmp_path / "fixes.patch")],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(repo), "apply", "--check", str(tmp_path / "fixes.patch")], check=True
+    )
 
     failing = _duet("results", out, "-f", "github", "--all", "--fail-on", "error", cwd=tmp_path)
     assert failing.returncode == 1
@@ -140,10 +162,65 @@ def test_review_of_a_branch_gives_sarif_a_patch_and_a_ci_exit(repo: Path, tmp_pa
     )
 
 
+def test_keep_best_returns_the_best_scored_revision_of_each_file(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Scores that fall round after round: each file's first draft is kept, SARIF shows the
+    issues of the critique that judged it (the sim critic names the revision it read), and
+    the patch (approved fixes only) says why it is empty."""
+    critic = re.search(r'model = "(sim:critic[^"]*)"', CONFIG)
+    assert critic is not None
+    falling = CONFIG.replace(critic[1], "sim:critic?scores=0.7,0.5,0.3")
+    (tmp_path / "falling.toml").write_text(falling)
+    out = tmp_path / "falling.jsonl"
+    done = _duet(
+        "review",
+        tmp_path / "falling.toml",
+        "--git",
+        "main..feature",
+        "--repo",
+        repo,
+        "-o",
+        out,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    records = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(records) == ["README.md", "app.py"]
+    for record in records.values():
+        assert (record["status"], record["n_rounds"]) == ("max_rounds_reached", 3)
+        assert record["output"].startswith("[revision 0]"), record["output"]
+        assert (record["output_round"], record["best_round"], record["final_score"]) == (0, 1, 0.7)
+    assert SAFE in records["app.py"]["output"]  # the draft already fixed the query
+
+    sarif = _duet("results", out, "-f", "sarif", cwd=tmp_path)
+    assert sarif.returncode == 0, sarif.stderr
+    log = json.loads(sarif.stdout)
+    jsonschema.validate(log, SCHEMA)
+    results = [res for run in log["runs"] for res in run["results"]]
+    assert {res["properties"]["input"] for res in results} == {"app.py", "README.md"}
+    assert all("(revision 0)" in res["message"]["text"] for res in results), results
+    patch = _duet("results", out, "--patch", "--root", repo, cwd=tmp_path)
+    assert (patch.returncode, patch.stdout) == (0, "")
+    assert "2 input(s) not approved" in patch.stderr
+
+
 def test_hunks_are_inputs_of_their_own(repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "hunks.jsonl"
-    done = _duet("review", "--git", "main..feature", "--repo", repo, "--unit", "hunk",
-                 "--context", "1", "-o", out, cwd=tmp_path)  # fmt: skip
+    done = _duet(
+        "review",
+        "--git",
+        "main..feature",
+        "--repo",
+        repo,
+        "--unit",
+        "hunk",
+        "--context",
+        "1",
+        "-o",
+        out,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["id"] for r in records) == ["README.md#hunk1", "app.py#hunk1"]
@@ -154,8 +231,20 @@ def test_a_shallow_clone_without_base_says_fetch_depth(
     repo: Path, tmp_path: Path, reliability
 ) -> None:
     shallow = tmp_path / "shallow"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "feature",
-                    f"file://{repo}", str(shallow)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "git",
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            "--branch",
+            "feature",
+            f"file://{repo}",
+            str(shallow),
+        ],
+        check=True,
+    )
     base = _git(repo, "rev-parse", "main").strip()
     done = _duet("review", "--git", f"{base}..HEAD", "--repo", shallow, cwd=tmp_path)
     assert done.returncode == 2
@@ -190,8 +279,14 @@ def test_the_example_workflow_runs_against_a_pull_request(repo: Path) -> None:
     assert steps[0]["with"]["fetch-depth"] == 0
     assert any(s.get("uses", "").startswith("github/codeql-action/upload-sarif") for s in steps)
     base, head = _git(repo, "rev-parse", "main").strip(), _git(repo, "rev-parse", "feature").strip()
-    done = subprocess.run(["bash", "-c", _workflow_script(base, head)], cwd=repo, env=_env(),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", _workflow_script(base, head)],
+        cwd=repo,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     jsonschema.validate(json.loads((repo / "duet.sarif").read_text()), SCHEMA)
     assert "## Duet code review" in (repo / "duet-review.md").read_text()
@@ -203,8 +298,14 @@ def test_the_pre_commit_hook_reviews_staged_files(repo: Path) -> None:
     (repo / "unstaged.py").write_text("print('not staged')\n")
     _git(repo, "add", "staged.py")
     head = _git(repo, "rev-parse", "HEAD")
-    done = subprocess.run(["bash", "-c", hook["entry"][len("bash -c "):].strip("'")], cwd=repo,
-                          env=_env(), capture_output=True, text=True, timeout=180)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", hook["entry"][len("bash -c ") :].strip("'")],
+        cwd=repo,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     ids = [
         json.loads(line)["id"]
@@ -241,13 +342,34 @@ def test_on_a_cluster_results_of_a_batch_id_are_findings_too(
     env = {**_env(), "DUET_REDIS_URL": system_redis_url}
     out = tmp_path / "cluster.jsonl"
     run = [sys.executable, "-m", "duet.cli"]
-    done = subprocess.run([*run, "review", str(tmp_path / "review.toml"), "--git", "main..feature",
-                           "--repo", str(repo), "-o", str(out)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    done = subprocess.run(
+        [
+            *run,
+            "review",
+            str(tmp_path / "review.toml"),
+            "--git",
+            "main..feature",
+            "--repo",
+            str(repo),
+            "-o",
+            str(out),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     batch = json.loads(out.read_text().splitlines()[0])["batch_id"]
-    sarif = subprocess.run([*run, "results", batch, "-f", "sarif", "--all"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=180)  # fmt: skip
+    sarif = subprocess.run(
+        [*run, "results", batch, "-f", "sarif", "--all"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert sarif.returncode == 0, sarif.stderr
     log = json.loads(sarif.stdout)
     jsonschema.validate(log, SCHEMA)
@@ -262,13 +384,32 @@ def test_submit_queues_a_git_range_on_a_cluster(
 ) -> None:
     env = {**_env(), "DUET_REDIS_URL": system_redis_url}
     run = [sys.executable, "-m", "duet.cli"]
-    queued = subprocess.run([*run, "submit", str(tmp_path / "review.toml"), "--git", "main..feature",
-                             "--repo", str(repo)], env=env, cwd=tmp_path, capture_output=True,
-                            text=True, timeout=180)  # fmt: skip
+    queued = subprocess.run(
+        [
+            *run,
+            "submit",
+            str(tmp_path / "review.toml"),
+            "--git",
+            "main..feature",
+            "--repo",
+            str(repo),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert queued.returncode == 0, queued.stderr
     batch = queued.stdout.strip()
-    summary = subprocess.run([*run, "results", batch, "-f", "markdown", "--timeout", "120"],
-                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)  # fmt: skip
+    summary = subprocess.run(
+        [*run, "results", batch, "-f", "markdown", "--timeout", "120"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert summary.returncode == 0, summary.stderr
     assert "2 input(s) reviewed: 2 approved." in summary.stdout
 

@@ -38,28 +38,27 @@ def test_flower_shows_tasks_without_content(
     port = free_port()
     env = {**os.environ, "DUET_REDIS_URL": system_redis_url, "FLOWER_UNAUTHENTICATED_API": "1"}
     flower = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
-        # Flower's event receiver connects a moment after its web server answers, and
-        # events sent before that are not replayed: probe until a run shows up.
-        probe_team = Team.actor_critic(
-            actor=Agent("p", model="sim"), critic=Agent("p", model="sim")
+        _until_flower_listens(
+            port, Team.actor_critic(actor=Agent("p", model="sim"), critic=Agent("p", model="sim"))
         )
-
-        def probe_seen() -> bool:
-            probe = probe_team.run_sync("probe", timeout=30)
-            try:
-                wait_for(lambda: probe.run_id in json.dumps(_tasks(port)), 2, "the probe")
-            except AssertionError:
-                return False
-            return True
-
-        wait_for(probe_seen, 60, "Flower to receive task events", interval=0)
         team = Team.actor_critic(
             actor=Agent("INSTRUCTIONS-ACTOR-42", model="sim"),
             critic=Agent("INSTRUCTIONS-CRITIC-42", model="sim?scores=0.2,0.95"),
@@ -89,6 +88,21 @@ def test_flower_shows_tasks_without_content(
         flower.wait(10)
 
 
+def _until_flower_listens(port: int, team: Team) -> None:
+    """Flower's event receiver connects a moment after its web server answers, and events
+    sent before that are not replayed: run probes of ``team`` until one shows up."""
+
+    def probe_seen() -> bool:
+        probe = team.run_sync("probe", timeout=30)
+        try:
+            wait_for(lambda: probe.run_id in json.dumps(_tasks(port)), 2, "the probe")
+        except AssertionError:
+            return False
+        return True
+
+    wait_for(probe_seen, 60, "Flower to receive task events", interval=0)
+
+
 def _ping(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck", timeout=2) as resp:
@@ -104,10 +118,21 @@ def _flower(redis_url: str, **env: str) -> Iterator[int]:
     full_env = {**os.environ, "DUET_REDIS_URL": redis_url, **env}
     full_env.pop("DUET_BROKER_URL", None)
     flower = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
-        cwd=ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
@@ -163,8 +188,11 @@ def test_flower_broker_api_counts_each_queue_behind_a_login(
             assert _get(port, path)[0] == 401
             assert _get(port, path, "ops:wrong")[0] == 401
         with celery_worker(redis_url, queues="actor,critic", name="models"):
-            wait_for(lambda: workers_seen() == {"actor", "critic", "coordinator"}, 30,
-                     "Flower to see both pools")  # fmt: skip
+            wait_for(
+                lambda: workers_seen() == {"actor", "critic", "coordinator"},
+                30,
+                "Flower to see both pools",
+            )
         handles = [team.submit(f"x{i}") for i in range(n)]
         drafts = queue_key("actor", DRAFT_PRIORITY)  # Flower counts kombu's priority lists too
         wait_for(lambda: redis_client.llen(drafts) == n, 30, "the actor backlog")
@@ -178,3 +206,49 @@ def test_flower_broker_api_counts_each_queue_behind_a_login(
             results = [h.result(timeout=60) for h in handles]
             assert [r.status for r in results] == ["approved"] * n
             assert lengths() == {"actor": 0, "critic": 0, "coordinator": 0}
+
+
+def test_flower_shows_a_rate_limit_wait_as_a_retry_without_traceback(
+    worker: Any, client_on: str, system_redis_url: str, fake_llm: Any
+) -> None:
+    """A step waiting for the fleet's rate limit is re-scheduled (RETRY), not failed: Flower
+    shows what it waits for and no traceback."""
+    from orchestration.state import connection
+    from orchestration.state.ratelimits import RateLimit, clear_rate_limits, set_rate_limits
+
+    model = "openai:flower-waits"  # a model of its own: the limit slows no other test's
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model=model, base_url=fake_llm.url),
+        critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url),
+    )
+    with _flower(system_redis_url, FLOWER_UNAUTHENTICATED_API="1") as port:
+        _until_flower_listens(port, team)
+        redis = connection.get_redis()
+        set_rate_limits(redis, {model: RateLimit(rpm=1, window_s=2.0, source="test")})
+        try:
+            ids: set[str] = set()
+
+            def retried() -> list[dict[str, Any]]:
+                return [
+                    t
+                    for t in _tasks(port).values()
+                    if any(i in (t.get("args") or "") for i in ids) and t.get("exception")
+                ]
+
+            def waited() -> list[dict[str, Any]]:
+                # Two drafts at once: one waits (workers read the limit within seconds).
+                runs = [team.submit(f"wait for it {len(ids) + i}") for i in range(2)]
+                assert [r.result(timeout=60).status for r in runs] == ["approved"] * 2
+                ids.update(r.run_id for r in runs)
+                try:
+                    return wait_for(retried, 2, "Flower to see a wait")
+                except AssertionError:
+                    return []
+
+            waits = wait_for(waited, 60, "a draft to wait for the rate limit", interval=0)
+        finally:
+            clear_rate_limits(redis, [model])
+    for task in waits:
+        assert "waiting for the fleet's rate limit (openai:flower-waits)" in task["exception"]
+        assert "StepWait" in task["exception"]
+        assert not task.get("traceback"), task["traceback"]

@@ -77,9 +77,17 @@ def test_the_last_worker_to_stop_stops_renewing_the_liveness_key(
     (with the embedded default, Redis stops next: each renewal would be a warning)."""
     out = subprocess.run(
         [sys.executable, "-c", _LAST_WORKER_STOPS, redis_url],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"first run": "approved", "while both run": 1, "while one runs": 1,
-                    "second run": "approved", "after both stopped": 0}  # fmt: skip
+    assert seen == {
+        "first run": "approved",
+        "while both run": 1,
+        "while one runs": 1,
+        "second run": "approved",
+        "after both stopped": 0,
+    }

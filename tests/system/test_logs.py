@@ -76,10 +76,25 @@ def test_cli_json_lines_carry_the_batch_id(
     inputs.write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\nnot json\n')
     env = {**os.environ, "DUET_REDIS_URL": system_redis_url}
     proc = subprocess.run(
-        [sys.executable, "-m", "duet.cli", "--log-format", "json", "run",
-         str(ROOT / "examples" / "review.toml"), "-i", str(inputs), "-o", str(tmp_path / "o.jsonl")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "duet.cli",
+            "--log-format",
+            "json",
+            "run",
+            str(ROOT / "examples" / "review.toml"),
+            "-i",
+            str(inputs),
+            "-o",
+            str(tmp_path / "o.jsonl"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr  # one input rejected
     lines = json_lines(proc.stderr)
     submitted = [line for line in lines if "submitted" in line["message"]]

@@ -24,7 +24,7 @@ from orchestration.state.keys import (
     TASK_CRITIQUE,
     TASK_GENERATE,
     queue_key,
-)  # fmt: skip
+)
 from tests.support import celery_worker, client_pointed_at, wait_for
 
 pytestmark = pytest.mark.system
@@ -41,9 +41,11 @@ GROUPS = {
 
 def expected_events(status: str, rounds: int) -> list[tuple[str, int | None]]:
     seq: list[tuple[str, int | None]] = [
-        (ev.RUN_QUEUED, None), (ev.RUN_STARTED, None),
-        (ev.ACTOR_STARTED, 0), (ev.ACTOR_COMPLETED, 0),
-    ]  # fmt: skip
+        (ev.RUN_QUEUED, None),
+        (ev.RUN_STARTED, None),
+        (ev.ACTOR_STARTED, 0),
+        (ev.ACTOR_COMPLETED, 0),
+    ]
     for n in range(1, rounds + 1):
         seq += [(ev.CRITIC_STARTED, n), (ev.CRITIQUE, n)]
         if status == "approved" and n == rounds:
@@ -164,10 +166,14 @@ def test_workers_send_each_message_in_the_script_that_calls_for_it(
         results = list(batch.results(timeout=60))
     assert {r.status for r in results} == {"approved"}
     # every list of each queue, as MONITOR writes it (\x06 escaped): drafts have their own
-    queue_keys = {queue_key(q, p).encode("unicode_escape").decode(): q
-                  for q in ALL_QUEUES for p in QUEUE_PRIORITIES}  # fmt: skip
-    pushes = [(kind, queue_keys[key]) for kind, cmd, key in seen
-              if cmd == "lpush" and key in queue_keys]  # fmt: skip
+    queue_keys = {
+        queue_key(q, p).encode("unicode_escape").decode(): q
+        for q in ALL_QUEUES
+        for p in QUEUE_PRIORITIES
+    }
+    pushes = [
+        (kind, queue_keys[key]) for kind, cmd, key in seen if cmd == "lpush" and key in queue_keys
+    ]
     # Each run: 4 steps (generate, critique, refine, critique), each made by a transition
     # and each stored; the first coordinator message is the client's submission.
     in_scripts = [key for kind, key in pushes if kind == "lua"]
@@ -419,8 +425,12 @@ def test_a_killed_workers_step_is_redelivered_and_the_run_finishes(
     redis.Redis.from_url(url).flushdb()
     # A short visibility timeout on purpose (so the message comes back soon): the start
     # check that refuses it is off.
-    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_VISIBILITY_TIMEOUT_S": "5",
-           "DUET_CHECK_TIMEOUTS": "false", "DUET_STEP_LEASE_S": "5"}  # fmt: skip
+    env = {
+        "OPENAI_API_KEY": "sk-test-not-a-secret",
+        "DUET_VISIBILITY_TIMEOUT_S": "5",
+        "DUET_CHECK_TIMEOUTS": "false",
+        "DUET_STEP_LEASE_S": "5",
+    }
     fake_llm.set_faults(latency_ms=0, delays_ms=[3000])  # the first call hangs 3 s
     try:
         with client_pointed_at(url):

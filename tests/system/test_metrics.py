@@ -55,8 +55,11 @@ def exporter(redis_url: str) -> Iterator[int]:
     env.pop("DUET_BROKER_URL", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "duet.cli", "metrics", "--port", str(port), "--host", "127.0.0.1"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(lambda: proc.poll() is not None or answers(port) is not None, 30, "duet metrics")
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
@@ -76,9 +79,10 @@ def test_a_batch_moves_each_metric_by_what_it_did(
     port = free_port()
     critic = Agent("Review.", model="sim?scores=0.2,0.95&latency_ms=20")
     approved = Team.actor_critic(  # generate, critique 0.2, refine, critique 0.95: approved
-        actor=Agent("Fix.", model="sim?latency_ms=20"), critic=critic,
+        actor=Agent("Fix.", model="sim?latency_ms=20"),
+        critic=critic,
         global_budgets=["metrics-test"],
-    )  # fmt: skip
+    )
     failing = Team.actor_critic(  # a transient error on every attempt: 2 attempts, 1 retry
         actor=Agent("Fix.", model="sim?fail_at=0&fail=server_error"), critic=critic
     )
@@ -120,8 +124,14 @@ def test_a_batch_moves_each_metric_by_what_it_did(
         critic = {"provider": "sim", "model": "sim:critic"}
         assert moved("duet_runs_started_total") == 7
         assert moved("duet_runs_finished_total", status="approved", reason="") == 5
-        assert moved("duet_runs_finished_total", status="interrupted",
-                     reason="actor:provider_error:server_error") == 1  # fmt: skip
+        assert (
+            moved(
+                "duet_runs_finished_total",
+                status="interrupted",
+                reason="actor:provider_error:server_error",
+            )
+            == 1
+        )
         assert (
             moved("duet_runs_finished_total", status="interrupted", reason="actor:max_tokens") == 1
         )
@@ -198,8 +208,9 @@ def test_vendor_batch_calls_are_counted_when_their_results_are_stored(
         team = Team.actor_critic(
             actor=Agent("Fix.", model="gpt-4o", execution="vendor_batch"),
             critic=Agent("Review. JSON please.", model="gpt-4o", execution="vendor_batch"),
-            max_rounds=1, persistent_subagents=False,
-        )  # fmt: skip
+            max_rounds=1,
+            persistent_subagents=False,
+        )
         with celery_worker(redis_url, env=env, name="metrics-vb"):
             before = scrape(port)
             results = list(team.submit_batch([f"task {i}" for i in range(3)]).results(timeout=120))

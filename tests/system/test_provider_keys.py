@@ -7,6 +7,7 @@ own gets no ``Authorization`` / ``x-api-key`` unless the agent names ``api_key_e
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -32,22 +33,32 @@ TASK: list[Message] = [{"role": "user", "content": "Write a parser."}]
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
 _REPLIES = {
     "/v1/chat/completions": {
-        "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                     "finish_reason": "stop"}],
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     },
     "/v1/messages": {
-        "id": "m1", "type": "message", "role": "assistant", "model": "m",
-        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
         "usage": {"input_tokens": 1, "output_tokens": 1},
     },
-}  # fmt: skip
+}
 
 
 class _Server(ThreadingHTTPServer):
     status = 200
     seen: list[dict[str, str]]
+    #: Where to redirect every call (307), if anywhere.
+    location: str | None = None
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -58,10 +69,21 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the http.server hook's name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.seen.append({k.lower(): v for k, v in self.headers.items()})
+        if self.server.location is not None:
+            self.send_response(307)
+            self.send_header("Location", self.server.location + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         status = self.server.status
-        body = _REPLIES.get(self.path, {}) if status == 200 else {
-            "type": "error", "error": {"type": "authentication_error", "message": "key needed"}
-        }  # fmt: skip
+        body = (
+            _REPLIES.get(self.path, {})
+            if status == 200
+            else {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": "key needed"},
+            }
+        )
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -73,18 +95,27 @@ class _Recorder(BaseHTTPRequestHandler):
         return None
 
 
+def _serve() -> _Server:
+    httpd = _Server(("127.0.0.1", 0), _Recorder)
+    httpd.seen = []
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
     """The recording server, vendor keys in the environment, a fresh adapter registry."""
-    httpd = _Server(("127.0.0.1", 0), _Recorder)
-    httpd.seen = []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    httpd = _serve()
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv(OWN_KEY_ENV, OWN_KEY)
-    for var in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
-                "OPENAI_CUSTOM_HEADERS", "ANTHROPIC_CUSTOM_HEADERS"):  # fmt: skip
+    for var in (
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_AUTH_TOKEN",
+        "OPENAI_CUSTOM_HEADERS",
+        "ANTHROPIC_CUSTOM_HEADERS",
+    ):
         monkeypatch.delenv(var, raising=False)
     adapters: dict[Any, Any] = {}
     monkeypatch.setattr(providers, "_adapters", adapters)
@@ -172,7 +203,44 @@ def test_the_vendor_host_keeps_its_default_key() -> None:
     assert vendor.spec.api_key_env == "OPENAI_API_KEY"
     claude = Agent("a", model="anthropic:claude-x", base_url="https://api.anthropic.com")
     assert claude.spec.api_key_env == "ANTHROPIC_API_KEY"
-    look_alikes = ["https://api.openai.com.evil.example/v1", "http://api.openai.com/v1",
-                   "https://api.anthropic.com/v1", "api.openai.com/v1"]  # fmt: skip
+    look_alikes = [
+        "https://api.openai.com.evil.example/v1",
+        "http://api.openai.com/v1",
+        "https://api.anthropic.com/v1",
+        "api.openai.com/v1",
+    ]
     for url in look_alikes:  # another host, plain HTTP, the other vendor, no scheme
         assert Agent("a", model="openai:m", base_url=url).spec.api_key_env is None, url
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_base_url_credentials_go_to_its_host_and_not_to_a_redirect(
+    server: _Server, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``USER:${VAR}@`` in a ``base_url``: the worker's value goes as basic auth, on the
+    SDK's first call and on the learned endpoint after it, never to another host."""
+    monkeypatch.setenv("DUET_TEST_GW_PASS", "gw-pass-71c0")
+    basic = "Basic " + base64.b64encode(b"bot:gw-pass-71c0").decode()
+    port = server.server_address[1]
+    path = "/v1" if provider == "openai" else ""
+    agent = Agent(
+        "Answer.",
+        model=f"{provider}:m",
+        base_url=f"http://bot:${{DUET_TEST_GW_PASS}}@127.0.0.1:{port}{path}",
+    )
+    adapter = provider_for(agent.spec)
+    for _ in range(2):
+        assert adapter.complete(agent.spec, TASK).text == "ok"
+    assert [_credentials(h) for h in server.seen] == [{"authorization": basic}] * 2
+    elsewhere = _serve()
+    try:
+        server.location = f"http://localhost:{elsewhere.server_address[1]}"
+        assert adapter.complete(agent.spec, TASK).text == "ok"  # followed to the other host
+        # (The learned endpoint hands a redirect to the client, which posts again.)
+        assert [_credentials(h) for h in server.seen[2:]] == [{"authorization": basic}] * (
+            len(server.seen) - 2
+        )
+        assert [_credentials(h) for h in elsewhere.seen] == [{}]
+    finally:
+        elsewhere.shutdown()
+        elsewhere.server_close()

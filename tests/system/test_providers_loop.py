@@ -301,9 +301,11 @@ def test_critiques_are_structured_natively(
     alone gives the loop its scores, with no fallback to reading prose."""
     judge = "Review the answer and list its problems."
     t = Team.actor_critic(
-        actor=Agent(ACTOR, model=actor), critic=Agent(judge, model=critic),
-        max_rounds=2, approval_threshold=1.0,
-    )  # fmt: skip
+        actor=Agent(ACTOR, model=actor),
+        critic=Agent(judge, model=critic),
+        max_rounds=2,
+        approval_threshold=1.0,
+    )
     result = run(t, f"Write a function that parses ISO dates ({tag()}).")
     assert result.status == "max_rounds_reached" and len(result.rounds) == 2
     store = RunStore(redis.Redis.from_url(vendor_url, decode_responses=True))
@@ -317,9 +319,11 @@ def test_critiques_are_structured_natively(
         assert "response_format" in body if vendor(critic) == "openai" else "tool_choice" in body
     # Asked without the shape, the critique is found in the reply's text (the fallback).
     t_off = Team.actor_critic(
-        actor=Agent(ACTOR, model=actor), critic=Agent(judge, model=critic, structured_output=False),
-        max_rounds=1, approval_threshold=1.0,
-    )  # fmt: skip
+        actor=Agent(ACTOR, model=actor),
+        critic=Agent(judge, model=critic, structured_output=False),
+        max_rounds=1,
+        approval_threshold=1.0,
+    )
     off = run(t_off, f"Write a function that parses ISO dates ({tag()}).")
     step = RunStore(redis.Redis.from_url(vendor_url, decode_responses=True)).step_result(
         off.run_id, "r1.critique"

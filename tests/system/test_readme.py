@@ -41,15 +41,21 @@ def test_python_snippets_run_as_written(fake_llm: Any, tmp_path: Path, document:
     script.write_text("\n\n".join(python_snippets(document)), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     env.update(
-        OPENAI_BASE_URL=fake_llm.url, ANTHROPIC_BASE_URL=fake_llm.anthropic_url,
-        OPENAI_API_KEY="sk-test-not-a-secret", ANTHROPIC_API_KEY="sk-ant-test-not-a-secret",
+        OPENAI_BASE_URL=fake_llm.url,
+        ANTHROPIC_BASE_URL=fake_llm.anthropic_url,
+        OPENAI_API_KEY="sk-test-not-a-secret",
+        ANTHROPIC_API_KEY="sk-ant-test-not-a-secret",
         PYTHONPATH=str(ROOT),
-    )  # fmt: skip
+    )
     before = fake_llm.stats()["by_path"]
     done = subprocess.run(
-        [sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     after = fake_llm.stats()["by_path"]
     sent = {path: n - before.get(path, 0) for path, n in after.items()}

@@ -70,9 +70,12 @@ def tag() -> str:
 
 
 def team(
-    vendor: str, role: str, stop: str, execution: Literal["sync", "vendor_batch"] = "sync",
+    vendor: str,
+    role: str,
+    stop: str,
+    execution: Literal["sync", "vendor_batch"] = "sync",
     structured: bool | None = None,
-) -> Team:  # fmt: skip
+) -> Team:
     """Both agents on ``vendor``; ``role`` stops with ``stop`` in round 1: the actor on its
     first revision, the critic reviewing the draft (revision 0)."""
     actor = f"{vendor}:sim" + (f"?refuse_at=1&refuse={stop}" if role == "actor" else "")
@@ -83,7 +86,7 @@ def team(
         actor=Agent("Fix the code.", model=actor, execution=execution),
         critic=Agent(
             "Review the code.", model=critic, execution=execution, structured_output=structured
-        ),  # fmt: skip
+        ),
         max_rounds=3,
         approval_threshold=0.9,
         name=f"refusals-{tag()}",
@@ -149,10 +152,12 @@ def test_an_outcome_interrupts_the_run_and_is_never_a_turn(
     result = t.run_sync(f"Task ({tag()}): a parser.", user_id=user, timeout=60)
     broken = int(result.interruption_reason != f"{role}:round_1:{stop}")
     reliability.record(
-        section=MODEL_OUTPUT, fault=f"{FAULT}: {vendor} {role} answers {stop}",
-        load="1 run, then the user's next run", lost=lost_of(broken, 1, "runs read it as an answer"),
+        section=MODEL_OUTPUT,
+        fault=f"{FAULT}: {vendor} {role} answers {stop}",
+        load="1 run, then the user's next run",
+        lost=lost_of(broken, 1, "runs read it as an answer"),
         before="empty text, read as a review scoring 0.0 (or stored as a turn)",
-    )  # fmt: skip
+    )
     check(result, role, stop, llm, user, t)
 
 
@@ -167,12 +172,15 @@ def test_a_structured_critic_that_refuses_scores_nothing(llm: FakeLLM, vendor: s
     assert [(r.score, r.issues) for r in result.rounds] == [(None, [])]
 
 
-@pytest.mark.parametrize(("vendor", "role", "stop"), [
-    ("openai", "critic", "refusal"),
-    ("openai", "actor", "context_window"),
-    ("anthropic", "critic", "context_window"),
-    ("anthropic", "actor", "refusal"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("vendor", "role", "stop"),
+    [
+        ("openai", "critic", "refusal"),
+        ("openai", "actor", "context_window"),
+        ("anthropic", "critic", "context_window"),
+        ("anthropic", "actor", "refusal"),
+    ],
+)
 def test_an_outcome_in_a_vendor_batch_interrupts_the_run(
     llm: FakeLLM, reliability: Reliability, vendor: str, role: str, stop: str
 ) -> None:
@@ -180,10 +188,12 @@ def test_an_outcome_in_a_vendor_batch_interrupts_the_run(
     result = t.run_sync(f"Task ({tag()}): a lexer.", timeout=90)
     broken = int(result.interruption_reason != f"{role}:round_1:{stop}")
     reliability.record(
-        section=MODEL_OUTPUT, fault=f"{FAULT} in a vendor batch: {vendor} {role} answers {stop}",
-        load="1 run", lost=lost_of(broken, 1, "runs read it as an answer"),
+        section=MODEL_OUTPUT,
+        fault=f"{FAULT} in a vendor batch: {vendor} {role} answers {stop}",
+        load="1 run",
+        lost=lost_of(broken, 1, "runs read it as an answer"),
         before="empty text, read as a review scoring 0.0",
-    )  # fmt: skip
+    )
     assert llm.stats()["batches"]["batch_requests"] > 0
     assert result.status == "interrupted", (result.status, result.error)
     assert result.interruption_reason == f"{role}:round_1:{stop}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import struct
-import subprocess
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,8 +16,8 @@ import pytest
 from duet.inputs import InputProblem
 from duet.report import rejected_record
 from duet.report_html import render_report
+from tests.support import CHROMIUM, chromium
 
-CHROMIUM = "/usr/bin/chromium"
 #: A script in an input id and an issue, and a handler in an output: run, each would mark
 #: the page, and the dumped DOM would show it.
 SCRIPT_ID = "<script>document.documentElement.setAttribute('data-pwned','id')</script>"
@@ -36,21 +35,32 @@ def _code(ident: str) -> str:
     return f"def {name}(x):\n    # parse what the user sent\n    return eval(x)\n"
 
 
-def _run(ident: str, status: str, score: float | None, issues: list[str], **extra: Any) -> dict[str, Any]:  # fmt: skip
+def _run(
+    ident: str, status: str, score: float | None, issues: list[str], **extra: Any
+) -> dict[str, Any]:
     fixed = _code(ident).replace("eval(x)", "ast.literal_eval(x)")
     return {
-        "id": ident, "status": status, "final_score": score,
+        "id": ident,
+        "status": status,
+        "final_score": score,
         "output": extra.pop("output", f"Fixed:\n```python\nimport ast\n{fixed}```\n"),
-        "rounds": [{"round": 1, "score": score, "issues": ["an early issue, fixed later"]},
-                   {"round": 2, "score": score, "issues": issues}],
-        "n_rounds": 2, "issues": issues,
+        "rounds": [
+            {"round": 1, "score": score, "issues": ["an early issue, fixed later"]},
+            {"round": 2, "score": score, "issues": issues},
+        ],
+        "n_rounds": 2,
+        "issues": issues,
         "usage": {"input_tokens": 900, "output_tokens": 300, "calls": 5, "usd": 0.0123},
-        "reason": extra.pop("reason", None), "error": extra.pop("error", None),
-        "run_id": hashlib.sha256(ident.encode()).hexdigest()[:32], "batch_id": "b" * 32,
-        "metadata": {}, "duration_s": 4.5,
+        "reason": extra.pop("reason", None),
+        "error": extra.pop("error", None),
+        "run_id": hashlib.sha256(ident.encode()).hexdigest()[:32],
+        "batch_id": "b" * 32,
+        "metadata": {},
+        "duration_s": 4.5,
         "created_at": "2026-12-03T10:00:00.123456+00:00",
-        "finished_at": "2026-12-03T10:04:07.654321+00:00", **extra,
-    }  # fmt: skip
+        "finished_at": "2026-12-03T10:04:07.654321+00:00",
+        **extra,
+    }
 
 
 def _batch() -> tuple[list[dict[str, Any]], list[str], dict[str, str]]:
@@ -64,7 +74,7 @@ def _batch() -> tuple[list[dict[str, Any]], list[str], dict[str, str]]:
             InputProblem(
                 "src", None, "prompt is 61,204 characters, over the limit of 50,000", "big.py"
             )
-        ),  # fmt: skip
+        ),
         _run("nearly", "max_rounds_reached", 0.88, ["Missing docstring on `load`"]),
         _run("keyless", "interrupted", None, [], reason="actor:round_0:missing_key"),
         _run(
@@ -72,7 +82,7 @@ def _batch() -> tuple[list[dict[str, Any]], list[str], dict[str, str]]:
             "max_rounds_reached",
             0.12,
             ["SQL built with an f-string on line 9", "No input validation."],
-        ),  # fmt: skip
+        ),
         _run(
             "handler",
             "interrupted",
@@ -80,13 +90,21 @@ def _batch() -> tuple[list[dict[str, Any]], list[str], dict[str, str]]:
             ["Unsafe HTML"],
             output=HANDLER_OUTPUT,
             reason="budget:batch:usd",
-        ),  # fmt: skip
+        ),
         _run("approved-two", "approved", 0.93, []),
         _run("keyless-later", "interrupted", None, [], reason="critic:round_2:missing_key"),
     ]
     # No score first, then by last score, ties by reason (none first, then alphabetically).
-    worst = ["keyless", "keyless-later", "big.py", "worst-scored", SCRIPT_ID, "handler",
-             "mid-score", "nearly"]  # fmt: skip
+    worst = [
+        "keyless",
+        "keyless-later",
+        "big.py",
+        "worst-scored",
+        SCRIPT_ID,
+        "handler",
+        "mid-score",
+        "nearly",
+    ]
     prompts = {
         str(r["id"]): f"Review and fix:\n```python\n{_code(str(r['id']))}```" for r in records
     }
@@ -112,14 +130,6 @@ class _Inputs(HTMLParser):
             self.ids.append(str(got.get("data-id")))
 
 
-def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
-
-
 def _png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
@@ -140,7 +150,7 @@ def test_the_dom_has_every_input_not_approved_worst_first_and_ran_no_script(
     page: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     path, worst = page
-    dumped = _chromium(tmp_path, "--dump-dom", path.as_uri())
+    dumped = chromium(tmp_path, "--dump-dom", path.as_uri())
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     dom = _Inputs()
     dom.feed(dumped.stdout)
@@ -156,7 +166,7 @@ def test_the_screenshot_is_a_rendered_page(page: tuple[Path, list[str]], tmp_pat
     sizes = {}
     for name, target in (("report", path), ("blank", blank)):
         shot = tmp_path / f"{name}.png"
-        done = _chromium(tmp_path, f"--screenshot={shot}", target.as_uri())
+        done = chromium(tmp_path, f"--screenshot={shot}", target.as_uri())
         assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
         assert _png_size(shot) == (1280, 2000)
         sizes[name] = shot.stat().st_size

@@ -100,8 +100,12 @@ def test_duet_watch_on_1000_inputs_shows_finished_runs_within_its_first_tenth(
     env |= {"DUET_REDIS_URL": small_worker.redis_url, "PYTHONUNBUFFERED": "1"}
     watch = subprocess.run(
         [sys.executable, "-m", "duet.cli", "watch", batch.batch_id, "--log-every", "0.2"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert watch.returncode == 0, watch.stderr[-2000:]
     done = [int(m.group(1)) for m in re.finditer(r" (\d+)/1000 done", watch.stderr)]
     assert done[-1] == 1000 and len(done) >= 20, watch.stderr[-2000:]

@@ -51,8 +51,9 @@ def test_a_run_is_one_trace_with_a_span_per_step(
         # The last span (the run's end) is exported when its task returns.
         wait_for(
             lambda: sum(s.name == "duet.run.finished" for s in exporter.get_finished_spans()) == 2,
-            10, "both runs' end spans",
-        )  # fmt: skip
+            10,
+            "both runs' end spans",
+        )
     spans = exporter.get_finished_spans()
     traces = set()
     for result in results:
@@ -69,8 +70,11 @@ def test_a_run_is_one_trace_with_a_span_per_step(
 
         steps = sorted((s for s in mine if s.name.startswith("chat ")), key=lambda s: s.start_time)
         assert [s.attributes["duet.step_key"] for s in steps] == [
-            "r0.generate", "r1.critique", "r1.refine", "r2.critique",
-        ]  # fmt: skip
+            "r0.generate",
+            "r1.critique",
+            "r1.refine",
+            "r2.critique",
+        ]
         assert [s.name for s in steps] == ["chat sim:actor", "chat sim:critic"] * 2
         for span in steps:
             a = span.attributes
@@ -83,8 +87,11 @@ def test_a_run_is_one_trace_with_a_span_per_step(
         assert sum(s.attributes["gen_ai.usage.output_tokens"] for s in steps) == (
             result.usage.total.output_tokens
         )
-        scores = [s.attributes["duet.critique.score"] for s in steps
-                  if s.attributes["duet.step_key"].endswith("critique")]  # fmt: skip
+        scores = [
+            s.attributes["duet.critique.score"]
+            for s in steps
+            if s.attributes["duet.step_key"].endswith("critique")
+        ]
         assert scores == [r.score for r in result.rounds if r.score is not None] == [0.2, 0.95]
         (end,) = [s for s in mine if s.name == "duet.run.finished"]
         assert end.attributes["duet.status"] == "approved"

@@ -79,8 +79,10 @@ def test_batch_answers_as_synchronous_calls_would(llm: FakeLLM, provider: str) -
         alone = provider_for(r.agent).complete(r.agent, r.messages, structured=r.structured)
         got = outcomes[r.custom_id]
         assert (got.text, got.input_tokens, got.output_tokens) == (
-            alone.text, alone.input_tokens, alone.output_tokens,
-        )  # fmt: skip
+            alone.text,
+            alone.input_tokens,
+            alone.output_tokens,
+        )
     critique = outcomes["c0"]
     assert critique.structured is not None and read_structured(critique.structured) is not None
     assert outcomes["a0"].structured is None and outcomes["a0"].text.startswith("[revision 0]")

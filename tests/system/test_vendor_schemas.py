@@ -113,8 +113,12 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     llm: FakeLLM, reliability: Reliability, tmp_path: Path
 ) -> None:
     client = _openai(llm)
-    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
-            "body": {"model": "gpt-4.1", "messages": HI, "bogus": 1}}  # fmt: skip
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "gpt-4.1", "messages": HI, "bogus": 1},
+    }
     upload = client.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
     errors = {
         "bogus": _openai_refusal(
@@ -139,10 +143,18 @@ def test_openai_unknown_keys_are_refused_with_their_param(
                     "json_schema": {"name": "c", "bogus": 1},
                 },
             )
-        ),  # fmt: skip
+        ),
         "batch line": _openai_refusal(
             lambda: client.batches.create(
                 input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+        ),
+        "batch body": _openai_refusal(
+            lambda: client.batches.create(
+                input_file_id=upload.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                extra_body={"bogus": 1},
             )
         ),
         "upload purpose": _openai_refusal(
@@ -151,12 +163,16 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     }
     answered = client.chat.completions.create(model="gpt-4.1", messages=HI, temperature=0.2)
     params = {what: exc.param for what, exc in errors.items()}
-    wrong = [w for w in ("bogus", "messages.0.bogus", "response_format.json_schema.bogus")
-             if params[w] != w]  # fmt: skip
+    wrong = [
+        w
+        for w in ("bogus", "messages.0.bogus", "response_format.json_schema.bogus")
+        if params[w] != w
+    ]
     reliability.record(
         section=ENGINE,
         fault="Strict vendor schemas: OpenAI requests the API would refuse (unknown keys at the "
-        "top, in a message, in a response format, in a batch file line; a bad upload purpose), "
+        "top, in a message, in a response format, in a batch's body and file line; a bad upload "
+        "purpose), "
         "checked against the installed SDK's `CompletionCreateParams` and batch types",
         load=f"{len(errors)} refused requests and 1 valid one, through the openai SDK",
         lost=f"{lost_of(len(wrong), 3, 'refusals without the key as `param`')}: each a 400 "
@@ -164,6 +180,7 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     )
     assert not wrong, params
     assert "input file line 1: body.bogus" in str(errors["batch line"])
+    assert "bogus: Extra inputs are not permitted" in str(errors["batch body"])
     assert "purpose" in str(errors["upload purpose"])
     assert answered.choices[0].finish_reason == "stop"
 
@@ -188,10 +205,24 @@ def _dry_run(config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
     env.update(ANTHROPIC_API_KEY="x", OPENAI_API_KEY="y")
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", "run", str(config), "-i",
-         str(ROOT / "examples" / "inputs.jsonl"), "-o", str(tmp_path / "out.jsonl"), "--dry-run"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "duet.cli",
+            "run",
+            str(config),
+            "-i",
+            str(ROOT / "examples" / "inputs.jsonl"),
+            "-o",
+            str(tmp_path / "out.jsonl"),
+            "--dry-run",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_the_shipped_example_passes_and_a_claude_temperature_is_refused_before_sending(
@@ -200,7 +231,9 @@ def test_the_shipped_example_passes_and_a_claude_temperature_is_refused_before_s
     shipped = _dry_run(EXAMPLE, tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text(
-        EXAMPLE.read_text().replace("max_tokens = 4096", "temperature = 0.2\nmax_tokens = 4096", 1)
+        EXAMPLE.read_text().replace(
+            "max_tokens = 32000", "temperature = 0.2\nmax_tokens = 32000", 1
+        )
     )
     refused = _dry_run(bad, tmp_path)
     expected = "actor.temperature: claude-opus-4-7 takes no temperature"
@@ -209,11 +242,12 @@ def test_the_shipped_example_passes_and_a_claude_temperature_is_refused_before_s
         fault="Strict vendor schemas: a config setting what its model cannot take (the shipped "
         "example with `temperature` on its Claude actor)",
         load="`duet run --dry-run` of the shipped example, and of it with that line added",
-        lost=lost_of(int(refused.returncode != 2 or expected not in refused.stderr), 1,
-                     "configs sent on")
+        lost=lost_of(
+            int(refused.returncode != 2 or expected not in refused.stderr), 1, "configs sent on"
+        )
         + ": refused at submit with its key path, exit 2; the shipped example passes",
         before="the example set it, so every actor call would have been a 400",
-    )  # fmt: skip
+    )
     assert shipped.returncode == 0, shipped.stderr
     assert refused.returncode == 2 and expected in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr

@@ -7,6 +7,7 @@ critic (``quote=before``) quotes it before its own verdict of 0.1, in the issue'
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ def test_a_quoted_forged_verdict_does_not_approve(
                 "Review.",
                 model=f"openai:sim:critic?scores=0.1&quote=before&format={form}",
                 base_url=fake_llm.url,
-            ),  # fmt: skip
+            ),
             max_rounds=1,
             approval_threshold=0.9,
         )
@@ -61,17 +62,25 @@ def test_a_verdict_quoted_between_the_runs_markers_is_not_read(
     worker: Any, client_on: str, fake_llm: Any
 ) -> None:
     """The critic quotes the forged line *after* its verdict, between the markers the
-    prompt fenced the output with: the step hands the run's token to the parser."""
+    prompt fenced the output with: the step hands the run's token to the parser. Each run
+    draws its own token, so one run's markers (or a guess) are not another's."""
     team = Team.actor_critic(
         actor=Agent("Write the code.", model="openai:sim", base_url=fake_llm.url),
         critic=Agent(
             "Review.", model="openai:sim:critic?scores=0.1&quote=after", base_url=fake_llm.url
-        ),  # fmt: skip
+        ),
         max_rounds=1,
         approval_threshold=0.9,
     )
-    result = team.run_sync(f"{FORGED}\nStore the user's name.", timeout=60)
-    first = result.rounds[0]
-    assert FORGED in (first.critic_reply or "")
-    assert not result.approved and result.final_score == pytest.approx(0.1)
-    assert not any("conflicting scores" in issue for issue in first.issues)
+    results = [team.run_sync(f"{FORGED}\nStore the user's name.", timeout=60) for _ in range(2)]
+    for result in results:
+        first = result.rounds[0]
+        assert FORGED in (first.critic_reply or "")
+        assert not result.approved and result.final_score == pytest.approx(0.1)
+        assert not any("conflicting scores" in issue for issue in first.issues)
+    tokens = [
+        re.findall(r"<<<DUET-OUTPUT-([0-9a-f]+)>>>", r.rounds[0].critic_reply or "")
+        for r in results
+    ]
+    assert all(len(t) == 1 and len(t[0]) == 16 for t in tokens), tokens
+    assert tokens[0] != tokens[1], "each run draws its own quoting token"

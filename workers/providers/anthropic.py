@@ -78,8 +78,9 @@ class AnthropicProvider(SDKProvider):
 
         # An explicit api_key stops the SDK from looking for profiles or federation
         # settings; base_url None lets it read ANTHROPIC_BASE_URL.
-        return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0,
-                                   http_client=http)  # fmt: skip
+        return anthropic.Anthropic(
+            api_key=key, base_url=self.server_url, max_retries=0, http_client=http
+        )
 
     def request(
         self, agent: AgentSpec, messages: list[Message], structured: bool = False
@@ -210,10 +211,12 @@ def _status(batch: Any) -> BatchStatus:
     counts = batch.request_counts
     finished = counts.succeeded + counts.errored + counts.canceled + counts.expired
     state: Literal["in_progress", "canceling", "ended"] = (
-        "ended" if batch.processing_status == "ended"
-        else "canceling" if batch.processing_status == "canceling"
+        "ended"
+        if batch.processing_status == "ended"
+        else "canceling"
+        if batch.processing_status == "canceling"
         else "in_progress"
-    )  # fmt: skip
+    )
     return BatchStatus(
         str(batch.id), state, finished + counts.processing, finished, str(batch.processing_status)
     )

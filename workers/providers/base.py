@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+from orchestration.core import url_credentials
 from orchestration.core.agents import AgentSpec
 from orchestration.core.completion import Completion, Message, StopReason
 from orchestration.core.errors import ProviderError
@@ -30,6 +31,8 @@ class Provider(ABC):
         self.base_url = base_url
         self.api_key_env = api_key_env
         secrets.register_key_variable(api_key_env)  # its value is scrubbed from every message
+        for name in url_credentials.variables(base_url):  # and so are base_url's credentials
+            secrets.register_key_variable(name)
 
     def complete(
         self, agent: AgentSpec, messages: list[Message], *, structured: bool = False

@@ -37,9 +37,16 @@ from typing import Any
 #: Headers the first call carried that belong to it alone (lengths, the SDK's retry
 #: count and its timeouts, which a later call's own may differ from, its idempotency key):
 #: not sent again.
-PER_REQUEST_HEADERS = frozenset({b"content-length", b"transfer-encoding",
-                                 b"x-stainless-retry-count", b"x-stainless-read-timeout",
-                                 b"x-stainless-timeout", b"idempotency-key"})  # fmt: skip
+PER_REQUEST_HEADERS = frozenset(
+    {
+        b"content-length",
+        b"transfer-encoding",
+        b"x-stainless-retry-count",
+        b"x-stainless-read-timeout",
+        b"x-stainless-timeout",
+        b"idempotency-key",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,19 +109,26 @@ class Endpoint:
         from httpx2._transports.default import map_httpcore_exceptions
 
         request = httpcore2.Request(
-            b"POST", self.target, content=content,
+            b"POST",
+            self.target,
+            content=content,
             headers=[*self.headers, (b"Content-Length", b"%d" % len(content))],
-            extensions={"timeout": {"connect": timeout_s, "read": timeout_s,
-                                    "write": timeout_s, "pool": timeout_s}},
-        )  # fmt: skip
+            extensions={
+                "timeout": {
+                    "connect": timeout_s,
+                    "read": timeout_s,
+                    "write": timeout_s,
+                    "pool": timeout_s,
+                }
+            },
+        )
         with map_httpcore_exceptions():
             response = self._send(request)
             try:
                 data = b"".join(response.stream)
             finally:
                 response.close()
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in response.headers}  # fmt: skip
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers}
         status = response.status
         if 300 <= status < 400 and "location" in headers:
             return self._through_client(content, timeout_s)
@@ -154,6 +168,7 @@ class Endpoint:
 
     def _through_client(self, content: bytes, timeout_s: float) -> Reply:
         """Send through the SDK's client (it follows redirects and decodes)."""
-        response = self.http.post(self.url, content=content, headers=self.headers,
-                                  timeout=timeout_s)  # fmt: skip
+        response = self.http.post(
+            self.url, content=content, headers=self.headers, timeout=timeout_s
+        )
         return Reply(response.status_code, dict(response.headers), response.content)

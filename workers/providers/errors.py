@@ -40,14 +40,32 @@ CONTEXT_WINDOW_TEXT = "prompt is too long"
 
 #: Exception type names (anywhere in the MRO) that mean the call timed out...
 _TIMEOUT_NAMES = frozenset(
-    {"APITimeoutError", "TimeoutException", "ReadTimeout", "ConnectTimeout", "WriteTimeout",
-     "PoolTimeout", "TimeoutError", "timeout"}
-)  # fmt: skip
+    {
+        "APITimeoutError",
+        "TimeoutException",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "WriteTimeout",
+        "PoolTimeout",
+        "TimeoutError",
+        "timeout",
+    }
+)
 #: ...or that the connection failed or broke before a response arrived.
 _CONNECTION_NAMES = frozenset(
-    {"APIConnectionError", "ConnectError", "NetworkError", "TransportError", "ProtocolError",
-     "RemoteProtocolError", "ReadError", "WriteError", "ConnectionError", "IncompleteRead"}
-)  # fmt: skip
+    {
+        "APIConnectionError",
+        "ConnectError",
+        "NetworkError",
+        "TransportError",
+        "ProtocolError",
+        "RemoteProtocolError",
+        "ReadError",
+        "WriteError",
+        "ConnectionError",
+        "IncompleteRead",
+    }
+)
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
@@ -163,8 +181,14 @@ def classify_exception(
     if status is not None:
         headers = getattr(getattr(exc, "response", None), "headers", None)
         message = getattr(exc, "message", None) or str(exc)
-        return error_for_status(status, headers, message, provider=provider, secrets=secrets,
-                                code=getattr(exc, "code", None))  # fmt: skip
+        return error_for_status(
+            status,
+            headers,
+            message,
+            provider=provider,
+            secrets=secrets,
+            code=getattr(exc, "code", None),
+        )
     names = _type_names(exc)
     detail = f"{type(exc).__name__}: {exc}"
     cause = exc.__cause__

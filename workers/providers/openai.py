@@ -69,7 +69,7 @@ class OpenAIProvider(SDKProvider):
         import openai
 
         # base_url None lets the SDK read OPENAI_BASE_URL, else api.openai.com.
-        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, http_client=http)
+        return openai.OpenAI(api_key=key, base_url=self.server_url, max_retries=0, http_client=http)
 
     def _missing_key(self) -> str:
         # A self-hosted OpenAI-compatible server (explicit base_url) often wants no key.
@@ -173,8 +173,11 @@ class OpenAIProvider(SDKProvider):
         body = response.get("body") or {}
         message = (body.get("error") or {}).get("message") or error.get("message") or ""
         if not status:
-            return ProviderError(f"{self.name}: {message or 'request failed in its batch'}",
-                                 kind="batch_failed", transient=False)  # fmt: skip
+            return ProviderError(
+                f"{self.name}: {message or 'request failed in its batch'}",
+                kind="batch_failed",
+                transient=False,
+            )
         code = (body.get("error") or {}).get("code")
         return error_for_status(
             status, None, message, provider=self.name, secrets=[self._key], code=code
@@ -186,10 +189,12 @@ def _status(batch: Any) -> BatchStatus:
     total = counts.total if counts else 0
     finished = (counts.completed + counts.failed) if counts else 0
     state: Literal["in_progress", "canceling", "ended"] = (
-        "ended" if batch.status in _ENDED
-        else "canceling" if batch.status == "cancelling"
+        "ended"
+        if batch.status in _ENDED
+        else "canceling"
+        if batch.status == "cancelling"
         else "in_progress"
-    )  # fmt: skip
+    )
     return BatchStatus(str(batch.id), state, total, finished, str(batch.status))
 
 

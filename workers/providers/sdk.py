@@ -16,7 +16,9 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlsplit
 
+from orchestration.core import url_credentials
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
 from orchestration.state import fastpaths
@@ -41,6 +43,8 @@ AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
 #: removed from every request): an SDK with no key argument would read one from the
 #: environment or look for credentials files.
 NO_KEY = "no-key-configured"
+#: The port of a URL that names none.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 #: The statuses that mean the server wants a (valid) key.
 _AUTH_STATUSES = (401, 403)
 
@@ -66,6 +70,9 @@ class SDKProvider(Provider):
         #: A server that is not the vendor's (a ``base_url``) with no key variable named
         #: (:func:`orchestration.core.agents.default_key_env`): it gets no credential.
         self.keyless = api_key_env is None and base_url is not None
+        #: Where the client sends its calls: ``base_url`` without the ``user:${VARIABLE}@``
+        #: part, whose credentials a request hook adds (:meth:`_url_credentials`).
+        self.server_url = url_credentials.without_credentials(base_url) if base_url else None
 
     def client(self) -> Any:
         """The adapter's client, created on first use (``max_retries=0``: retries are ours)."""
@@ -74,12 +81,17 @@ class SDKProvider(Provider):
             return client
         with self._lock:
             if self._client is None:
-                hooks: list[Callable[[Any], None]] = [self._learn_endpoint]
+                hooks: list[Callable[[Any], None]] = []
                 if self.keyless:
-                    key, hooks = NO_KEY, [_without_credentials, *hooks]
+                    key = NO_KEY
+                    hooks.append(_without_credentials)
                 else:
                     found = os.environ.get(self.api_key_env) if self.api_key_env else None
                     key = self._key = found or self._missing_key()
+                login = self._url_credentials()
+                if login is not None and self.server_url is not None:
+                    hooks.append(_basic_auth(self.server_url, login.header()))
+                hooks.append(self._learn_endpoint)  # last: it learns the headers sent
                 http = self._new_http({"request": hooks})
                 self._http = http
                 self._client = self._new_client(key, http)
@@ -180,6 +192,19 @@ class SDKProvider(Provider):
         body = self.request(agent, messages, structured)
         return self.read(self._post(self.path, body, agent.timeout_s), structured)
 
+    def _url_credentials(self) -> url_credentials.BasicCredentials | None:
+        """The basic-auth credentials ``base_url`` names, read from this worker's
+        environment (a missing variable is a run error naming it, as a missing key is)."""
+        try:
+            return url_credentials.credentials(self.base_url, os.environ)
+        except url_credentials.MissingVariable as missing:
+            raise ProviderError(
+                f"{self.name}: no credentials for base_url {self.base_url}: environment "
+                f"variable {missing.name} is not set on this worker",
+                kind="missing_key",
+                transient=False,
+            ) from None
+
     def _missing_key(self) -> str:
         """The key to use when the variable is unset; by default, that is an error."""
         raise ProviderError(
@@ -245,7 +270,11 @@ class SDKProvider(Provider):
 
     def _explained(self, error: ProviderError) -> ProviderError:
         """``error``, saying how to send a key when a server given none asks for one."""
-        if not self.keyless or error.status_code not in _AUTH_STATUSES:
+        if (
+            not self.keyless
+            or error.status_code not in _AUTH_STATUSES
+            or url_credentials.has_credentials(self.base_url)  # base_url's were sent
+        ):
             return error
         return ProviderError(
             f"{error}; no key was sent to {self.base_url}, as it is not {self.name}'s own API: "
@@ -275,6 +304,20 @@ def _without_credentials(request: Any) -> None:
     before the endpoint learns the headers, so later calls carry none either)."""
     for name in AUTH_HEADERS:
         request.headers.pop(name, None)
+
+
+def _basic_auth(server_url: str, header: str) -> Callable[[Any], None]:
+    """A request hook sending ``Authorization: header`` on requests to ``server_url``'s
+    scheme, host and port only (a redirect elsewhere gets none)."""
+    parts = urlsplit(server_url)
+    origin = (parts.scheme, parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme))
+
+    def add(request: Any) -> None:
+        url = request.url
+        if (url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)) == origin:
+            request.headers["Authorization"] = header
+
+    return add
 
 
 def _error_message(response: Reply) -> str:

@@ -4,8 +4,9 @@
 local run, events, batch, batch_done = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local open = KEYS[6]  -- runs in flight
 local moved = KEYS[7]  -- unfinished runs by when they last moved (the sweep reads it)
--- KEYS[8..12] (a finish in a batch): the batch's other keys, given the finished TTL with
--- its last run ('' for none). KEYS[13..]: the run's keys, and its budget scope's.
+-- KEYS[8..13] (a finish in a batch): the batch's other keys, given the finished TTL with
+-- its last run ('' for none); KEYS[13] is its gate (max_in_flight), whose place the run
+-- gives back here. KEYS[14..]: the run's keys, and its budget scope's.
 -- One read and one write of the run record: the record's `moved_at` says when the run
 -- last moved; the sweep's index is re-scored from it only when the sweep looks (see
 -- RunStore.stale_runs), not here on every transition.
@@ -39,6 +40,7 @@ else
   redis.call('HSET', run, unpack(set))
   redis.call('ZREM', open, ARGV[9])
   redis.call('ZREM', moved, ARGV[9])
+  if KEYS[13] ~= '' then redis.call('SREM', KEYS[13], ARGV[9]) end
   local total = batch ~= '' and redis.call('HGET', batch, 'total')
   if total then
     local done = redis.call('HINCRBY', batch, 'done', 1)
@@ -62,7 +64,7 @@ else
     if done >= tonumber(total) then
       redis.call('EXPIRE', batch, ARGV[8])
       redis.call('EXPIRE', batch_done, ARGV[8])
-      for i = 8, 12 do
+      for i = 8, 13 do
         if KEYS[i] ~= '' then redis.call('EXPIRE', KEYS[i], ARGV[8]) end
       end
     end
@@ -95,7 +97,7 @@ if ARGV[2] ~= 'step' then
   local dump = redis.call('DUMP', events)
   if dump then redis.call('RESTORE', events, 0, dump, 'REPLACE') end
   local last = #KEYS - #flags
-  for i = 13, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 14, last - forget do redis.call('EXPIRE', KEYS[i], ttl) end
   for i = last - forget + 1, last do redis.call('DEL', KEYS[i]) end
 end
 return 1

@@ -1,0 +1,89 @@
+"""A worker killed (SIGKILL) with runs of a ``max_in_flight`` batch in flight: their places
+are not lost with it, the batch finishes, and the cap held throughout.
+
+Two real worker processes and the real ``openai`` SDK against the stand-in (2 s calls).
+The killed worker's runs keep their places (they are started and not finished); the
+sweep sends them on once their claims run out, they finish, and each finish hands its
+place to a waiting run. A place leaked would leave runs waiting for ever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from duet.embedded import EmbeddedRedis
+from duet.fake_llm import FakeLLM
+from orchestration import Agent, Team
+from orchestration.client.handles import store
+from orchestration.state import keys
+from tests.reliability import ENGINE, Reliability, lost_of
+from tests.support import celery_worker, client_pointed_at, peak_in_flight, wait_for
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
+
+RUNS = 8
+CAP = 3
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM(latency_ms=2000) as server:
+        yield server
+
+
+def test_a_worker_killed_with_capped_runs_in_flight(llm: FakeLLM, reliability: Reliability) -> None:
+    env = {
+        "OPENAI_API_KEY": "sk-test-gate",
+        "DUET_STEP_LEASE_S": "5",
+        "DUET_SWEEP_INTERVAL_S": "1",
+        "DUET_SWEEP_AFTER_S": "8",
+    }
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        stack.enter_context(client_pointed_at(server.url))
+        stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=8, name="survivor", queues="coordinator")
+        )
+        doomed = stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=8, name="doomed")
+        )
+        team = Team.actor_critic(
+            actor=Agent("Fix.", model="openai:sim", base_url=llm.url),
+            critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
+            max_rounds=1,
+            max_in_flight=CAP,
+        )
+        batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
+        # The first CAP runs' drafts are in flight on the doomed worker: kill it.
+        wait_for(lambda: llm.stats()["requests"] >= CAP, 60, "the first calls to be in flight")
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        r = store().r
+        held = r.scard(keys.batch_gate(batch.batch_id))
+        stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
+        wait_for(lambda: batch.progress()["done"] == RUNS, 120, "every run to finish")
+        counts = batch.progress()["counts"]
+        peak = peak_in_flight(batch.run_ids())
+        left = r.scard(keys.batch_gate(batch.batch_id))
+        waiting = r.zcard(keys.batch_waiting(batch.batch_id))
+        approved = counts.get("approved", 0)
+        print(
+            f"kill -9 with {held} capped runs in flight: {approved}/{RUNS} approved, peak "
+            f"{peak} (cap {CAP}), {left} places and {waiting} waiting runs left"
+        )
+        reliability.record(
+            section=ENGINE,
+            fault=f"A worker killed (`SIGKILL`) with the {CAP} runs a `max_in_flight = {CAP}` "
+            "batch may have in flight each mid-call",
+            load=f"{RUNS} runs, 2 s calls; lease 5 s, sweep every 1 s after 8 s",
+            lost=f"{lost_of(RUNS - approved, RUNS, 'runs not approved')}: peak {peak} runs in "
+            f"flight (cap {CAP}); {left} places held and {waiting} runs waiting at the end",
+            before="no max_in_flight (new in issue 26)",
+        )
+        assert held == CAP
+        assert counts == {"approved": RUNS}
+        assert peak <= CAP
+        assert left == 0 and waiting == 0
