@@ -11,7 +11,9 @@ are gone when it resyncs from the new one.
 With ``DUET_REDIS_MIN_REPLICAS=1`` the writes that must survive (a stored answer and its
 settlement, a transition, a claim, a hold) wait for the replica (``WAIT``); on the old
 primary, whose replica left, they are not acknowledged and are tried again on the new
-one: no run lost, no call repeated, budget spent == calls made. With 0 (no wait) the row
+one: no call repeated, budget spent == calls made, every run final (a broker message the
+failover lost, since kombu's pops and acks wait for no replica, is sent on by the sweep,
+here after 45 s: the row counts them). With 0 (no wait) the row
 records what happens instead (measured, not asserted). Also with the primary killed
 (SIGKILL) instead: the sentinels promote the replica a second later, and the killed server
 is started again (empty) to be the new primary's replica — without one, the writes that
