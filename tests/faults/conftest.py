@@ -213,10 +213,14 @@ class SentinelSet:
         return old, new
 
     def _names(self, n: int) -> int | None:
+        """The primary's port sentinel ``n`` lists in ``SENTINEL MASTERS`` (what redis-py
+        asks): the new one only once the failover is over (``GET-MASTER-ADDR-BY-NAME``
+        names it while the failover runs), so a server started again before that is not
+        taken for the primary."""
         with self.sentinel(n) as s:
             try:
-                return int(s.sentinel_get_master_addr_by_name(self.MASTER)[1])
-            except (redis.RedisError, TypeError):
+                return int(s.sentinel_master(self.MASTER)["port"])
+            except (redis.RedisError, KeyError, TypeError):
                 return None
 
     def stop(self) -> None:
