@@ -195,9 +195,10 @@ class SentinelSet:
 
     def failover(self, kill: bool = False) -> tuple[int, int]:
         """Have the sentinels promote the replica now (``SENTINEL FAILOVER``), or kill the
-        primary (SIGKILL: they promote the replica a second later, and the killed server,
-        started again empty, becomes the new one's replica); the old primary's port and
-        the new one's, once every sentinel names the new one."""
+        primary (SIGKILL: they promote the replica a second later, and the killed server is
+        started again empty, as the new one's replica: a server without persistence
+        started again as a primary would be empty, Redis's documented hazard); the old
+        primary's port and the new one's, once every sentinel names the new one."""
         old = self.primary_port()
         if kill:
             self.servers[old].kill()
@@ -208,8 +209,9 @@ class SentinelSet:
         new = next(p for p in self.ports if p != old)
         wait_for(lambda: all(self._names(n) == new for n in range(3)), 30,
                  "every sentinel to name the new primary")  # fmt: skip
-        if kill:
-            self.servers[old] = self._spawn("restarted", ["--port", str(old), *self.COMMON])
+        if kill:  # as the new primary's replica: an empty server must never be a primary
+            self.servers[old] = self._spawn("restarted", ["--port", str(old), *self.COMMON,
+                                                          "--replicaof", "127.0.0.1", str(new)])  # fmt: skip
         return old, new
 
     def _names(self, n: int) -> int | None:
