@@ -34,14 +34,12 @@ def _client() -> Any:
     broker = get_settings().broker_url
     if not broker or broker == connection.redis_url():
         return connection.get_redis()
-    if broker.split("://", 1)[0] not in ("redis", "rediss"):
+    if not connection.is_redis_url(broker):
         raise ConfigError(
             "DUET_BROKER_URL is not Redis: dead letters are kept by Duet's Redis broker only "
             "(RabbitMQ has its own dead-letter exchanges)"
         )
-    import redis
-
-    return redis.Redis.from_url(broker, decode_responses=True, **connection.socket_options())
+    return connection.client_for(broker, decode_responses=True, **connection.socket_options())
 
 
 @dead_app.command("ls", epilog="Example: duet dead ls --limit 20")

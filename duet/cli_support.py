@@ -25,6 +25,7 @@ from orchestration.state.connection import (
     check_broker_reachable,
     check_reachable,
     first_line,
+    is_redis_url,
     unreachable,
 )
 from orchestration.state.preflight import check_scheme, check_server
@@ -202,7 +203,7 @@ def connect(*, embedded_ok: bool = False) -> str:
         servers = [(url, "DUET_REDIS_URL")]
         broker = settings.broker_url
         if broker and broker != url:
-            if broker.split("://", 1)[0] in ("redis", "rediss"):
+            if is_redis_url(broker):
                 check_reachable(broker, "DUET_BROKER_URL")
                 servers.append((broker, "DUET_BROKER_URL"))
             else:

@@ -167,19 +167,18 @@ def metrics(
 ) -> None:
     """Serve the fleet's figures from Redis for Prometheus: queue depth, runs and batches
     in flight, budgets per scope (one scrape target; workers serve their own figures)."""
-    import redis
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import start_http_server
 
     from duet.exporter import FleetCollector
-    from orchestration.state.connection import get_redis
+    from orchestration.state.connection import client_for, get_redis, is_redis_url
 
     connect()
     settings = get_settings()
     broker_url = settings.broker_url or settings.redis_url or ""
     broker = None
-    if broker_url.split("://", 1)[0] in ("redis", "rediss"):
-        broker = redis.Redis.from_url(
+    if is_redis_url(broker_url):
+        broker = client_for(
             broker_url,
             socket_timeout=settings.redis_socket_timeout_s,
             socket_connect_timeout=settings.redis_connect_timeout_s,

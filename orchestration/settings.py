@@ -25,6 +25,17 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     #: A separate Celery broker (e.g. RabbitMQ ``amqp://guest:guest@host:5672//``).
     broker_url: str | None = None
+    #: The name Sentinel monitors the primary under, for a ``sentinel://`` URL.
+    redis_sentinel_master: str = Field(default="mymaster", min_length=1)
+    #: Replicas a write that must survive a failover (a stored step answer and its
+    #: budget settlement, a transition, a budget hold, a submission) waits for (``WAIT``);
+    #: fewer in time: the write is not acknowledged, an outage retried. 0: no wait.
+    redis_min_replicas: int = Field(default=0, ge=0)
+    #: Such writes also wait until the primary and those replicas have them in their
+    #: append-only files on disk (``WAITAOF``: Redis 7.2+ or Valkey, ``appendonly yes``).
+    redis_wait_aof: bool = False
+    #: Seconds such a write waits for its replicas before it counts as not acknowledged.
+    redis_wait_timeout_s: float = Field(default=2.0, gt=0)
     #: Seconds finished runs (record, steps, events) are kept in Redis.
     finished_ttl_s: int = Field(default=DEFAULT_FINISHED_TTL_S, ge=60)
     #: Seconds a step's claim (and budget reservation) outlives a worker that died.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -10,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,6 +95,10 @@ def celery_worker(
     # The workers' broker keys (and so their control channels) are under Duet's prefix,
     # on Duet's transport and kombu's stock one alike.
     probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
+    if (broker_url or redis_url).startswith("sentinel://"):  # the primary's name
+        probe.conf.broker_transport_options["master_name"] = full_env.get(
+            "DUET_REDIS_SENTINEL_MASTER", "mymaster"
+        )
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis
@@ -137,30 +144,41 @@ def stock_libraries() -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
-    """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,
-    and back to nothing afterwards."""
+def environment(values: dict[str, str | None]) -> Iterator[None]:
+    """``values`` in this process's environment (None: unset) and its settings read anew,
+    until the block ends; then as before."""
     from orchestration.settings import get_settings
-    from orchestration.state import connection
 
-    saved = {k: os.environ.get(k) for k in ("DUET_REDIS_URL", "DUET_BROKER_URL")}
-    os.environ["DUET_REDIS_URL"] = redis_url
-    if broker_url:
-        os.environ["DUET_BROKER_URL"] = broker_url
-    else:
-        os.environ.pop("DUET_BROKER_URL", None)
+    saved = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     get_settings.cache_clear()
-    connection.use_redis(redis_url)
     try:
-        yield redis_url
+        yield
     finally:
-        connection.reset()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
         get_settings.cache_clear()
+
+
+@contextlib.contextmanager
+def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
+    """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,
+    and back to nothing afterwards."""
+    from orchestration.state import connection
+
+    with environment({"DUET_REDIS_URL": redis_url, "DUET_BROKER_URL": broker_url or None}):
+        connection.use_redis(redis_url)
+        try:
+            yield redis_url
+        finally:
+            connection.reset()
 
 
 def stored_calls(redis_url: str, run_ids: list[str]) -> int:
@@ -189,6 +207,64 @@ def swept_runs(logs: list[str]) -> int:
     import re
 
     return sum(int(n) for log in logs for n in re.findall(r"sweep: (\d+) runs had stopped", log))
+
+
+#: The login :func:`flower` starts Flower with.
+FLOWER_LOGIN = "ops:flower-login-7q"
+
+
+def flower_get(port: int, path: str) -> tuple[int, bytes]:
+    """Flower's answer to ``GET path`` (status, body), logged in; (0, b"") unreachable."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    token = base64.b64encode(FLOWER_LOGIN.encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+@contextlib.contextmanager
+def flower(url: str, log_path: Path) -> Iterator[int]:
+    """``celery -A workers flower`` on ``url`` (as deploy/compose.yaml starts it), its port."""
+    from duet.embedded import free_port
+
+    port = free_port()
+    env = {**os.environ, "DUET_REDIS_URL": url, "FLOWER_BASIC_AUTH": FLOWER_LOGIN}
+    env.pop("DUET_BROKER_URL", None)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
+             "--address=127.0.0.1"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: proc.poll() is not None or flower_get(port, "/healthcheck")[0] == 200, 30,
+                 "Flower to answer")  # fmt: skip
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def assert_flower_shows_empty_queues(
+    lengths: tuple[int, bytes], broker_page: tuple[int, bytes]
+) -> None:
+    """Flower's ``/api/queues/length`` and ``/broker`` answers (:func:`flower_get`) show
+    Duet's three queues, empty."""
+    import json
+
+    status, body = lengths
+    assert status == 200, body[:500]
+    queues = {q["name"]: q["messages"] for q in json.loads(body)["active_queues"]}
+    assert queues == {"actor": 0, "critic": 0, "coordinator": 0}, queues
+    status, page = broker_page
+    assert status == 200, page[-1000:]
+    assert b"<td>coordinator</td>" in page
 
 
 #: ``duet`` commands that take a subcommand (``duet limits show``).

@@ -181,7 +181,7 @@ def check_servers() -> None:
     settings = get_settings()
     servers = {settings.redis_url: "DUET_REDIS_URL"}
     broker = settings.broker_url
-    if broker and broker.split("://", 1)[0] in ("redis", "rediss"):
+    if is_redis(broker):
         servers.setdefault(broker, "DUET_BROKER_URL")
     for url, variable in servers.items():
         if not url:

@@ -25,7 +25,6 @@ import os
 import threading
 from typing import Any
 
-import redis
 from celery import Celery
 from celery.utils.nodenames import anon_nodename
 
@@ -154,7 +153,7 @@ def client() -> Any:
         if _own is None:
             if _broker is None:
                 raise ConfigError("no broker configured")
-            _own = redis.Redis.from_url(_broker, **connection.socket_options())
+            _own = connection.client_for(_broker, **connection.socket_options())
         return _own
 
 

@@ -20,7 +20,7 @@ from orchestration.core.events import Event
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
-from orchestration.state import batches, connection, keys
+from orchestration.state import batches, connection, keys, replicas
 from orchestration.state.broker import broker_config
 from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
@@ -93,7 +93,7 @@ def enqueue(
         if batch is not None and limit:
             later = {r.run_id: start + n for n, r in enumerate(chunk) if n >= len(sent)}
             BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
-        pipe.execute()
+        replicas.execute(pipe)  # on a replica too, when one is asked for
         send_coordinate(r.run_id for r in sent)
 
 

@@ -62,7 +62,7 @@ from kombu.utils.json import dumps, loads
 
 from orchestration.core.envelope import envelope_problem, examine
 from orchestration.settings import Settings
-from orchestration.state import connection, deadletters, fastpaths, keys, scripts
+from orchestration.state import connection, deadletters, fastpaths, keys, scripts, sentinel
 from orchestration.state.outages import OUTAGE_ERRORS
 
 #: Celery ``broker_transport`` value selecting this transport.
@@ -70,6 +70,9 @@ TRANSPORT = "orchestration.state.broker:Transport"
 #: The value selecting kombu's stock Redis transport, outages counted as connection
 #: errors (:class:`StockTransport`), when the ``transport`` fast path is off.
 STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
+#: The value selecting kombu's stock Sentinel transport, outages counted as connection
+#: errors (:class:`SentinelTransport`), for a ``sentinel://`` broker.
+SENTINEL_TRANSPORT = "orchestration.state.broker:SentinelTransport"
 #: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
 #: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
 OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
@@ -379,7 +382,37 @@ class QoS(kombu_redis.QoS):
         client.transaction(restore, key)
 
 
-class Channel(kombu_redis.Channel):
+class LostConnectionGuard:
+    """Mixed into a kombu Redis channel (Duet's, and the Sentinel one): its pool, or a
+    connection error once its broker connection is gone (see :meth:`_get_pool`)."""
+
+    connection: Any
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        """kombu's pool for this channel, or a connection error once the channel's broker
+        connection is gone.
+
+        kombu rebuilds a channel's pool from its transport's connection details whenever
+        the channel needs one, also while closing (to put unacknowledged messages back) and
+        to ack. Celery's consumer, on a lost connection, first *collects* it, which drops
+        the transport's connection details (``Transport.client``), then closes it, which
+        closes the default channel again: if the channel's first close failed (its BRPOP
+        read met the dead socket) and another channel's close failed too (a fanout queue
+        it deletes on close), the channel is still open then, and kombu's rebuild fails
+        with ``'NoneType' object has no attribute 'hostname'``, which no one catches: the
+        worker exits. The same happens to a task finishing later that acks on that channel.
+        A connection error is what those callers expect: the close is ignored, the consumer
+        reconnects, the ack is logged as failed (the message comes back after the
+        visibility timeout, and steps are idempotent).
+        """
+        if self.connection.client is None:
+            raise redis.exceptions.ConnectionError(
+                "this broker channel's connection is closed (the consumer reconnects)"
+            )
+        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[misc]  # a mixin: the channel has it
+
+
+class Channel(LostConnectionGuard, kombu_redis.Channel):
     """A kombu Redis channel that reuses its synchronous client and takes up to
     :data:`POP_MAX` messages a pop."""
 
@@ -635,29 +668,6 @@ class Channel(kombu_redis.Channel):
             )
         return client
 
-    def _get_pool(self, asynchronous: bool = False) -> Any:
-        """kombu's pool for this channel, or a connection error once the channel's broker
-        connection is gone.
-
-        kombu rebuilds a channel's pool from its transport's connection details whenever
-        the channel needs one, also while closing (to put unacknowledged messages back) and
-        to ack. Celery's consumer, on a lost connection, first *collects* it, which drops
-        the transport's connection details (``Transport.client``), then closes it, which
-        closes the default channel again: if the channel's first close failed (its BRPOP
-        read met the dead socket) and another channel's close failed too (a fanout queue
-        it deletes on close), the channel is still open then, and kombu's rebuild fails
-        with ``'NoneType' object has no attribute 'hostname'``, which no one catches: the
-        worker exits. The same happens to a task finishing later that acks on that channel.
-        A connection error is what those callers expect: the close is ignored, the consumer
-        reconnects, the ack is logged as failed (the message comes back after the
-        visibility timeout, and steps are idempotent).
-        """
-        if self.connection.client is None:
-            raise redis.exceptions.ConnectionError(
-                "this broker channel's connection is closed (the consumer reconnects)"
-            )
-        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
-
 
 class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`; an outage reply (``MISCONF``,
@@ -681,6 +691,23 @@ class StockTransport(kombu_redis.Transport):
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
 
 
+class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel, a lost connection's close a connection error (which
+    ended a worker after a primary was killed: kombu's rebuild of the closed channel's
+    pool, ``'NoneType' object has no attribute 'hostname'``)."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's stock Sentinel transport with :class:`SentinelChannel`, its
+    ``connection_errors`` extended as :class:`StockTransport`'s: the old primary's
+    ``READONLY`` after a failover is one, so the consumer reconnects (to the new primary)
+    instead of ending the worker."""
+
+    Channel = SentinelChannel
+    connection_errors = (*kombu_redis.SentinelTransport.connection_errors,
+                         *StockTransport.connection_errors)  # fmt: skip
+
+
 class Connection(kombu.Connection):
     """kombu's connection, writing :data:`TRANSPORT` as ``redis`` in its URL and info.
 
@@ -690,12 +717,14 @@ class Connection(kombu.Connection):
     """
 
     resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis",
-                       STOCK_TRANSPORT: "redis"}  # fmt: skip
+                       STOCK_TRANSPORT: "redis", SENTINEL_TRANSPORT: "sentinel"}  # fmt: skip
 
 
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
     """The Celery settings every process that talks to the broker shares (workers and
     clients): where it is, which transport, JSON only, routes, the visibility timeout."""
+    if sentinel.is_sentinel(broker_url):  # login and database where kombu reads them
+        broker_url = sentinel.parse(str(broker_url)).canonical()
     return {
         "broker_url": broker_url,
         "broker_transport": transport_for(broker_url),
@@ -720,6 +749,8 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             # Set on Redis whichever transport runs (Duet's or kombu's stock one), so the
             # processes of one deployment agree on key names whatever their kombu release.
             **({"global_keyprefix": keys.BROKER_PREFIX} if is_redis(broker_url) else {}),
+            # The primary's name, for a Sentinel URL (kombu's and Flower's option).
+            **({"master_name": name} if (name := sentinel_master(broker_url, settings)) else {}),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },
@@ -728,6 +759,12 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
         # from here only (the URL kombu writes back out has no query).
         **({"broker_use_ssl": tls} if (tls := tls_options(broker_url)) else {}),
     }
+
+
+def sentinel_master(broker_url: str | None, settings: Settings) -> str | None:
+    """The name of the primary a ``sentinel://`` broker URL's sentinels watch; None for
+    another URL."""
+    return settings.redis_sentinel_master if sentinel.is_sentinel(broker_url) else None
 
 
 #: redis-py's TLS arguments a ``rediss://`` URL may give in its query (file paths and
@@ -754,18 +791,20 @@ def visibility_timeout_of(settings: Settings) -> int | None:
     if not settings.check_timeouts:
         return None
     url = settings.broker_url or settings.redis_url or "redis://"
-    return settings.visibility_timeout_s if url.startswith(("redis://", "rediss://")) else None
+    return settings.visibility_timeout_s if is_redis(url) else None
 
 
 def transport_for(broker_url: str | None) -> str | None:
     """Our transport for ``redis://`` / ``rediss://`` brokers while the ``transport`` fast
-    path is on, else kombu's stock one (:data:`STOCK_TRANSPORT`); None for another
-    broker (kombu's choice)."""
+    path is on, else kombu's stock one (:data:`STOCK_TRANSPORT`); kombu's Sentinel one for
+    ``sentinel://`` (:data:`SENTINEL_TRANSPORT`); None for another broker (kombu's choice)."""
+    if sentinel.is_sentinel(broker_url):
+        return SENTINEL_TRANSPORT
     if not is_redis(broker_url):
         return None
     return TRANSPORT if fastpaths.enabled("transport") else STOCK_TRANSPORT
 
 
 def is_redis(broker_url: object) -> bool:
-    """Whether ``broker_url`` names a Redis broker."""
-    return bool(broker_url) and str(broker_url).split("://", 1)[0] in ("redis", "rediss")
+    """Whether ``broker_url`` names a Redis broker (over TCP, TLS or Sentinel)."""
+    return connection.is_redis_url(broker_url)

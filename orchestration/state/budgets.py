@@ -23,9 +23,12 @@ All clocks are the Redis server's (``TIME``), never the caller's.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import redis
 
 from orchestration.core.budget import (
     UNITS,
@@ -38,7 +41,7 @@ from orchestration.core.budget import (
     parse_scope,
 )
 from orchestration.core.errors import ConfigError, DuetError
-from orchestration.state import keys, scripts
+from orchestration.state import keys, replicas, scripts
 from orchestration.state.scripts import ScriptCall
 
 #: Seconds a settled-step marker lives (a redelivered step is charged once within it).
@@ -207,7 +210,8 @@ class BudgetLedger:
                 args.append("")
             else:
                 args.append(str(_usd_down(limit) if unit == USD else int(limit)))
-        self._set_limits(keys=[keys.budget(scope), keys.budget_holds(scope)], args=args)
+        call = ScriptCall(self._set_limits, [keys.budget(scope), keys.budget_holds(scope)], args)
+        replicas.run_durable(self.redis, [call])
         if scope.startswith(INDEXED_KINDS):
             self.redis.sadd(keys.budget_index(), scope)
 
@@ -306,10 +310,19 @@ class BudgetLedger:
         scopes = _check_scopes(scopes)
         if lease_s <= 0:
             raise ConfigError(f"lease_s must be > 0, got {lease_s!r}")
-        reply = self._reserve(
-            keys=[*_scope_keys(scopes), keys.budget_settled(step_id)],
-            args=[step_id, max(1, math.ceil(lease_s * 1000)), _wire(estimate), len(scopes)],
+        call = ScriptCall(
+            self._reserve,
+            [*_scope_keys(scopes), keys.budget_settled(step_id)],
+            [step_id, max(1, math.ceil(lease_s * 1000)), _wire(estimate), len(scopes)],
         )
+        try:
+            reply = replicas.run_durable(self.redis, [call])[0]
+        except replicas.NotReplicated:
+            # Not acknowledged, yet it may be there (a new primary with no replica yet): no
+            # call is made for it, so it goes, or its lease would charge it for nothing.
+            with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                self.release(step_id, scopes)
+            raise
         if _s(reply[0]) == "lost":
             raise LimitLost(scopes[int(reply[1])])
         if _s(reply[0]) != "refused":

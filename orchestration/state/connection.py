@@ -7,6 +7,7 @@ never a hang. URLs are shown with their password hidden.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from typing import Any
@@ -15,10 +16,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import Settings, get_settings
-from orchestration.state import fastpaths
+from orchestration.state import fastpaths, sentinel
 from orchestration.state.outages import OUTAGE_ERRORS
 from orchestration.state.pinned import PinnedPool
 
@@ -45,13 +47,15 @@ def _close(client: redis.Redis) -> None:
 
 
 def redis_url() -> str:
+    """The run-state Redis URL (a Sentinel one written as kombu reads it, so the broker's
+    URL, written the same way, compares equal)."""
     url = _url or get_settings().redis_url
     if not url:
         raise ConfigError(
             "no Redis configured: set DUET_REDIS_URL (e.g. redis://localhost:6379/0), "
             "or use the embedded default through Team.run / the duet CLI"
         )
-    return url
+    return sentinel.parse(url).canonical() if sentinel.is_sentinel(url) else url
 
 
 def get_redis() -> Any:
@@ -69,19 +73,48 @@ def get_redis() -> Any:
         return client
     with _lock:
         if _client is None:
-            pool_class = PinnedPool if fastpaths.enabled("pool") else redis.BlockingConnectionPool
-            pool = pool_class.from_url(
-                redis_url(),
-                max_connections=get_settings().worker_concurrency + 32,
-                timeout=30,
-                decode_responses=True,
+            url = redis_url()
+            options: dict[str, Any] = {
+                "max_connections": get_settings().worker_concurrency + 32,
+                "decode_responses": True,
                 # Longer than any blocking read we issue (XREAD BLOCK waits <= 5 s).
-                socket_timeout=get_settings().redis_socket_timeout_s,
-                socket_connect_timeout=get_settings().redis_connect_timeout_s,
-                health_check_interval=30,
-            )
-            _client = redis.Redis(connection_pool=pool)
+                "socket_timeout": get_settings().redis_socket_timeout_s,
+                "socket_connect_timeout": get_settings().redis_connect_timeout_s,
+                "health_check_interval": 30,
+            }
+            if sentinel.is_sentinel(url):
+                _client = sentinel.master_client(url, get_settings().redis_sentinel_master,
+                                                 **options)  # fmt: skip
+                _notice_sentinel()
+            else:
+                pinned = fastpaths.enabled("pool")
+                pool_class = PinnedPool if pinned else redis.BlockingConnectionPool
+                pool = pool_class.from_url(url, timeout=30, **options)
+                _client = redis.Redis(connection_pool=pool)
         return _client
+
+
+_noticed = False
+
+
+def _notice_sentinel() -> None:
+    """Say once per process that a Sentinel URL runs redis-py's and kombu's stock Sentinel
+    clients (Duet's pool and transport fast paths are for ``redis://`` / ``rediss://``)."""
+    global _noticed
+    if not _noticed:
+        _noticed = True
+        logging.getLogger(__name__).info(
+            "DUET_REDIS_URL is a Sentinel URL: redis-py's Sentinel pool and kombu's Sentinel "
+            "transport run (Duet's pool and transport fast paths are for redis:// URLs)"
+        )
+
+
+def client_for(url: str, **options: Any) -> Any:
+    """A client of its own for the Redis at ``url`` (``redis://``, ``rediss://``,
+    ``unix://``, or the primary a ``sentinel://`` URL names), with ``options``."""
+    if sentinel.is_sentinel(url):
+        return sentinel.master_client(url, get_settings().redis_sentinel_master, **options)
+    return redis.Redis.from_url(url, **options)
 
 
 def reset() -> None:
@@ -96,6 +129,13 @@ def reset() -> None:
 
 #: Broker URL schemes kombu serves with py-amqp (RabbitMQ).
 AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+#: Broker URL schemes of a Redis (kombu's Redis transport, or its Sentinel one).
+REDIS_SCHEMES = ("redis", "rediss", sentinel.SCHEME)
+
+
+def is_redis_url(url: object) -> bool:
+    """Whether ``url`` names a Redis (as a broker: over TCP, TLS or Sentinel)."""
+    return bool(url) and str(url).split("://", 1)[0] in REDIS_SCHEMES
 
 
 def socket_options(
@@ -141,6 +181,8 @@ class Unreachable(DuetError):
 def hide_password(url: str) -> str:
     """``url`` with its password (in the authority or a ``password=`` query parameter)
     replaced by ``***``; a URL that cannot be taken apart is not shown at all."""
+    if sentinel.is_sentinel(url):
+        return sentinel.hide_password(url)
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -165,7 +207,7 @@ def check_reachable(url: str, variable: str) -> None:
         Unreachable: naming ``variable`` and the URL (password hidden) and what happened.
     """
     timeout = get_settings().redis_connect_timeout_s
-    client = redis.Redis.from_url(
+    client = client_for(
         url, socket_timeout=timeout, socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
     )  # fmt: skip
@@ -200,5 +242,11 @@ def check_broker_reachable(url: str, variable: str) -> None:
 
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
     """The one-line error for ``what`` at ``url`` (from ``variable``) failing with ``exc``."""
-    why = "did not answer in time" if isinstance(exc, redis.TimeoutError) else first_line(exc)
+    if isinstance(exc, MasterNotFoundError):  # its message lists every sentinel's repr
+        why = (f"no sentinel named a primary {get_settings().redis_sentinel_master!r} "
+               "(DUET_REDIS_SENTINEL_MASTER): all down, or they watch another name")  # fmt: skip
+    elif isinstance(exc, redis.TimeoutError):
+        why = "did not answer in time"
+    else:
+        why = first_line(exc)
     return Unreachable(f"cannot use {what} at {variable}={hide_password(url)}: {why}")

@@ -9,6 +9,10 @@ Workers and every ``duet`` command check the server once per process (per URL):
 - a Redis Cluster node (``cluster_enabled:1``): Duet's scripts and transactions touch keys
   in several hash slots, which a cluster refuses.
 
+Fewer replicas connected than ``DUET_REDIS_MIN_REPLICAS`` asks for is a warning: the
+writes that wait for them are retried until they are there. ``DUET_REDIS_WAIT_AOF=1`` on a
+server without ``WAITAOF`` (before 7.2) or without ``appendonly yes`` is refused.
+
 A server that does not say (``INFO`` and ``CONFIG`` disabled, as some managed services
 do) is let through with one warning.
 """
@@ -26,10 +30,10 @@ from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
-from orchestration.state.connection import hide_password
+from orchestration.state.connection import client_for, hide_password
 
 #: URL schemes Duet's Redis clients serve.
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "sentinel")
 #: The one eviction policy that never drops a key.
 NO_EVICTION = "noeviction"
 #: The variable that accepts an evicting server.
@@ -46,6 +50,12 @@ class ServerFacts:
 
     maxmemory_policy: str | None
     cluster_enabled: bool | None
+    #: Replicas connected to it now (``INFO replication``).
+    replicas: int | None = None
+    #: Its version, (major, minor) (``INFO server``).
+    version: tuple[int, int] | None = None
+    #: Whether its append-only file is on (``INFO persistence``).
+    aof_enabled: bool | None = None
 
 
 def check_scheme(url: str, variable: str) -> None:
@@ -59,16 +69,35 @@ def check_scheme(url: str, variable: str) -> None:
         )
 
 
-def judge(facts: ServerFacts, where: str, allow_eviction: bool) -> tuple[str | None, list[str]]:
+def judge(
+    facts: ServerFacts, where: str, allow_eviction: bool, min_replicas: int = 0,
+    wait_aof: bool = False,
+) -> tuple[str | None, list[str]]:  # fmt: skip
     """The refusal (None for none) and the warnings for a server with ``facts``, named
-    ``where`` in the messages (pure)."""
+    ``where`` in the messages, ``min_replicas`` and ``wait_aof`` asked for (pure)."""
     if facts.cluster_enabled:
         return (
             f"{where} is a Redis Cluster node (cluster_enabled:1): Duet's scripts and "
             "transactions use keys in several hash slots, which a cluster refuses; use a "
             "standalone Redis (or one behind Sentinel)"
         ), []
+    if wait_aof and facts.version is not None and facts.version < (7, 2):
+        return (
+            f"{where} is Redis {facts.version[0]}.{facts.version[1]}: DUET_REDIS_WAIT_AOF=1 "
+            "needs WAITAOF (Redis 7.2 or later, or Valkey); unset it, or upgrade"
+        ), []
+    if wait_aof and facts.aof_enabled is False:
+        return (
+            f"{where} has appendonly no: DUET_REDIS_WAIT_AOF=1 waits for its append-only "
+            "file; run `CONFIG SET appendonly yes` (and set it in redis.conf), or unset it"
+        ), []
     warnings: list[str] = []
+    if facts.replicas is not None and facts.replicas < min_replicas:
+        warnings.append(
+            f"{where} has {facts.replicas} replica(s) connected and DUET_REDIS_MIN_REPLICAS="
+            f"{min_replicas}: the writes that wait for replicas are retried until that many "
+            "are connected"
+        )
     policy = facts.maxmemory_policy
     if policy is None:
         warnings.append(
@@ -102,7 +131,18 @@ def read_facts(client: redis.Redis) -> ServerFacts:
             policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
     with contextlib.suppress(redis.exceptions.ResponseError):
         cluster = bool(int(client.info("cluster").get("cluster_enabled", 0)))
-    return ServerFacts(maxmemory_policy=_text(policy), cluster_enabled=cluster)
+    replicas: int | None = None
+    version: tuple[int, int] | None = None
+    aof: bool | None = None
+    with contextlib.suppress(redis.exceptions.ResponseError):
+        replicas = int(client.info("replication").get("connected_slaves", 0))
+    with contextlib.suppress(redis.exceptions.ResponseError, ValueError):
+        major, minor = str(client.info("server").get("redis_version", "")).split(".")[:2]
+        version = (int(major), int(minor))
+    with contextlib.suppress(redis.exceptions.ResponseError):
+        aof = bool(int(client.info("persistence").get("aof_enabled", 0)))
+    return ServerFacts(maxmemory_policy=_text(policy), cluster_enabled=cluster,
+                       replicas=replicas, version=version, aof_enabled=aof)  # fmt: skip
 
 
 def _text(value: object) -> str | None:
@@ -130,7 +170,7 @@ def check_server(url: str, variable: str) -> list[str]:
     check_scheme(url, variable)
     settings = get_settings()
     timeout = settings.redis_connect_timeout_s
-    client = redis.Redis.from_url(
+    client = client_for(
         url, socket_timeout=timeout, socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0), decode_responses=True,
     )  # fmt: skip
@@ -139,7 +179,8 @@ def check_server(url: str, variable: str) -> list[str]:
     finally:
         client.close()
     where = f"the Redis at {variable}={hide_password(url)}"
-    refusal, warnings = judge(facts, where, settings.allow_eviction)
+    refusal, warnings = judge(facts, where, settings.allow_eviction,
+                              settings.redis_min_replicas, settings.redis_wait_aof)  # fmt: skip
     if refusal is not None:
         raise Refused(refusal)
     with _lock:

@@ -29,7 +29,7 @@ from orchestration.core.results import (
     step_usage,
 )
 from orchestration.core.usage import Usage
-from orchestration.state import keys, scripts
+from orchestration.state import keys, replicas, scripts
 from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
 from orchestration.state.events import event_json, stored_event
@@ -438,19 +438,13 @@ class RunStore:
             args.append("")
         flags = json.dumps([[n, e.field] for n, e in once])
         texts = [e.event if isinstance(e, Once) else e for e in events]
-        return int(
-            self._transition(
-                keys=script_keys,
-                args=[
-                    seq,
-                    *args,
-                    flags,
-                    len(forget),
-                    json.dumps(dict(record) if record else list(drop)),
-                    *texts,
-                ],  # fmt: skip
-            )
-        )
+        call = ScriptCall(
+            self._transition,
+            script_keys,
+            [seq, *args, flags, len(forget), json.dumps(dict(record) if record else list(drop)),
+             *texts],
+        )  # fmt: skip
+        return int(replicas.run_durable(self.r, [call])[0])
 
     def fail_run(self, run_id: str, error: str) -> bool:
         """End a run as ``failed`` whatever transition it is at (a bug, not a decision);
@@ -489,17 +483,14 @@ class RunStore:
         the run's earlier steps of the role (read when the conversation is the run's own).
         ``known_pauses``: pause keys the caller knows lately; when the step's is one of
         them it is not read (``paused_s`` None)."""
-        res = self._begin(
-            keys=[
-                keys.run(run_id),
-                keys.run_inputs(run_id),
-                keys.run_steps(run_id),
-                keys.step_claim(run_id, step_key),
-                keys.run_events(run_id),
-            ],
-            args=[step_key, claimant, lease_s, started_event, previous,
-                  len(known_pauses), *known_pauses, *earlier],
-        )  # fmt: skip
+        # Durable: a claim a failover lost would let a redelivered step call the model again.
+        res = replicas.run_durable(self.r, [ScriptCall(
+            self._begin,
+            [keys.run(run_id), keys.run_inputs(run_id), keys.run_steps(run_id),
+             keys.step_claim(run_id, step_key), keys.run_events(run_id)],
+            [step_key, claimant, lease_s, started_event, previous,
+             len(known_pauses), *known_pauses, *earlier],
+        )])[0]  # fmt: skip
         if res[0] != "go":
             return StepStart(res[0], holder=res[1] if len(res) > 1 else None)
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
@@ -567,7 +558,7 @@ class RunStore:
              turn, turns, "1" if _renews_conversation(step_key) else "", max_chars,
              turn_prefix(run_id), spend.amount if spend else "", self.finished_ttl_s],
         )  # fmt: skip
-        return bool(run_scripts(self.r, [*before, call])[-1])
+        return bool(replicas.run_durable(self.r, [*before, call])[-1])
 
     def renew_claims(self, claims: Iterable[tuple[str, str, str]], lease_s: int) -> None:
         """Renew the claims ``(run id, step key, claimant)`` still held by their claimant

@@ -109,3 +109,135 @@ def durable_redis(tmp_path, request) -> Iterator[DurableRedis]:  # type: ignore[
         yield server
     finally:
         server.stop()
+
+
+class SentinelSet:
+    """A primary, a replica of it and three sentinels watching them (quorum 2), each a
+    redis-server of its own on a free loopback port, in a directory of the test's."""
+
+    MASTER = "mymaster"
+    COMMON = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning",
+              "--maxclients", "10000")  # fmt: skip
+
+    def __init__(self, directory: str) -> None:
+        from duet.embedded import free_port
+
+        self.dir = directory
+        self.ports = [free_port(), free_port()]  # primary, replica (they swap roles)
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.servers: dict[int, subprocess.Popen[bytes]] = {}  # by port
+
+    @property
+    def url(self) -> str:
+        """The ``sentinel://`` URL of the three sentinels (database 0)."""
+        return ";".join(f"sentinel://127.0.0.1:{p}" for p in self.sentinel_ports) + "/0"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        from duet.embedded import find_server_binary
+
+        log = open(os.path.join(self.dir, f"{name}.log"), "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [find_server_binary(), *args], cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> None:
+        primary, replica = self.ports
+        common = self.COMMON
+        self.servers[primary] = self._spawn("primary", ["--port", str(primary), *common])
+        self.servers[replica] = self._spawn("replica", ["--port", str(replica), *common,
+                                "--replicaof", "127.0.0.1", str(primary)])  # fmt: skip
+        for n, port in enumerate(self.sentinel_ports):
+            conf = os.path.join(self.dir, f"sentinel{n}.conf")
+            with open(conf, "w") as f:
+                f.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                        f"sentinel monitor {self.MASTER} 127.0.0.1 {primary} 2\n"
+                        f"sentinel down-after-milliseconds {self.MASTER} 1000\n"
+                        f"sentinel failover-timeout {self.MASTER} 10000\n")  # fmt: skip
+            self._spawn(f"sentinel{n}", [conf, "--sentinel"])
+        wait_for(lambda: self._replicating(primary), 30, "the replica to be in sync")
+        wait_for(self._sentinels_ready, 60, "every sentinel to see the others and the replica")
+
+    def sentinel(self, n: int = 0) -> redis.Redis:
+        return redis.Redis(port=self.sentinel_ports[n], socket_timeout=2, decode_responses=True)
+
+    def primary_port(self) -> int:
+        """The port of the primary the first sentinel names now."""
+        with self.sentinel() as s:
+            return int(s.sentinel_get_master_addr_by_name(self.MASTER)[1])
+
+    def primary_url(self) -> str:
+        return f"redis://127.0.0.1:{self.primary_port()}/0"
+
+    def _replicating(self, primary: int) -> bool:
+        with redis.Redis(port=primary, socket_timeout=1) as client:
+            if not pings(client):
+                return False
+            info = client.info("replication")
+            return (
+                bool(info.get("connected_slaves"))
+                and info.get("slave0", {}).get("state") == "online"
+            )
+
+    def _sentinels_ready(self) -> bool:
+        for n in range(len(self.sentinel_ports)):
+            with self.sentinel(n) as s:
+                if not pings(s):
+                    return False
+                state = s.sentinel_master(self.MASTER)
+                if int(state["num-other-sentinels"]) < 2 or int(state["num-slaves"]) < 1:
+                    return False
+        return True
+
+    def failover(self, kill: bool = False) -> tuple[int, int]:
+        """Have the sentinels promote the replica now (``SENTINEL FAILOVER``), or kill the
+        primary (SIGKILL: they promote the replica a second later, and the killed server is
+        started again empty, as the new one's replica: a server without persistence
+        started again as a primary would be empty, Redis's documented hazard); the old
+        primary's port and the new one's, once every sentinel names the new one."""
+        old = self.primary_port()
+        if kill:
+            self.servers[old].kill()
+            self.servers[old].wait()
+        else:
+            with self.sentinel() as s:
+                s.execute_command("SENTINEL", "FAILOVER", self.MASTER)
+        new = next(p for p in self.ports if p != old)
+        wait_for(lambda: all(self._names(n) == new for n in range(3)), 30,
+                 "every sentinel to name the new primary")  # fmt: skip
+        if kill:  # as the new primary's replica: an empty server must never be a primary
+            self.servers[old] = self._spawn("restarted", ["--port", str(old), *self.COMMON,
+                                                          "--replicaof", "127.0.0.1", str(new)])  # fmt: skip
+        return old, new
+
+    def _names(self, n: int) -> int | None:
+        """The primary's port sentinel ``n`` lists in ``SENTINEL MASTERS`` (what redis-py
+        asks): the new one only once the failover is over (``GET-MASTER-ADDR-BY-NAME``
+        names it while the failover runs), so a server started again before that is not
+        taken for the primary."""
+        with self.sentinel(n) as s:
+            try:
+                return int(s.sentinel_master(self.MASTER)["port"])
+            except (redis.RedisError, KeyError, TypeError):
+                return None
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def sentinels(tmp_path) -> Iterator[SentinelSet]:  # type: ignore[no-untyped-def]
+    """A primary, a replica and three sentinels, started; killed afterwards."""
+    group = SentinelSet(str(tmp_path))
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()

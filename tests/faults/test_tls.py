@@ -8,15 +8,11 @@ redis-server that listens on TLS only and requires a client certificate.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +24,22 @@ import redis
 from duet.embedded import find_server_binary, free_port
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability, lost_of
-from tests.support import ROOT, celery_worker, client_pointed_at, pings, stock_libraries, wait_for
+from tests.support import (
+    ROOT,
+    assert_flower_shows_empty_queues,
+    celery_worker,
+    client_pointed_at,
+    flower,
+    flower_get,
+    pings,
+    stock_libraries,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 RUNS = 20
 USER, PASSWORD = "duet-app", "tls-ACL-pw-9f3k2"
-FLOWER_LOGIN = "ops:flower-login-7q"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -101,41 +106,6 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
         proc.wait()
 
 
-def _get(port: int, path: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
-    token = base64.b64encode(FLOWER_LOGIN.encode()).decode()
-    request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
-
-
-@contextlib.contextmanager
-def flower(url: str, log_path: Path) -> Iterator[int]:
-    """``celery -A workers flower`` on ``url`` (as deploy/compose.yaml starts it), its port."""
-    port = free_port()
-    env = {**os.environ, "DUET_REDIS_URL": url, "FLOWER_BASIC_AUTH": FLOWER_LOGIN}
-    env.pop("DUET_BROKER_URL", None)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-             "--address=127.0.0.1"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        wait_for(lambda: proc.poll() is not None or _get(port, "/healthcheck")[0] == 200, 30,
-                 "Flower to answer")  # fmt: skip
-        assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 @pytest.mark.parametrize("transport", ["duet", "stock"])
 def test_worker_cli_and_flower_on_tls_with_an_acl_user(
     tls_redis: TlsRedis, tmp_path: Path, reliability: Reliability, transport: str
@@ -159,8 +129,8 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
             [sys.executable, "-m", "duet.cli", "ls"], cwd=ROOT, capture_output=True, text=True,
             timeout=60, env={**os.environ, "DUET_REDIS_URL": url},
         )  # fmt: skip
-        lengths_status, lengths = _get(port, "/api/queues/length")
-        broker_status, page = _get(port, "/broker")
+        lengths_status, lengths = flower_get(port, "/api/queues/length")
+        broker_status, page = flower_get(port, "/broker")
         worker_log = Path(worker.log_path).read_text(errors="replace")
     approved = statuses.count("approved")
     shown = {
@@ -191,9 +161,5 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
     )
     assert statuses == ["approved"] * RUNS
     assert listed.returncode == 0, listed.stderr
-    assert lengths_status == 200, lengths[:500]
-    queues = {q["name"]: q["messages"] for q in json.loads(lengths)["active_queues"]}
-    assert queues == {"actor": 0, "critic": 0, "coordinator": 0}, queues
-    assert broker_status == 200, page[-1000:]
-    assert b"<td>coordinator</td>" in page
+    assert_flower_shows_empty_queues((lengths_status, lengths), (broker_status, page))
     assert leaked == []
