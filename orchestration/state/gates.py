@@ -17,7 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from orchestration.state import keys, scripts
+from orchestration.state import keys, replicas, scripts
+from orchestration.state.scripts import ScriptCall
 
 #: The run-record field holding the batch's ``max_in_flight`` (absent: not held back).
 GATE_FIELD = "gate"
@@ -41,30 +42,30 @@ class BatchGate:
     def enter(self, batch_id: str, run_id: str, limit: int) -> bool:
         """Whether ``run_id`` holds a place now (taking one if free); if not, it waits in
         the batch's queue (behind the runs queued at submit, which keep their order)."""
-        got = self._enter(
-            keys=[
-                keys.batch_gate(batch_id),
-                keys.batch_waiting(batch_id),
-                keys.runs_moved(),
-                keys.gated_batches(),
-            ],
-            args=[run_id, limit, repr(time.time()), batch_id],
+        call = ScriptCall(
+            self._enter,
+            self._keys(batch_id),
+            [run_id, limit, repr(time.time()), batch_id],
         )
-        return bool(got)
+        return bool(replicas.run_durable(self.r, [call])[0])
 
     def pass_on(self, batch_id: str, limit: int) -> list[str]:
         """Give the free places to the first waiting runs; their ids, for the caller to
         send each its first transition."""
-        handed: list[str] = self._pass(
-            keys=[
-                keys.batch_gate(batch_id),
-                keys.batch_waiting(batch_id),
-                keys.runs_moved(),
-                keys.gated_batches(),
-            ],
-            args=[limit, repr(time.time()), batch_id],
-        )
+        call = ScriptCall(self._pass, self._keys(batch_id), [limit, repr(time.time()), batch_id])
+        handed: list[str] = replicas.run_durable(self.r, [call])[0]
         return handed
+
+    @staticmethod
+    def _keys(batch_id: str) -> list[str]:
+        """The keys both gate scripts take (durable: a place a failover lost could be
+        given twice, or a waiting run never sent)."""
+        return [
+            keys.batch_gate(batch_id),
+            keys.batch_waiting(batch_id),
+            keys.runs_moved(),
+            keys.gated_batches(),
+        ]
 
     def hand_on_all(self) -> list[tuple[str, str]]:
         """:meth:`pass_on` for every batch with waiting runs (the sweep's part): the

@@ -700,9 +700,11 @@ class RunStore:
         if drop is not None:
             role = ROLE_OF[parse_step_key(drop)[0]]
             carried[role] = carried.get(role, Usage()) + step_usage(steps[drop])
-        res = self._rerun(
-            keys=_reopen_keys(run_id, batch_id),
-            args=[
+        # Durable: a re-open a failover lost would leave the run interrupted after all.
+        call = ScriptCall(
+            self._rerun,
+            _reopen_keys(run_id, batch_id),
+            [
                 seq,
                 again,
                 drop or "",
@@ -710,6 +712,7 @@ class RunStore:
                 event_json(ev.RUN_RESUMED, run_id),
             ],
         )
+        res = replicas.run_durable(self.r, [call])[0]
         if res[0] != "running":
             return "finished", 0
         self.touch(run_id)

@@ -15,8 +15,9 @@ import redis
 from duet.embedded import EmbeddedRedis
 from orchestration.core.budget import Amount, Budget
 from orchestration.settings import get_settings
-from orchestration.state import outages, replicas
+from orchestration.state import keys, outages, replicas
 from orchestration.state.budgets import BudgetLedger
+from orchestration.state.gates import BatchGate
 from tests.support import pings, wait_for
 
 
@@ -99,6 +100,20 @@ def test_a_pipeline_of_writes_waits_too(
     pipe.set("a", 2)
     with pytest.raises(replicas.NotReplicated):
         replicas.execute(pipe)
+
+
+def test_a_batch_gate_place_is_acknowledged_only_on_a_replica(
+    primary: redis.Redis, replica: redis.Redis, wait_for_one: None
+) -> None:
+    """A place a failover lost could be given twice, or a waiting run never sent."""
+    gate = BatchGate(primary)
+    assert gate.enter("b1", "run-1", 1) is True
+    assert replica.smembers(keys.batch_gate("b1")) == {"run-1"}
+    replica.replicaof("NO", "ONE")  # the replica leaves: the next place is not acknowledged
+    with pytest.raises(replicas.NotReplicated):
+        gate.enter("b1", "run-2", 2)
+    with pytest.raises(replicas.NotReplicated):
+        gate.pass_on("b1", 2)
 
 
 def test_with_no_replica_asked_for_nothing_waits(primary: redis.Redis) -> None:
