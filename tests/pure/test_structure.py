@@ -722,3 +722,13 @@ def test_checker_sees_private_names_taken_from_another_module(tmp_path: Path) ->
         "workers/w.py:4: orchestration.state.s.Ledger._settle",
         "workers/w.py:4: orchestration.state.s._TABLE",
     ]
+
+
+def test_test_files_have_names_of_their_own() -> None:
+    """The test folders are not packages, so pytest imports each file by its base name: two
+    files of one name in two folders cannot run in one session."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
