@@ -455,7 +455,9 @@ max_usd = 100.0
     inputs.write_text(
         "".join(json.dumps({"id": f"s{i}", "prompt": f"os.system(x{i})"}) + "\n" for i in range(8))
     )
-    fake_llm.set_faults(latency_ms=800)  # the batch outlasts starting `duet cancel`
+    # Each run's five calls take 15 s at least: the batch outlasts starting `duet cancel`
+    # however loaded the machine is; once it is cancelled the rest go at full speed.
+    fake_llm.set_faults(latency_ms=3000)
     try:
         before = fake_llm.stats()
         submitted = _duet("submit", config, "-i", inputs, env=cluster_env, cwd=tmp_path)
@@ -467,6 +469,7 @@ max_usd = 100.0
 
         cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
         assert cancelled.returncode == 0, cancelled.stderr
+        fake_llm.set_faults(latency_ms=0)
         watched = _duet("watch", batch, env=cluster_env, cwd=tmp_path)
         assert watched.returncode == 1, "cancelled runs did not finish well"
         halfway = tmp_path / "halfway.jsonl"
