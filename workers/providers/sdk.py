@@ -191,8 +191,10 @@ class SDKProvider(Provider):
         skipping the SDK's typed models and per-request layers (docs/performance.md)."""
         endpoint = self._endpoint
         if endpoint is None:  # the first call: through the SDK, which shows the endpoint
+            # ``object``: the JSON as read. (``dict[str, Any]`` is a class to the SDKs'
+            # ``inspect.isclass`` on Python 3.10, and their ``issubclass`` then fails.)
             reply = self.client().post(
-                path, body=body, cast_to=dict[str, Any], options={"timeout": timeout_s}
+                path, body=body, cast_to=object, options={"timeout": timeout_s}
             )
         else:
             reply = self._read_reply(endpoint.post(body, timeout_s))
