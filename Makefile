@@ -16,13 +16,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/duet run examples/review.toml --input examples/inputs.jsonl --output results.jsonl
 
-## test: the whole suite (starts its own Redis when none answers on 127.0.0.1:6379)
+## test: the whole suite, TEST_WORKERS processes at a time (pytest-xdist); each starts its
+## own Redis servers on free ports and never touches one it did not start
+TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 ## test-fast: pure and Redis-logic tests only
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/pure tests/redis
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup tests/pure tests/redis
 
 ## reliability: every fault and bad-input test (those that record a row), then
 ## docs/RELIABILITY.md rendered from their rows (a failed test shows there as failed)

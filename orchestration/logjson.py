@@ -1,11 +1,6 @@
-"""Log lines as JSON: one object per line with the ids of the run, batch, step and task it
-is about. Shared by the workers (:mod:`workers.logs` adds the running task's ids) and the
-``duet`` command line; no Celery here, so the command line starts without it.
-
-Also the one place that says which characters a terminal acts on instead of showing
-(:data:`TERMINAL_UNSAFE`) and how they are escaped: in text (:func:`escape_unsafe`, used by
-``duet``'s printers and :class:`TerminalSafeFilter` for text log lines) and in JSON lines
-(:func:`json_line`).
+"""Log lines as JSON, one object per line with the ids of what it is about, shared by the
+workers and the ``duet`` command line (no Celery here); and which characters a terminal
+acts on (:data:`TERMINAL_UNSAFE`) and how they are escaped, in text and in JSON lines.
 """
 
 from __future__ import annotations

@@ -29,17 +29,9 @@ EVENTS_BUFFER_LIMIT = 256
 
 
 class Consumer(celery_consumer.Consumer):
-    """Celery's consumer, publishing buffered task events at most every 50 ms.
-
-    Celery buffers task events (received / started / succeeded) and publishes them as
-    one message on the next turn of the event loop, waking the loop from the pool thread
-    to do so: about one publish and one wake-up per task. Flower does not need them
-    sooner than every 50 ms (each event keeps the time it happened), so here a flush
-    that comes sooner is put off until then, on the loop's own timer, and events sent
-    meanwhile join it without waking the loop. A task's thread publishes the buffer itself
-    only once it holds :data:`EVENTS_BUFFER_LIMIT` events (Celery's 24 would add a publish
-    from a pool thread every ~8 tasks under load).
-    """
+    """Celery's consumer, publishing buffered task events at most every 50 ms on the event
+    loop's timer (Celery: a publish and a loop wake-up per task); Flower needs them no
+    sooner, as each event keeps the time it happened."""
 
     _events_flushed_at = -math.inf
     #: When the put-off flush is due (monotonic s), or None. A timer lost with the hub

@@ -1,17 +1,6 @@
-"""How Duet's processes log: plain text or one JSON object per line (``--log-format json``,
-``DUET_LOG_FORMAT=json``), each carrying the ids of what it is about, and Celery's
-per-task INFO lines (and the HTTP client's per-request ones) off unless asked for
-(``DUET_LOG_TASKS=1``).
-
-Ids on a JSON line: ``task_id``, ``run_id`` and ``step_key`` (or ``seq`` for the
-coordinator) from the task the line was logged in, ``batch_id`` from the message's
-``duet_batch`` header; a logging call's ``extra={"run_id": ...}`` wins. They are looked up
-only when a line is written, so a task that logs nothing pays nothing.
-
-Celery logs "Task ... received" and "Task ... succeeded" at INFO for every task: measured
-at 0.6-1.1 ms of CPU per model call (two tasks, two lines each). Those two loggers are set
-to WARNING before the worker builds its task strategies (which check the level once). So
-is the vendor SDKs' HTTP client, which logs each request at INFO (one line per model call).
+"""How Duet's processes log: text or one JSON object per line with the ids of the run,
+batch, step and task it is about; Celery's per-task INFO lines and the HTTP client's
+per-request ones off unless ``DUET_LOG_TASKS=1`` (they cost CPU on every call).
 """
 
 from __future__ import annotations

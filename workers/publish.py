@@ -1,20 +1,6 @@
-"""Duet's own task messages, pushed straight onto a Redis broker's queue list.
-
-``app.send_task`` is general: routing, exec options, signals, a producer from a pool,
-kombu's ``ensure`` wrapper, a virtual channel, an ``AsyncResult`` for the caller. Measured
-on a worker at ~0.55 ms of CPU per send, twice per model call; a message built here and
-sent with one ``LPUSH`` costs ~0.25 ms (both mostly the round trip). Duet's messages are
-all alike — two ids as arguments, no keyword arguments, no ETA, no result — so this
-module writes exactly what Celery and kombu's Redis transport would put on the list
-(protocol 2: the same headers, properties and base64 body; ``tests/redis/test_publish.py``
-compares the two field by field), the parent and root ids of the task sending it
-included, so Flower's task tree is the same.
-
-Used only with Duet's Redis transport (``orchestration.state.broker``): another broker,
-and a message with a countdown (Celery's ETA), go through ``app.send_task``. The push
-uses the process's pooled run-state client when the broker is that same Redis (the
-default), else a client of its own for the broker's URL, with the same timeouts. A Redis
-or connection error goes up as it would from ``send_task`` (the task retries).
+"""Duet's task messages written here and pushed with one ``LPUSH`` (the ``publish`` fast
+path): byte for byte what Celery's ``send_task`` would put on a Redis broker's list
+(``tests/redis/test_publish.py``), without its general machinery; else ``send_task``.
 """
 
 from __future__ import annotations
@@ -73,11 +59,8 @@ def message(
     ``send_task`` and kombu's Redis channel would write it, sent from the task running in
     this thread (its id is the message's parent, its root the message's root). The queue
     is the task's route (:data:`keys.TASK_QUEUES`) unless given. ``headers`` are added
-    to Celery's (naming one of Celery's is a ``ValueError``).
-
-    The text is written as ``json.dumps`` would write the message's dict (same keys, order
-    and separators; ``tests/redis/test_publish.py``), but only its variable parts are
-    encoded: ~8 us of CPU against ~30 for dumping the whole dict, twice per model call.
+    to Celery's (naming one of Celery's is a ``ValueError``). Only the variable parts are
+    encoded; the text is what ``json.dumps`` of the whole dict would write.
     """
     task_id, tag = uuid4_text(), uuid4_text()
     parent = app.current_worker_task

@@ -1,36 +1,6 @@
-"""What a step task does, apart from Celery: take the step, call the model once, store
-the result, and say what happens next.
-
-:meth:`StepService.run` returns a value, never enqueues: :class:`Handover` (send the run
-to the coordinator for its next transition), :class:`RetryLater` (re-schedule this step
-in ``delay_s``; the task layer turns it into a Celery retry with the same task id) or
-``None`` (nothing to do: the step is someone else's, or the run is over).
-
-A step whose result is already stored is not run again (a redelivered message). Each
-delivery claims the step with a claim of its own (not the task id, which a redelivery and
-a duplicate message share): a delivery that finds another's live claim — a call in
-flight — leaves the step to it and asks to check again later (:class:`RetryLater`
-without a claim), so the model is called at most once at a time per step. A claim names
-its worker process: when that process is dead (its liveness key is gone, see
-:mod:`orchestration.services.liveness`) the step is taken over at once, and its dead
-call's budget hold is charged; a claim naming no process runs out after its lease
-(:mod:`orchestration.services.leases` keeps live ones alive). A transient provider failure asks to be
-retried with backoff; a permanent failure, or a transient one out of attempts, interrupts
-the agent with reason ``provider_error:<kind>`` and the scrubbed message as the run's
-error. Waiting for a rate limit or for budget room is a retry too, but not a failed
-attempt; a budget with no room left interrupts the agent with ``budget:<kind>:<unit>``.
-
-A model's answer is cleaned of every configured key value (``scrub_output``) before
-anything of it is stored: a model may repeat a key it was shown.
-
-Per call: one script to take the step (it also reads the model's fleet-wide pause unless
-this process learned it within ``DUET_PAUSE_RECHECK_S``, whether any of the run's budget
-scopes has a limit and, for persistent subagents, the conversation history, and notes
-that the step arrived), the rate-limit grant (models with fleet rate limits only), the
-reservation (runs with a limit in some scope only), the model call, one round trip
-storing the result with the settlement (limited runs; a run whose scopes have no limit
-has its usage counted by the store script itself) and the conversation turn (persistent
-only). Specs, prices and adapters are resolved once per process.
+"""What a step task does, apart from Celery: claim the step, call the model at most once at
+a time, store the result, and say what comes next (:class:`Handover`, :class:`RetryLater`,
+:class:`Park` or ``None``). Claims, retries and round trips: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -177,6 +147,35 @@ class Park:
     boundary: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """One delivery's step on its way to the model: which run, step and claim, with what
+    seat and input; passed whole down the call path instead of a dozen parameters."""
+
+    run_id: str
+    key: str
+    phase: str
+    round_: int
+    claimant: str
+    seat: Seat
+    messages: list[Message]
+    prompt: str
+    #: The conversation key of a persistent subagent ("" when each call is just its prompt).
+    conv: str
+    scopes: tuple[str, ...]
+    #: Some of ``scopes`` has a limit: the call holds its worst case in all of them first.
+    limited: bool
+    paused_s: float | None
+    handover: Handover
+    #: The run's quoting token, for reading a critique's reply.
+    boundary: str | None = None
+
+    @property
+    def held(self) -> list[str]:
+        """The scopes the call holds budget in (none when no scope has a limit)."""
+        return list(self.scopes) if self.limited else []
+
+
 StepOutcome = Handover | RetryLater | Park | None
 
 
@@ -275,43 +274,50 @@ class StepService:
         # Scopes without any limit hold nothing: the call's usage is only counted.
         held = start.scopes if start.limited else ()
         hold = Call(run_id, key, claimant, _hold_id(run_id, key, claimant), held)
+        step = StepContext(
+            run_id,
+            key,
+            phase,
+            round_,
+            claimant,
+            seat,
+            messages,
+            prompt,
+            conv,
+            start.scopes,
+            start.limited,
+            start.paused_s,
+            handover,
+            boundary,
+        )
         with self.leases.held(hold):
-            return self._answer(run_id, key, claimant, seat, messages, prompt, conv,
-                                start.scopes, start.limited, start.paused_s, failures,
-                                handover, boundary=boundary)  # fmt: skip
+            return self._answer(step, failures)
 
-    def _answer(
-        self, run_id: str, key: str, claimant: str, seat: Seat, messages: list[Message],
-        prompt: str, conv: str, scopes: tuple[str, ...], limited: bool,
-        paused_s: float | None, failures: int, handover: Handover, *,
-        boundary: str | None = None,
-    ) -> Handover | RetryLater:  # fmt: skip
-        """Call the model and store its answer (or learn to retry). ``limited``: some of
-        ``scopes`` has a limit (the call holds its worst case in all of them first);
-        without one the call holds nothing and its usage is counted with its store."""
-        store = self.store
-        phase, round_ = parse_step_key(key)
-        held = list(scopes) if limited else []
-        call = self._call(run_id, key, claimant, seat, messages, held, paused_s, failures,
-                          boundary=boundary)  # fmt: skip
+    def _answer(self, step: StepContext, failures: int) -> Handover | RetryLater:
+        """Call the model and store its answer (or learn to retry). Without a limit in any
+        scope the call holds nothing and its usage is counted with its store."""
+        store, run_id, key, seat = self.store, step.run_id, step.key, step.seat
+        call = self._call(step, failures)
         if isinstance(call, RetryLater):
-            return replace(call, claim=claimant)
+            return replace(call, claim=step.claimant)
         result, completion, settle = call
         spend = None
-        if not limited and completion is not None and not result.get("cached"):
-            spend = self.budgets.spend(list(scopes), _used(completion, result))
+        if not step.limited and completion is not None and not result.get("cached"):
+            spend = self.budgets.spend(list(step.scopes), _used(completion, result))
         conversation = None
         # A reply cut at max_tokens, or refused, is not a turn the model should build on.
         whole = completion is not None and completion.stop_reason not in UNFINISHED
-        if completion is not None and whole and conv and keeps(seat.turns, completion.text):
-            turn = turn_json(turn_step(run_id, key), prompt, completion.text)
-            conversation = (conv, turn, seat.turns)
+        if completion is not None and whole and step.conv and keeps(seat.turns, completion.text):
+            turn = turn_json(turn_step(run_id, key), step.prompt, completion.text)
+            conversation = (step.conv, turn, seat.turns)
         # The settlement, the result and the conversation turn: one round trip. A paid
         # answer is not dropped for a Redis blip: the store is tried again here, holding
         # the claim (a retry of the task would have to call the model again).
+        handover = step.handover
         send = self.handover_message(run_id, handover.seq) if self.handover_message else None
         self._keep_trying(lambda: store.complete_step(
-            run_id, key, result, _completed_event(run_id, phase, round_, result), claimant,
+            run_id, key, result, _completed_event(run_id, step.phase, step.round_, result),
+            step.claimant,
             conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
             spend=spend, send=send,
         ), f"run {run_id} step {key}: storing the answer")  # fmt: skip
@@ -524,17 +530,7 @@ class StepService:
         return result, completion, []
 
     def _call(
-        self,
-        run_id: str,
-        key: str,
-        claimant: str,
-        seat: Seat,
-        messages: list[Message],
-        scopes: list[str],
-        paused_s: float | None,
-        failures: int,
-        *,
-        boundary: str | None = None,
+        self, step: StepContext, failures: int
     ) -> tuple[dict[str, Any], Completion | None, list[Any]] | RetryLater:
         """Call the model within the fleet's rate limits and the run's budgets.
 
@@ -544,11 +540,12 @@ class StepService:
         rate-limit wait or budget room held by calls in flight (not counted).
         """
         settings, budgets = self.settings, self.budgets
+        run_id, key, seat, messages = step.run_id, step.key, step.seat, step.messages
+        phase, round_, boundary, scopes = step.phase, step.round_, step.boundary, step.held
         agent = seat.agent
-        phase, round_ = parse_step_key(key)
         # The hold is this delivery's: a second call of the step (its first caller died,
         # or the broker delivered it twice) is a second call the vendor bills.
-        sid = _hold_id(run_id, key, claimant)
+        sid = _hold_id(run_id, key, step.claimant)
         began = time.time()
         cache_key = self._cache_key(seat, messages, boundary)
         if cache_key is not None and (hit := self._from_cache(seat, cache_key, key, began,
@@ -559,7 +556,7 @@ class StepService:
         # Ready the HTTP client before taking a rate permit, so the permit is spent at once.
         provider.warm()
         # Fleet-wide rate limits and pauses first (a wait holds no budget), then the budget.
-        wait = budgets.rate_wait(agent, worst.tokens, paused_s)
+        wait = budgets.rate_wait(agent, worst.tokens, step.paused_s)
         if wait > 0:
             for observer in self.observers:
                 observer.step_waits(agent, "rate_limit", wait)
@@ -757,5 +754,5 @@ def _failure(
 
 
 __all__ = [
-    "clean_completion", "Handover", "HandoverMessage", "ModelClient", "Park", "RetryLater", "Seat", "StepObserver", "StepOutcome", "StepService",
+    "clean_completion", "Handover", "HandoverMessage", "ModelClient", "Park", "RetryLater", "Seat", "StepContext", "StepObserver", "StepOutcome", "StepService",
 ]  # fmt: skip

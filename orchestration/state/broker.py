@@ -1,44 +1,6 @@
-"""The Redis broker transport Duet uses: kombu's, with one client object per channel.
-
-kombu's Redis channel builds a new ``redis.Redis`` object for nearly every operation
-(publish, ack, event). With redis-py 8 each construction copies a ~700-entry callback
-table, and a model call does about a dozen of them: measured at ~1 ms of CPU per call,
-more than everything else Duet does. A ``redis.Redis`` object is thread-safe (each
-command takes a connection from the pool), so one per channel is enough.
-
-The transport is named by its class path in Celery's ``broker_transport``, so the broker
-URL keeps its ``redis://`` scheme, and :class:`Connection` names it ``redis`` again when
-it writes the URL back out (``as_uri``): Flower picks its broker client (Broker page,
-``/api/queues/length``) by that scheme.
-
-A delivered message is noted as unacknowledged and acked in batches (kombu: two
-commands each, per message), see :class:`QoS`; a worker with room for several messages
-takes up to :data:`POP_MAX` of them with one command (kombu: one ``BRPOP`` each), while a
-backlog lasts one script that pops and notes them together (``lua/pop_note.lua``: no
-message is popped and not noted then), see :meth:`Channel._brpop_start`. A worker also outlasts a Redis at ``maxmemory``: the
-delivered message it cannot note is held until Redis takes writes again (``QoS.append``),
-instead of ending the worker; and a Redis restart: a channel of a broker connection that
-is gone fails with a connection error, which kombu and Celery ignore or reconnect on,
-instead of an ``AttributeError`` that ends the worker (``Channel._get_pool``).
-A popped text no worker can take (not JSON, no Celery envelope) is moved to the
-dead-letter stream with the reason, and the rest of its pop delivered
-(``Channel._dead_letter``): kombu's read would end the worker or strand the pop. Every
-key is under kombu's ``global_keyprefix`` (``duet.``): kombu's client prefixes the
-commands it knows; the pop, sent on the connection itself, and ``ZSCORE`` are prefixed
-here.
-
-These override methods kombu does not document (``Channel._create_client``,
-``Channel._get_pool``, ``Channel._brpop_start``, ``Channel._brpop_read``, ``Channel._get``,
-``QoS.pipe_or_acquire``, ``QoS.append``, ``ack``, ``reject``, ``restore_by_tag``,
-``restore_visible``, and use ``Channel._do_restore_message``, ``Channel._queue_cycle``,
-``Channel._flush_brpop_reauth``, ``Channel._in_poll``, ``Channel.global_keyprefix``,
-``Mutex``), tested with the kombu
-release in the ``transport`` fast path's tested range (:mod:`orchestration.state.fastpaths`):
-on another release, or with ``DUET_FAST_PATHS=off``, kombu's stock Redis transport runs
-(:class:`StockTransport`: only its ``connection_errors`` extended).
-This is the one place Duet customises kombu (the client uses
-the transport too, so it cannot live with the worker's Celery customisations in
-``workers/celery_ext.py``).
+"""Duet's kombu Redis transport (the ``transport`` fast path) and the broker settings every
+process shares: fewer round trips per task, and a worker that outlasts Redis outages and
+poison messages. What it overrides and why: docs/internals.md; off: :class:`StockTransport`.
 """
 
 from __future__ import annotations
@@ -102,8 +64,8 @@ def _member(payload: dict[str, Any]) -> str:
 
 def popped_member(text: str, queue: str) -> str:
     """The unacked set's member for a message popped from ``queue``: its JSON as popped
-    (not encoded again: ~20 us of CPU a task), the anonymous exchange and the queue, so a
-    restore puts it back where it was taken from. ``lua/pop_note.lua`` writes the same."""
+    (not encoded again), the anonymous exchange and the queue, so a restore puts it back
+    where it was taken from. ``lua/pop_note.lua`` writes the same."""
     return f'[{text}, "", {_json_string(queue)}]'
 
 

@@ -1,20 +1,6 @@
-"""A Redis connection pool in which each thread keeps a connection of its own.
-
-redis-py's pool hands a connection out and takes it back around every command: a
-locked queue, two process-id checks (a system call each) and its metrics hooks, ~20 µs
-of CPU a command on these machines, and with a worker's 50 threads a lock they queue
-on. A worker thread sends its commands one after another, so in a :class:`PinnedPool`
-each thread keeps the first connection it takes (while fewer than ``max_connections -
-spare`` are kept) and gets that one back without the queue, checked as the pool checks
-each connection it hands out (closed by the server meanwhile: connected anew). A thread
-whose own is in use (a pipeline or a pub/sub it holds open while it sends another
-command), or that comes when the kept ones are at the cap, goes through the queue as
-before.
-
-A kept connection goes back to the queue when its thread ends (the thread's holder is
-collected), or when the command using it at that moment releases it. After a fork the
-child uses none of the parent's (``os.register_at_fork``): redis-py's own process check
-resets the pool on the child's first command, which goes through the queue.
+"""A Redis connection pool in which each thread keeps a connection of its own (the ``pool``
+fast path): no pool queue, lock and pid checks per command for a worker's threads, which
+send their commands one after another. Details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -59,17 +59,18 @@ def test_a_call_bigger_than_the_budget_runs_with_max_tokens_lowered(
     worker: Any, client_on: str
 ) -> None:
     """Each call's worst case (4,000 output tokens) is more than the whole run budget:
-    the calls still go, asking for no more than the budget has left."""
+    the calls still go, asking for no more than the budget has left. The budget also holds
+    the critic's input at one token a byte (no ratio learned yet on a fresh Redis)."""
     team = Team.actor_critic(
         actor=Agent("Fix.", model="sim", max_tokens=4000),
         critic=Agent("Review.", model="sim?scores=0.95", max_tokens=4000),
         max_rounds=1,
-        budget=Budget(max_tokens=1500),
+        budget=Budget(max_tokens=3000),
     )
     result = team.run_sync("print(1)", timeout=30)
     assert result.status == "approved", result.error
     assert result.usage.total.calls == 2
-    assert result.usage.total.total_tokens <= 1500
+    assert result.usage.total.total_tokens <= 3000
 
 
 def test_a_reply_cut_where_the_budget_lowered_max_tokens_names_the_budget(

@@ -420,7 +420,9 @@ def test_cancel_and_resume_mid_batch_repeat_no_step_and_count_spend_once(
     from tests.support import stand_in_batch
 
     config, inputs = stand_in_batch(tmp_path, fake_llm.url, price=(1.0, 2.0), max_usd=100.0)
-    fake_llm.set_faults(latency_ms=800)  # the batch outlasts starting `duet cancel`
+    # Each run's five calls take 15 s at least: the batch outlasts starting `duet cancel`
+    # however loaded the machine is; once it is cancelled the rest go at full speed.
+    fake_llm.set_faults(latency_ms=3000)
     try:
         before = fake_llm.stats()
         submitted = _duet("submit", config, "-i", inputs, env=cluster_env, cwd=tmp_path)
@@ -432,6 +434,7 @@ def test_cancel_and_resume_mid_batch_repeat_no_step_and_count_spend_once(
 
         cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
         assert cancelled.returncode == 0, cancelled.stderr
+        fake_llm.set_faults(latency_ms=0)
         watched = _duet("watch", batch, env=cluster_env, cwd=tmp_path)
         assert watched.returncode == 1, "cancelled runs did not finish well"
         halfway = tmp_path / "halfway.jsonl"

@@ -1,10 +1,6 @@
-"""What the vendor-SDK adapters share: one lazily created client, keys, errors, cleanup.
-
-A subclass names its key variable and endpoint path and writes
-:meth:`SDKProvider._new_client` (import the SDK there, not at module import: ``import
-anthropic`` alone takes seconds), :meth:`SDKProvider.request` (the JSON body of one call)
-and :meth:`SDKProvider.read` (a reply as a :class:`Completion`). The same body and reader
-serve a synchronous call and a request inside a vendor batch.
+"""What the vendor-SDK adapters share: one lazily created client, keys, errors, cleanup; a
+subclass writes :meth:`SDKProvider._new_client`, :meth:`SDKProvider.request` (one call's
+JSON body, also used in vendor batches) and :meth:`SDKProvider.read` (a reply).
 """
 
 from __future__ import annotations
@@ -215,24 +211,15 @@ class SDKProvider(Provider):
         )
 
     def _post(self, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """POST ``body`` as one call and return the JSON reply.
-
-        The SDKs' typed methods validate and copy every message of a request and build
-        typed models of the reply: with a 20-turn conversation that cost ~5 ms of CPU a
-        call here, against ~1.3 ms for the same request posted as JSON. Their generic
-        ``client.post`` still builds its options, headers and URL for every request (~0.7
-        of its ~1.65 ms of CPU per call here, measured against the stand-in). So the first
-        call goes through ``client.post``, and the URL and headers it went out with (auth
-        included: :meth:`_learn_endpoint`) are reused: later calls go out on connections the
-        SDK client's pool makes (one a thread), without the client's per-request layers
-        (another ~0.5 ms: :mod:`workers.providers.endpoint`). An HTTP error
-        status is classified as the SDK's status errors are (:func:`error_for_status`),
-        a timeout or broken connection by its type, in :meth:`Provider.complete`.
-        """
+        """POST ``body`` as one call and return the JSON reply: the first through the SDK's
+        ``client.post``, later ones with the endpoint it showed (:meth:`_learn_endpoint`),
+        skipping the SDK's typed models and per-request layers (docs/performance.md)."""
         endpoint = self._endpoint
         if endpoint is None:  # the first call: through the SDK, which shows the endpoint
+            # ``object``: the JSON as read. (``dict[str, Any]`` is a class to the SDKs'
+            # ``inspect.isclass`` on Python 3.10, and their ``issubclass`` then fails.)
             reply = self.client().post(
-                path, body=body, cast_to=dict[str, Any], options={"timeout": timeout_s}
+                path, body=body, cast_to=object, options={"timeout": timeout_s}
             )
         else:
             reply = self._read_reply(endpoint.post(body, timeout_s))
