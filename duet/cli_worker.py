@@ -86,11 +86,24 @@ def worker(
             f"choose from {', '.join(keys.ALL_QUEUES)}"
         )
     argv = [
-        sys.executable, "-m", "celery", "-A", "workers", "worker",
-        "--pool", "threads", "--concurrency", str(concurrency or get_settings().worker_concurrency),
-        "-E", "-Q", ",".join(chosen), "--loglevel", loglevel,
-        "--hostname", f"duet-{os.getpid()}@%h",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(concurrency or get_settings().worker_concurrency),
+        "-E",
+        "-Q",
+        ",".join(chosen),
+        "--loglevel",
+        loglevel,
+        "--hostname",
+        f"duet-{os.getpid()}@%h",
+    ]
     if metrics_port is not None:
         os.environ["DUET_METRICS_PORT"] = str(metrics_port)
     if log_format not in (None, "text", "json"):
@@ -142,8 +155,9 @@ def sweep(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     note(f"sweeping every {every:g} s, runs stale after {after_s:g} s (SIGTERM or Ctrl-C stops)")
-    sweeper.sweep_every(sweeper.holder_id(), stop, interval_s=every, after_s=after_s,
-                        sent=_print_sends)  # fmt: skip
+    sweeper.sweep_every(
+        sweeper.holder_id(), stop, interval_s=every, after_s=after_s, sent=_print_sends
+    )
     note("sweeper stopped")
 
 

@@ -80,12 +80,32 @@ def celery_worker(
         full_env["DUET_BROKER_URL"] = broker_url
     log = open(ROOT / f".pytest-worker-{name}-{os.getpid()}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
-         "-c", str(concurrency), "-Q", queues, "--loglevel", loglevel,
-         "--without-heartbeat", "--without-mingle", "--without-gossip",
-         "-n", f"{name}-{os.getpid()}@%h"],
-        cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "worker",
+            "--pool",
+            "threads",
+            "-c",
+            str(concurrency),
+            "-Q",
+            queues,
+            "--loglevel",
+            loglevel,
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "-n",
+            f"{name}-{os.getpid()}@%h",
+        ],
+        cwd=ROOT,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     proc.log_path = ROOT / log.name  # type: ignore[attr-defined]
     from celery import Celery
 
@@ -104,9 +124,10 @@ def celery_worker(
         # This worker's own answer (another worker of the test may answer first); a Redis
         # that refuses the ping's reply queue (a fault test) is "not yet".
         wait_for(
-            lambda: proc.poll() is not None or _answers(probe, hostname), 60,
+            lambda: proc.poll() is not None or _answers(probe, hostname),
+            60,
             "the worker to answer a ping",
-        )  # fmt: skip
+        )
         if proc.poll() is not None:
             raise AssertionError(f"worker exited: {(ROOT / log.name).read_text()[-2000:]}")
         yield proc
@@ -237,13 +258,27 @@ def flower(url: str, log_path: Path) -> Iterator[int]:
     env.pop("DUET_BROKER_URL", None)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", "flower", f"--port={port}",
-             "--address=127.0.0.1"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers",
+                "flower",
+                f"--port={port}",
+                "--address=127.0.0.1",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        wait_for(lambda: proc.poll() is not None or flower_get(port, "/healthcheck")[0] == 200, 30,
-                 "Flower to answer")  # fmt: skip
+        wait_for(
+            lambda: proc.poll() is not None or flower_get(port, "/healthcheck")[0] == 200,
+            30,
+            "Flower to answer",
+        )
         assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
         yield port
     finally:
@@ -324,10 +359,21 @@ CHROMIUM = "/usr/bin/chromium"
 def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Headless Chromium on a 1280x2000 window, its profile under ``tmp``."""
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2000", *args],
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp / 'profile'}",
+            "--window-size=1280,2000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
 
 
 def peak_in_flight(run_ids: list[str]) -> int:

@@ -151,8 +151,11 @@ def check_visibility_timeout() -> None:
     """
     visibility = visibility_timeout_of(get_settings())
     if visibility is not None:
-        check_call_timeout("this worker will not start: the agents' default "
-                           "(Agent(timeout_s=...))", DEFAULT_TIMEOUT_S, visibility)  # fmt: skip
+        check_call_timeout(
+            "this worker will not start: the agents' default (Agent(timeout_s=...))",
+            DEFAULT_TIMEOUT_S,
+            visibility,
+        )
 
 
 @worker_init.connect(weak=False)
@@ -190,8 +193,12 @@ def check_servers() -> None:
             for warning in preflight.check_server(url, variable):
                 log.warning("%s", warning)
         except (redis.RedisError, OSError) as exc:
-            log.warning("%s not checked at start (%s): Duet needs maxmemory-policy "
-                        "noeviction and no cluster", variable, exc)  # fmt: skip
+            log.warning(
+                "%s not checked at start (%s): Duet needs maxmemory-policy "
+                "noeviction and no cluster",
+                variable,
+                exc,
+            )
 
 
 @worker_init.connect(weak=False)

@@ -21,11 +21,29 @@ from orchestration.state.ids import uuid4_text
 #: The third element of every message body (JSON): no callbacks, errbacks, chain or chord.
 _EMBED = json.dumps({"callbacks": None, "errbacks": None, "chain": None, "chord": None})
 #: The headers Celery writes in a message (:func:`message` adds others after them).
-_CELERY_HEADERS = frozenset({
-    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
-    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
-    "replaced_task_nesting", "stamped_headers", "stamps",
-})  # fmt: skip
+_CELERY_HEADERS = frozenset(
+    {
+        "lang",
+        "task",
+        "id",
+        "shadow",
+        "eta",
+        "expires",
+        "group",
+        "group_index",
+        "retries",
+        "timelimit",
+        "root_id",
+        "parent_id",
+        "argsrepr",
+        "kwargsrepr",
+        "origin",
+        "ignore_result",
+        "replaced_task_nesting",
+        "stamped_headers",
+        "stamps",
+    }
+)
 #: A string's JSON text as ``json.dumps`` writes it (ASCII, escaped): the C encoder.
 _encode_string = json.encoder.encode_basestring_ascii
 
@@ -52,9 +70,12 @@ def list_key(name: str, queue: str) -> str:
 
 
 def message(
-    app: Celery, name: str, args: tuple[Any, ...], headers: dict[str, Any] | None = None,
+    app: Celery,
+    name: str,
+    args: tuple[Any, ...],
+    headers: dict[str, Any] | None = None,
     queue: str | None = None,
-) -> tuple[str, str]:  # fmt: skip
+) -> tuple[str, str]:
     """The queue and the JSON text of task ``name``'s message with ``args``, as Celery's
     ``send_task`` and kombu's Redis channel would write it, sent from the task running in
     this thread (its id is the message's parent, its root the message's root). The queue
@@ -100,9 +121,12 @@ def _json(text: str | None) -> str:
 
 
 def push(
-    app: Celery, name: str, args: tuple[Any, ...], headers: dict[str, Any] | None = None,
+    app: Celery,
+    name: str,
+    args: tuple[Any, ...],
+    headers: dict[str, Any] | None = None,
     queue: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Send task ``name`` with ``args`` (and extra message ``headers``): one ``LPUSH``."""
     queue, text = message(app, name, args, headers, queue)
     client().lpush(list_key(name, queue), text)

@@ -266,9 +266,19 @@ class StepService:
             turns = own_turns(run_id, start.own, seat.turns)
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
         if seat.agent.execution == "vendor_batch":
-            return Park(run_id, key, seat, start.spec_id, messages, prompt, conv,
-                        list(start.scopes), claimant, store.batch_of(run_id),
-                        boundary)  # fmt: skip
+            return Park(
+                run_id,
+                key,
+                seat,
+                start.spec_id,
+                messages,
+                prompt,
+                conv,
+                list(start.scopes),
+                claimant,
+                store.batch_of(run_id),
+                boundary,
+            )
         # From here to the stored answer the claim (and the budget hold, once made) is
         # renewed: a slow SDK start or a slow call keeps the step; a dead worker's lapses.
         # Scopes without any limit hold nothing: the call's usage is only counted.
@@ -315,12 +325,21 @@ class StepService:
         # the claim (a retry of the task would have to call the model again).
         handover = step.handover
         send = self.handover_message(run_id, handover.seq) if self.handover_message else None
-        self._keep_trying(lambda: store.complete_step(
-            run_id, key, result, _completed_event(run_id, step.phase, step.round_, result),
-            step.claimant,
-            conversation=conversation, conversation_max_tokens=seat.max_tokens, before=settle,
-            spend=spend, send=send,
-        ), f"run {run_id} step {key}: storing the answer")  # fmt: skip
+        self._keep_trying(
+            lambda: store.complete_step(
+                run_id,
+                key,
+                result,
+                _completed_event(run_id, step.phase, step.round_, result),
+                step.claimant,
+                conversation=conversation,
+                conversation_max_tokens=seat.max_tokens,
+                before=settle,
+                spend=spend,
+                send=send,
+            ),
+            f"run {run_id} step {key}: storing the answer",
+        )
         return replace(handover, sent=True) if send is not None else handover
 
     def _keep_trying(self, write: Callable[[], object], what: str) -> None:
@@ -340,9 +359,15 @@ class StepService:
                 wait = min(wait * 2, 5.0)
 
     def _reserve(
-        self, agent: AgentSpec, messages: list[Message], structured: bool, sid: str,
-        scopes: list[str], worst: Amount, lease_s: float,
-    ) -> tuple[AgentSpec, Amount, Refusal | None, str | None]:  # fmt: skip
+        self,
+        agent: AgentSpec,
+        messages: list[Message],
+        structured: bool,
+        sid: str,
+        scopes: list[str],
+        worst: Amount,
+        lease_s: float,
+    ) -> tuple[AgentSpec, Amount, Refusal | None, str | None]:
         """Reserve the call's worst case. A budget that cannot hold it may still hold a
         shorter answer: ``max_tokens`` is lowered to what is left (a reply cut there
         interrupts the run with that budget's reason). The agent as it will call, its
@@ -376,9 +401,14 @@ class StepService:
         structured = parking.seat.structured
         worst = self.budgets.estimate(agent, parking.messages, structured)
         agent, worst, refusal, lowered_by = self._reserve(
-            agent, parking.messages, structured, step_id(run_id, key), parking.scopes, worst,
+            agent,
+            parking.messages,
+            structured,
+            step_id(run_id, key),
+            parking.scopes,
+            worst,
             hold_s,
-        )  # fmt: skip
+        )
         phase, round_ = parse_step_key(key)
         if refusal is not None:
             if not refusal.exhausted or clamped(agent, refusal, worst).wait:
@@ -386,18 +416,30 @@ class StepService:
                 waiting = _waiting_for("budget room held by calls in flight", agent)
                 return replace(self._retry(wait, failures, waiting), claim=parking.claimant)
             result = _failure(key, refusal.reason, _refused(refusal), began, calls=0)
-            self.store.complete_step(run_id, key, result,
-                                     _completed_event(run_id, phase, round_, result),
-                                     parking.claimant)  # fmt: skip
+            self.store.complete_step(
+                run_id,
+                key,
+                result,
+                _completed_event(run_id, phase, round_, result),
+                parking.claimant,
+            )
             return Handover(run_id, step_index(phase, round_) + 1)
         return {
-            "spec_id": parking.spec_id, "role": ROLE_OF[phase],
-            "messages": parking.messages, "prompt": parking.prompt, "conv": parking.conv_key,
-            "structured": parking.seat.structured, "scopes": parking.scopes,
-            "claimant": parking.claimant, "batch_id": parking.batch_id, "parked_at": began,
-            "attempts": 0, "max_tokens": agent.max_tokens, "boundary": parking.boundary,
+            "spec_id": parking.spec_id,
+            "role": ROLE_OF[phase],
+            "messages": parking.messages,
+            "prompt": parking.prompt,
+            "conv": parking.conv_key,
+            "structured": parking.seat.structured,
+            "scopes": parking.scopes,
+            "claimant": parking.claimant,
+            "batch_id": parking.batch_id,
+            "parked_at": began,
+            "attempts": 0,
+            "max_tokens": agent.max_tokens,
+            "boundary": parking.boundary,
             "lowered_by": lowered_by,
-        }  # fmt: skip
+        }
 
     def agent_of(self, request: dict[str, Any]) -> AgentSpec:
         """The agent of a parked request, its ``max_tokens`` as lowered to fit its budget."""
@@ -415,9 +457,14 @@ class StepService:
         return Handover(run_id, step_index(phase, round_) + 1)
 
     def store_batch_outcome(
-        self, run_id: str, key: str, request: dict[str, Any],
-        outcome: Completion | ProviderError, *, vendor_batch: str | None,
-    ) -> Handover:  # fmt: skip
+        self,
+        run_id: str,
+        key: str,
+        request: dict[str, Any],
+        outcome: Completion | ProviderError,
+        *,
+        vendor_batch: str | None,
+    ) -> Handover:
         """Store a parked step's result from its vendor batch (priced at the batch rate;
         the budget settled once); the run goes back to its coordinator."""
         seat = self.seat(request["spec_id"], request["role"])
@@ -428,24 +475,41 @@ class StepService:
         settle: list[ScriptCall] = []
         if isinstance(outcome, ProviderError):
             self.budgets.release(sid, scopes)
-            result = _failure(key, error_interruption(outcome.kind), self.scrub(str(outcome)),
-                              began)  # fmt: skip
+            result = _failure(
+                key, error_interruption(outcome.kind), self.scrub(str(outcome)), began
+            )
             result["vendor_batch"] = vendor_batch
             for observer in self.observers:
                 observer.call_failed(seat.agent, phase, outcome.kind, retried=False)
         else:
             outcome = self.cleaned(outcome)
-            result = _result_from(outcome, phase, key, seat, batch=True, started_at=began,
-                                  finished_at=time.time(), model=seat.agent.model,
-                                  scrub=self.scrub_output,
-                                  vendor_batch=vendor_batch,
-                                  boundary=request.get("boundary"))  # fmt: skip
+            result = _result_from(
+                outcome,
+                phase,
+                key,
+                seat,
+                batch=True,
+                started_at=began,
+                finished_at=time.time(),
+                model=seat.agent.model,
+                scrub=self.scrub_output,
+                vendor_batch=vendor_batch,
+                boundary=request.get("boundary"),
+            )
             result["interrupted"] = budget_cut(result["interrupted"], request.get("lowered_by"))
-            used = Amount(input_tokens=outcome.input_tokens,
-                          output_tokens=outcome.output_tokens, usd=result["usd"], calls=1)  # fmt: skip
+            used = Amount(
+                input_tokens=outcome.input_tokens,
+                output_tokens=outcome.output_tokens,
+                usd=result["usd"],
+                calls=1,
+            )
             settle = self.budgets.settle_calls(sid, scopes, used)
-            self.budgets.learn(seat.agent, request["messages"], bool(request.get("structured")),
-                               outcome.input_tokens)  # fmt: skip
+            self.budgets.learn(
+                seat.agent,
+                request["messages"],
+                bool(request.get("structured")),
+                outcome.input_tokens,
+            )
             for observer in self.observers:  # latency: from parking to the batch's result
                 observer.call_answered(seat.agent, phase, result)
             conv_key = request.get("conv") or ""
@@ -454,19 +518,26 @@ class StepService:
                 turn = turn_json(turn_step(run_id, key), request["prompt"], outcome.text)
                 conversation = (conv_key, turn, seat.turns)
         self.store.complete_step(
-            run_id, key, result, _completed_event(run_id, phase, round_, result),
-            request["claimant"], conversation=conversation,
-            conversation_max_tokens=seat.max_tokens, before=settle,
-        )  # fmt: skip
+            run_id,
+            key,
+            result,
+            _completed_event(run_id, phase, round_, result),
+            request["claimant"],
+            conversation=conversation,
+            conversation_max_tokens=seat.max_tokens,
+            before=settle,
+        )
         return Handover(run_id, step_index(phase, round_) + 1)
 
     def cleaned(self, completion: Completion) -> Completion:
         """``completion`` with no key value in it (:func:`clean_completion`): a model may
         repeat a key it was shown, and everything stored of an answer (result, events,
         conversation turn) comes from here."""
-        return completion if self.scrub_output is None else clean_completion(
-            completion, self.scrub_output
-        )  # fmt: skip
+        return (
+            completion
+            if self.scrub_output is None
+            else clean_completion(completion, self.scrub_output)
+        )
 
     def seat(self, spec_id: str, role: str) -> Seat:
         """The cached :class:`Seat` of ``role`` in spec ``spec_id`` (specs never change)."""
@@ -524,9 +595,18 @@ class StepService:
         if found is None:
             return None
         completion = self.cleaned(found)
-        result = hit_result(_result_from(completion, parse_step_key(key)[0], key, seat,
-                                         boundary=boundary, started_at=began,
-                                         model=seat.agent.model, scrub=self.scrub_output))  # fmt: skip
+        result = hit_result(
+            _result_from(
+                completion,
+                parse_step_key(key)[0],
+                key,
+                seat,
+                boundary=boundary,
+                started_at=began,
+                model=seat.agent.model,
+                scrub=self.scrub_output,
+            )
+        )
         return result, completion, []
 
     def _call(
@@ -548,8 +628,10 @@ class StepService:
         sid = _hold_id(run_id, key, step.claimant)
         began = time.time()
         cache_key = self._cache_key(seat, messages, boundary)
-        if cache_key is not None and (hit := self._from_cache(seat, cache_key, key, began,
-                                                              boundary)) is not None:  # fmt: skip
+        if (
+            cache_key is not None
+            and (hit := self._from_cache(seat, cache_key, key, began, boundary)) is not None
+        ):
             return hit  # before any rate-limit grant or budget hold: a hit costs neither
         worst = budgets.estimate(agent, messages, seat.structured)
         provider = self.providers(agent)
@@ -590,13 +672,28 @@ class StepService:
                 observer.call_failed(agent, phase, exc.kind, retried=retried)
             if retried:
                 wait = self.backoff_s(failures, exc.retry_after)
-                log.info("run %s step %s: %s; retry %s in %.1fs",
-                         run_id, key, exc.kind, failures + 1, wait)  # fmt: skip
-                self.store.add_event(run_id, event_json(
-                    ev.STEP_RETRY, run_id, round_, phase=phase, kind=exc.kind,
-                    status_code=exc.status_code, attempt=failures + 1,
-                    max_attempts=settings.max_attempts, wait=round(wait, 3),
-                ))  # fmt: skip
+                log.info(
+                    "run %s step %s: %s; retry %s in %.1fs",
+                    run_id,
+                    key,
+                    exc.kind,
+                    failures + 1,
+                    wait,
+                )
+                self.store.add_event(
+                    run_id,
+                    event_json(
+                        ev.STEP_RETRY,
+                        run_id,
+                        round_,
+                        phase=phase,
+                        kind=exc.kind,
+                        status_code=exc.status_code,
+                        attempt=failures + 1,
+                        max_attempts=settings.max_attempts,
+                        wait=round(wait, 3),
+                    ),
+                )
                 return self._retry(wait, failures + 1, f"{exc.kind}: {message}", failed=True)
             # No key: no request went out, so no call is counted (nor billed).
             calls = 0 if exc.kind == "missing_key" else 1
@@ -612,9 +709,17 @@ class StepService:
         # What the call teaches the token estimate; a Redis blip here loses only a sample.
         with contextlib.suppress(*INFRA_ERRORS):
             budgets.learn(agent, messages, seat.structured, completion.input_tokens)
-        result = _result_from(completion, phase, key, seat, boundary=boundary, started_at=began,
-                              finished_at=time.time(), model=agent.model,
-                              scrub=self.scrub_output)  # fmt: skip
+        result = _result_from(
+            completion,
+            phase,
+            key,
+            seat,
+            boundary=boundary,
+            started_at=began,
+            finished_at=time.time(),
+            model=agent.model,
+            scrub=self.scrub_output,
+        )
         result["interrupted"] = budget_cut(result["interrupted"], lowered_by)
         for observer in self.observers:
             observer.call_answered(agent, phase, result)
@@ -625,8 +730,12 @@ class StepService:
 
 def _used(completion: Completion, result: dict[str, Any]) -> Amount:
     """What one answered call used, as budgets count it."""
-    return Amount(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-                  usd=result["usd"], calls=1)  # fmt: skip
+    return Amount(
+        input_tokens=completion.input_tokens,
+        output_tokens=completion.output_tokens,
+        usd=result["usd"],
+        calls=1,
+    )
 
 
 def clean_completion(completion: Completion, scrub: Scrub) -> Completion:
@@ -673,9 +782,14 @@ def _result_from(
 ) -> dict[str, Any]:
     usd = 0.0
     if seat.price is not None:
-        usd = cost_usd(seat.price, completion.input_tokens, completion.output_tokens,
-                       completion.cached_input_tokens, completion.cache_write_tokens,
-                       batch=batch)  # fmt: skip
+        usd = cost_usd(
+            seat.price,
+            completion.input_tokens,
+            completion.output_tokens,
+            completion.cached_input_tokens,
+            completion.cache_write_tokens,
+            batch=batch,
+        )
     result: dict[str, Any] = {
         "key": key,
         "text": completion.text,
@@ -690,8 +804,12 @@ def _result_from(
     }
     if completion.stop_reason in REFUSED:  # an outcome, not an answer: nothing to read
         reason = completion.stop_reason
-        return {**result, "text": None, "interrupted": reason,
-                "error": refusal_error(reason, completion.text)}  # fmt: skip
+        return {
+            **result,
+            "text": None,
+            "interrupted": reason,
+            "error": refusal_error(reason, completion.text),
+        }
     complete = False
     if phase == "critique":
         native = read_structured(completion.structured)
@@ -717,8 +835,14 @@ def _result_from(
 
 def _completed_event(run_id: str, phase: str, round_: int, result: dict[str, Any]) -> str:
     if result.get("error") is not None and result.get("text") is None:
-        return event_json(ev.STEP_FAILED, run_id, round_, phase=phase,
-                          reason=result["interrupted"], error=result["error"])  # fmt: skip
+        return event_json(
+            ev.STEP_FAILED,
+            run_id,
+            round_,
+            phase=phase,
+            reason=result["interrupted"],
+            error=result["error"],
+        )
     data: dict[str, Any] = {
         "output_tokens": result["output_tokens"],
         "interrupted": result["interrupted"],
@@ -754,5 +878,15 @@ def _failure(
 
 
 __all__ = [
-    "clean_completion", "Handover", "HandoverMessage", "ModelClient", "Park", "RetryLater", "Seat", "StepContext", "StepObserver", "StepOutcome", "StepService",
-]  # fmt: skip
+    "clean_completion",
+    "Handover",
+    "HandoverMessage",
+    "ModelClient",
+    "Park",
+    "RetryLater",
+    "Seat",
+    "StepContext",
+    "StepObserver",
+    "StepOutcome",
+    "StepService",
+]

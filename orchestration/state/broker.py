@@ -167,8 +167,12 @@ class QoS(kombu_redis.QoS):
             self.give_back_acks(acked)  # removed again with the next write if they were
             # Popped but not noted: run them anyway (a worker that dies now loses them,
             # as kombu's transport would lose the one message it popped).
-            log.warning("delivering %d message(s) not noted as unacknowledged: Redis "
-                        "went away after the pop", len(noted), exc_info=True)  # fmt: skip
+            log.warning(
+                "delivering %d message(s) not noted as unacknowledged: Redis "
+                "went away after the pop",
+                len(noted),
+                exc_info=True,
+            )
         self._noted.update(noted)
 
     def noted_by_pop(self, payloads: list[dict[str, Any]], members: list[str]) -> None:
@@ -210,9 +214,11 @@ class QoS(kombu_redis.QoS):
                     warned = waited
                     log.warning(
                         "Redis refuses writes (%s): holding delivered message %s until "
-                        "it accepts them (%.0fs so far)", connection.first_line(exc),
-                        delivery_tag, waited,
-                    )  # fmt: skip
+                        "it accepts them (%.0fs so far)",
+                        connection.first_line(exc),
+                        delivery_tag,
+                        waited,
+                    )
                 time.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, OOM_MAX_WAIT_S)
@@ -288,9 +294,11 @@ class QoS(kombu_redis.QoS):
         try:
             self._restore_visible(start, num, interval)
         except OUTAGE_ERRORS as exc:
-            log.warning("Redis refuses writes (%s): messages past the visibility timeout "
-                        "are put back on their queues on a later scan",
-                        connection.first_line(exc))  # fmt: skip
+            log.warning(
+                "Redis refuses writes (%s): messages past the visibility timeout "
+                "are put back on their queues on a later scan",
+                connection.first_line(exc),
+            )
 
     def _restore_visible(self, start: int, num: int | None, interval: int) -> None:
         count = self._vrestore_count  # kombu's throttle: scan every ``interval`` calls
@@ -300,12 +308,18 @@ class QoS(kombu_redis.QoS):
         with self.channel.conn_or_acquire() as client:
             ceil = time.time() - self.visibility_timeout
             try:
-                with kombu_redis.Mutex(client, f"{self.unacked_mutex_key}{UNACKED_SUFFIX}",
-                           self.unacked_mutex_expire):  # fmt: skip
+                with kombu_redis.Mutex(
+                    client, f"{self.unacked_mutex_key}{UNACKED_SUFFIX}", self.unacked_mutex_expire
+                ):
                     old = client.zrange(
-                        self.unacked_messages_key, ceil, 0, desc=True, byscore=True,
-                        offset=num and start, num=num,
-                    )  # fmt: skip
+                        self.unacked_messages_key,
+                        ceil,
+                        0,
+                        desc=True,
+                        byscore=True,
+                        offset=num and start,
+                        num=num,
+                    )
                     for member in old or []:
                         self._restore_member(client, member, leftmost=False)
             except kombu_redis.MutexHeld:
@@ -430,8 +444,11 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         # Sent on the connection itself, so with kombu's ``global_keyprefix`` added here
         # (kombu's client adds it to the commands it knows, not to these).
         prefix = self.global_keyprefix
-        pairs = [(prefix + self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
-                 for pri in self.priority_steps for queue in queues]  # fmt: skip
+        pairs = [
+            (prefix + self._q_for_pri(queue, pri), queue)  # type: ignore[no-untyped-call]
+            for pri in self.priority_steps
+            for queue in queues
+        ]
         keys = [key for key, _ in pairs]
         credit = self.qos.can_consume_max_estimate()
         count = self._pop_count = max(1, min(POP_MAX, POP_MAX if credit is None else credit))
@@ -446,10 +463,17 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
             self._popping = (acked, [queue for _, queue in pairs])
             try:
                 self.client.connection.send_command(
-                    "EVALSHA", self._pop_note.sha, 1 + len(keys),
-                    prefix + self.qos.unacked_messages_key, *keys, count, time.time(), len(acked),
-                    *acked, *(_json_string(queue) for _, queue in pairs),
-                )  # fmt: skip
+                    "EVALSHA",
+                    self._pop_note.sha,
+                    1 + len(keys),
+                    prefix + self.qos.unacked_messages_key,
+                    *keys,
+                    count,
+                    time.time(),
+                    len(acked),
+                    *acked,
+                    *(_json_string(queue) for _, queue in pairs),
+                )
             except BaseException:
                 self._popping = None
                 self.qos.give_back_acks(acked)
@@ -538,8 +562,9 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         (and out of the unacknowledged set, if the pop noted them), in one round trip;
         the texts left to deliver. A Redis that refuses the move (at ``maxmemory``) or is
         gone drops them, with a log line for each: they could never be delivered anyway."""
-        bad = [(text, problem) for text, (_, problem) in zip(texts, examined, strict=True)
-               if problem]  # fmt: skip
+        bad = [
+            (text, problem) for text, (_, problem) in zip(texts, examined, strict=True) if problem
+        ]
         replies: list[Any] = []
         try:
             with self.conn_or_acquire() as client:
@@ -549,8 +574,10 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
                     # is Duet's own key (``duet:dead``), as the CLI reads it.
                     deadletters.add(pipe, queue, text.removeprefix(_NOT_UTF8), str(problem))
                 if noted and queue not in self._no_ack_queues:
-                    pipe.zrem(self.qos.unacked_messages_key,
-                              *(popped_member(text, queue) for text, _ in bad))  # fmt: skip
+                    pipe.zrem(
+                        self.qos.unacked_messages_key,
+                        *(popped_member(text, queue) for text, _ in bad),
+                    )
                 replies = pipe.execute(raise_on_error=False)
         except self.connection_errors as exc:  # the others are delivered all the same
             replies = [exc] * len(bad)
@@ -558,12 +585,21 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         # and ``duet dead show`` shows it.
         for (text, problem), reply in zip(bad, replies, strict=False):
             if isinstance(reply, BaseException):
-                log.error("dropped a message from queue %r that no worker can take (%s, "
-                          "%d characters): it could not be dead-lettered: %s", queue, problem,
-                          len(text), reply)  # fmt: skip
+                log.error(
+                    "dropped a message from queue %r that no worker can take (%s, "
+                    "%d characters): it could not be dead-lettered: %s",
+                    queue,
+                    problem,
+                    len(text),
+                    reply,
+                )
             else:
-                log.error("dead-lettered a message from queue %r (%s): duet dead show %s",
-                          queue, problem, _text(reply))  # fmt: skip
+                log.error(
+                    "dead-lettered a message from queue %r (%s): duet dead show %s",
+                    queue,
+                    problem,
+                    _text(reply),
+                )
         return [text for text, (_, problem) in zip(texts, examined, strict=True) if not problem]
 
     def _get(self, queue: str, timeout: Any = None) -> Any:
@@ -592,20 +628,26 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         if isinstance(exc, redis.exceptions.NoScriptError):
             self.client.script_load(self._pop_note.script)
         elif not isinstance(exc, OUTAGE_ERRORS):
-            log.warning("the broker refused a pop with its note (%s): popping the plain "
-                        "way until the next messages come", exc)  # fmt: skip
+            log.warning(
+                "the broker refused a pop with its note (%s): popping the plain "
+                "way until the next messages come",
+                exc,
+            )
 
     def _outage_pause(self, exc: BaseException) -> None:
         """A pop refused in an outage (``MISCONF``, ``READONLY`` ...): wait a little,
         with backoff, before the next (the event loop has nothing else to do), and warn
         at most every :data:`OOM_WARN_EVERY_S`."""
         now = time.monotonic()
-        delay = self._outage_delay = min(max(self._outage_delay * 2, OOM_FIRST_WAIT_S),
-                                         OOM_MAX_WAIT_S)  # fmt: skip
+        delay = self._outage_delay = min(
+            max(self._outage_delay * 2, OOM_FIRST_WAIT_S), OOM_MAX_WAIT_S
+        )
         if now - self._outage_warned >= OOM_WARN_EVERY_S:
             self._outage_warned = now
-            log.warning("Redis refuses pops (%s): waiting until it takes writes again",
-                        connection.first_line(exc))  # fmt: skip
+            log.warning(
+                "Redis refuses pops (%s): waiting until it takes writes again",
+                connection.first_line(exc),
+            )
         time.sleep(delay)
 
     def close(self) -> None:
@@ -615,8 +657,9 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
             try:
                 self._qos.flush_acks()
             except self.connection_errors:  # they come back after the visibility timeout
-                log.warning("could not remove acked messages from the unacked set on close",
-                            exc_info=True)  # fmt: skip
+                log.warning(
+                    "could not remove acked messages from the unacked set on close", exc_info=True
+                )
         super().close()  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
@@ -666,8 +709,10 @@ class SentinelTransport(kombu_redis.SentinelTransport):
     instead of ending the worker."""
 
     Channel = SentinelChannel
-    connection_errors = (*kombu_redis.SentinelTransport.connection_errors,
-                         *StockTransport.connection_errors)  # fmt: skip
+    connection_errors = (
+        *kombu_redis.SentinelTransport.connection_errors,
+        *StockTransport.connection_errors,
+    )
 
 
 class Connection(kombu.Connection):
@@ -678,8 +723,12 @@ class Connection(kombu.Connection):
     (``as_uri``, ``info``), never which transport it uses.
     """
 
-    resolve_aliases = {**kombu.Connection.resolve_aliases, TRANSPORT: "redis",
-                       STOCK_TRANSPORT: "redis", SENTINEL_TRANSPORT: "sentinel"}  # fmt: skip
+    resolve_aliases = {
+        **kombu.Connection.resolve_aliases,
+        TRANSPORT: "redis",
+        STOCK_TRANSPORT: "redis",
+        SENTINEL_TRANSPORT: "sentinel",
+    }
 
 
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
@@ -731,8 +780,14 @@ def sentinel_master(broker_url: str | None, settings: Settings) -> str | None:
 
 #: redis-py's TLS arguments a ``rediss://`` URL may give in its query (file paths and
 #: checks; a key file's password is not taken from a URL).
-TLS_QUERY = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
-             "ssl_check_hostname")  # fmt: skip
+TLS_QUERY = (
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "ssl_check_hostname",
+)
 
 
 def tls_options(broker_url: str | None) -> dict[str, str] | None:

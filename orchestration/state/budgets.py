@@ -385,9 +385,10 @@ class BudgetLedger:
         _check_step(step_id)
         scopes = _check_scopes(scopes)
         return ScriptCall(
-            self._renew, _scope_keys(scopes), [step_id, max(1, math.ceil(lease_s * 1000)),
-                                                len(scopes)],
-        )  # fmt: skip
+            self._renew,
+            _scope_keys(scopes),
+            [step_id, max(1, math.ceil(lease_s * 1000)), len(scopes)],
+        )
 
     def release(self, step_id: str, scopes: list[str]) -> bool:
         """Drop a step's hold without charging anything (the call failed, nothing spent).

@@ -83,8 +83,9 @@ def get_redis() -> Any:
                 "health_check_interval": 30,
             }
             if sentinel.is_sentinel(url):
-                _client = sentinel.master_client(url, get_settings().redis_sentinel_master,
-                                                 **options)  # fmt: skip
+                _client = sentinel.master_client(
+                    url, get_settings().redis_sentinel_master, **options
+                )
                 _notice_sentinel()
             else:
                 pinned = fastpaths.enabled("pool")
@@ -208,9 +209,11 @@ def check_reachable(url: str, variable: str) -> None:
     """
     timeout = get_settings().redis_connect_timeout_s
     client = client_for(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout,
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
-    )  # fmt: skip
+    )
     try:
         client.ping()
     except (redis.RedisError, OSError) as exc:
@@ -243,8 +246,10 @@ def check_broker_reachable(url: str, variable: str) -> None:
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
     """The one-line error for ``what`` at ``url`` (from ``variable``) failing with ``exc``."""
     if isinstance(exc, MasterNotFoundError):  # its message lists every sentinel's repr
-        why = (f"no sentinel named a primary {get_settings().redis_sentinel_master!r} "
-               "(DUET_REDIS_SENTINEL_MASTER): all down, or they watch another name")  # fmt: skip
+        why = (
+            f"no sentinel named a primary {get_settings().redis_sentinel_master!r} "
+            "(DUET_REDIS_SENTINEL_MASTER): all down, or they watch another name"
+        )
     elif isinstance(exc, redis.TimeoutError):
         why = "did not answer in time"
     else:

@@ -70,9 +70,12 @@ def check_scheme(url: str, variable: str) -> None:
 
 
 def judge(
-    facts: ServerFacts, where: str, allow_eviction: bool, min_replicas: int = 0,
+    facts: ServerFacts,
+    where: str,
+    allow_eviction: bool,
+    min_replicas: int = 0,
     wait_aof: bool = False,
-) -> tuple[str | None, list[str]]:  # fmt: skip
+) -> tuple[str | None, list[str]]:
     """The refusal (None for none) and the warnings for a server with ``facts``, named
     ``where`` in the messages, ``min_replicas`` and ``wait_aof`` asked for (pure)."""
     if facts.cluster_enabled:
@@ -141,8 +144,13 @@ def read_facts(client: redis.Redis) -> ServerFacts:
         version = (int(major), int(minor))
     with contextlib.suppress(redis.exceptions.ResponseError):
         aof = bool(int(client.info("persistence").get("aof_enabled", 0)))
-    return ServerFacts(maxmemory_policy=_text(policy), cluster_enabled=cluster,
-                       replicas=replicas, version=version, aof_enabled=aof)  # fmt: skip
+    return ServerFacts(
+        maxmemory_policy=_text(policy),
+        cluster_enabled=cluster,
+        replicas=replicas,
+        version=version,
+        aof_enabled=aof,
+    )
 
 
 def _text(value: object) -> str | None:
@@ -171,16 +179,20 @@ def check_server(url: str, variable: str) -> list[str]:
     settings = get_settings()
     timeout = settings.redis_connect_timeout_s
     client = client_for(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0), decode_responses=True,
-    )  # fmt: skip
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
     try:
         facts = read_facts(client)
     finally:
         client.close()
     where = f"the Redis at {variable}={hide_password(url)}"
-    refusal, warnings = judge(facts, where, settings.allow_eviction,
-                              settings.redis_min_replicas, settings.redis_wait_aof)  # fmt: skip
+    refusal, warnings = judge(
+        facts, where, settings.allow_eviction, settings.redis_min_replicas, settings.redis_wait_aof
+    )
     if refusal is not None:
         raise Refused(refusal)
     with _lock:

@@ -91,11 +91,13 @@ def run_durable(client: Any, calls: list[ScriptCall]) -> list[Any]:
     if ask is None:
         return run_scripts(client, calls)
     replies = _send(client, calls, ask)
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]  # fmt: skip
+    missing = [
+        i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)
+    ]
     if missing:
         for i in missing:
             client.script_load(calls[i].script.script)
-        for i, reply in zip(missing, _send(client, [calls[i] for i in missing], ask), strict=True):  # fmt: skip
+        for i, reply in zip(missing, _send(client, [calls[i] for i in missing], ask), strict=True):
             replies[i] = reply
     for reply in replies:
         if isinstance(reply, Exception):

@@ -85,9 +85,15 @@ class StepStart:
 
 #: Fields of a stored step result kept in its compact outcome (see ``step_outcome``).
 OUTCOME_FIELDS = (
-    "interrupted", "score", "input_tokens", "output_tokens", "cached_input_tokens",
-    "cache_write_tokens", "calls", "usd",
-)  # fmt: skip
+    "interrupted",
+    "score",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "calls",
+    "usd",
+)
 #: Prefix of the run-hash fields holding the compact outcome of each stored step.
 OUTCOME_PREFIX = "o:"
 #: Prefix of the run-hash fields holding each step's input (JSON: role, prompt, what its
@@ -99,8 +105,11 @@ INPUT_PREFIX = "in:"
 #: :func:`loaded_result` puts back: most calls use no prompt cache, answer in free text and
 #: end whole. The step's ``key`` is left out too: it is the steps hash field's own name.
 STORED_DEFAULTS: dict[str, Any] = {
-    "cached_input_tokens": 0, "cache_write_tokens": 0, "structured": False, "interrupted": None,
-}  # fmt: skip
+    "cached_input_tokens": 0,
+    "cache_write_tokens": 0,
+    "structured": False,
+    "interrupted": None,
+}
 
 
 def _default(field: str, value: Any) -> bool:
@@ -349,8 +358,13 @@ class RunStore:
         outcome the record gets with it (``o:<step key>``, what later transitions read
         instead of the step's text).
         """
-        args = ["step", repr(time.time()), step_key, json.dumps(step_input),
-                send.text if send else ""]  # fmt: skip
+        args = [
+            "step",
+            repr(time.time()),
+            step_key,
+            json.dumps(step_input),
+            send.text if send else "",
+        ]
         fields = {OUTCOME_PREFIX + k: step_outcome(v) for k, v in (outcomes or {}).items()}
         return self._run_transition(
             run, seq, args, events, record=fields, queue=send.queue if send else ""
@@ -414,11 +428,13 @@ class RunStore:
         batch_keys: tuple[str, ...] = ("",) * 6
         if finish and batch_id:
             batch_scope = f"batch:{batch_id}"
-            batch_keys = (keys.batch_runs(batch_id), keys.batch_rejected(batch_id),
-                          *(keys.budget_keys(batch_scope) if batch_scope in scopes
-                            else ("", "", "")),
-                          # The run's place under max_in_flight, given back with the finish.
-                          keys.batch_gate(batch_id) if run.get(GATE_FIELD) else "")  # fmt: skip
+            batch_keys = (
+                keys.batch_runs(batch_id),
+                keys.batch_rejected(batch_id),
+                *(keys.budget_keys(batch_scope) if batch_scope in scopes else ("", "", "")),
+                # The run's place under max_in_flight, given back with the finish.
+                keys.batch_gate(batch_id) if run.get(GATE_FIELD) else "",
+            )
         run_scope = f"run:{run_id}"
         script_keys = [
             keys.run(run_id),
@@ -441,9 +457,15 @@ class RunStore:
         call = ScriptCall(
             self._transition,
             script_keys,
-            [seq, *args, flags, len(forget), json.dumps(dict(record) if record else list(drop)),
-             *texts],
-        )  # fmt: skip
+            [
+                seq,
+                *args,
+                flags,
+                len(forget),
+                json.dumps(dict(record) if record else list(drop)),
+                *texts,
+            ],
+        )
         return int(replicas.run_durable(self.r, [call])[0])
 
     def fail_run(self, run_id: str, error: str) -> bool:
@@ -484,13 +506,31 @@ class RunStore:
         ``known_pauses``: pause keys the caller knows lately; when the step's is one of
         them it is not read (``paused_s`` None)."""
         # Durable: a claim a failover lost would let a redelivered step call the model again.
-        res = replicas.run_durable(self.r, [ScriptCall(
-            self._begin,
-            [keys.run(run_id), keys.run_inputs(run_id), keys.run_steps(run_id),
-             keys.step_claim(run_id, step_key), keys.run_events(run_id)],
-            [step_key, claimant, lease_s, started_event, previous,
-             len(known_pauses), *known_pauses, *earlier],
-        )])[0]  # fmt: skip
+        res = replicas.run_durable(
+            self.r,
+            [
+                ScriptCall(
+                    self._begin,
+                    [
+                        keys.run(run_id),
+                        keys.run_inputs(run_id),
+                        keys.run_steps(run_id),
+                        keys.step_claim(run_id, step_key),
+                        keys.run_events(run_id),
+                    ],
+                    [
+                        step_key,
+                        claimant,
+                        lease_s,
+                        started_event,
+                        previous,
+                        len(known_pauses),
+                        *known_pauses,
+                        *earlier,
+                    ],
+                )
+            ],
+        )[0]
         if res[0] != "go":
             return StepStart(res[0], holder=res[1] if len(res) > 1 else None)
         scopes = tuple(s for s in res[4].split(",") if s) if res[4] else ()
@@ -500,13 +540,27 @@ class RunStore:
             history = res[8:]
         elif len(res) > 7:
             own = [(res[i], res[i + 1], res[i + 2]) for i in range(8, len(res), 3)]
-        return StepStart("go", json.loads(res[1]), res[2], res[3] or None, scopes, paused, history,
-                         own=own, limited=bool(res[6]))  # fmt: skip
+        return StepStart(
+            "go",
+            json.loads(res[1]),
+            res[2],
+            res[3] or None,
+            scopes,
+            paused,
+            history,
+            own=own,
+            limited=bool(res[6]),
+        )
 
     def take_over(
-        self, run_id: str, step_key: str, holder: str, claimant: str, lease_s: int,
+        self,
+        run_id: str,
+        step_key: str,
+        holder: str,
+        claimant: str,
+        lease_s: int,
         process_ttl_s: float,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """Give the step's claim to ``claimant`` if it is still ``holder``'s and names a
         process that is dead: its liveness key gone while the fleet's have been renewed
         without a break for ``process_ttl_s`` (atomically). False: the holder is alive,
@@ -514,11 +568,16 @@ class RunStore:
         process_id = process_of(holder)
         if process_id is None:
             return False
-        return bool(self._take_over(
-            keys=[keys.step_claim(run_id, step_key), keys.process(process_id),
-                  keys.processes_since()],
-            args=[holder, claimant, lease_s, max(1, int(process_ttl_s * 1000))],
-        ))  # fmt: skip
+        return bool(
+            self._take_over(
+                keys=[
+                    keys.step_claim(run_id, step_key),
+                    keys.process(process_id),
+                    keys.processes_since(),
+                ],
+                args=[holder, claimant, lease_s, max(1, int(process_ttl_s * 1000))],
+            )
+        )
 
     def complete_step(
         self,
@@ -551,13 +610,29 @@ class RunStore:
         )
         call = ScriptCall(
             self._complete,
-            [keys.run_steps(run_id), keys.step_claim(run_id, step_key),
-             keys.run_events(run_id), send.queue if send else "", conv_key,
-             *(spend.keys if spend else ())],
-            [step_key, stored_result(result), completed_event, claimant, send.text if send else "",
-             turn, turns, "1" if _renews_conversation(step_key) else "", max_chars,
-             turn_prefix(run_id), spend.amount if spend else "", self.finished_ttl_s],
-        )  # fmt: skip
+            [
+                keys.run_steps(run_id),
+                keys.step_claim(run_id, step_key),
+                keys.run_events(run_id),
+                send.queue if send else "",
+                conv_key,
+                *(spend.keys if spend else ()),
+            ],
+            [
+                step_key,
+                stored_result(result),
+                completed_event,
+                claimant,
+                send.text if send else "",
+                turn,
+                turns,
+                "1" if _renews_conversation(step_key) else "",
+                max_chars,
+                turn_prefix(run_id),
+                spend.amount if spend else "",
+                self.finished_ttl_s,
+            ],
+        )
         return bool(replicas.run_durable(self.r, [*before, call])[-1])
 
     def renew_claims(self, claims: Iterable[tuple[str, str, str]], lease_s: int) -> None:
@@ -613,7 +688,7 @@ class RunStore:
                 bool(found[2 * n]),
                 bool(found[2 * n + 1]) and live[found[2 * n + 1]],
                 batch or None,
-            )  # fmt: skip
+            )
             for n, (run_id, (status, seq, current, batch, _)) in enumerate(stale)
         ]
 

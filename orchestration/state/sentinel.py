@@ -35,8 +35,10 @@ class SentinelURL:
         login = ""
         if self.password is not None:
             login = f"{self.username or ''}:{self.password}@"
-        parts = [f"{SCHEME}://{login if n == 0 else ''}{host}:{port}/{self.db}"
-                 for n, (host, port) in enumerate(self.sentinels)]  # fmt: skip
+        parts = [
+            f"{SCHEME}://{login if n == 0 else ''}{host}:{port}/{self.db}"
+            for n, (host, port) in enumerate(self.sentinels)
+        ]
         return ";".join(parts)
 
 

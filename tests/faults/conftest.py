@@ -79,11 +79,29 @@ class DurableRedis:
 
         log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [find_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync,
-             "--dir", self.dir, "--loglevel", "warning", "--maxclients", "10000"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                find_server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                self.appendfsync,
+                "--dir",
+                self.dir,
+                "--loglevel",
+                "warning",
+                "--maxclients",
+                "10000",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         client = redis.Redis(port=self.port, socket_timeout=1)
         wait_for(lambda: pings(client), 30, "the Redis server to answer")
@@ -116,8 +134,18 @@ class SentinelSet:
     redis-server of its own on a free loopback port, in a directory of the test's."""
 
     MASTER = "mymaster"
-    COMMON = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning",
-              "--maxclients", "10000")  # fmt: skip
+    COMMON = (
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--loglevel",
+        "warning",
+        "--maxclients",
+        "10000",
+    )
 
     def __init__(self, directory: str) -> None:
         from duet.embedded import free_port
@@ -138,9 +166,12 @@ class SentinelSet:
 
         log = open(os.path.join(self.dir, f"{name}.log"), "ab")  # noqa: SIM115
         proc = subprocess.Popen(
-            [find_server_binary(), *args], cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
+            [find_server_binary(), *args],
+            cwd=self.dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         log.close()
         self.procs.append(proc)
         return proc
@@ -149,15 +180,18 @@ class SentinelSet:
         primary, replica = self.ports
         common = self.COMMON
         self.servers[primary] = self._spawn("primary", ["--port", str(primary), *common])
-        self.servers[replica] = self._spawn("replica", ["--port", str(replica), *common,
-                                "--replicaof", "127.0.0.1", str(primary)])  # fmt: skip
+        self.servers[replica] = self._spawn(
+            "replica", ["--port", str(replica), *common, "--replicaof", "127.0.0.1", str(primary)]
+        )
         for n, port in enumerate(self.sentinel_ports):
             conf = os.path.join(self.dir, f"sentinel{n}.conf")
             with open(conf, "w") as f:
-                f.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
-                        f"sentinel monitor {self.MASTER} 127.0.0.1 {primary} 2\n"
-                        f"sentinel down-after-milliseconds {self.MASTER} 1000\n"
-                        f"sentinel failover-timeout {self.MASTER} 10000\n")  # fmt: skip
+                f.write(
+                    f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                    f"sentinel monitor {self.MASTER} 127.0.0.1 {primary} 2\n"
+                    f"sentinel down-after-milliseconds {self.MASTER} 1000\n"
+                    f"sentinel failover-timeout {self.MASTER} 10000\n"
+                )
             self._spawn(f"sentinel{n}", [conf, "--sentinel"])
         wait_for(lambda: self._replicating(primary), 30, "the replica to be in sync")
         wait_for(self._sentinels_ready, 60, "every sentinel to see the others and the replica")
@@ -207,11 +241,16 @@ class SentinelSet:
             with self.sentinel() as s:
                 s.execute_command("SENTINEL", "FAILOVER", self.MASTER)
         new = next(p for p in self.ports if p != old)
-        wait_for(lambda: all(self._names(n) == new for n in range(3)), 30,
-                 "every sentinel to name the new primary")  # fmt: skip
+        wait_for(
+            lambda: all(self._names(n) == new for n in range(3)),
+            30,
+            "every sentinel to name the new primary",
+        )
         if kill:  # as the new primary's replica: an empty server must never be a primary
-            self.servers[old] = self._spawn("restarted", ["--port", str(old), *self.COMMON,
-                                                          "--replicaof", "127.0.0.1", str(new)])  # fmt: skip
+            self.servers[old] = self._spawn(
+                "restarted",
+                ["--port", str(old), *self.COMMON, "--replicaof", "127.0.0.1", str(new)],
+            )
         return old, new
 
     def _names(self, n: int) -> int | None:

@@ -27,8 +27,14 @@ FIX = "CONFIG SET maxmemory-policy noeviction"
 def duet(args: list[str], url: str, **env: str) -> tuple[int, str, str]:
     full = {**os.environ, "DUET_REDIS_URL": url, "DUET_REDIS_CONNECT_TIMEOUT_S": "2", **env}
     full.pop("DUET_BROKER_URL", None)
-    proc = subprocess.run([sys.executable, "-m", "duet.cli", *args], cwd=ROOT, env=full,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "duet.cli", *args],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -37,10 +43,28 @@ def worker(url: str, **env: str) -> tuple[int | None, str]:
     full = {**os.environ, "DUET_REDIS_URL": url, **env}
     full.pop("DUET_BROKER_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
-         "--concurrency", "2", "--without-gossip", "--without-mingle", "-n", "preflight@%h"],
-        cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            "preflight@%h",
+        ],
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         code = proc.wait(60)
     except subprocess.TimeoutExpired:
@@ -69,14 +93,34 @@ def cluster_node() -> Iterator[str]:
             port = free_port()
             log = Path(directory) / f"node-{attempt}.log"
             proc = subprocess.Popen(
-                [find_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
-                 "--dir", directory, "--loglevel", "warning", "--logfile", str(log)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    find_server_binary(),
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    f"nodes-{port}.conf",
+                    "--dir",
+                    directory,
+                    "--loglevel",
+                    "warning",
+                    "--logfile",
+                    str(log),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             client = redis.Redis(port=port, socket_timeout=1)
-            wait_for(lambda p=proc, c=client: p.poll() is not None or pings(c), 60,
-                     "the cluster node to answer or exit")  # fmt: skip
+            wait_for(
+                lambda p=proc, c=client: p.poll() is not None or pings(c),
+                60,
+                "the cluster node to answer or exit",
+            )
             client.close()
             if proc.poll() is None:
                 break
@@ -91,8 +135,14 @@ def cluster_node() -> Iterator[str]:
 
 def one_line_refusal(code: int | None, err: str) -> list[str]:
     lines = err.strip().splitlines()
-    return [what for what, bad in [(f"exit {code}", code != 2),
-                                   (f"{len(lines)} lines on stderr", len(lines) != 1)] if bad]  # fmt: skip
+    return [
+        what
+        for what, bad in [
+            (f"exit {code}", code != 2),
+            (f"{len(lines)} lines on stderr", len(lines) != 1),
+        ]
+        if bad
+    ]
 
 
 def test_an_evicting_server_is_refused_by_a_command(
@@ -200,8 +250,14 @@ def test_a_server_that_will_not_say_is_let_through_with_a_warning(
     )
 
     with EmbeddedRedis() as server, redis.Redis(port=server.port) as admin:
-        admin.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
-                          commands=["+@all", "-info", "-config"])  # fmt: skip
+        admin.acl_setuser(
+            "app",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-info", "-config"],
+        )
         url = f"redis://app:pw@127.0.0.1:{server.port}/0"
         preflight.forget()
         warnings = preflight.check_server(url, "DUET_REDIS_URL")

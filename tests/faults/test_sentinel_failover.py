@@ -68,38 +68,57 @@ def llm() -> Iterator[FakeLLM]:
         yield server
 
 
-@pytest.mark.parametrize(("min_replicas", "kill"), [(1, False), (0, False), (1, True)],
-                         ids=["wait", "no-wait", "wait-primary-killed"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("min_replicas", "kill"),
+    [(1, False), (0, False), (1, True)],
+    ids=["wait", "no-wait", "wait-primary-killed"],
+)
 def test_sentinel_failover_mid_batch(
-    sentinels: SentinelSet, llm: FakeLLM, min_replicas: int, kill: bool,
+    sentinels: SentinelSet,
+    llm: FakeLLM,
+    min_replicas: int,
+    kill: bool,
     reliability: Reliability,
-) -> None:  # fmt: skip
-    shared = {"DUET_REDIS_MIN_REPLICAS": str(min_replicas), "DUET_REDIS_WAIT_TIMEOUT_S": "1",
-              "DUET_REDIS_SENTINEL_MASTER": SentinelSet.MASTER}  # fmt: skip
+) -> None:
+    shared = {
+        "DUET_REDIS_MIN_REPLICAS": str(min_replicas),
+        "DUET_REDIS_WAIT_TIMEOUT_S": "1",
+        "DUET_REDIS_SENTINEL_MASTER": SentinelSet.MASTER,
+    }
     env = {
-        **shared, "OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "sk-test-sentinel",
+        **shared,
+        "OPENAI_BASE_URL": llm.url,
+        "OPENAI_API_KEY": "sk-test-sentinel",
         # The step lease at its default (60 s), longer than the failover stalls the calls
         # in flight: a hold whose lease runs out is charged at its worst case, and its
         # call's settlement charges the real usage as well (an over-count, by design).
-        "DUET_RETRY_BASE_S": "0.2", "DUET_RETRY_MAX_S": "1",
-        "DUET_REDIS_SOCKET_TIMEOUT_S": "6", "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
+        "DUET_RETRY_BASE_S": "0.2",
+        "DUET_RETRY_MAX_S": "1",
+        "DUET_REDIS_SOCKET_TIMEOUT_S": "6",
+        "DUET_REDIS_CONNECT_TIMEOUT_S": "1",
         # A failover may lose a broker message (kombu's pops and acks wait for no replica;
         # without the wait, a run's writes too): the sweep sends such a run on.
-        "DUET_SWEEP_AFTER_S": str(SWEEP_AFTER_S), "DUET_SWEEP_INTERVAL_S": "5",
-    }  # fmt: skip
+        "DUET_SWEEP_AFTER_S": str(SWEEP_AFTER_S),
+        "DUET_SWEEP_INTERVAL_S": "5",
+    }
     url = sentinels.url
     with contextlib.ExitStack() as stack:
         stack.enter_context(environment(shared))
-        workers = [stack.enter_context(celery_worker(url, env=env, concurrency=THREADS,
-                                                     name=f"sentinel{n}")) for n in range(WORKERS)]  # fmt: skip
+        workers = [
+            stack.enter_context(
+                celery_worker(url, env=env, concurrency=THREADS, name=f"sentinel{n}")
+            )
+            for n in range(WORKERS)
+        ]
         stack.enter_context(client_pointed_at(url))
         team = Team.actor_critic(
             actor=Agent("Fix.", model="openai:sim"),
             critic=Agent("Review.", model="openai:sim?scores=0.2,0.95"),
             max_rounds=2,
         )
-        batch = team.submit_batch([f"task {n}" for n in range(RUNS)],
-                                  budget=Budget(max_calls=100_000))  # fmt: skip
+        batch = team.submit_batch(
+            [f"task {n}" for n in range(RUNS)], budget=Budget(max_calls=100_000)
+        )
         wait_for(lambda: batch.progress()["done"] >= BEFORE, 120, "a few runs to finish")
         in_flight = llm.stats()["requests"]
         started = time.monotonic()
@@ -122,16 +141,21 @@ def test_sentinel_failover_mid_batch(
     twice = max(requests - stored, 0)
     uncharged = max(requests - charged, 0)
     outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
-    setting = (f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`"
-               + (" (writes wait for the replica)" if min_replicas else " (no wait)"))  # fmt: skip
-    print(f"min_replicas={min_replicas} kill={kill}: failover {old}->{new} after {in_flight} requests; "
-          f"{progress['done']}/{RUNS} runs finished ({outcomes}) {took:.0f}s after; "
-          f"{requests} requests, {stored} stored calls, {charged} calls charged; "
-          f"swept {swept_runs(logs)}; workers exited {exited}")  # fmt: skip
-    lost = [lost_of(stranded, RUNS, "runs stranded"),
-            lost_of(twice, requests, "model requests beyond one per stored call"),
-            lost_of(uncharged, requests, "model calls the budget did not charge"),
-            lost_of(exited, WORKERS, "worker processes exited")]  # fmt: skip
+    setting = f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`" + (
+        " (writes wait for the replica)" if min_replicas else " (no wait)"
+    )
+    print(
+        f"min_replicas={min_replicas} kill={kill}: failover {old}->{new} after {in_flight} requests; "
+        f"{progress['done']}/{RUNS} runs finished ({outcomes}) {took:.0f}s after; "
+        f"{requests} requests, {stored} stored calls, {charged} calls charged; "
+        f"swept {swept_runs(logs)}; workers exited {exited}"
+    )
+    lost = [
+        lost_of(stranded, RUNS, "runs stranded"),
+        lost_of(twice, requests, "model requests beyond one per stored call"),
+        lost_of(uncharged, requests, "model calls the budget did not charge"),
+        lost_of(exited, WORKERS, "worker processes exited"),
+    ]
     reliability.record(
         section=ENGINE,
         fault="Sentinel failover mid-batch ("
@@ -186,9 +210,13 @@ def _done(batch) -> int:  # type: ignore[no-untyped-def]
 
 def duet_ls(url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", "ls"], cwd=ROOT, capture_output=True, text=True,
-        timeout=60, env={**os.environ, "DUET_REDIS_URL": url},
-    )  # fmt: skip
+        [sys.executable, "-m", "duet.cli", "ls"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DUET_REDIS_URL": url},
+    )
 
 
 def test_worker_cli_and_flower_through_sentinel(
@@ -197,9 +225,10 @@ def test_worker_cli_and_flower_through_sentinel(
     """A worker, a batch, `duet ls` and Flower's Broker page, all given the sentinels only."""
     url = sentinels.url
     team = Team.actor_critic(
-        actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95"),
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.95"),
         max_rounds=1,
-    )  # fmt: skip
+    )
     flower_log = tmp_path / "flower.log"
     with (
         client_pointed_at(url),
@@ -214,9 +243,11 @@ def test_worker_cli_and_flower_through_sentinel(
         worker_log = Path(worker.log_path).read_text(errors="replace")
     sentinels.stop()
     gone = duet_ls(url)  # every sentinel stopped: one line, exit 2
-    print(f"sentinel: {statuses}; duet ls exit {listed.returncode}; Flower "
-          f"/api/queues/length {lengths_status}, /broker {broker_status}; without sentinels "
-          f"exit {gone.returncode}: {gone.stderr.strip()}")  # fmt: skip
+    print(
+        f"sentinel: {statuses}; duet ls exit {listed.returncode}; Flower "
+        f"/api/queues/length {lengths_status}, /broker {broker_status}; without sentinels "
+        f"exit {gone.returncode}: {gone.stderr.strip()}"
+    )
     reliability.record(
         section=CLIENTS,
         fault="`DUET_REDIS_URL=sentinel://…;sentinel://…;sentinel://…/0` (3 real sentinels, a "

@@ -48,14 +48,54 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 def make_certificates(directory: Path) -> None:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by it."""
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.crt", "-days", "1", "-subj", "/CN=duet-test-ca", cwd=directory)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=duet-test-ca",
+        cwd=directory,
+    )
     (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name, extra in (("server", ["-extfile", "san.cnf"]), ("client", [])):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-                 "-out", f"{name}.csr", "-subj", f"/CN=duet-test-{name}", cwd=directory)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "1", *extra, cwd=directory)  # fmt: skip
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN=duet-test-{name}",
+            cwd=directory,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "1",
+            *extra,
+            cwd=directory,
+        )
 
 
 @dataclass
@@ -65,9 +105,13 @@ class TlsRedis:
 
     @property
     def url(self) -> str:
-        query = urlencode({"ssl_ca_certs": self.dir / "ca.crt",
-                           "ssl_certfile": self.dir / "client.crt",
-                           "ssl_keyfile": self.dir / "client.key"})  # fmt: skip
+        query = urlencode(
+            {
+                "ssl_ca_certs": self.dir / "ca.crt",
+                "ssl_certfile": self.dir / "client.crt",
+                "ssl_keyfile": self.dir / "client.key",
+            }
+        )
         return f"rediss://{USER}:{PASSWORD}@127.0.0.1:{self.port}/0?{query}"
 
 
@@ -84,12 +128,38 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
     server = TlsRedis(free_port(), tmp_path)
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [find_server_binary(), "--port", "0", "--tls-port", str(server.port),
-         "--bind", "127.0.0.1", "--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
-         "--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "yes", "--aclfile", "users.acl",
-         "--save", "", "--appendonly", "no", "--dir", str(tmp_path), "--loglevel", "warning"],
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            find_server_binary(),
+            "--port",
+            "0",
+            "--tls-port",
+            str(server.port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+            "--tls-ca-cert-file",
+            "ca.crt",
+            "--tls-auth-clients",
+            "yes",
+            "--aclfile",
+            "users.acl",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+            "--loglevel",
+            "warning",
+        ],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     try:
         client = redis.Redis.from_url(server.url, socket_timeout=2)
@@ -113,9 +183,10 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
     """On Duet's broker transport, and on kombu's stock one (``DUET_FAST_PATHS=off``)."""
     url = tls_redis.url
     team = Team.actor_critic(
-        actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim?scores=0.95"),
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.95"),
         max_rounds=1,
-    )  # fmt: skip
+    )
     flower_log = tmp_path / "flower.log"
     with (
         stock_libraries() if transport == "stock" else contextlib.nullcontext(),
@@ -126,9 +197,13 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
         batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
         statuses = [r.status for r in batch.results(timeout=90)]
         listed = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "ls"], cwd=ROOT, capture_output=True, text=True,
-            timeout=60, env={**os.environ, "DUET_REDIS_URL": url},
-        )  # fmt: skip
+            [sys.executable, "-m", "duet.cli", "ls"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "DUET_REDIS_URL": url},
+        )
         lengths_status, lengths = flower_get(port, "/api/queues/length")
         broker_status, page = flower_get(port, "/broker")
         worker_log = Path(worker.log_path).read_text(errors="replace")
@@ -141,9 +216,11 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
         "Flower's log": flower_log.read_text(errors="replace"),
     }
     leaked = sorted(where for where, text in shown.items() if PASSWORD in text)
-    print(f"TLS + ACL ({transport}): {approved}/{RUNS} approved; duet ls exit {listed.returncode}; Flower "
-          f"/api/queues/length {lengths_status}, /broker {broker_status}; password in "
-          f"{leaked or 'nothing'}")  # fmt: skip
+    print(
+        f"TLS + ACL ({transport}): {approved}/{RUNS} approved; duet ls exit {listed.returncode}; Flower "
+        f"/api/queues/length {lengths_status}, /broker {broker_status}; password in "
+        f"{leaked or 'nothing'}"
+    )
     reliability.record(
         section=CLIENTS,
         fault="`rediss://` with a CA file and a client certificate, an ACL user and the default "

@@ -10,8 +10,13 @@ WHERE = "the Redis at DUET_REDIS_URL=redis://r:6379/0"
 
 
 def facts(**kwargs: object) -> ServerFacts:
-    base: dict[str, object] = {"maxmemory_policy": "noeviction", "cluster_enabled": False,
-                               "replicas": 1, "version": (7, 2), "aof_enabled": True}  # fmt: skip
+    base: dict[str, object] = {
+        "maxmemory_policy": "noeviction",
+        "cluster_enabled": False,
+        "replicas": 1,
+        "version": (7, 2),
+        "aof_enabled": True,
+    }
     return ServerFacts(**{**base, **kwargs})  # type: ignore[arg-type]
 
 
@@ -22,8 +27,10 @@ def test_enough_replicas_says_nothing() -> None:
 def test_too_few_replicas_is_a_warning() -> None:
     refusal, warnings = judge(facts(replicas=0), WHERE, False, min_replicas=1)
     assert refusal is None
-    assert warnings == [f"{WHERE} has 0 replica(s) connected and DUET_REDIS_MIN_REPLICAS=1: the "
-                        "writes that wait for replicas are retried until that many are connected"]  # fmt: skip
+    assert warnings == [
+        f"{WHERE} has 0 replica(s) connected and DUET_REDIS_MIN_REPLICAS=1: the "
+        "writes that wait for replicas are retried until that many are connected"
+    ]
 
 
 def test_waitaof_on_a_server_before_7_2_is_refused() -> None:

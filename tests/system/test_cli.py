@@ -95,9 +95,16 @@ def test_run_examples_in_process(embedded: None, tmp_path: Path) -> None:
 def test_run_examples_as_console_script(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
     done = _duet(
-        "run", EXAMPLE_CONFIG, "--input", EXAMPLE_INPUTS, "--output", out, env=_env(), cwd=tmp_path,
+        "run",
+        EXAMPLE_CONFIG,
+        "--input",
+        EXAMPLE_INPUTS,
+        "--output",
+        out,
+        env=_env(),
+        cwd=tmp_path,
         script=True,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     records = _records(out)
     assert [r["id"] for r in records] == _ids(EXAMPLE_INPUTS)
@@ -168,9 +175,23 @@ def test_ctrl_c_cancels_the_batch_and_still_accounts_for_every_input(tmp_path: P
     config.write_text(FAST_CONFIG.replace('model = "sim"', 'model = "sim?latency_ms=2000"'))
     out = tmp_path / "out.jsonl"
     with subprocess.Popen(
-        [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(EXAMPLE_INPUTS), "-o", str(out)],
-        env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as proc:  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "duet.cli",
+            "run",
+            str(config),
+            "-i",
+            str(EXAMPLE_INPUTS),
+            "-o",
+            str(out),
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         assert proc.stderr is not None
         for line in proc.stderr:  # printed once Ctrl-C cancels instead of just quitting
             if "run(s), results ->" in line:
@@ -191,15 +212,23 @@ def test_ctrl_c_cancels_the_batch_and_still_accounts_for_every_input(tmp_path: P
 
 # --- bad usage -----------------------------------------------------------------------------
 BAD_CONFIGS = [
-    (FAST_CONFIG.replace("max_rounds = 2", "max_rounds = 0"), "loop.max_rounds: must be >= 1, got 0"),
+    (
+        FAST_CONFIG.replace("max_rounds = 2", "max_rounds = 0"),
+        "loop.max_rounds: must be >= 1, got 0",
+    ),
     (FAST_CONFIG + "\n[budget]\nmax_usd = -1\n", "budget.max_usd: must be >= 0"),
-    (FAST_CONFIG.replace('model = "sim"', 'model = "llama-3"', 1), "actor.model: unknown model 'llama-3'"),
+    (
+        FAST_CONFIG.replace('model = "sim"', 'model = "llama-3"', 1),
+        "actor.model: unknown model 'llama-3'",
+    ),
     (FAST_CONFIG.replace('model = "sim"', 'model = "sim?colour=red"', 1), "actor.model: sim model"),
     ("[actor]\nmodel = \n", "line 2, column 9: invalid TOML"),
-    (FAST_CONFIG + "\n[inputs]\nmax_prompt_chars = 300000\n",
-     "inputs.max_prompt_chars: 300,000 is above this process's cap of 200,000 characters "
-     "(DUET_MAX_PROMPT_CHARS)"),
-]  # fmt: skip
+    (
+        FAST_CONFIG + "\n[inputs]\nmax_prompt_chars = 300000\n",
+        "inputs.max_prompt_chars: 300,000 is above this process's cap of 200,000 characters "
+        "(DUET_MAX_PROMPT_CHARS)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD_CONFIGS)
@@ -247,17 +276,36 @@ def test_a_model_timeout_past_the_visibility_timeout_is_refused(
     assert not (tmp_path / "inputs.results.jsonl").exists(), "nothing ran, nothing written"
 
     env = _env(DUET_REDIS_URL="redis://127.0.0.1:1/0", DUET_VISIBILITY_TIMEOUT_S="60")
-    refused = "this worker will not start: the agents' default (Agent(timeout_s=...)): " \
-        "timeout_s 120 s is not shorter than the broker's visibility timeout (60 s, " \
-        "DUET_VISIBILITY_TIMEOUT_S)"  # fmt: skip
+    refused = (
+        "this worker will not start: the agents' default (Agent(timeout_s=...)): "
+        "timeout_s 120 s is not shorter than the broker's visibility timeout (60 s, "
+        "DUET_VISIBILITY_TIMEOUT_S)"
+    )
     done = _duet("worker", env=env, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: {refused}")
     celery = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "threads",
-         "-c", "1", "--without-heartbeat", "--without-mingle", "--without-gossip"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "worker",
+            "--pool",
+            "threads",
+            "-c",
+            "1",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert celery.returncode == 2
     assert f"error: {refused}" in celery.stderr
 
@@ -385,8 +433,9 @@ def test_submit_watch_results_show_report_on_a_cluster(
 
     cancelled = _duet("cancel", batch, env=cluster_env, cwd=tmp_path)
     assert (cancelled.returncode, cancelled.stdout.strip()) == (
-        0, f"batch {batch}: cancelled 0 unfinished run(s)"
-    )  # fmt: skip
+        0,
+        f"batch {batch}: cancelled 0 unfinished run(s)",
+    )
     resumed = _duet("resume", batch, env=cluster_env, cwd=tmp_path)
     assert resumed.returncode == 0 and "re-enqueued 0" in resumed.stdout
 
@@ -480,8 +529,11 @@ def test_strict_refuses_the_whole_batch_listing_every_bad_input(tmp_path: Path) 
     out = tmp_path / "out.jsonl"
     done = _duet("run", EXAMPLE_CONFIG, "-i", bad, "-o", out, "--strict", env=_env(), cwd=tmp_path)
     assert done.returncode == 2
-    for where, reason in [("bad.jsonl:2", "malformed JSON"), ("bad.jsonl:3", "duplicate id 'a'"),
-                          ("bad.jsonl:4", "missing prompt")]:  # fmt: skip
+    for where, reason in [
+        ("bad.jsonl:2", "malformed JSON"),
+        ("bad.jsonl:3", "duplicate id 'a'"),
+        ("bad.jsonl:4", "missing prompt"),
+    ]:
         assert f"{where}: {reason}" in done.stderr
     assert not out.exists(), "a refused batch runs nothing and writes no results"
 

@@ -232,10 +232,16 @@ class SDKProvider(Provider):
         status errors are classified."""
         status = int(response.status_code)
         if status >= 400:
-            raise self._explained(error_for_status(
-                status, response.headers, _error_message(response), provider=self.name,
-                secrets=[self._key, *secrets.key_values()], code=_error_code(response),
-            ))  # fmt: skip
+            raise self._explained(
+                error_for_status(
+                    status,
+                    response.headers,
+                    _error_message(response),
+                    provider=self.name,
+                    secrets=[self._key, *secrets.key_values()],
+                    code=_error_code(response),
+                )
+            )
         try:
             return response.json()
         except ValueError as exc:
@@ -266,9 +272,11 @@ class SDKProvider(Provider):
         return ProviderError(
             f"{error}; no key was sent to {self.base_url}, as it is not {self.name}'s own API: "
             "set api_key_env to the environment variable holding its key",
-            kind=error.kind, transient=error.transient, retry_after=error.retry_after,
+            kind=error.kind,
+            transient=error.transient,
+            retry_after=error.retry_after,
             status_code=error.status_code,
-        )  # fmt: skip
+        )
 
     def warm(self) -> None:
         # A missing key is reported by complete(), on the run; here it is not an error.
