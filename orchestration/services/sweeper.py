@@ -90,15 +90,18 @@ class RestartWatch:
 
     def __init__(self) -> None:
         self.run_id: str | None = None
+        self.seen_at = 0.0
 
     def seen(self, run_id: str, uptime_s: float, now: float) -> float | None:
         """Note the server's ``run_id`` and ``uptime_in_seconds`` read at ``now``: when it
         came back (epoch seconds), if it is not the server seen last; else None (also
-        the first time: nothing to compare with)."""
+        the first time: nothing to compare with). A promoted replica has been up for long:
+        for it, the change is dated when the old server was last seen."""
         previous, self.run_id = self.run_id, run_id
+        last_seen, self.seen_at = self.seen_at, now
         if previous is None or previous == run_id:
             return None
-        return now - uptime_s
+        return max(now - uptime_s, last_seen)
 
 
 __all__ = ["RestartWatch", "Sweeper", "Transition"]
