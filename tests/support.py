@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -248,31 +248,34 @@ def flower_get(port: int, path: str) -> tuple[int, bytes]:
         return 0, b""
 
 
-@contextlib.contextmanager
-def flower(url: str, log_path: Path) -> Iterator[int]:
-    """``celery -A workers flower`` on ``url`` (as deploy/compose.yaml starts it), its port."""
+#: ``celery -A workers`` with this interpreter.
+CELERY = (sys.executable, "-m", "celery", "-A", "workers")
+
+
+def start_flower(env: Mapping[str, str], out: Any = subprocess.DEVNULL) -> tuple[Any, int]:
+    """``celery -A workers flower`` on a free loopback port with ``env``, its output to
+    ``out``: the process and the port (the caller waits for it and ends it)."""
     from duet.embedded import free_port
 
     port = free_port()
+    proc = subprocess.Popen(
+        [*CELERY, "flower", f"--port={port}", "--address=127.0.0.1"],
+        cwd=ROOT,
+        env=dict(env),
+        stdout=out,
+        stderr=subprocess.STDOUT if out is not subprocess.DEVNULL else subprocess.DEVNULL,
+    )
+    return proc, port
+
+
+@contextlib.contextmanager
+def flower(url: str, log_path: Path) -> Iterator[int]:
+    """``celery -A workers flower`` on ``url`` (as deploy/compose.yaml starts it), its port."""
+
     env = {**os.environ, "DUET_REDIS_URL": url, "FLOWER_BASIC_AUTH": FLOWER_LOGIN}
     env.pop("DUET_BROKER_URL", None)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers",
-                "flower",
-                f"--port={port}",
-                "--address=127.0.0.1",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        proc, port = start_flower(env, log)
     try:
         wait_for(
             lambda: proc.poll() is not None or flower_get(port, "/healthcheck")[0] == 200,

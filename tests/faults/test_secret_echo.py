@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis, free_port
+from duet.embedded import EmbeddedRedis
 from duet.fake_llm import FakeLLM
 from duet.report import csv_row, result_record
 from duet.report_html import render_report
@@ -38,7 +38,7 @@ from orchestration import Agent, Team
 from orchestration.core import events as ev
 from tests.faults.conftest import Monitor
 from tests.reliability import SECRETS, Reliability
-from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
+from tests.support import celery_worker, client_pointed_at, start_flower, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -69,24 +69,8 @@ def _get(port: int, path: str) -> Any:
 @contextlib.contextmanager
 def flower_on(redis_url: str) -> Iterator[int]:
     """Flower on ``redis_url`` (API open, as in the other Flower test), receiving events."""
-    port = free_port()
     env = {**os.environ, "DUET_REDIS_URL": redis_url, "FLOWER_UNAUTHENTICATED_API": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
-            "flower",
-            f"--port={port}",
-            "--address=127.0.0.1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, port = start_flower(env)
     try:
         wait_for(lambda: proc.poll() is not None or _get(port, "/healthcheck") == 200, 30, "Flower")
         assert proc.poll() is None, "Flower exited"

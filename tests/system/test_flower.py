@@ -7,8 +7,6 @@ import contextlib
 import json
 import os
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from duet.embedded import free_port
 from orchestration import Agent, Team
 from orchestration.state.keys import DRAFT_PRIORITY, queue_key
-from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
+from tests.support import celery_worker, client_pointed_at, start_flower, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -35,24 +32,8 @@ def _tasks(port: int) -> dict[str, Any]:
 def test_flower_shows_tasks_without_content(
     worker: Any, client_on: str, system_redis_url: str
 ) -> None:
-    port = free_port()
     env = {**os.environ, "DUET_REDIS_URL": system_redis_url, "FLOWER_UNAUTHENTICATED_API": "1"}
-    flower = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
-            "flower",
-            f"--port={port}",
-            "--address=127.0.0.1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    flower, port = start_flower(env)
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
@@ -114,25 +95,9 @@ def _ping(port: int) -> bool:
 @contextlib.contextmanager
 def _flower(redis_url: str, **env: str) -> Iterator[int]:
     """A Flower process on ``redis_url`` (``celery -A workers flower``), its port once it answers."""
-    port = free_port()
     full_env = {**os.environ, "DUET_REDIS_URL": redis_url, **env}
     full_env.pop("DUET_BROKER_URL", None)
-    flower = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
-            "flower",
-            f"--port={port}",
-            "--address=127.0.0.1",
-        ],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    flower, port = start_flower(full_env)
     try:
         wait_for(lambda: flower.poll() is not None or _ping(port), 30, "Flower to answer")
         assert flower.poll() is None, "Flower exited"
