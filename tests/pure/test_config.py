@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,7 +263,10 @@ def _leaves(table: dict, path: str = "") -> dict[str, object]:  # type: ignore[t
 
 def test_the_vendor_example_differs_from_the_sim_one_only_where_it_says() -> None:
     """What examples/review.toml and docs/cli.md say the real-model example changes."""
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
 
     sim, real = (
         _leaves(tomllib.loads((ROOT / "examples" / name).read_text()))
