@@ -641,7 +641,8 @@ def loop_section(r: dict[str, Any]) -> list[str]:
         ]
     lines += [
         f"{r['runs']} runs of a never-approving loop ({ROUNDS} rounds, {CALLS_PER_RUN} calls a run in Duet "
-        "and the raw SDK; loomflow's actor-critic makes no refine after the last critique, so 6), "
+        "and the raw SDK; loomflow's actor-critic makes no refine after the last critique, so 6, "
+        "and its agents' streamed calls are made as `stream=False` ones), "
         f"stand-in OpenAI server `duet.fake_llm` at {LATENCY_MS:g} ms per call, 50 slots. CPU of every "
         "process but the stand-in's (worker processes, redis-server, the submitting client) per "
         f"model call the stand-in answered; medians of {r['repeat']} interleaved repetitions."
@@ -899,6 +900,8 @@ def main(argv: list[str] | None = None) -> int:
     r["loop"] = loop_table(args.runs, args.repeat, ref_python)
     if args.loop_only:
         r.update(loop_only=True, load_end=load_average(), total_s=time.perf_counter() - started)
+        if args.json:
+            Path(args.json).write_text(json.dumps(r, indent=2, default=str))
         out = Path(args.out)
         out.write_text(replace_loop_section(out.read_text(), loop_section(r)))
         print("\n".join(loop_section(r)))
