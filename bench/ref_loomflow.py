@@ -27,10 +27,30 @@ def prompt_for(n: int) -> str:
     return f"Review and fix snippet #{n}:\n\ndef parse_{n}(s):\n    return eval(s)  # user input\n"
 
 
+def unstreamed_model() -> type:
+    """loomflow's OpenAI model with its ``stream`` made of one ``stream=False`` call: a
+    team's agents always stream, and the stand-in (like Duet's own calls) answers the SDK's
+    non-streaming request type only."""
+    from loomflow.core.types import ModelChunk
+    from loomflow.model.openai import OpenAIModel
+
+    class Unstreamed(OpenAIModel):  # type: ignore[misc]
+        async def stream(self, messages: object, **options: object) -> object:
+            text, tool_calls, usage, finish = await self.complete(messages, **options)
+            if text:
+                yield ModelChunk(kind="text", text=text)
+            for call in tool_calls:
+                yield ModelChunk(kind="tool_call", tool_call=call)
+            yield ModelChunk(kind="finish", finish_reason=finish, usage=usage)
+
+    return Unstreamed
+
+
 async def main(base_url: str, runs: int, concurrency: int, rounds: int) -> dict[str, float]:
     from loomflow import Agent
-    from loomflow.model.openai import OpenAIModel
     from loomflow.team import Team
+
+    OpenAIModel = unstreamed_model()  # noqa: N806 - the class, under loomflow's name
 
     def team() -> object:
         actor = Agent(

@@ -1,14 +1,15 @@
 """Everything in one run, written to ``bench/RESULTS.md`` (``make bench``).
 
     python -m bench.suite [--repeat 3] [--runs 300] [--quick] [--out bench/RESULTS.md]
-                          [--ref-python /tmp/loomvenv/bin/python]
+                          [--ref-python /tmp/loomvenv/bin/python] [--loop-only]
 
 Sections (each measured in this run, on this machine, the references interleaved with
 Duet's configurations so that a busy neighbour hits them alike):
 
 1. The loop table: ``--runs`` never-approving runs (3 rounds, 7 calls each) through the
    stand-in OpenAI server (``duet.fake_llm``, 100 ms per call), 50 slots: Duet with one
-   ``celery -A workers worker`` process x 50 threads and two x 25, the in-process reference
+   ``celery -A workers worker`` process x 50 threads, two x 25 and one x 50 with
+   ``DUET_FAST_PATHS=off`` (the stock libraries), the in-process reference
    (loomflow, from a separate venv: ``--ref-python``) and the raw ``openai`` SDK. CPU of
    every process but the stand-in's (workers, redis-server, the submitting client), wall
    time against the latency-bound ideal, calls in flight from the stand-in's arrival log.
@@ -99,12 +100,15 @@ def redis_server() -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def workers(redis_url: str, processes: int, threads: int) -> Iterator[list[int]]:
+def workers(
+    redis_url: str, processes: int, threads: int, extra_env: dict[str, str] | None = None
+) -> Iterator[list[int]]:
     """``processes`` real worker processes, started the way ``duet worker`` starts one
-    (threads pool, task events, INFO log to a file); yields their pids once all answer."""
+    (threads pool, task events, INFO log to a file), ``extra_env`` added to their
+    environment; yields their pids once all answer."""
     from celery import Celery
 
-    env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT), **(extra_env or {})}
     env.pop("DUET_BROKER_URL", None)
     logdir = tempfile.TemporaryDirectory(prefix="duet-bench-")
     procs = []
@@ -233,11 +237,17 @@ def arrivals_in_flight(stats: dict[str, Any], latency_s: float) -> dict[str, flo
     return {"mean": statistics.fmean(levels), "p10": pick(0.1), "p50": pick(0.5), "p90": pick(0.9)}
 
 
-def duet_loop(base_url: str, runs: int, processes: int, threads: int) -> dict[str, Any]:
-    """One batch of never-approving runs on real worker processes; CPU of every process."""
+def duet_loop(
+    base_url: str, runs: int, processes: int, threads: int, fast_paths: str | None = None
+) -> dict[str, Any]:
+    """One batch of never-approving runs on real worker processes; CPU of every process.
+    ``fast_paths``: the workers' ``DUET_FAST_PATHS`` (None: this process's setting)."""
+    from orchestration.state.fastpaths import SWITCH
+
+    extra_env = {SWITCH: fast_paths} if fast_paths is not None else None
     with (
         redis_server() as server,
-        workers(server.url, processes, threads) as pids,
+        workers(server.url, processes, threads, extra_env) as pids,
         client_on(server.url),
     ):
         team = loop_team("openai:sim", "openai:sim:critic?scores=0.1", base_url, ROUNDS)
@@ -353,7 +363,13 @@ def reference(cmd: list[str], base_url: str) -> dict[str, Any]:
 
 
 def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]:
-    samples: dict[str, list[dict[str, Any]]] = {"1x50": [], "2x25": [], "loomflow": [], "sdk": []}
+    samples: dict[str, list[dict[str, Any]]] = {
+        "1x50": [],
+        "1x50-off": [],
+        "2x25": [],
+        "loomflow": [],
+        "sdk": [],
+    }
     samples["monitor"] = []
     with fake_llm_process(latency_ms=LATENCY_MS) as base_url:
         for i in range(repeat):
@@ -374,6 +390,7 @@ def loop_table(runs: int, repeat: int, ref_python: str | None) -> dict[str, Any]
                     )
                 )
             samples["2x25"].append(duet_loop(base_url, runs, 2, 25))
+            samples["1x50-off"].append(duet_loop(base_url, runs, 1, 50, fast_paths="off"))
             samples["sdk"].append(
                 reference(
                     [sys.executable, "-m", "bench.ref_sdk", base_url, str(runs), "50", str(ROUNDS)],
@@ -594,34 +611,48 @@ def ceiling_lines(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def write_report(path: Path, r: dict[str, Any]) -> str:
+#: The loop section's heading (``--loop-only`` replaces that section of an existing report).
+LOOP_HEADING = "## The loop: Duet against the in-process reference"
+
+
+def loop_section(r: dict[str, Any]) -> list[str]:
+    """The loop table's section of the report: its heading to the line before the next."""
     s = r["loop"]
     # Waves of 50 runs, each run's calls one after another.
     ideal = -(-r["runs"] // 50) * CALLS_PER_RUN * LATENCY_MS / 1000
     has_ref = bool(s["loomflow"])
-    cols = ["1x50", "2x25"] + (["loomflow"] if has_ref else []) + ["sdk"]
+    duet = ["1x50", "2x25"] + (["1x50-off"] if s.get("1x50-off") else [])
+    cols = duet + (["loomflow"] if has_ref else []) + ["sdk"]
     names = {
         "1x50": "Duet, 1 worker x 50 threads",
         "2x25": "Duet, 2 x 25",
+        "1x50-off": "Duet 1 x 50, `DUET_FAST_PATHS=off`",
         "loomflow": f"in-process reference (loomflow {r['loomflow_version']})",
         "sdk": "raw openai SDK",
     }
     ref_key = "loomflow" if has_ref else "sdk"
-    lines = [
-        "# Benchmark results",
-        "",
-        f"Written by `make bench` (`python -m bench.suite`) on {r['date']} UTC in {r['total_s']:.0f} s. "
-        f"Machine: {r['machine']}. Load average at start / end: {r['load_start']} / {r['load_end']} "
-        "(a shared machine: other sessions' tests ran alongside, so read the **ratios**, "
-        "measured in the same run with the configurations interleaved).",
-        "",
-        "## The loop: Duet against the in-process reference",
-        "",
+    lines = [LOOP_HEADING, ""]
+    if r.get("loop_only"):
+        lines += [
+            f"Measured on its own (`python -m bench.suite --loop-only`) on {r['date']} UTC in "
+            f"{r['total_s']:.0f} s, {r['machine']}; load average at start / end: "
+            f"{r['load_start']} / {r['load_end']}. The other sections are from the run above.",
+            "",
+        ]
+    lines += [
         f"{r['runs']} runs of a never-approving loop ({ROUNDS} rounds, {CALLS_PER_RUN} calls a run in Duet "
-        "and the raw SDK; loomflow's actor-critic makes no refine after the last critique, so 6), "
+        "and the raw SDK; loomflow's actor-critic makes no refine after the last critique, so 6, "
+        "and its agents' streamed calls are made as `stream=False` ones), "
         f"stand-in OpenAI server `duet.fake_llm` at {LATENCY_MS:g} ms per call, 50 slots. CPU of every "
         "process but the stand-in's (worker processes, redis-server, the submitting client) per "
-        f"model call the stand-in answered; medians of {r['repeat']} interleaved repetitions.",
+        f"model call the stand-in answered; medians of {r['repeat']} interleaved repetitions."
+        + (
+            " `DUET_FAST_PATHS=off`: the worker process runs the stock libraries (kombu's "
+            "transport, Celery's publish and consumer, redis-py's pool, the SDK's per-request "
+            "layers); the submitting client is as in the other columns."
+            if "1x50-off" in cols
+            else ""
+        ),
         "",
         "| figure | " + " | ".join(names[c] for c in cols) + " |",
         "|---|" + "---|" * len(cols),
@@ -647,18 +678,47 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         )
         + " |",
     ]
-    d = s["1x50"]
-    mon = s["monitor"][0]
+
+    def split(part: str) -> str:
+        return " / ".join(f"{median(s[c], f'{part}_cpu_ms_per_call'):.2f}" for c in duet)
+
     lines += [
         "",
-        "Duet's CPU split, ms per call (1x50 / 2x25): workers "
-        f"{median(d, 'workers_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'workers_cpu_ms_per_call'):.2f}, "
-        f"redis-server {median(d, 'redis_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'redis_cpu_ms_per_call'):.2f}, "
-        f"client {median(d, 'client_cpu_ms_per_call'):.2f} / {median(s['2x25'], 'client_cpu_ms_per_call'):.2f}. "
+        f"Duet's CPU split, ms per call ({' / '.join(duet)}): workers {split('workers')}, "
+        f"redis-server {split('redis')}, client {split('client')}. "
         "Spread of CPU ms per call: "
         + "; ".join(f"{c} " + ", ".join(f"{x['cpu_ms_per_call']:.2f}" for x in s[c]) for c in cols)
         + ".",
         "",
+    ]
+    if not has_ref:
+        lines += [
+            f"loomflow could not be run ({r['ref_error']}); the raw SDK is the reference.",
+            "",
+        ]
+    return lines
+
+
+def replace_loop_section(text: str, section: list[str]) -> str:
+    """``text`` (a report) with its loop section replaced by ``section``."""
+    start = text.index(LOOP_HEADING)
+    end = text.find("\n## ", start + len(LOOP_HEADING))
+    return text[:start] + "\n".join(section) + "\n" + (text[end + 1 :] if end >= 0 else "")
+
+
+def write_report(path: Path, r: dict[str, Any]) -> str:
+    s = r["loop"]
+    d = s["1x50"]
+    mon = s["monitor"][0]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `make bench` (`python -m bench.suite`) on {r['date']} UTC in {r['total_s']:.0f} s. "
+        f"Machine: {r['machine']}. Load average at start / end: {r['load_start']} / {r['load_end']} "
+        "(a shared machine: other sessions' tests ran alongside, so read the **ratios**, "
+        "measured in the same run with the configurations interleaved).",
+        "",
+        *loop_section(r),
         "## Slots one worker process keeps busy",
         "",
         f"The loop's workload (stand-in at {LATENCY_MS:g} ms) on one worker process with more and "
@@ -795,11 +855,6 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
         if r["budget"]
         else "`bench.budget_utilisation` is not in this tree yet; nothing measured."
     )
-    if not has_ref:
-        lines += [
-            "",
-            f"loomflow could not be run ({r['ref_error']}); the raw SDK is the reference.",
-        ]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
@@ -821,6 +876,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument("--json", help="also write every figure to this file")
+    parser.add_argument(
+        "--loop-only",
+        action="store_true",
+        help="measure only the loop table and replace its section of --out",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -838,6 +898,14 @@ def main(argv: list[str] | None = None) -> int:
         ref_python = None
     print("1. the loop table", flush=True)
     r["loop"] = loop_table(args.runs, args.repeat, ref_python)
+    if args.loop_only:
+        r.update(loop_only=True, load_end=load_average(), total_s=time.perf_counter() - started)
+        if args.json:
+            Path(args.json).write_text(json.dumps(r, indent=2, default=str))
+        out = Path(args.out)
+        out.write_text(replace_loop_section(out.read_text(), loop_section(r)))
+        print("\n".join(loop_section(r)))
+        return 0
     print("1b. slots one worker process keeps busy", flush=True)
     r["slots"] = slots_table()
     print("2. the Celery floor", flush=True)
