@@ -1,7 +1,8 @@
 """The stand-in holds every request to the installed SDKs' own request types, as the real
 APIs do: an unknown key at any level, or a setting the API version lacks (Anthropic's
-``temperature``), is a 400 in the vendor's error shape, which the SDK raises as its
-``BadRequestError``. A config setting one is refused before anything is sent."""
+``temperature``, where the installed SDK's type has none), is a 400 in the vendor's error
+shape, which the SDK raises as its ``BadRequestError``. A config setting one is refused
+before anything is sent, whatever the SDK."""
 
 from __future__ import annotations
 
@@ -63,15 +64,18 @@ def _openai_refusal(call: Any) -> openai.BadRequestError:
     return caught.value
 
 
-def test_anthropic_temperature_and_unknown_keys_are_refused(
-    llm: FakeLLM, reliability: Reliability
-) -> None:
+def _sdk_types_a_temperature() -> bool:
+    """Whether the installed anthropic SDK's request type still has ``temperature`` (SDKs
+    before API version 2026-10-21 do): the stand-in holds requests to that type."""
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming as Params
+
+    return "temperature" in Params.__required_keys__ | Params.__optional_keys__
+
+
+def test_anthropic_unknown_keys_are_refused(llm: FakeLLM, reliability: Reliability) -> None:
     client = _anthropic(llm)
     ask = {"model": "claude-opus-4-7", "max_tokens": 2000, "messages": HI}
     refused = {
-        "temperature": _anthropic_refusal(
-            lambda: client.messages.create(**ask, extra_body={"temperature": 0.2})
-        ),
         "top-level key": _anthropic_refusal(
             lambda: client.messages.create(**ask, extra_body={"bogus": 1})
         ),
@@ -84,9 +88,9 @@ def test_anthropic_temperature_and_unknown_keys_are_refused(
                 ],
             )
         ),
-        "batch request's temperature": _anthropic_refusal(
+        "key in a batch request": _anthropic_refusal(
             lambda: client.messages.batches.create(
-                requests=[{"custom_id": "a", "params": {**ask, "temperature": 0.2}}]
+                requests=[{"custom_id": "a", "params": {**ask, "bogus": 1}}]
             )
         ),
     }
@@ -96,17 +100,53 @@ def test_anthropic_temperature_and_unknown_keys_are_refused(
     ]
     reliability.record(
         section=ENGINE,
-        fault="Strict vendor schemas: Anthropic requests the API would refuse (a `temperature`, "
-        "absent from API version 2026-10-21; unknown keys at the top, in a content block, in a "
-        "batch request), checked against the installed SDK's `MessageCreateParams`",
+        fault="Strict vendor schemas: Anthropic requests with unknown keys (at the top, in a "
+        "content block, in a batch request), checked against the installed SDK's "
+        "`MessageCreateParams`",
         load=f"{len(refused)} refused requests and 1 valid one, through the anthropic SDK",
+        lost=f"{lost_of(len(wrong), len(refused), 'not refused as the API does')}: each a 400 "
+        "`invalid_request_error` naming the key, raised as `BadRequestError`",
+    )
+    assert not wrong, refused
+    assert "requests.0.params.bogus" in refused["key in a batch request"]
+    assert answered.content and answered.stop_reason == "end_turn"
+
+
+def test_anthropic_temperature_is_refused_where_the_sdk_types_none(
+    llm: FakeLLM, reliability: Reliability
+) -> None:
+    if _sdk_types_a_temperature():
+        pytest.skip(
+            f"anthropic {anthropic.__version__}'s MessageCreateParams still has `temperature` "
+            "(before API version 2026-10-21): the stand-in takes what the installed SDK types"
+        )
+    client = _anthropic(llm)
+    ask = {"model": "claude-opus-4-7", "max_tokens": 2000, "messages": HI}
+    refused = {
+        "temperature": _anthropic_refusal(
+            lambda: client.messages.create(**ask, extra_body={"temperature": 0.2})
+        ),
+        "batch request's temperature": _anthropic_refusal(
+            lambda: client.messages.batches.create(
+                requests=[{"custom_id": "a", "params": {**ask, "temperature": 0.2}}]
+            )
+        ),
+    }
+    wrong = [
+        what for what, message in refused.items() if "Extra inputs are not permitted" not in message
+    ]
+    reliability.record(
+        section=ENGINE,
+        fault="Strict vendor schemas: an Anthropic request with a `temperature`, absent from "
+        "API version 2026-10-21 (in a message request, in a batch request), checked against "
+        "the installed SDK's `MessageCreateParams`",
+        load=f"{len(refused)} refused requests, through the anthropic SDK",
         lost=f"{lost_of(len(wrong), len(refused), 'not refused as the API does')}: each a 400 "
         "`invalid_request_error` naming the key, raised as `BadRequestError`",
     )
     assert not wrong, refused
     assert "temperature" in refused["temperature"]
     assert "requests.0.params.temperature" in refused["batch request's temperature"]
-    assert answered.content and answered.stop_reason == "end_turn"
 
 
 def test_openai_unknown_keys_are_refused_with_their_param(
