@@ -1,7 +1,8 @@
 """The stand-in holds every request to the installed SDKs' own request types, as the real
 APIs do: an unknown key at any level, or a setting the API version lacks (Anthropic's
-``temperature``), is a 400 in the vendor's error shape, which the SDK raises as its
-``BadRequestError``. A config setting one is refused before anything is sent."""
+``temperature``, where the installed SDK's type has none), is a 400 in the vendor's error
+shape, which the SDK raises as its ``BadRequestError``. A config setting one is refused
+before anything is sent, whatever the SDK."""
 
 from __future__ import annotations
 
@@ -33,12 +34,18 @@ def llm() -> Iterator[FakeLLM]:
         yield server
 
 
-def _openai(llm: FakeLLM) -> Any:  # Any: the tests send what the SDK types refuse
-    return openai.OpenAI(base_url=llm.url, api_key="x", max_retries=0)
+# Any: the tests send what the SDK types refuse. Each client is closed after its test (an
+# unclosed one's socket is a ResourceWarning whenever it is collected, in any later test).
+@pytest.fixture
+def gpt(llm: FakeLLM) -> Iterator[Any]:
+    with openai.OpenAI(base_url=llm.url, api_key="x", max_retries=0) as client:
+        yield client
 
 
-def _anthropic(llm: FakeLLM) -> Any:
-    return anthropic.Anthropic(base_url=llm.anthropic_url, api_key="x", max_retries=0)
+@pytest.fixture
+def claude(llm: FakeLLM) -> Iterator[Any]:
+    with anthropic.Anthropic(base_url=llm.anthropic_url, api_key="x", max_retries=0) as client:
+        yield client
 
 
 def _anthropic_refusal(call: Any) -> str:
@@ -63,17 +70,30 @@ def _openai_refusal(call: Any) -> openai.BadRequestError:
     return caught.value
 
 
-def test_anthropic_temperature_and_unknown_keys_are_refused(
-    llm: FakeLLM, reliability: Reliability
-) -> None:
-    client = _anthropic(llm)
-    ask = {"model": "claude-opus-4-7", "max_tokens": 2000, "messages": HI}
+#: A valid Anthropic request, which the Anthropic tests here vary.
+ASK = {"model": "claude-opus-4-7", "max_tokens": 2000, "messages": HI}
+
+
+def _not_refused_as_extra(refused: dict[str, str]) -> list[str]:
+    """Which of the ``refused`` messages do not refuse a key the request type lacks."""
+    return [
+        what for what, message in refused.items() if "Extra inputs are not permitted" not in message
+    ]
+
+
+def _sdk_types_a_temperature() -> bool:
+    """Whether the installed anthropic SDK's request type still has ``temperature`` (SDKs
+    before API version 2026-10-21 do): the stand-in holds requests to that type."""
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming as Params
+
+    return "temperature" in Params.__required_keys__ | Params.__optional_keys__
+
+
+def test_anthropic_unknown_keys_are_refused(claude: Any, reliability: Reliability) -> None:
+    client = claude
     refused = {
-        "temperature": _anthropic_refusal(
-            lambda: client.messages.create(**ask, extra_body={"temperature": 0.2})
-        ),
         "top-level key": _anthropic_refusal(
-            lambda: client.messages.create(**ask, extra_body={"bogus": 1})
+            lambda: client.messages.create(**ASK, extra_body={"bogus": 1})
         ),
         "key in a content block": _anthropic_refusal(
             lambda: client.messages.create(
@@ -84,35 +104,66 @@ def test_anthropic_temperature_and_unknown_keys_are_refused(
                 ],
             )
         ),
-        "batch request's temperature": _anthropic_refusal(
+        "key in a batch request": _anthropic_refusal(
             lambda: client.messages.batches.create(
-                requests=[{"custom_id": "a", "params": {**ask, "temperature": 0.2}}]
+                requests=[{"custom_id": "a", "params": {**ASK, "bogus": 1}}]
             )
         ),
     }
-    answered = client.messages.create(**ask)
-    wrong = [
-        what for what, message in refused.items() if "Extra inputs are not permitted" not in message
-    ]
+    answered = client.messages.create(**ASK)
+    wrong = _not_refused_as_extra(refused)
     reliability.record(
         section=ENGINE,
-        fault="Strict vendor schemas: Anthropic requests the API would refuse (a `temperature`, "
-        "absent from API version 2026-10-21; unknown keys at the top, in a content block, in a "
-        "batch request), checked against the installed SDK's `MessageCreateParams`",
+        fault="Strict vendor schemas: Anthropic requests with unknown keys (at the top, in a "
+        "content block, in a batch request), checked against the installed SDK's "
+        "`MessageCreateParams`",
         load=f"{len(refused)} refused requests and 1 valid one, through the anthropic SDK",
+        lost=f"{lost_of(len(wrong), len(refused), 'not refused as the API does')}: each a 400 "
+        "`invalid_request_error` naming the key, raised as `BadRequestError`",
+    )
+    assert not wrong, refused
+    assert "requests.0.params.bogus" in refused["key in a batch request"]
+    assert answered.content and answered.stop_reason == "end_turn"
+
+
+def test_anthropic_temperature_is_refused_where_the_sdk_types_none(
+    claude: Any, reliability: Reliability
+) -> None:
+    if _sdk_types_a_temperature():
+        pytest.skip(
+            f"anthropic {anthropic.__version__}'s MessageCreateParams still has `temperature` "
+            "(before API version 2026-10-21): the stand-in takes what the installed SDK types"
+        )
+    client = claude
+    refused = {
+        "temperature": _anthropic_refusal(
+            lambda: client.messages.create(**ASK, extra_body={"temperature": 0.2})
+        ),
+        "batch request's temperature": _anthropic_refusal(
+            lambda: client.messages.batches.create(
+                requests=[{"custom_id": "a", "params": {**ASK, "temperature": 0.2}}]
+            )
+        ),
+    }
+    wrong = _not_refused_as_extra(refused)
+    reliability.record(
+        section=ENGINE,
+        fault="Strict vendor schemas: an Anthropic request with a `temperature`, absent from "
+        "API version 2026-10-21 (in a message request, in a batch request), checked against "
+        "the installed SDK's `MessageCreateParams`",
+        load=f"{len(refused)} refused requests, through the anthropic SDK",
         lost=f"{lost_of(len(wrong), len(refused), 'not refused as the API does')}: each a 400 "
         "`invalid_request_error` naming the key, raised as `BadRequestError`",
     )
     assert not wrong, refused
     assert "temperature" in refused["temperature"]
     assert "requests.0.params.temperature" in refused["batch request's temperature"]
-    assert answered.content and answered.stop_reason == "end_turn"
 
 
 def test_openai_unknown_keys_are_refused_with_their_param(
-    llm: FakeLLM, reliability: Reliability, tmp_path: Path
+    gpt: Any, reliability: Reliability, tmp_path: Path
 ) -> None:
-    client = _openai(llm)
+    client = gpt
     line = {
         "custom_id": "a",
         "method": "POST",
@@ -185,8 +236,8 @@ def test_openai_unknown_keys_are_refused_with_their_param(
     assert answered.choices[0].finish_reason == "stop"
 
 
-def test_openai_reasoning_models_refuse_a_temperature_and_max_tokens(llm: FakeLLM) -> None:
-    client = _openai(llm)
+def test_openai_reasoning_models_refuse_a_temperature_and_max_tokens(gpt: Any) -> None:
+    client = gpt
     temperature = _openai_refusal(
         lambda: client.chat.completions.create(model="o3", messages=HI, temperature=0.2)
     )
