@@ -31,6 +31,9 @@ instructions = "Find security bugs."
 model = "sim"
 """
 
+#: ``celery -A workers`` with this interpreter.
+CELERY = (sys.executable, "-m", "celery", "-A", "workers")
+
 
 def pings(client: redis.Redis) -> bool:
     """Whether the server behind ``client`` answers a ping now (not yet: False)."""
@@ -81,11 +84,7 @@ def celery_worker(
     log = open(ROOT / f".pytest-worker-{name}-{os.getpid()}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
+            *CELERY,
             "worker",
             "--pool",
             "threads",
@@ -246,10 +245,6 @@ def flower_get(port: int, path: str) -> tuple[int, bytes]:
         return exc.code, exc.read()
     except OSError:
         return 0, b""
-
-
-#: ``celery -A workers`` with this interpreter.
-CELERY = (sys.executable, "-m", "celery", "-A", "workers")
 
 
 def start_flower(env: Mapping[str, str], out: Any = subprocess.DEVNULL) -> tuple[Any, int]:

@@ -17,7 +17,7 @@ import redis
 
 from duet.embedded import EmbeddedRedis, find_server_binary, free_port
 from tests.reliability import CLIENTS, Reliability
-from tests.support import ROOT, pings, wait_for
+from tests.support import CELERY, ROOT, pings, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -44,11 +44,7 @@ def worker(url: str, **env: str) -> tuple[int | None, str]:
     full.pop("DUET_BROKER_URL", None)
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
+            *CELERY,
             "worker",
             "--pool",
             "threads",

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from duet.cli import app
-from tests.support import SIM_CONFIG, wait_for
+from tests.support import CELERY, SIM_CONFIG, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -286,11 +286,7 @@ def test_a_model_timeout_past_the_visibility_timeout_is_refused(
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: {refused}")
     celery = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
+            *CELERY,
             "worker",
             "--pool",
             "threads",
