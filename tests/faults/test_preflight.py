@@ -6,6 +6,7 @@ evicting server through with a warning."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,21 @@ def evicting() -> Iterator[str]:
         yield server.url
 
 
+def _cluster_port() -> int:
+    """A free port a cluster node can take: at most 55535, since its cluster bus listens
+    10,000 higher (redis-server refuses higher ports), with that bus port free too."""
+    for _ in range(200):
+        port = free_port()
+        if port <= 55535:
+            with socket.socket() as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+    raise AssertionError("no free port at or below 55535 with its cluster bus port free")
+
+
 @pytest.fixture(scope="module")
 def cluster_node() -> Iterator[str]:
     """A redis-server started with ``cluster-enabled yes`` (one node, no slots).
@@ -86,7 +102,7 @@ def cluster_node() -> Iterator[str]:
     exits at start is started again on a new port (its log says why it exited)."""
     with tempfile.TemporaryDirectory() as directory:
         for attempt in range(3):
-            port = free_port()
+            port = _cluster_port()
             log = Path(directory) / f"node-{attempt}.log"
             proc = subprocess.Popen(
                 [
