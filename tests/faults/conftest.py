@@ -134,6 +134,10 @@ class SentinelSet:
     redis-server of its own on a free loopback port, in a directory of the test's."""
 
     MASTER = "mymaster"
+    #: Sentinel's ``down-after-milliseconds``. Not 1000: Sentinel pings every second, so
+    #: a just-promoted primary was marked down under load and the killed one, restarted
+    #: empty as its replica, promoted in its place (every key lost).
+    DOWN_AFTER_MS = 3000
     COMMON = (
         "--bind",
         "127.0.0.1",
@@ -189,7 +193,7 @@ class SentinelSet:
                 f.write(
                     f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
                     f"sentinel monitor {self.MASTER} 127.0.0.1 {primary} 2\n"
-                    f"sentinel down-after-milliseconds {self.MASTER} 1000\n"
+                    f"sentinel down-after-milliseconds {self.MASTER} {self.DOWN_AFTER_MS}\n"
                     f"sentinel failover-timeout {self.MASTER} 10000\n"
                 )
             self._spawn(f"sentinel{n}", [conf, "--sentinel"])
@@ -263,6 +267,13 @@ class SentinelSet:
                 return int(s.sentinel_master(self.MASTER)["port"])
             except (redis.RedisError, KeyError, TypeError):
                 return None
+
+    def events(self) -> list[str]:
+        """The failover events sentinel 0 logged (``+switch-master``, ``+sdown`` …), in
+        order: shown when a test fails, to tell one failover from two."""
+        kinds = ("+switch-master", "+sdown", "-sdown", "+odown", "+selected-slave", "no-good")
+        with open(os.path.join(self.dir, "sentinel0.log"), errors="replace") as f:
+            return [line.rstrip() for line in f if any(k in line for k in kinds)]
 
     def stop(self) -> None:
         for proc in self.procs:
