@@ -188,7 +188,8 @@ def queues_without_workers(timeout: float = 1.0) -> list[str]:
 
 
 def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
-    """Send each unfinished run the message it is waiting for; how many were sent.
+    """Send each unfinished run the message it is waiting for; how many were sent (or
+    put in line for a place under their batch's ``max_in_flight``).
 
     With ``interrupted``, the ``interrupted`` runs among them instead, re-opened where they
     stopped (``RunStore.rerun_point``): for after the cause is fixed (a budget raised, a
@@ -205,6 +206,9 @@ def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
                 what = "coordinate" if what == "running" else what
             else:
                 what, seq, step = st.resume_point(run_id)
+            if what in ("coordinate", "step") and not BatchGate(st.r).reenter(run_id):
+                sent += 1  # waits for a place under max_in_flight: the gate sends it
+                continue
             if what == "coordinate":
                 app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
             elif what == "step" and step is not None:

@@ -170,6 +170,8 @@ class Coordinator:
         spec = self.store.load_spec(run["spec_id"])
         outs = outcomes(steps)
         if len(outs) != seq and run.get("cancelled") != "1":
+            if len(outs) == seq - 1 and run.get("current_step") not in (None, "", *steps):
+                return self._step_again(run, seq)
             log.warning("coordinate: run %s has %s steps at transition %s", run_id, len(outs), seq)
             return None
         events: list[str | Once] = []
@@ -235,12 +237,13 @@ class Coordinator:
 
     def pass_places(self, run: Mapping[str, str]) -> None:
         """Hand the places free in the finished run's batch to the runs waiting for one,
-        and send each its first transition."""
+        and send each its next transition (its first, unless ``resume`` re-opened it)."""
         limit = limit_of(run)
         if not limit or not run.get("batch_id") or self.send_transition is None:
             return
-        for waiting in self.gate.pass_on(run["batch_id"], limit):
-            self.send_transition(waiting, 0)
+        handed = self.gate.pass_on(run["batch_id"], limit)
+        for waiting, seq in zip(handed, self.store.seqs(handed), strict=True):
+            self.send_transition(waiting, seq)
 
     def _full(self, run_id: str, steps: dict[str, dict[str, Any]], key: str) -> Mapping[str, Any]:
         """The whole stored result of ``key`` (read now if only its outcome was loaded)."""
@@ -272,6 +275,13 @@ class Coordinator:
         current = run.get("current_step")
         if not current or int(run.get("dispatched", -1)) >= made or current in steps:
             return None
+        return self._step_again(run, made)
+
+    def _step_again(self, run: Mapping[str, str], made: int) -> Dispatch:
+        """The run's current step, unstored, sent again: a run ``resume`` re-opened
+        mid-step waited for a place and was handed one (a copy still queued is harmless:
+        the step claim and the stored result make a second delivery a no-op)."""
+        current = run["current_step"]
         phase, _ = parse_step_key(current)
         return Dispatch(TASK_BY_PHASE[phase], run["run_id"], current, made, run.get("batch_id"))
 

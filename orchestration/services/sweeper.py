@@ -72,7 +72,12 @@ class Sweeper:
                 len(sends),
                 ", ".join(s.run_id for s in sends[:10]),
             )
-        placed = [Transition(run_id, 0, batch_id) for batch_id, run_id in self.gate.hand_on_all()]
+        handed = self.gate.hand_on_all()
+        seqs = self.store.seqs([run_id for _, run_id in handed])
+        placed = [
+            Transition(run_id, seq, batch_id)
+            for (batch_id, run_id), seq in zip(handed, seqs, strict=True)
+        ]
         if placed:
             log.warning(
                 "sweep: %s waiting runs given a free place (max_in_flight): %s",

@@ -49,6 +49,14 @@ class BatchGate:
         )
         return bool(replicas.run_durable(self.r, [call])[0])
 
+    def reenter(self, run_id: str) -> bool:
+        """:meth:`enter` for a run ``resume`` re-opened or sends on: True when its batch
+        has no ``max_in_flight`` or it holds a place; False: it waits in line (a finished
+        run gave its place back, so a re-opened one asks again)."""
+        batch_id, gate = self.r.hmget(keys.run(run_id), "batch_id", GATE_FIELD)
+        limit = int(gate or 0)
+        return not (limit and batch_id) or self.enter(batch_id, run_id, limit)
+
     def pass_on(self, batch_id: str, limit: int) -> list[str]:
         """Give the free places to the first waiting runs; their ids, for the caller to
         send each its first transition."""

@@ -696,6 +696,14 @@ class RunStore:
         """Note that the run moved now (or at ``at``): the sweep leaves it alone a while."""
         self.r.zadd(keys.runs_moved(), {run_id: time.time() if at is None else at})
 
+    def seqs(self, run_ids: list[str]) -> list[int]:
+        """Each run's next transition (``seq``; 0 for a gone run), in one round trip: what
+        a run handed a batch place is sent (0 unless ``resume`` re-opened it)."""
+        pipe = self.r.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hget(keys.run(run_id), "seq")
+        return [int(seq or 0) for seq in pipe.execute()] if run_ids else []
+
     def forget(self, run_id: str) -> None:
         """Drop a finished or vanished run from the index of unfinished runs."""
         self.r.zrem(keys.runs_moved(), run_id)

@@ -194,3 +194,39 @@ def test_a_run_that_parks_leaves_the_sweeps_index(r: Any) -> None:
     assert not gate.enter(BATCH, ids[1], 1)
     assert r.zscore(keys.runs_moved(), ids[1]) is None
     assert r.sismember(keys.gated_batches(), BATCH)
+
+
+def test_a_run_resume_reopens_asks_for_a_place_again(r: Any) -> None:
+    """A cancelled run gave its place back: re-opened, it waits in line behind the runs
+    queued at submit, and is sent on at the transition it stopped at."""
+    store = RunStore(r)
+    ids = _batch(store, 3, 1)
+    sent: list[tuple[str, int]] = []
+    coordinator = Coordinator(store, send_transition=lambda run, seq: sent.append((run, seq)))
+    gate = BatchGate(r)
+    assert coordinator.advance(ids[0], 0) is not None  # run0 holds the place, one step made
+    r.hset(keys.run(ids[0]), "cancelled", "1")
+    assert coordinator.advance(ids[0], 1) is None  # cancelled: its place goes to run1
+    assert sent == [(ids[1], 0)]
+    assert coordinator.advance(ids[1], 0) is not None
+    what, seq, _ = store.resume_point(ids[0])  # `duet resume` re-opens run0
+    assert (what, seq) == ("step", 1)  # its draft never stored: to be sent again
+    assert not gate.reenter(ids[0])  # the gate is full: it waits, behind run2
+    assert gate.in_flight(BATCH) == 1
+    assert gate.reenter(ids[1])  # a run holding its place goes on
+    for run_id in (ids[1], ids[2]):  # each finishes; the next in line is sent on
+        r.hset(keys.run(run_id), "cancelled", "1")
+        assert coordinator.advance(run_id, int(r.hget(keys.run(run_id), "seq"))) is None
+    assert sent == [(ids[1], 0), (ids[2], 0), (ids[0], 1)]
+    again = coordinator.advance(ids[0], 1)  # at the transition it stopped at: its draft
+    assert again is not None and again.step_key == r.hget(keys.run(ids[0]), "current_step")
+    assert gate.in_flight(BATCH) == 1
+
+
+def test_a_run_without_a_batch_cap_resumes_at_once(r: Any) -> None:
+    store = RunStore(r)
+    pipe = r.pipeline(transaction=False)
+    store.create_runs([RunRecord("solo", "spec", "p")], pipe)
+    pipe.execute()
+    assert BatchGate(r).reenter("solo")
+    assert not r.exists(keys.batch_waiting(BATCH))

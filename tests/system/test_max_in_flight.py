@@ -22,10 +22,11 @@ import pytest
 import redis
 
 from orchestration import Agent, Team
-from orchestration.client.handles import BatchHandle
+from orchestration.client.handles import BatchHandle, RunHandle
+from orchestration.core import events as ev
 from orchestration.state import batches, keys
 from orchestration.state.gates import BATCH_FIELD
-from tests.support import celery_worker, client_pointed_at, peak_in_flight
+from tests.support import celery_worker, client_pointed_at, peak_in_flight, wait_for
 
 pytestmark = pytest.mark.system
 
@@ -161,3 +162,49 @@ def test_max_in_flight_from_the_command_line_and_the_config(
         timeout=60,
     )
     assert bad.returncode == 2 and "--max-in-flight" in bad.stderr
+
+
+def _peak_with_resumes(run_ids: list[str]) -> int:
+    """Most runs moving at one moment, from their events: a run moves from ``run.started``
+    to ``run.finished``, and again from its first step after ``run.resumed`` (a re-opened
+    run waiting for a place does not move) to its next finish."""
+    steps = {ev.ACTOR_STARTED, ev.CRITIC_STARTED}
+    edges = []
+    for run_id in run_ids:
+        moving, resumed = False, False
+        for event in RunHandle(run_id).events(follow=False):
+            if event.type == ev.RUN_STARTED or (resumed and event.type in steps):
+                moving, resumed = True, False
+                edges.append((event.ts, 1))
+            elif event.type == ev.RUN_RESUMED:
+                resumed = True
+            elif event.type == ev.RUN_FINISHED and moving:
+                moving = False
+                edges.append((event.ts, -1))
+    peak = now = 0
+    for _, step in sorted(edges):
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_a_run_resumed_after_cancel_waits_for_a_place(small_worker: Any) -> None:
+    """Cancelled, a run gives its place back; resumed while the next run holds it, it waits
+    in line (before: it went on at once, two runs of a max_in_flight=1 batch moving)."""
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim?latency_ms=300"),
+        critic=Agent("Review.", model="sim?scores=0.3,0.95&latency_ms=300"),
+        max_in_flight=1,
+    )
+    batch = team.submit_batch([f"print({n})" for n in range(3)])
+    first = RunHandle(batch.run_ids()[0])
+    wait_for(lambda: first.status() == "running", 60, "the first run to start")
+    assert first.cancel()
+    wait_for(lambda: first.status() == "cancelled", 60, "the first run to stop")
+    assert first.resume()
+    batch.wait(timeout=120)
+    counts = batch.progress()["counts"]
+    peak = _peak_with_resumes(batch.run_ids())
+    print(f"3 runs, max_in_flight=1, the first cancelled and resumed: {counts}, peak {peak}")
+    assert counts == {"approved": 3}
+    assert peak == 1
