@@ -24,7 +24,15 @@ from kombu.utils.json import dumps, loads
 
 from orchestration.core.envelope import envelope_problem, examine
 from orchestration.settings import Settings
-from orchestration.state import connection, deadletters, fastpaths, keys, scripts, sentinel
+from orchestration.state import (
+    connection,
+    deadletters,
+    fastpaths,
+    keys,
+    restores,
+    scripts,
+    sentinel,
+)
 from orchestration.state.outages import OUTAGE_ERRORS
 
 #: Celery ``broker_transport`` value selecting this transport.
@@ -683,6 +691,16 @@ class Transport(kombu_redis.Transport):
     connection_errors = (*kombu_redis.Transport.connection_errors, *OUTAGE_ERRORS)
 
 
+class StockChannel(kombu_redis.Channel):
+    """kombu's stock Redis channel, restoring unacknowledged messages on Duet's schedule
+    (:mod:`~orchestration.state.restores`), as kombu 5.7's does itself."""
+
+    QoS = restores.ScheduledQoS
+    from_transport_options = restores.channel_options(kombu_redis.Channel.from_transport_options)
+    unacked_restore_interval = restores.KOMBU_INTERVAL_S
+    unacked_restore_throttle = restores.KOMBU_THROTTLE
+
+
 class StockTransport(kombu_redis.Transport):
     """kombu's stock Redis transport, unchanged but for its documented
     ``connection_errors``: an outage reply (``READONLY``, ``MISCONF`` ...) is one, so
@@ -691,15 +709,29 @@ class StockTransport(kombu_redis.Transport):
     popped text that is not JSON (or not UTF-8), which kombu's read raises in the event
     loop: the consumer reconnects past it (it is gone, the error logged), as kombu's
     read already does for JSON without ``properties`` (a ``KeyError``). Dead-lettering
-    needs Duet's read (:class:`Channel`)."""
+    needs Duet's read (:class:`Channel`). On kombu before 5.7 its channel is
+    :class:`StockChannel`, restoring unacknowledged messages on Duet's schedule."""
 
+    Channel = kombu_redis.Channel if restores.KOMBU_SCHEDULES else StockChannel
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
+        restores.schedule(self, loop)
 
 
 class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel, a lost connection's close a connection error (which
     ended a worker after a primary was killed: kombu's rebuild of the closed channel's
-    pool, ``'NoneType' object has no attribute 'hostname'``)."""
+    pool, ``'NoneType' object has no attribute 'hostname'``); unacknowledged messages
+    restored on Duet's schedule, as :class:`StockChannel` does."""
+
+    QoS = restores.ScheduledQoS
+    from_transport_options = restores.channel_options(
+        kombu_redis.SentinelChannel.from_transport_options
+    )
+    unacked_restore_interval = restores.KOMBU_INTERVAL_S
+    unacked_restore_throttle = restores.KOMBU_THROTTLE
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
@@ -713,6 +745,10 @@ class SentinelTransport(kombu_redis.SentinelTransport):
         *kombu_redis.SentinelTransport.connection_errors,
         *StockTransport.connection_errors,
     )
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
+        restores.schedule(self, loop)
 
 
 class Connection(kombu.Connection):
