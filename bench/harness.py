@@ -173,7 +173,10 @@ Seen = tuple[str, str, str]
 
 @contextlib.contextmanager
 def monitored(client: Any) -> Iterator[list[Seen]]:
-    """Every command the server runs while the block runs (``MONITOR`` on ``client``)."""
+    """Every command the server runs on ``client``'s database while the block runs
+    (``MONITOR`` on ``client``; other databases' clients, e.g. another test's worker on
+    the same server, are left out)."""
+    db = int(client.connection_pool.connection_kwargs.get("db") or 0)
     seen: list[Seen] = []
     stop = threading.Event()
     ready = threading.Event()
@@ -187,6 +190,8 @@ def monitored(client: Any) -> Iterator[list[Seen]]:
                 c = m.next_command()
                 if stop.is_set() and marker in c["command"]:
                     return  # every command before the block ended has been read
+                if int(c.get("db", db)) != db:
+                    continue
                 parts = c["command"].split(" ", 2)
                 key = parts[1].strip('"') if len(parts) > 1 else ""
                 seen.append((c["client_type"], parts[0].lower(), key))
