@@ -107,7 +107,7 @@ FAST_PATHS: dict[str, FastPath] = {
         FastPath(
             "pool",
             "redis",
-            ">=8.1,<8.2",
+            ">=8.1,<8.3",
             (
                 "redis:BlockingConnectionPool.get_connection",
                 "redis:BlockingConnectionPool.release",
@@ -119,7 +119,7 @@ FAST_PATHS: dict[str, FastPath] = {
         FastPath(
             "endpoint",
             "httpx2",
-            ">=2.16,<2.17",
+            ">=2.16,<2.18",
             (
                 "httpx2:Client._transport_for_url",
                 "httpx2:HTTPTransport._pool",

@@ -3,7 +3,8 @@
 
 A recording HTTP proxy between the adapters and the stand-in server shows what went out
 (and on which connection): it is set in the environment, as the SDKs' clients read it,
-and can compress a reply, answer with a redirect or close the connection after a reply.
+and can compress a reply, answer with a redirect or close the connection after a reply
+(saying so, or not).
 """
 
 from __future__ import annotations
@@ -43,12 +44,26 @@ class Proxy(ThreadingHTTPServer):
         self.ports: list[int] = []  # the client's port of each request: its connection
         self.gzip = False  # compress the replies
         self.close = False  # close each connection after its reply
+        self.hang_up = False  # close it after its reply without saying so (kept alive)
+        self.closed = 0  # connections closed so far (on self.changed)
+        self.changed = threading.Condition()
         self.redirects = 0  # answer this many requests with a 307 to the same URL
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        with self.changed:
+            self.closed += 1
+            self.changed.notify_all()
+
+    def wait_closed(self, n: int) -> None:
+        """Wait until ``n`` connections have been closed."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.closed >= n, timeout=10), self.closed
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -86,6 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if self.server.close:
             self.send_header("Connection", "close")
+        if self.server.close or self.server.hang_up:
             self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
@@ -235,6 +251,23 @@ def test_a_connection_the_server_closes_is_made_anew(
     assert later[4] == later[3]  # kept alive again: the same connection
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_kept_alive_connection_the_server_drops_is_made_anew(
+    proxy: Proxy, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server closes an idle connection it said it would keep (a keep-alive timeout):
+    httpcore2 < 2.17 reports it as expired, 2.17 as not available when a request is
+    sent on it; either way the call goes out on a new one."""
+    sent = _lean(provider, monkeypatch)
+    proxy.hang_up = True
+    for n in range(1, 4):
+        assert call(agent(provider)).stop_reason == "end"
+        proxy.wait_closed(n)  # the server's end is closed before the next call
+    assert sent == []
+    later = proxy.ports[1:]
+    assert len(later) == 3 and len(set(later)) == 3, f"a new connection each call: {later}"
+
+
 @pytest.fixture
 def untested_httpx2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``DUET_FAST_PATHS=auto`` with httpx2 reporting 2.14.0 (what Python 3.10 resolves)."""
@@ -272,7 +305,8 @@ def test_an_untested_httpx2_posts_every_call_through_the_sdk_with_one_notice(
     assert len(sent) == 3  # each through the SDK's client
     assert provider_for(agent(provider).spec)._endpoint is None
     notices = [r.getMessage() for r in caplog.records if r.name == fastpaths.__name__]
+    tested = fastpaths.FAST_PATHS["endpoint"].tested
     assert notices == [
-        "fast path endpoint off: httpx2 2.14.0 is outside its tested >=2.16,<2.17; "
+        f"fast path endpoint off: httpx2 2.14.0 is outside its tested {tested}; "
         "running the stock library"
     ]

@@ -148,7 +148,9 @@ class Endpoint:
             connection = self._connect()
         try:
             return connection.handle_request(request)
-        except ConnectionNotAvailable:  # closed by the server between the check and now
+        except ConnectionNotAvailable:
+            # Closed by the server since the check (httpcore2 >= 2.17 finds one the server
+            # dropped while idle only here: has_expired() no longer probes the socket).
             return self._connect().handle_request(request)
 
     def _connect(self) -> Any:
