@@ -15,11 +15,17 @@ import redis
 #: Forks of this process so far, counted in each child: a connection kept before a fork
 #: is not used after it.
 _forks = 0
+#: Every pool of this process: a child gives each a new lock.
+_pools: weakref.WeakSet[PinnedPool] = weakref.WeakSet()
 
 
 def _forked() -> None:
+    """In a forked child (its only thread): count the fork, and give each pool a new lock,
+    as the parent's may have been held by a thread the child does not have."""
     global _forks
     _forks += 1
+    for pool in list(_pools):
+        pool._kept_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -80,6 +86,7 @@ class PinnedPool(redis.BlockingConnectionPool):
         self._kept = 0
         self._kept_forks = _forks
         self._kept_lock = threading.Lock()
+        _pools.add(self)
 
     def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
         holder: _Holder | None = getattr(self._mine, "holder", None)

@@ -144,3 +144,28 @@ def test_a_forked_child_uses_none_of_the_parents_connections(
     child.join(10)
     assert theirs != mine
     assert client.client_id() == mine  # the parent's kept one is still its own
+
+
+def _child_keeps(client: redis.Redis, out: Any) -> None:
+    out.send(client.client_id())  # keeps a connection: takes the pool's lock
+
+
+def test_a_child_forked_while_a_thread_holds_the_pools_lock_goes_on(
+    pool: Callable[..., redis.Redis],
+) -> None:
+    """The lock was held by a parent's thread at the fork: in the child, which has no such
+    thread, it would never be released (a command hung for good)."""
+    client = pool()
+    p = client.connection_pool
+    with p._kept_lock:  # as another thread of the parent holds it at the fork
+        recv, send = multiprocessing.get_context("fork").Pipe(duplex=False)
+        child = multiprocessing.get_context("fork").Process(
+            target=_child_keeps, args=(client, send)
+        )
+        child.start()
+    answered = recv.poll(10)
+    child.join(10)
+    if child.is_alive():
+        child.kill()
+    assert answered, "the child hung on the lock it inherited held"
+    assert recv.recv() != client.client_id()
