@@ -196,6 +196,7 @@ def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
     key set).
     """
     st = store()
+    gate = BatchGate(st.r)
     app = producer()
     sent = 0
     with app.producer_or_acquire() as prod:
@@ -206,7 +207,7 @@ def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
                 what = "coordinate" if what == "running" else what
             else:
                 what, seq, step = st.resume_point(run_id)
-            if what in ("coordinate", "step") and not BatchGate(st.r).reenter(run_id):
+            if what in ("coordinate", "step") and not gate.reenter(run_id):
                 sent += 1  # waits for a place under max_in_flight: the gate sends it
                 continue
             if what == "coordinate":

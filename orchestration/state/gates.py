@@ -59,7 +59,7 @@ class BatchGate:
 
     def pass_on(self, batch_id: str, limit: int) -> list[str]:
         """Give the free places to the first waiting runs; their ids, for the caller to
-        send each its first transition."""
+        send each its next transition (its first, unless ``resume`` re-opened it)."""
         call = ScriptCall(self._pass, self._keys(batch_id), [limit, repr(time.time()), batch_id])
         handed: list[str] = replicas.run_durable(self.r, [call])[0]
         return handed
