@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.aio_python).exists():
         parser.error(f"--aio-python {args.aio_python}: not found (make bench-aio makes it)")
 
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         rows = [measure(args.aio_python, pool, server.url, args) for pool in ("threads", "aio")]

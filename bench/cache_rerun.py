@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_INPUTS = ROOT / "examples" / "inputs.jsonl"
@@ -38,7 +38,7 @@ def _cpu_of(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "duet.cli", *args],
+        [sys.executable, "-m", "duet", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -108,7 +108,7 @@ def main() -> None:
     print("## Rerun with the model-call cache on\n")
     print(
         "`python -m bench.cache_rerun`: `duet run` on the embedded default against the stand-in "
-        "(`duet.fake_llm`, no latency), then the same command again with the cache on "
+        "(`duet.standin.server`, no latency), then the same command again with the cache on "
         '(`[cache] ttl = "7d"`, a disk store under `DUET_CACHE_DIR`), then `duet results '
         "FILE -o OUT` reading the first run's results. CPU of each `duet` process (user + "
         "system), one run each. The rerun serves every input from its whole-run entry "

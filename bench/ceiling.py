@@ -64,7 +64,7 @@ def post_cpu_ms(base_url: str, calls: int, warmup: int = 30) -> float:
 def round_trip_cpu_ms(calls: int = 2000) -> float:
     """CPU ms of one ``PING`` round trip on Duet's run-state client (its pinned pool and
     hiredis), to an embedded Redis, from this thread."""
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
     from orchestration.state import connection
 
     with EmbeddedRedis() as server:

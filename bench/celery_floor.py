@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration.state.broker import TRANSPORT
 
 

@@ -5,7 +5,7 @@
 Builds a repository in a temporary folder: ``--files`` Python files of about 90 lines,
 committed on ``main``, then one line changed in each on ``feature``. Times, medians of
 ``--repeat``: the whole intake of ``main..feature`` as ``duet review`` reads it
-(:class:`duet.git_intake.GitChanges`), and its parts: the two ``git diff`` runs (names, then
+(:class:`duet.intake.git.GitChanges`), and its parts: the two ``git diff`` runs (names, then
 the patch with 10 lines of context), parsing the patch with ``unidiff``, and reading each
 changed file at HEAD, one ``git show`` process per file as the intake does, against one
 ``git cat-file --batch`` process for them all.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from unidiff import PatchSet
 
-from duet.git_intake import GitChanges, git
+from duet.intake.git import GitChanges, git
 
 
 def make_repo(root: Path, files: int) -> list[str]:

@@ -19,19 +19,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from duet.embedded import EmbeddedRedis, free_port
+from duet.embedded.server import EmbeddedRedis, free_port
 
 
 @contextlib.contextmanager
 def fake_llm_process(latency_ms: float = 0) -> Iterator[str]:
-    """``python -m duet.fake_llm`` as a child process (its CPU is not ours); yields
+    """``python -m duet.standin.server`` as a child process (its CPU is not ours); yields
     the OpenAI ``base_url``."""
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "duet.fake_llm",
+            "duet.standin.server",
             "--port",
             str(port),
             "--latency-ms",

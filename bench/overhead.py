@@ -3,7 +3,7 @@
     python -m bench.overhead [--runs 60] [--rounds 3] [--calls 300] [--concurrency 16]
                              [--repeat 3] [--no-persistent] [--json]
 
-1. The stand-in LLM (``duet.fake_llm``) runs as a *subprocess* with latency 0, so its
+1. The stand-in LLM (``duet.standin.server``) runs as a *subprocess* with latency 0, so its
    CPU is not counted.
 2. Reference: ``--calls`` bare ``client.chat.completions.create`` calls from one thread
    (after a warm-up), timed with ``time.process_time()`` -> SDK CPU ms per call.

@@ -7,7 +7,7 @@ Sections (each measured in this run, on this machine, the references interleaved
 Duet's configurations so that a busy neighbour hits them alike):
 
 1. The loop table: ``--runs`` never-approving runs (3 rounds, 7 calls each) through the
-   stand-in OpenAI server (``duet.fake_llm``, 100 ms per call), 50 slots: Duet with one
+   stand-in OpenAI server (``duet.standin.server``, 100 ms per call), 50 slots: Duet with one
    ``celery -A workers worker`` process x 50 threads, two x 25 and one x 50 with
    ``DUET_FAST_PATHS=off`` (the stock libraries), the in-process reference
    (loomflow, from a separate venv: ``--ref-python``) and the raw ``openai`` SDK. CPU of
@@ -88,7 +88,7 @@ def redis_server() -> Iterator[Any]:
     """A fresh embedded Redis (child process); yields it with ``.pid`` and ``.client``."""
     import redis
 
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         server.pid = server._proc.pid  # type: ignore[attr-defined]  # noqa: SLF001 - bench only
@@ -643,7 +643,7 @@ def loop_section(r: dict[str, Any]) -> list[str]:
         f"{r['runs']} runs of a never-approving loop ({ROUNDS} rounds, {CALLS_PER_RUN} calls a run in Duet "
         "and the raw SDK; loomflow's actor-critic makes no refine after the last critique, so 6, "
         "and its agents' streamed calls are made as `stream=False` ones), "
-        f"stand-in OpenAI server `duet.fake_llm` at {LATENCY_MS:g} ms per call, 50 slots. CPU of every "
+        f"stand-in OpenAI server `duet.standin.server` at {LATENCY_MS:g} ms per call, 50 slots. CPU of every "
         "process but the stand-in's (worker processes, redis-server, the submitting client) per "
         f"model call the stand-in answered; medians of {r['repeat']} interleaved repetitions."
         + (

@@ -17,7 +17,7 @@ ID_FIELDS = ("run_id", "batch_id", "step_key", "seq", "task_id")
 #: (8-bit CSI ``\x9b``, OSC ``\x9d``...) and the bidi overrides that reorder a line.
 _ACTED_ON_ABOVE_ASCII = "\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 #: Every character a terminal acts on but newline and tab: the C0 controls too. Text for
-#: a terminal escapes these (``duet.cli_support.clean``); JSON escapes the C0 ones itself.
+#: a terminal escapes these (``duet.commands.support.clean``); JSON escapes the C0 ones itself.
 TERMINAL_UNSAFE = "\x00-\x08\x0b-\x1f" + _ACTED_ON_ABOVE_ASCII
 #: What ``json.dumps(ensure_ascii=False)`` leaves raw that a terminal acts on, the Unicode
 #: line separators (which end a line for some readers) and lone surrogates (which no

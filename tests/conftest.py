@@ -33,7 +33,7 @@ def redis_url() -> Iterator[str]:
     if explicit:
         yield explicit
         return
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         yield f"redis://127.0.0.1:{server.port}/{TEST_DB}"

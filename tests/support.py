@@ -250,7 +250,7 @@ def flower_get(port: int, path: str) -> tuple[int, bytes]:
 def start_flower(env: Mapping[str, str], out: Any = subprocess.DEVNULL) -> tuple[Any, int]:
     """``celery -A workers flower`` on a free loopback port with ``env``, its output to
     ``out``: the process and the port (the caller waits for it and ends it)."""
-    from duet.embedded import free_port
+    from duet.embedded.server import free_port
 
     port = free_port()
     proc = subprocess.Popen(

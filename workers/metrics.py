@@ -12,7 +12,7 @@ Names follow Prometheus conventions: ``duet_`` prefix, base units (seconds, toke
 ``actor:max_tokens``), so the number of series stays bounded.
 
 Fleet-wide figures held in Redis (budgets, queue depth, batches, runs in flight) are not
-per worker: ``duet metrics`` exports them (:mod:`duet.exporter`).
+per worker: ``duet metrics`` exports them (:mod:`duet.commands.exporter`).
 
 Several worker processes behind one port (a prefork pool, ``celery multi``): set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the processes start; each

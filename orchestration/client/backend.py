@@ -1,7 +1,7 @@
 """Which Redis the client API uses: ``DUET_REDIS_URL``, else the embedded default.
 
 The embedded default (an embedded Redis and an in-process worker, for one machine) is
-part of the face, ``duet.local``, which sits above both the client and the workers. It is
+part of the face, ``duet.embedded.local``, which sits above both the client and the workers. It is
 found by module name on first use without a cluster, the way ``celery -A`` finds an app,
 so the client imports nothing above it and needs no worker code to submit to a cluster.
 """
@@ -13,7 +13,7 @@ import importlib
 from orchestration.settings import get_settings
 
 #: The module that starts the embedded default (its ``ensure_backend() -> url``).
-EMBEDDED_DEFAULT = "duet.local"
+EMBEDDED_DEFAULT = "duet.embedded.local"
 
 
 def ensure_backend() -> str:

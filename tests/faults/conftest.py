@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from tests.support import pings, wait_for
 
 
@@ -63,7 +63,7 @@ class DurableRedis:
     on the same port and file."""
 
     def __init__(self, directory: str, appendfsync: str = "always") -> None:
-        from duet.embedded import free_port
+        from duet.embedded.server import free_port
 
         self.port = free_port()
         self.dir = directory
@@ -75,7 +75,7 @@ class DurableRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        from duet.embedded import find_server_binary
+        from duet.embedded.server import find_server_binary
 
         log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -152,7 +152,7 @@ class SentinelSet:
     )
 
     def __init__(self, directory: str) -> None:
-        from duet.embedded import free_port
+        from duet.embedded.server import free_port
 
         self.dir = directory
         self.ports = [free_port(), free_port()]  # primary, replica (they swap roles)
@@ -166,7 +166,7 @@ class SentinelSet:
         return ";".join(f"sentinel://127.0.0.1:{p}" for p in self.sentinel_ports) + "/0"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        from duet.embedded import find_server_binary
+        from duet.embedded.server import find_server_binary
 
         log = open(os.path.join(self.dir, f"{name}.log"), "ab")  # noqa: SIM115
         proc = subprocess.Popen(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration import Agent, Team
 from orchestration.core.budget import Budget
 from orchestration.state import keys

@@ -183,7 +183,7 @@ def _duet_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
             [
                 sys.executable,
                 "-m",
-                "duet.cli",
+                "duet.commands.main",
                 "run",
                 str(config),
                 "-i",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability
 from tests.support import celery_worker, client_pointed_at

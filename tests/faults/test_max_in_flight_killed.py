@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from duet.embedded import EmbeddedRedis
-from duet.fake_llm import FakeLLM
+from duet.embedded.server import EmbeddedRedis
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from orchestration.client.handles import store
 from orchestration.state import keys

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis, find_server_binary, free_port
+from duet.embedded.server import EmbeddedRedis, find_server_binary, free_port
 from tests.reliability import CLIENTS, Reliability
 from tests.support import CELERY, ROOT, pings, wait_for
 
@@ -29,7 +29,7 @@ def duet(args: list[str], url: str, **env: str) -> tuple[int, str, str]:
     full = {**os.environ, "DUET_REDIS_URL": url, "DUET_REDIS_CONNECT_TIMEOUT_S": "2", **env}
     full.pop("DUET_BROKER_URL", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "duet.cli", *args],
+        [sys.executable, "-m", "duet", *args],
         cwd=ROOT,
         env=full,
         capture_output=True,

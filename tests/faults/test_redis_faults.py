@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability, lost_of
 from tests.support import (

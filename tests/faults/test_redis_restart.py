@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import redis
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from tests.faults.conftest import DurableRedis
 from tests.reliability import ENGINE, Reliability, lost_of

@@ -30,10 +30,10 @@ from typing import Any
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
-from duet.fake_llm import FakeLLM
-from duet.report import csv_row, result_record
-from duet.report_html import render_report
+from duet.embedded.server import EmbeddedRedis
+from duet.report.html import render_report
+from duet.report.records import csv_row, result_record
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from orchestration.core import events as ev
 from tests.faults.conftest import Monitor
@@ -261,7 +261,7 @@ def duet_show(url: str, run_ids: list[str], cwd: Path) -> list[subprocess.Comple
     """``duet show RUN --full`` of each run in the Redis at ``url``, as a user runs it."""
     return [
         subprocess.run(
-            [sys.executable, "-m", "duet.cli", "show", run_id, "--full"],
+            [sys.executable, "-m", "duet", "show", run_id, "--full"],
             env={**os.environ, "DUET_REDIS_URL": url},
             cwd=cwd,
             capture_output=True,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Budget, Team, get_budget
 from tests.faults.conftest import SentinelSet
 from tests.reliability import CLIENTS, ENGINE, Reliability, lost_of
@@ -216,7 +216,7 @@ def _done(batch) -> int:  # type: ignore[no-untyped-def]
 
 def duet_ls(url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", "ls"],
+        [sys.executable, "-m", "duet", "ls"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ import pytest
 import redis
 from kombu.utils.json import dumps
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration import Agent, Team
 from orchestration.state import deadletters, keys
 from tests.faults.conftest import Monitor
@@ -64,7 +64,7 @@ def test_poison_messages_among_runs_are_dead_lettered(reliability: Reliability) 
         took = time.monotonic() - started
         alive = worker.poll() is None
         listed = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "dead", "ls"],
+            [sys.executable, "-m", "duet", "dead", "ls"],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
-from duet.fake_llm import FakeLLM
+from duet.embedded.server import EmbeddedRedis
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from orchestration.client.handles import RunHandle, producer
 from orchestration.core import events as ev

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import pytest
 import redis
 
-from duet.embedded import find_server_binary, free_port
+from duet.embedded.server import find_server_binary, free_port
 from orchestration import Agent, Team
 from tests.reliability import CLIENTS, Reliability, lost_of
 from tests.support import (
@@ -197,7 +197,7 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
         batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
         statuses = [r.status for r in batch.results(timeout=90)]
         listed = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "ls"],
+            [sys.executable, "-m", "duet", "ls"],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis, free_port
+from duet.embedded.server import EmbeddedRedis, free_port
 from orchestration.settings import Settings
 from orchestration.state.broker import broker_config
 from tests.reliability import CLIENTS, Reliability
@@ -62,7 +62,7 @@ def duet(args: list[str], url: str, tmp_path: Path) -> tuple[int, str, str, floa
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "duet.cli", *args],
+        [sys.executable, "-m", "duet", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -206,7 +206,7 @@ def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) ->
         err = tmp_path / "stderr.txt"
         with err.open("wb") as sink:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "duet.cli", "watch", batch.batch_id],
+                [sys.executable, "-m", "duet", "watch", batch.batch_id],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -320,7 +320,7 @@ def check_broker_line(broker: str, why: str, reliability: Reliability, load: str
         }
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "submit", str(CONFIG), "-i", str(INPUTS)],
+            [sys.executable, "-m", "duet", "submit", str(CONFIG), "-i", str(INPUTS)],
             cwd=ROOT,
             env=env,
             capture_output=True,

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from duet.embedded import EmbeddedRedis
-from duet.fake_llm import FakeLLM
-from duet.report import result_record
+from duet.embedded.server import EmbeddedRedis
+from duet.report.records import result_record
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from tests.faults.conftest import Monitor
 from tests.faults.test_secret_echo import duet_show, leaks_in, redis_values

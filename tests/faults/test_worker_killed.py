@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from duet.embedded import EmbeddedRedis
-from duet.fake_llm import FakeLLM
+from duet.embedded.server import EmbeddedRedis
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from orchestration.client.handles import store
 from orchestration.core.budget import Budget
@@ -133,7 +133,7 @@ def test_duet_resume_right_after_a_worker_died_mid_call(
         killed = time.monotonic()
         stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="heir"))
         resumed = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "resume", batch.batch_id],
+            [sys.executable, "-m", "duet", "resume", batch.batch_id],
             env={**os.environ, "DUET_REDIS_URL": server.url},
             capture_output=True,
             text=True,

@@ -303,7 +303,7 @@ def test_compose_flower_and_fake_llm(yaml: Any) -> None:
     assert any(str(p).endswith("5555") for p in services["flower"]["ports"])
     fake = services["fake-llm"]
     assert fake.get("profiles"), "the fake LLM only starts under a profile"
-    assert "duet.fake_llm" in fake["command"]
+    assert "duet.standin.server" in fake["command"]
 
 
 def test_k8s_manifests_are_namespace_agnostic(yaml: Any) -> None:

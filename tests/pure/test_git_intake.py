@@ -1,4 +1,4 @@
-"""``duet.git_intake`` on repositories made here: prompts, hunks, limits, and that the
+"""``duet.intake.git`` on repositories made here: prompts, hunks, limits, and that the
 repository under review runs none of its own code (external diff, textconv, hooks)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from duet.git_intake import MAX_FILE_CHARS, GitChanges
+from duet.intake.git import MAX_FILE_CHARS, GitChanges
 from orchestration.core.errors import ConfigError
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from duet.inputs import InputProblem, InputReader, detect_format
+from duet.intake.files import InputProblem, InputReader, detect_format
 from orchestration.core.errors import InputError
 from orchestration.core.jsonlimits import MAX_DEPTH, too_deep, value_too_deep
 from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
@@ -294,7 +294,7 @@ def test_directory_refuses_symlinks_out_fifos_and_devices_and_loses_nothing_else
 def test_a_device_inside_the_tree_is_not_read(tmp_path: Path) -> None:
     # Symlinks out are refused before their target is looked at; a device node reached
     # without a symlink is refused on its type (checked on the open descriptor).
-    from duet.inputs import _read_regular, _Unreadable
+    from duet.intake.files import _read_regular, _Unreadable
 
     with pytest.raises(_Unreadable, match=r"not a regular file \(a character device\)"):
         _read_regular(Path("/dev/zero"), 1000)

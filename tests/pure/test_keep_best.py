@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from duet.config import load_config
-from duet.report import csv_row, record_kept_note, result_record
-from duet.report_html import render_report
+from duet.report.html import render_report
+from duet.report.records import csv_row, record_kept_note, result_record
 from orchestration import ActorCritic, Agent, Team
 from orchestration.core.loop import PLATEAU, Finish, LoopState, Refine, StepOutcome, decide
 from orchestration.core.results import RunResult, build_result, keep_best, kept

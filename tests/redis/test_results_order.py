@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from duet.cli_results import ResultsFile, collect
+from duet.commands.results import ResultsFile, collect
 from orchestration import Agent, Team
 from orchestration.client.handles import BatchHandle, store
 from orchestration.state.runs import event_json
@@ -139,7 +139,7 @@ def test_results_with_a_status_stream_each_match_as_its_run_finishes(
     run_ids = batch.run_ids()
     env = {**os.environ, "DUET_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
     with subprocess.Popen(
-        [sys.executable, "-m", "duet.cli", "results", batch.batch_id, "--status", "interrupted"],
+        [sys.executable, "-m", "duet", "results", batch.batch_id, "--status", "interrupted"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

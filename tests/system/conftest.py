@@ -36,7 +36,7 @@ def system_redis_url(redis_url: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def fake_llm() -> Iterator[object]:
     """The local stand-in for the vendors' HTTP APIs."""
-    from duet.fake_llm import FakeLLM
+    from duet.standin.server import FakeLLM
 
     with FakeLLM() as server:
         yield server

@@ -48,7 +48,7 @@ def _env(cache_dir: Path) -> dict[str, str]:
 
 def _run(args: list[str], cache_dir: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *args],
+        [sys.executable, "-m", "duet", *args],
         env=_env(cache_dir),
         cwd=cwd,
         capture_output=True,
@@ -124,7 +124,7 @@ def test_another_key_variable_and_a_refusing_critic_do_not_hit(
     env_b = _env(cache)
     before = _requests(fake_llm)
     run = subprocess.run(
-        [sys.executable, "-m", "duet.cli", "run", str(config), "-i", str(inputs), "-o", "c.jsonl"],
+        [sys.executable, "-m", "duet", "run", str(config), "-i", str(inputs), "-o", "c.jsonl"],
         env={**env_b, "TENANT_B_KEY": "sk-test-b"},
         cwd=tmp_path,
         capture_output=True,
@@ -165,7 +165,7 @@ def test_ctrl_c_then_resume_pays_no_call_twice(
             [
                 sys.executable,
                 "-m",
-                "duet.cli",
+                "duet.commands.main",
                 "run",
                 str(config),
                 "-i",
@@ -249,7 +249,7 @@ def test_a_rerun_served_whole_starts_nothing(fake_llm: Any, tmp_path: Path, inpu
             "-X",
             "importtime",
             "-m",
-            "duet.cli",
+            "duet.commands.main",
             "run",
             str(config),
             "-i",
@@ -270,7 +270,7 @@ def test_a_rerun_served_whole_starts_nothing(fake_llm: Any, tmp_path: Path, inpu
         for line in rerun.stderr.splitlines()
         if line.startswith("import time:")
     }
-    assert "celery" not in imported and "duet.embedded" not in imported
+    assert "celery" not in imported and "duet.embedded.server" not in imported
     assert "6 input(s) served from the cache" in rerun.stderr
     assert "calls served from cache" in rerun.stdout
     a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from duet.cli import app
+from duet.commands.main import app
 from tests.support import CELERY, SIM_CONFIG, wait_for
 
 pytestmark = pytest.mark.system
@@ -46,8 +46,8 @@ def _env(**extra: str) -> dict[str, str]:
 def _duet(
     *args: str | Path, env: dict[str, str], cwd: Path, script: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``duet`` as its own process: the console script, or ``python -m duet.cli``."""
-    head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "duet.cli"]
+    """Run ``duet`` as its own process: the console script, or ``python -m duet.commands.main``."""
+    head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "duet"]
     return subprocess.run(
         [*head, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=180
     )
@@ -178,7 +178,7 @@ def test_ctrl_c_cancels_the_batch_and_still_accounts_for_every_input(tmp_path: P
         [
             sys.executable,
             "-m",
-            "duet.cli",
+            "duet.commands.main",
             "run",
             str(config),
             "-i",

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from duet import DISTRIBUTION
-from duet.cli import app
+from duet.commands.main import app
 from tests.support import wait_for
 
 pytestmark = pytest.mark.system
@@ -65,7 +65,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        [sys.executable, "-m", "duet", *map(str, args)],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -78,7 +78,7 @@ def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.Compl
 def _start(*args: str | Path, env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
     """``duet`` running in the background; killed if still running when the block ends."""
     with subprocess.Popen(
-        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        [sys.executable, "-m", "duet", *map(str, args)],
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,

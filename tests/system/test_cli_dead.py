@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from duet.cli import app
+from duet.commands.main import app
 from orchestration.state import deadletters
 
 runner = CliRunner()

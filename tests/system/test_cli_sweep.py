@@ -19,7 +19,7 @@ import time
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration import Agent, Team
 from orchestration.client.handles import RunHandle, store
 from orchestration.state import keys
@@ -68,7 +68,7 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         _strand(client, keys.QUEUE_ACTOR, at_step.run_id)
 
         once = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "sweep"],
+            [sys.executable, "-m", "duet", "sweep"],
             env=env,
             capture_output=True,
             text=True,
@@ -85,7 +85,7 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         ) == (1, 1)
         # Sent on, they count as moved: a second sweep leaves them alone.
         again = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "sweep"],
+            [sys.executable, "-m", "duet", "sweep"],
             env=env,
             capture_output=True,
             text=True,
@@ -94,7 +94,7 @@ def test_duet_sweep_sends_stranded_runs_on(reliability: Reliability) -> None:
         assert again.stdout.splitlines() == ["swept: 0 run(s) sent on (stale after 600 s)"]
 
         looping = subprocess.Popen(
-            [sys.executable, "-m", "duet.cli", "sweep", "--every", "0.3", "--after", "300"],
+            [sys.executable, "-m", "duet", "sweep", "--every", "0.3", "--after", "300"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

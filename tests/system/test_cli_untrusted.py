@@ -31,7 +31,7 @@ def _duet(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        [sys.executable, "-m", "duet", *map(str, args)],
         env=env or _env(),
         cwd=cwd,
         capture_output=True,

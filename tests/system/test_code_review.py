@@ -61,7 +61,7 @@ def _env() -> dict[str, str]:
 
 def _duet(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        [sys.executable, "-m", "duet", *map(str, args)],
         env=_env(),
         cwd=cwd,
         capture_output=True,
@@ -341,7 +341,7 @@ def test_on_a_cluster_results_of_a_batch_id_are_findings_too(
 ) -> None:
     env = {**_env(), "DUET_REDIS_URL": system_redis_url}
     out = tmp_path / "cluster.jsonl"
-    run = [sys.executable, "-m", "duet.cli"]
+    run = [sys.executable, "-m", "duet"]
     done = subprocess.run(
         [
             *run,
@@ -383,7 +383,7 @@ def test_submit_queues_a_git_range_on_a_cluster(
     repo: Path, tmp_path: Path, worker: subprocess.Popen[bytes], system_redis_url: str
 ) -> None:
     env = {**_env(), "DUET_REDIS_URL": system_redis_url}
-    run = [sys.executable, "-m", "duet.cli"]
+    run = [sys.executable, "-m", "duet"]
     queued = subprocess.run(
         [
             *run,

@@ -14,7 +14,7 @@ import threading
 import pytest
 import redis
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from tests.support import pings, wait_for
 
 pytestmark = pytest.mark.system

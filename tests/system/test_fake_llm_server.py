@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 
 pytestmark = pytest.mark.system
 
@@ -36,7 +36,7 @@ def test_a_busy_port_is_one_line_and_exit_2() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "fake-llm", "--port", str(port)],
+            [sys.executable, "-m", "duet", "fake-llm", "--port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,

@@ -79,7 +79,7 @@ def test_cli_json_lines_carry_the_batch_id(
         [
             sys.executable,
             "-m",
-            "duet.cli",
+            "duet.commands.main",
             "--log-format",
             "json",
             "run",

@@ -133,7 +133,7 @@ def test_max_in_flight_from_the_command_line_and_the_config(
     r = redis.Redis.from_url(small_worker.redis_url, decode_responses=True)
     for flag, cap in (([], 3), (["--max-in-flight", "1"], 1)):
         done = subprocess.run(
-            [sys.executable, "-m", "duet.cli", "submit", str(config), "-i", str(inputs), *flag],
+            [sys.executable, "-m", "duet", "submit", str(config), "-i", str(inputs), *flag],
             env=env,
             capture_output=True,
             text=True,
@@ -148,7 +148,7 @@ def test_max_in_flight_from_the_command_line_and_the_config(
         [
             sys.executable,
             "-m",
-            "duet.cli",
+            "duet.commands.main",
             "submit",
             str(config),
             "-i",

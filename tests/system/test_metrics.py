@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from duet.embedded import free_port
+from duet.embedded.server import free_port
 from orchestration import Agent, Budget, Team, set_budgets
 from orchestration.state.ratelimits import RateLimiter
 from tests.support import ROOT, celery_worker, client_pointed_at, wait_for
@@ -54,7 +54,7 @@ def exporter(redis_url: str) -> Iterator[int]:
     env = {**os.environ, "DUET_REDIS_URL": redis_url}
     env.pop("DUET_BROKER_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "duet.cli", "metrics", "--port", str(port), "--host", "127.0.0.1"],
+        [sys.executable, "-m", "duet", "metrics", "--port", str(port), "--host", "127.0.0.1"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -194,7 +194,7 @@ def test_vendor_batch_calls_are_counted_when_their_results_are_stored(
 ) -> None:
     """Steps of ``execution="vendor_batch"`` agents make no call themselves: the poller
     stores their results, and that is where they are counted (USD at the batch rate)."""
-    from duet.fake_llm import FakeLLM
+    from duet.standin.server import FakeLLM
 
     port = free_port()
     with FakeLLM() as openai, client_pointed_at(redis_url):

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from orchestration.core.errors import ProviderError
 from orchestration.state import fastpaths
 from tests.system import test_providers_http as base

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import workers.providers as providers
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from orchestration.core.agents import Agent
 from orchestration.core.errors import ProviderError
 from orchestration.core.structured import CRITIQUE_SCHEMA, read_structured
@@ -443,7 +443,7 @@ def test_faults_filtered_by_path(llm: FakeLLM) -> None:
 
 def test_sdks_not_imported_until_first_call() -> None:
     code = (
-        "import sys, workers.providers.openai, workers.providers.anthropic, duet.fake_llm\n"
+        "import sys, workers.providers.openai, workers.providers.anthropic, duet.standin.server\n"
         "assert 'openai' not in sys.modules and 'anthropic' not in sys.modules\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

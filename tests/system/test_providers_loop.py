@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-import duet.fake_llm as fake_llm
-from duet.fake_llm import FakeLLM
+import duet.standin.server as fake_llm
+from duet.standin.server import FakeLLM
 from orchestration import Agent, RunResult, Team
 from orchestration.core import events as ev
 from orchestration.core.pricing import cost_usd

@@ -1,7 +1,7 @@
 """Refusals, content filters and context overflows end a run ``interrupted`` with that
 reason, the model's words in the run's error, nothing stored as a turn, nothing scored:
 a real worker, real Redis, the real SDKs talking to the stand-in (synchronous calls and
-vendor batches). The stand-in answers each vendor's own shape (``duet.fake_llm``)."""
+vendor batches). The stand-in answers each vendor's own shape (``duet.standin.server``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pytest
 import redis
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from orchestration import Agent, RunResult, Team
 from orchestration.core import events as ev
 from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
@@ -235,7 +235,7 @@ def test_duet_show_says_the_model_refused(
 ) -> None:
     from typer.testing import CliRunner
 
-    from duet.cli import app
+    from duet.commands.main import app
 
     result = team("openai", "actor", "refusal").run_sync(f"Task ({tag()}).", timeout=60)
     monkeypatch.setenv("DUET_REDIS_URL", url)

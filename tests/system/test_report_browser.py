@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from duet.inputs import InputProblem
-from duet.report import rejected_record
-from duet.report_html import render_report
+from duet.intake.files import InputProblem
+from duet.report.html import render_report
+from duet.report.records import rejected_record
 from tests.support import CHROMIUM, chromium
 
 #: A script in an input id and an issue, and a handler in an output: run, each would mark

@@ -24,7 +24,7 @@ KEY = "DUET_TEST_RERUN_KEY"
 
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        [sys.executable, "-m", "duet", *map(str, args)],
         env=env,
         cwd=cwd,
         capture_output=True,

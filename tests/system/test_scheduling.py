@@ -99,7 +99,7 @@ def test_duet_watch_on_1000_inputs_shows_finished_runs_within_its_first_tenth(
     env = {k: v for k, v in os.environ.items() if k != "DUET_BROKER_URL"}
     env |= {"DUET_REDIS_URL": small_worker.redis_url, "PYTHONUNBUFFERED": "1"}
     watch = subprocess.run(
-        [sys.executable, "-m", "duet.cli", "watch", batch.batch_id, "--log-every", "0.2"],
+        [sys.executable, "-m", "duet", "watch", batch.batch_id, "--log-every", "0.2"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

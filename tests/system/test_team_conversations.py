@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-import duet.fake_llm as fake_llm
-from duet.fake_llm import FakeLLM
+import duet.standin.server as fake_llm
+from duet.standin.server import FakeLLM
 from orchestration import ActorCritic, Agent, RunResult, Team
 
 pytestmark = pytest.mark.system

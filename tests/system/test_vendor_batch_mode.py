@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import redis
 
-import duet.fake_llm as fake_llm
-from duet.fake_llm import FakeLLM
+import duet.standin.server as fake_llm
+from duet.standin.server import FakeLLM
 from orchestration import Agent, Budget, Team
 from orchestration.core.pricing import cost_usd
 from orchestration.prices import listed_price
@@ -237,7 +237,7 @@ def test_cli_vendor_batch_and_watch_shows_the_wait(
         "".join(json.dumps({"id": f"i{n}", "prompt": f"task {n}"}) + "\n" for n in range(3))
     )
     env = {**os.environ, "DUET_REDIS_URL": url, "COLUMNS": "200"}
-    cli = [sys.executable, "-m", "duet.cli"]
+    cli = [sys.executable, "-m", "duet"]
     sent = subprocess.run(
         [*cli, "submit", config, "-i", inputs, "--vendor-batch"],
         env=env,

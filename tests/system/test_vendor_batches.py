@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import workers.providers as providers
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from orchestration.core.agents import Agent
 from orchestration.core.errors import ConfigError, ProviderError
 from orchestration.core.structured import read_structured

@@ -18,7 +18,7 @@ import anthropic
 import openai
 import pytest
 
-from duet.fake_llm import FakeLLM
+from duet.standin.server import FakeLLM
 from tests.reliability import ENGINE, Reliability, lost_of
 
 pytestmark = pytest.mark.system
@@ -259,7 +259,7 @@ def _dry_run(config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "duet.cli",
+            "duet.commands.main",
             "run",
             str(config),
             "-i",

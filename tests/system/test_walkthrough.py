@@ -86,7 +86,7 @@ RAN: list[tuple[str, ...]] = []
 def _duet(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     RAN.append(duet_signature([str(a) for a in args]))
     done = subprocess.run(
-        [sys.executable, "-m", "duet.cli", *map(str, args)],
+        [sys.executable, "-m", "duet", *map(str, args)],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -202,7 +202,7 @@ def test_a_77_file_tree_from_submit_to_report_on_two_workers(cluster: str, tmp_p
     # The batch's figure is what its runs spent: not a cent lost or counted twice.
     assert sum(r["usage"]["usd"] for r in records) == pytest.approx(costs[-1], abs=1e-3)
 
-    from duet.triage import final_issues, worst_first
+    from duet.report.triage import final_issues, worst_first
 
     # The inputs to look at, each as its run finishes (here: all finished).
     not_approved = {r["run_id"] for r in records if r["status"] == "max_rounds_reached"}

@@ -5,7 +5,7 @@ plain JSON object per input; ``index`` is its position in the input file, so rec
 written as runs finish can be put back in input order (:func:`by_index`). Runs give
 :func:`result_record`, inputs that were never run give :func:`rejected_record`, so every
 input is accounted for. Everything else here is a pure function of those records; the
-HTML report built from them is :mod:`duet.report_html`.
+HTML report built from them is :mod:`duet.report.html`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from duet.inputs import InputProblem
+    from duet.intake.files import InputProblem
     from orchestration.core.architecture import LoopSpec
     from orchestration.core.results import RunResult
 
@@ -135,7 +135,7 @@ def rejected_record(
 ) -> dict[str, Any]:
     """The results-file record of an input that was never run, saying where and why.
 
-    ``problem`` is the reader's :class:`~duet.inputs.InputProblem`, or the same fields as
+    ``problem`` is the reader's :class:`~duet.intake.files.InputProblem`, or the same fields as
     stored with a batch (``id``, ``source``, ``line``, ``reason``, ``index``).
     """
     if not isinstance(problem, Mapping):

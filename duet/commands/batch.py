@@ -11,13 +11,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from duet.cli_progress import COLOURS, WorkerWatch, duration
-from duet.cli_support import (
+from duet.commands.progress import COLOURS, WorkerWatch, duration
+from duet.commands.support import (
     OK,
     SOME_FAILED,
     plain,
 )
-from duet.report import (
+from duet.report.records import (
     FINISHED_WELL,
     LABELS,
     OUTCOMES,
@@ -39,10 +39,10 @@ SHOWN_REASONS = 5
 def batch_handle(batch_id: str) -> BatchHandle:
     """A handle on an existing batch, named by its id or a unique prefix of it
     (LookupError when there is none, or the prefix names several)."""
-    from duet import cli_ids
+    from duet.commands import ids
     from orchestration.client.handles import BatchHandle
 
-    handle = BatchHandle(cli_ids.batch_id(batch_id))
+    handle = BatchHandle(ids.batch_id(batch_id))
     handle.progress()
     return handle
 
@@ -94,7 +94,7 @@ def records_as_they_finish(
 ) -> Iterable[dict[str, Any]]:
     """A batch's records as its runs finish, not in input order: its rejected inputs
     first, then each run's the moment it finishes (for following a live batch)."""
-    from duet.cli_results import as_they_finish
+    from duet.commands.results import as_they_finish
 
     rejected = handle.rejected()
     for rec in rejected:

@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from duet.cli_support import clean, current_log_format, err, plain, record
-from duet.report import LABELS, OUTCOMES
+from duet.commands.support import clean, current_log_format, err, plain, record
+from duet.report.records import LABELS, OUTCOMES
 
 if TYPE_CHECKING:
     from orchestration.client.handles import BatchHandle

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from duet.cli_results import (
+from duet.commands.results import (
     Intake,
 )
-from duet.cli_support import (
+from duet.commands.support import (
     current_log_format,
     err,
     note,
@@ -26,7 +26,7 @@ from duet.cli_support import (
     warn,
 )
 from duet.config import CacheConfig, ReviewConfig, load_config
-from duet.inputs import InputReader
+from duet.intake.files import InputReader
 from orchestration.core import url_credentials
 from orchestration.core.agents import resolve_model
 from orchestration.core.callcache import parse_ttl
@@ -234,7 +234,7 @@ class Reading:
     ) -> None:
         self.path = path
         self.intake = intake
-        #: An InputReader, or anything shaped like one (``duet.git_intake.GitChanges``).
+        #: An InputReader, or anything shaped like one (``duet.intake.git.GitChanges``).
         self.reader = reader if reader is not None else _reader(cfg, path, intake, **options)
         self.items = intake.items(self.reader)
         with err.status(plain(f"Reading {path}")):

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.cli_support import connect, fails_cleanly, out, plain, print_whole
+from duet.commands.support import connect, fails_cleanly, out, plain, print_whole
 
 limits_app = typer.Typer(
     help="Fleet-wide rate limits per model: show, set, clear. They stay in Redis until "

@@ -3,7 +3,7 @@
 The inputs not approved worst first (:func:`worst_first`), the final-round issues of every
 input grouped by similarity of wording (:func:`group_issues`), the reasons inputs did not
 finish well grouped by kind (:func:`group_reasons`), and what an output changed from its
-input (:func:`input_diff`). The HTML report (:mod:`duet.report_html`) only renders these.
+input (:func:`input_diff`). The HTML report (:mod:`duet.report.html`) only renders these.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duet.formats.patch import fenced_file
-from duet.inputs import DIRECTORY_PROMPT_TEMPLATE
-from duet.report import reason_of
+from duet.intake.files import DIRECTORY_PROMPT_TEMPLATE
+from duet.report.records import reason_of
 
 #: Two issues whose normalised words overlap this much (Jaccard) are one issue.
 SAME_WORDS = 0.6

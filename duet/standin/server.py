@@ -1,6 +1,6 @@
 """A local stand-in for the OpenAI and Anthropic HTTP APIs, answering as the sim model.
 
-Stdlib, plus the SDKs' request types every body is held to (:mod:`duet.fake_schemas`: a
+Stdlib, plus the SDKs' request types every body is held to (:mod:`duet.standin.schemas`: a
 body the vendor would refuse gets its 400). Tests and benchmarks point the real ``openai``
 / ``anthropic`` SDKs at it::
 
@@ -25,7 +25,7 @@ A structured critique request — OpenAI ``response_format`` with a ``json_schem
 Anthropic ``tool_choice`` forcing one of the request's ``tools`` — is answered by the
 critic as plain JSON: the message content, or the forced tool's ``input`` (``stop_reason:
 "tool_use"``). Tools and schemas count as prompt tokens. Prompt caching follows each
-vendor's rules (see :mod:`duet.fake_cache`).
+vendor's rules (see :mod:`duet.standin.prompt_cache`).
 
 Admin API (JSON):
 
@@ -50,12 +50,12 @@ Admin API (JSON):
     usage totals sent (cache reads and writes included), the last requests (``path``,
     ``model``, ``body`` and the ``authorization`` header received), the current plan.
 ``POST /_admin/batches`` how vendor batches behave: ``delay_s``, ``fail_match``,
-    ``fail_status``, ``expire_match``, ``expire`` (see :mod:`duet.fake_batches`).
+    ``fail_status``, ``expire_match``, ``expire`` (see :mod:`duet.standin.batches`).
 ``POST /_admin/reset``   clear faults, stats, logs and batches; latency back to its start
     value.
 
 The vendor batch APIs (OpenAI ``/v1/files`` + ``/v1/batches``, Anthropic
-``/v1/messages/batches``) are served too: see :mod:`duet.fake_batches`.
+``/v1/messages/batches``) are served too: see :mod:`duet.standin.batches`.
 """
 
 from __future__ import annotations
@@ -77,10 +77,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-from duet.fake_batches import BatchError, BatchStore
-from duet.fake_cache import PromptCache
-from duet.fake_schemas import refusal
-from duet.fake_schemas import warm as warm_schemas
+from duet.standin.batches import BatchError, BatchStore
+from duet.standin.prompt_cache import PromptCache
+from duet.standin.schemas import refusal
+from duet.standin.schemas import warm as warm_schemas
 from orchestration.core.errors import ConfigError, ProviderError
 from workers.providers.sim import simulate
 
@@ -463,7 +463,7 @@ class _Handler(BaseHTTPRequestHandler):
         return f"http://{host}"
 
     def _batch_api(self, method: str, path: str) -> bool:
-        """Serve a vendor batch API route (see :mod:`duet.fake_batches`); False if not one."""
+        """Serve a vendor batch API route (see :mod:`duet.standin.batches`); False if not one."""
         parts = path.strip("/").split("/")
         store = self.server.state.batches
         anthropic = parts[:3] == ["v1", "messages", "batches"]
@@ -578,7 +578,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         refused = refusal("anthropic.messages" if anthropic else "openai.chat", body)
-        if refused is not None:  # what the vendor's API would refuse (duet.fake_schemas)
+        if refused is not None:  # what the vendor's API would refuse (duet.standin.schemas)
             self._error(anthropic, 400, refused[0], {}, param=refused[1])
             return
         try:
@@ -922,7 +922,7 @@ class FakeLLM:
         self._state.set_faults(plan)
 
     def set_batch_plan(self, **plan: Any) -> None:
-        """How vendor batches behave (see :mod:`duet.fake_batches`): ``delay_s``,
+        """How vendor batches behave (see :mod:`duet.standin.batches`): ``delay_s``,
         ``fail_match``, ``fail_status``, ``expire_match``, ``expire``."""
         self._state.batches.set_plan(plan)
 
@@ -963,7 +963,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, latency_ms: float = 0) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m duet.fake_llm [--host H] [--port P] [--latency-ms N]``."""
+    """``python -m duet.standin.server [--host H] [--port P] [--latency-ms N]``."""
     parser = argparse.ArgumentParser(prog="duet fake-llm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)

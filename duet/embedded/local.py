@@ -13,7 +13,7 @@ import atexit
 import signal
 import threading
 
-from duet.embedded import EmbeddedRedis
+from duet.embedded.server import EmbeddedRedis
 from orchestration.settings import get_settings
 from orchestration.state import connection
 from workers.inprocess import InProcessWorker

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.cli_support import connect, fails_cleanly, out, plain
+from duet.commands.support import connect, fails_cleanly, out, plain
 from orchestration.core.callcache import parse_ttl
 from orchestration.settings import get_settings
 from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore

@@ -190,7 +190,7 @@ def connect(*, embedded_ok: bool = False) -> str:
     Raises:
         ConfigError: no DUET_REDIS_URL and the command cannot use an embedded cluster.
     """
-    from duet import local
+    from duet.embedded import local
     from orchestration.state import connection
 
     settings = get_settings()

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from duet.cli_support import connect, note
+from duet.commands.support import connect, note
 from orchestration.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from duet.cli_results import Intake
+    from duet.commands.results import Intake
     from duet.config import ReviewConfig
-    from duet.git_intake import GitChanges
+    from duet.intake.git import GitChanges
 
 FORMATS = ("sarif", "rdjson", "github", "markdown")
 FAIL_ON = ("error", "warning", "never")
@@ -87,8 +87,8 @@ class GitSource:
     context: int = 10
 
     def reader(self, cfg: ReviewConfig, intake: Intake) -> GitChanges:
-        from duet.cli_intake import prompt_limit
-        from duet.git_intake import GitChanges
+        from duet.intake.batch import prompt_limit
+        from duet.intake.git import GitChanges
 
         assert self.spec is not None
         return GitChanges(
@@ -112,9 +112,9 @@ def input_source(input: Path | None, git: GitSource | None) -> Path:
 
 
 def _records(batch: str, timeout: float | None) -> list[dict[str, Any]]:
-    from duet.cli_batch import batch_handle, batch_records
-    from duet.cli_results import read_records
-    from duet.report import by_index
+    from duet.commands.batch import batch_handle, batch_records
+    from duet.commands.results import read_records
+    from duet.report.records import by_index
 
     if Path(batch).is_file():
         return list(by_index(read_records(Path(batch))))

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from duet.cli_app import app
-from duet.cli_support import (
+from duet.commands.app import app
+from duet.commands.support import (
     INTERRUPTED,
     connect,
     current_log_format,
@@ -184,7 +184,7 @@ def metrics(
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import start_http_server
 
-    from duet.exporter import FleetCollector
+    from duet.commands.exporter import FleetCollector
     from orchestration.state.connection import client_for, get_redis, is_redis_url
 
     connect()
@@ -219,6 +219,6 @@ def fake_llm(
     latency_ms: Annotated[float, typer.Option(help="Delay added to every answer.")] = 0.0,
 ) -> None:
     """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
-    from duet.fake_llm import serve
+    from duet.standin.server import serve
 
     serve(host, port, latency_ms)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.cli_support import connect, fails_cleanly, out, plain
+from duet.commands.support import connect, fails_cleanly, out, plain
 from orchestration.core.budget import UNITS, Budget, parse_scope
 
 budget_app = typer.Typer(

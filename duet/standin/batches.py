@@ -33,7 +33,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
-from duet.fake_schemas import Kind, refusal, upload_refusal
+from duet.standin.schemas import Kind, refusal, upload_refusal
 
 #: ``answer(anthropic, body, key) -> (status, payload)``: one request, as if sent alone.
 Answer = Callable[[bool, dict[str, Any], str], tuple[int, dict[str, Any]]]

@@ -15,13 +15,13 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from duet.cli_app import BatchArg, RunArg, TimeoutOpt, app
-from duet.cli_batch import batch_handle, batch_records
-from duet.cli_progress import COLOURS
-from duet.cli_results import (
+from duet.commands.app import BatchArg, RunArg, TimeoutOpt, app
+from duet.commands.batch import batch_handle, batch_records
+from duet.commands.progress import COLOURS
+from duet.commands.results import (
     read_records,
 )
-from duet.cli_support import (
+from duet.commands.support import (
     SOME_FAILED,
     clean,
     connect,
@@ -33,14 +33,14 @@ from duet.cli_support import (
     plain,
     print_whole,
 )
-from duet.report import (
+from duet.report.html import render_report
+from duet.report.records import (
     LABELS,
     OUTCOMES,
     Summary,
     by_index,
     kept_note,
 )
-from duet.report_html import render_report
 from duet.short_ids import shortest_unique
 from orchestration.core.completion import refusal_line
 from orchestration.core.errors import ConfigError, RunTimeout
@@ -134,10 +134,10 @@ def show(
 ) -> None:
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
-    from duet import cli_ids
+    from duet.commands import ids
     from orchestration.client.handles import store
 
-    result = store().result(cli_ids.run_id(run_id))
+    result = store().result(ids.run_id(run_id))
     out.print(_run_header(result))
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:
@@ -287,7 +287,7 @@ def _stored_prompts(records: list[dict[str, Any]]) -> dict[str, str]:
 
 def _file_prompts(path: Path) -> dict[str, str]:
     """Input id -> prompt, from an input file or folder (its readable inputs only)."""
-    from duet.inputs import InputReader
+    from duet.intake.files import InputReader
 
     return {record.id: record.prompt for record in InputReader(path)}
 
@@ -304,10 +304,10 @@ def cancel(
 ) -> None:
     """Cancel a batch (every unfinished run) or one run; each stops after its current step."""
     connect()
-    from duet import cli_ids
+    from duet.commands import ids
     from orchestration.client.handles import BatchHandle, RunHandle
 
-    kind, ident = cli_ids.batch_or_run(id)
+    kind, ident = ids.batch_or_run(id)
     if kind == "run":
         flagged = RunHandle(ident).cancel()
         out.print(plain(f"run {ident}: {'cancelled' if flagged else 'already finished'}"))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from duet.cli_app import (
+from duet.commands.app import (
     BatchArg,
     CacheOpt,
     CacheTtlOpt,
@@ -38,7 +38,7 @@ from duet.cli_app import (
     app,
     check_status,
 )
-from duet.cli_batch import (
+from duet.commands.batch import (
     batch_handle,
     batch_records,
     exit_for,
@@ -48,20 +48,19 @@ from duet.cli_batch import (
     summary_table,
     worker_watch,
 )
-from duet.cli_budget import budget_app
-from duet.cli_cache import cache_app
-from duet.cli_dead import dead_app
-from duet.cli_intake import Reading, load_checked, print_dry_run, submit_reading
-from duet.cli_limits import limits_app
-from duet.cli_progress import LOG_EVERY_S, ProgressView, follow
-from duet.cli_results import (
+from duet.commands.budget import budget_app
+from duet.commands.cache import cache_app
+from duet.commands.dead import dead_app
+from duet.commands.limits import limits_app
+from duet.commands.progress import LOG_EVERY_S, ProgressView, follow
+from duet.commands.results import (
     Intake,
     ResultsFile,
     collect,
     finished_records,
     read_records,
 )
-from duet.cli_review import (
+from duet.commands.review import (
     AllOpt,
     ContextOpt,
     FailOnOpt,
@@ -75,7 +74,7 @@ from duet.cli_review import (
     input_source,
     write_findings,
 )
-from duet.cli_support import (
+from duet.commands.support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
@@ -89,8 +88,9 @@ from duet.cli_support import (
     record,
     warn,
 )
-from duet.outputs import write_outputs
-from duet.report import (
+from duet.formats.outputs import write_outputs
+from duet.intake.batch import Reading, load_checked, print_dry_run, submit_reading
+from duet.report.records import (
     Summary,
     by_index,
     rejected_record,
@@ -244,7 +244,7 @@ def run_loaded(
     if not dry_run:
         if not embedded:
             connect()  # the cluster's cache is in its Redis
-        from duet.run_cache import RunCache
+        from duet.embedded.run_cache import RunCache
 
         run_cache = RunCache.of(cfg.build_architecture().to_spec())
     intake = Intake(finished, limit, run_cache)
@@ -346,8 +346,8 @@ def review(
     Deleted, binary, vendored and .gitignored files are skipped and counted; renames are
     followed. Exit codes as for ``duet run``.
     """
-    from duet.cli_intake import check_loaded
     from duet.config import parse_config
+    from duet.intake.batch import check_loaded
     from orchestration.core import review_templates
 
     if not git_range:
@@ -679,7 +679,7 @@ class _RecordsWithProgress:
 
 
 # The other commands register themselves on the app as their modules are imported.
-from duet import cli_inspect, cli_worker  # noqa: E402,F401  (after run..results: help order)
+from duet.commands import inspect, worker  # noqa: E402,F401  (after run..results: help order)
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")

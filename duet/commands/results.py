@@ -7,7 +7,7 @@
   every finished one), then puts the file back in input order.
 - :func:`collect` follows the batch's finished-run stream and writes each run once.
 - :func:`read_records`: reading a results file back (approved outputs as files:
-  :mod:`duet.outputs`).
+  :mod:`duet.formats.outputs`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from duet.inputs import (
+from duet.intake.files import (
     BoundedRows,
     InputProblem,
     InputReader,
@@ -29,7 +29,7 @@ from duet.inputs import (
     bounded_lines,
     long_csv_fields,
 )
-from duet.report import (
+from duet.report.records import (
     CSV_COLUMNS,
     CSV_JSON,
     CSV_NUMBERS,
@@ -45,7 +45,7 @@ from orchestration.core.jsonlimits import depth_reason, too_deep
 from orchestration.logjson import json_line
 
 if TYPE_CHECKING:
-    from duet.run_cache import RunCache
+    from duet.embedded.run_cache import RunCache
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
 
@@ -66,7 +66,7 @@ class Intake:
         finished: records of an earlier results file by input id; inputs found there
             finished well are not run again, their records are carried over.
         limit: submit at most this many runs (inputs served from the run cache count).
-        cache: the run cache (``duet.run_cache``): inputs it serves are not submitted.
+        cache: the run cache (``duet.embedded.run_cache``): inputs it serves are not submitted.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """The HTML report of a batch: one self-contained page a reviewer triages from. Pure.
 
-The inputs that need attention come first (:mod:`duet.report_inputs`), then the batch and
-its charts (:mod:`duet.report_charts`). No script, style sheet or font is fetched, and every
+The inputs that need attention come first (:mod:`duet.report.inputs`), then the batch and
+its charts (:mod:`duet.report.charts`). No script, style sheet or font is fetched, and every
 text from a record (user input, model output) is escaped.
 """
 
@@ -11,15 +11,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from duet.report import LABELS, OUTCOMES, Summary, readable_date
-from duet.report_charts import ACCENT, esc, hbar_svg, line_svg, vbar_svg
-from duet.report_inputs import (
+from duet.report.charts import ACCENT, esc, hbar_svg, line_svg, vbar_svg
+from duet.report.inputs import (
     Triage,
     inputs_section,
     issues_section,
     reasons_section,
     usd,
 )
+from duet.report.records import LABELS, OUTCOMES, Summary, readable_date
 
 COLOURS = {
     "approved": "#2e7d32",
@@ -49,8 +49,8 @@ def render_report(
     inputs. Charts are inline SVG, folding is ``<details>``: the page runs no script.
 
     Args:
-        records: result records (:func:`~duet.report.result_record` /
-            :func:`~duet.report.rejected_record`).
+        records: result records (:func:`~duet.report.records.result_record` /
+            :func:`~duet.report.records.rejected_record`).
         title: the page title.
         inputs: input id -> the input's prompt, for the diff of each output from its
             input; an input not in it gets no diff.

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from duet.report import FINISHED_WELL
+from duet.report.records import FINISHED_WELL
 from orchestration.core.runcache import loop_cacheable, run_cacheable, run_key
 from orchestration.logjson import json_line
 
@@ -98,7 +98,7 @@ class RunCache:
         refuses it."""
         if not loop_cacheable(spec):
             return None
-        from duet.cli_cache import cache_store
+        from duet.commands.cache import cache_store
 
         return cls(spec, cache_store())
 

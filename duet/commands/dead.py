@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from duet.cli_support import connect, fails_cleanly, out, plain, print_whole
+from duet.commands.support import connect, fails_cleanly, out, plain, print_whole
 from orchestration.core.errors import ConfigError
 
 dead_app = typer.Typer(

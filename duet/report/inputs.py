@@ -9,10 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from duet.report import LABELS, readable_date, reason_of, record_kept_note
-from duet.report_charts import esc
-from duet.short_ids import shortest_unique
-from duet.triage import (
+from duet.report.charts import esc
+from duet.report.records import LABELS, readable_date, reason_of, record_kept_note
+from duet.report.triage import (
     clipped,
     clipped_lines,
     final_issues,
@@ -21,6 +20,7 @@ from duet.triage import (
     input_diff,
     worst_first,
 )
+from duet.short_ids import shortest_unique
 from orchestration.core.completion import refusal_line
 
 #: Most characters of an output, and lines of a diff, put on the page (the results file

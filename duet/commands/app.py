@@ -9,12 +9,12 @@ from typing import Annotated
 
 import typer
 
-from duet.cli_support import (
+from duet.commands.support import (
     OK,
     out,
     use_log_format,
 )
-from duet.report import (
+from duet.report.records import (
     OUTCOMES,
 )
 from orchestration.core.errors import ConfigError

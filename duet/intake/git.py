@@ -20,7 +20,7 @@ from typing import Any
 
 from unidiff import PatchSet
 
-from duet.inputs import InputProblem, InputRecord
+from duet.intake.files import InputProblem, InputRecord
 from orchestration.core.errors import ConfigError
 
 UNITS = ("file", "hunk")
@@ -240,7 +240,7 @@ def hunk_prompt(change: Change, spec: str, header: str, hunk: str) -> str:
 class GitChanges:
     """The changed files of ``spec`` in ``repo`` as inputs, counting what is skipped.
 
-    Shaped like :class:`~duet.inputs.InputReader` (iterate, ``skipped``, ``skipped_by``)
+    Shaped like :class:`~duet.intake.files.InputReader` (iterate, ``skipped``, ``skipped_by``)
     so ``duet run`` reads it the same way.
     """
 
