@@ -174,7 +174,7 @@ class AgentSettings(BaseModel):
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     """Model calls one agent run may make (tool calls go between them); a run that asks
     for a tool on its last turn is interrupted ``<role>:round_N:max_turns``."""
-    tool_options: dict[str, Any] = Field(default_factory=dict)
+    tool_options: dict[str, Any] | None = None
     """Options the agent's tools read (``ToolContext.options``): e.g. the command the
     sandbox runs for the review toolset's tests."""
 
@@ -389,7 +389,7 @@ class Agent:
                 "cache": cache,
                 "tools": tools,
                 "max_turns": max_turns,
-                "tool_options": tool_options or {},
+                "tool_options": tool_options,
             },
         )
         if architecture is not None:

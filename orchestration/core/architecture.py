@@ -31,7 +31,7 @@ ROLES = ("actor", "critic")
 _TOOL_DEFAULTS: dict[str, Any] = {
     "tools": [],
     "max_turns": DEFAULT_MAX_TURNS,
-    "tool_options": {},
+    "tool_options": None,
     "tool_specs": [],
 }
 #: Which revision a run returns: the last (as the spec's loop does), or the best-scored.

@@ -131,7 +131,7 @@ class ToolService:
             text, ok = tool_error(f"unknown tool {call['name']!r}; the tools are: {given}"), False
         else:
             where = CallInfo(
-                self.root_of(run) if self.root_of else None, run_id, ref, agent.tool_options
+                self.root_of(run) if self.root_of else None, run_id, ref, agent.tool_options or {}
             )
             try:
                 text, ok = self.run_tool(spec, dict(call.get("arguments") or {}), where)

@@ -123,7 +123,7 @@ def anthropic_calls(content: Sequence[dict[str, Any]], skip: str | None) -> tupl
             b["input"] if isinstance(b.get("input"), dict) else {BAD_ARGUMENTS: b.get("input")},
         )
         for b in content
-        if b.get("type") == "tool_use" and b.get("name") != skip
+        if b.get("type") == "tool_use" and b.get("id") and b.get("name") not in (None, skip)
     )
 
 

@@ -48,7 +48,7 @@ class Tool:
 
 _TOOLS: dict[str, Tool] = {}
 _lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 @overload
@@ -213,12 +213,12 @@ def _as_text(value: Any) -> str:
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
+    global _threads
+    if _threads is None:
         with _lock:
-            if _pool is None:
-                _pool = concurrent.futures.ThreadPoolExecutor(MAX_RUNNING, "duet-tool")
-    return _pool
+            if _threads is None:
+                _threads = concurrent.futures.ThreadPoolExecutor(MAX_RUNNING, "duet-tool")
+    return _threads
 
 
 __all__ = ["SHIPPED", "Tool", "call", "describe", "get", "known", "load", "tool"]
