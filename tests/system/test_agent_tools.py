@@ -135,3 +135,42 @@ def test_a_model_calling_a_tool_it_was_not_given_reads_an_error(tools_url: str) 
     result = _team(critic).run_sync("Write a function that adds.", timeout=60)
     assert result.status == "max_rounds_reached"
     assert any("unknown tool 'run_tests'" in i for i in result.rounds[0].issues)
+
+
+def test_the_stand_in_refuses_malformed_tool_requests_as_the_vendors_do(
+    stand_in: FakeLLM,
+) -> None:
+    """Through the real SDKs: a ``tool`` message answering no call, a tool defined in the
+    other vendor's shape, a ``tool_result`` with no ``tool_use`` before it: each a 400."""
+    import anthropic
+    import openai
+
+    oa = openai.OpenAI(api_key="sk-test", base_url=stand_in.url, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="must be a response to a preceeding"):
+        oa.chat.completions.create(
+            model="gpt-4o",
+            messages=[
+                {"role": "user", "content": "hi"},
+                {"role": "tool", "tool_call_id": "call_1", "content": "result"},
+            ],
+        )
+    with pytest.raises(openai.BadRequestError, match="input_schema"):
+        oa.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[{"name": "run_tests", "input_schema": {"type": "object"}}],  # type: ignore[list-item]
+        )
+    an = anthropic.Anthropic(api_key="ant-test", base_url=stand_in.anthropic_url, max_retries=0)
+    with pytest.raises(anthropic.BadRequestError, match="unexpected `tool_use_id`"):
+        an.messages.create(
+            model="claude-haiku-4-5",
+            max_tokens=100,
+            messages=[
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "ok"},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}],
+                },
+            ],
+        )
