@@ -368,7 +368,9 @@ def print_dry_run(cfg: ReviewConfig, reading: Reading) -> None:
     table.add_row("runs", f"{runs:,}")
     table.add_row("rejected inputs", f"{len(reading.intake.rejected):,}")
     table.add_row("already finished", f"{len(reading.intake.carried):,}")
-    turns = {r: getattr(spec, r).max_turns if getattr(spec, r).tools else 1 for r in ("actor", "critic")}
+    turns = {
+        r: getattr(spec, r).max_turns if getattr(spec, r).tools else 1 for r in ("actor", "critic")
+    }
     per_run = (
         f"1 + 2 × {rounds} per run"
         if turns == {"actor": 1, "critic": 1}

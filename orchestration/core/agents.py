@@ -178,6 +178,9 @@ class AgentSettings(BaseModel):
     """Options the agent's tools read (``ToolContext.options``): e.g. the command the
     sandbox runs for the review toolset's tests."""
 
+    def __hash__(self) -> int:  # tool_options is a dict: hashed by the JSON of the whole
+        return hash(self.model_dump_json())
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:

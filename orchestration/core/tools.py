@@ -39,6 +39,9 @@ class ToolSpec(BaseModel):
     source: str = "python"
     """``python`` (a registered function) or ``mcp:<url or command>``."""
 
+    def __hash__(self) -> int:  # its schema is a dict: hashed by its JSON
+        return hash(self.model_dump_json())
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:

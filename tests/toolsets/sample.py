@@ -40,20 +40,22 @@ def record_note(context: ToolContext, note: str) -> str:
     Args:
         note: what to record.
     """
+    _log(f"record_note start {context.run_id} {context.call_id}")
     time.sleep(float(os.environ.get("DUET_TEST_TOOL_SLOW_S", "0")))
-    _log(f"record_note {context.run_id} {context.call_id}")
+    _log(f"record_note done {context.run_id} {context.call_id}")
     return "noted"
 
 
 @tool(pure=True, timeout_s=60)
-def slow_check(code: str) -> str:
+def slow_check(context: ToolContext, code: str) -> str:
     """A check that takes a while (pure: a lost call is run again).
 
     Args:
         code: the code under review.
     """
+    _log(f"slow_check start {context.run_id} {context.call_id}")
     time.sleep(float(os.environ.get("DUET_TEST_TOOL_SLOW_S", "0")))
-    _log("slow_check")
+    _log(f"slow_check done {context.run_id} {context.call_id}")
     return "slow check: ok"
 
 
