@@ -79,10 +79,10 @@ def anthropic_problem(body: dict[str, Any]) -> str | None:
                 )
         results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
         if results:
-            before = messages[n - 1] if n > 0 else {}
+            before = messages[n - 1].get("content") if n > 0 else None
             used = [
                 b.get("id")
-                for b in (before.get("content") if isinstance(before.get("content"), list) else [])
+                for b in (before if isinstance(before, list) else [])
                 if b.get("type") == "tool_use"
             ]
             stray = [r for r in results if r not in used]

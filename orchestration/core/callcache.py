@@ -92,7 +92,7 @@ def _keyed(message: Message) -> dict[str, Any]:
     keyed: dict[str, Any] = {"role": message["role"], "content": message["content"]}
     for extra in ("tool_calls", "tool_call_id", "is_error"):
         if extra in message:
-            keyed[extra] = message[extra]  # type: ignore[literal-required]
+            keyed[extra] = message[extra]
     return keyed
 
 

@@ -284,7 +284,7 @@ class StepService:
             # The run's own conversation: its earlier steps of the role, read with the step.
             turns = own_turns(run_id, start.own, seat.turns)
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
-        turn, earlier = 1, ()
+        turn, prior = 1, tuple[dict[str, Any], ...]()
         if seat.agent.takes_tools:
             stored = self.turns.turns(run_id, key)
             if stored and stored[-1].missing:
@@ -297,7 +297,7 @@ class StepService:
                 )
             views = [TurnView(t.data.get("text") or "", t.calls, t.results) for t in stored]
             messages.extend(turn_messages(views, boundary))  # type: ignore[arg-type]
-            turn, earlier = len(stored) + 1, tuple(t.data for t in stored)
+            turn, prior = len(stored) + 1, tuple(dict(t.data) for t in stored)
         if seat.agent.execution == "vendor_batch":
             return Park(
                 run_id,
@@ -333,7 +333,7 @@ class StepService:
             handover,
             boundary,
             turn,
-            earlier,
+            prior,
         )
         with self.leases.held(hold):
             return self._answer(step, failures)
