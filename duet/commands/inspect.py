@@ -3,9 +3,8 @@ batches and runs already submitted."""
 
 from __future__ import annotations
 
-import json
-
 import difflib
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -137,9 +136,7 @@ def show(
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
     from duet.commands import ids
-    from orchestration.client.handles import store
-
-    from orchestration.client.handles import agent_turns
+    from orchestration.client.handles import agent_turns, store
 
     result = store().result(ids.run_id(run_id))
     turns = agent_turns(result.run_id)
