@@ -184,6 +184,8 @@ def _prlimit(limits: Limits) -> list[str]:
 def _bwrap(copy: Path) -> list[str]:
     """bubblewrap's arguments: namespaces, read-only system, the copy at :data:`MOUNT`."""
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # /tmp first: a Python installed under /tmp is bound over it below, not hidden by it.
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     args += ["--ro-bind", "/usr", "/usr"]
     for top in ROOT_LINKS:
         if os.path.islink(top):
@@ -196,7 +198,6 @@ def _bwrap(copy: Path) -> list[str]:
     for prefix in sorted({sys.prefix, sys.base_prefix, os.path.realpath(sys.base_prefix)}):
         if not prefix.startswith("/usr/"):
             args += ["--ro-bind-try", prefix, prefix]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     args += ["--bind", str(copy), MOUNT, "--chdir", MOUNT, "--"]
     return args
 
