@@ -23,11 +23,12 @@ from pydantic import ConfigDict, Field, ValidationError, create_model
 from orchestration.core.errors import ConfigError
 from orchestration.core.tools import NAME_PATTERN, ToolSpec, tool_error
 from workers.tools.context import ToolContext
+from workers.tools.errors import ToolError
 
 log = logging.getLogger(__name__)
 
 #: Toolset modules every worker imports, besides ``DUET_TOOL_MODULES``.
-SHIPPED = ("workers.tools.review",)
+SHIPPED = ("workers.tools.review", "workers.tools.commands")
 #: Threads running tool calls at once in one process (each waits on its tool).
 MAX_RUNNING = 32
 
@@ -198,6 +199,8 @@ def call(name: str, arguments: dict[str, Any], context: ToolContext) -> tuple[st
         value = future.result(timeout=found.spec.timeout_s)
     except concurrent.futures.TimeoutError:
         return tool_error(f"{name} timed out after {found.spec.timeout_s:g} s"), False
+    except ToolError as exc:  # a refusal the tool words for the model itself
+        return tool_error(str(exc)), False
     except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read
         return tool_error(f"{name} raised {type(exc).__name__}: {exc}"), False
     return (value if isinstance(value, str) else _as_text(value)), True

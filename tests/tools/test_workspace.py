@@ -1,0 +1,131 @@
+"""checkout(): a read-only tree at one commit, from a path or a URL, built once per commit."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.tools.conftest import Repo, git
+from workers.tools.errors import ToolError
+from workers.tools.workspace import checkout, origin
+
+
+def test_the_tree_is_the_commit_not_the_working_copy(repo: Repo, tmp_path: Path) -> None:
+    (repo.path / "README.md").write_text("uncommitted\n")
+    old = checkout(str(repo.path), repo.first, tmp_path / "cache")
+    new = checkout(str(repo.path), repo.second, tmp_path / "cache")
+    assert (old / "README.md").read_text() == "version one\n"
+    assert not (old / "run.sh").exists()
+    assert (new / "README.md").read_text().startswith("version two")
+    assert sorted(p.name for p in new.iterdir()) == [
+        "README.md",
+        "inside_link",
+        "leak",
+        "pkg",
+        "run.sh",
+        "up",
+    ]
+    assert not any(p.name == ".git" for p in new.rglob("*"))
+
+
+def test_modes_and_symlinks_are_kept_and_files_are_read_only(tree: Path, repo: Repo) -> None:
+    assert os.readlink(tree / "leak") == str(repo.secret)
+    assert os.readlink(tree / "inside_link") == "pkg/calc.py"
+    assert stat.S_IMODE((tree / "run.sh").stat().st_mode) == 0o555
+    assert stat.S_IMODE((tree / "README.md").stat().st_mode) == 0o444
+    assert stat.S_IMODE((tree / "pkg").stat().st_mode) == 0o555
+
+
+def test_origin_names_the_object_store_and_full_commit(tree: Path, repo: Repo) -> None:
+    found = origin(tree)
+    assert found.commit == repo.second
+    assert found.git_dir == (repo.path / ".git").resolve()
+
+
+def test_a_short_or_symbolic_commit_is_resolved_to_its_id(repo: Repo, tmp_path: Path) -> None:
+    by_name = checkout(str(repo.path), "main~1", tmp_path / "cache")
+    by_prefix = checkout(str(repo.path), repo.first[:10], tmp_path / "cache")
+    assert by_name == by_prefix == tmp_path / "cache" / "trees" / repo.first / "tree"
+
+
+def test_a_url_is_fetched_into_the_cache_and_reused(repo: Repo, tmp_path: Path) -> None:
+    url = f"file://{repo.path}"
+    tree = checkout(url, repo.second, tmp_path / "cache")
+    assert (tree / "pkg" / "use.py").is_file()
+    assert origin(tree).git_dir.parent == tmp_path / "cache" / "git"
+    # A finished checkout is reused: the source is no longer needed.
+    shutil.rmtree(repo.path)
+    assert checkout(url, repo.second, tmp_path / "cache") == tree
+    # And the fetched store still answers for the older commit, offline.
+    assert (checkout(url, repo.first, tmp_path / "cache") / "README.md").read_text() == (
+        "version one\n"
+    )
+
+
+def test_a_url_fetch_finds_a_commit_by_branch_name(repo: Repo, tmp_path: Path) -> None:
+    tree = checkout(f"file://{repo.path}", "main", tmp_path / "cache")
+    assert origin(tree).commit == repo.second
+
+
+def _checkout_in_child(args: tuple[str, str, str]) -> str:
+    source, commit, cache = args
+    return str(checkout(source, commit, Path(cache)))
+
+
+@pytest.mark.parametrize("url", [False, True], ids=["path", "url"])
+def test_concurrent_callers_build_one_tree(repo: Repo, tmp_path: Path, url: bool) -> None:
+    source = f"file://{repo.path}" if url else str(repo.path)
+    cache = tmp_path / "cache"
+    with multiprocessing.get_context("fork").Pool(6) as pool:
+        trees = pool.map(_checkout_in_child, [(source, repo.second, str(cache))] * 12)
+    assert set(trees) == {str(cache / "trees" / repo.second / "tree")}
+    assert (Path(trees[0]) / "pkg" / "use.py").read_text().startswith("from pkg.calc")
+    # Nothing half-built is left beside it.
+    assert [p.name for p in (cache / "trees").iterdir()] == [repo.second]
+
+
+def test_a_killed_builders_leftovers_are_cleared(repo: Repo, tmp_path: Path) -> None:
+    trees = tmp_path / "cache" / "trees"
+    (trees / f".{repo.second}.999.dead" / "tree").mkdir(parents=True)
+    (trees / repo.second / "tree").mkdir(parents=True)  # renamed in, never finished
+    tree = checkout(str(repo.path), repo.second, tmp_path / "cache")
+    assert (tree / "run.sh").is_file()
+    assert sorted(p.name for p in trees.iterdir()) == [repo.second]
+
+
+@pytest.mark.parametrize(
+    ("source", "commit", "message"),
+    [
+        ("{repo}", "f" * 40, "has no commit"),
+        ("{repo}", "--output=/tmp/x", "is not a commit"),
+        ("{tmp}/nowhere", "main", "is not a directory"),
+        ("{tmp}/outside", "main", "not a git repository"),
+        ("ext::sh -c touch% {tmp}/pwned", "main", "fetch"),
+        ("file://{tmp}/nowhere", "main", "fetch"),
+    ],
+)
+def test_bad_sources_and_commits_are_clear_errors(
+    repo: Repo, tmp_path: Path, source: str, commit: str, message: str
+) -> None:
+    source = source.format(repo=repo.path, tmp=tmp_path)
+    with pytest.raises(ToolError, match=message):
+        checkout(source, commit, tmp_path / "cache")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_second_commit_in_the_source_is_checked_out_beside_the_first(
+    repo: Repo, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    checkout(str(repo.path), repo.second, cache)
+    (repo.path / "new.txt").write_text("new\n")
+    git(repo.path, "add", "new.txt")
+    git(repo.path, "commit", "--quiet", "-m", "Third")
+    third = checkout(str(repo.path), git(repo.path, "rev-parse", "HEAD"), cache)
+    assert (third / "new.txt").read_text() == "new\n"
+    assert len(list((cache / "trees").iterdir())) == 2

@@ -1,0 +1,219 @@
+"""MCP servers as tool sources: list a server's tools, call one, from synchronous code.
+
+A server is reached over streamable HTTP (``url``, with a bearer key read from the
+worker's environment variable ``key_env``: the spec holds the name, never the key) or as
+a local command over stdio (``command``; the SDK gives it a minimal environment, not the
+worker's). Each call opens a session, does one thing and closes it, inside one deadline,
+on an event loop of its own (the worker calls from a thread). Anything that goes wrong —
+the server down, a timeout, a tool that reports an error — is a :class:`ToolError` with a
+short message, cleaned of the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from workers import secrets
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
+from workers.tools.errors import ToolError
+
+T = TypeVar("T")
+
+#: Pages of tools/list read before giving up on a server that never stops paginating.
+MAX_PAGES = 50
+#: What an HTTP refusal most likely means, added to its message.
+_HINTS = {401: ": a missing or wrong key", 403: ": the key may not use this server"}
+#: The longest message of a failure kept in a ToolError.
+MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """One MCP server: ``url`` (streamable HTTP) with an optional ``key_env``, or ``command``.
+
+    Attributes:
+        url: the server's streamable HTTP endpoint (``https://host/mcp``).
+        key_env: the worker environment variable holding the bearer key for ``url``.
+        command: the program and arguments of a local server spoken to over stdio.
+    """
+
+    url: str | None = None
+    key_env: str | None = None
+    command: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.command is not None:
+            object.__setattr__(self, "command", tuple(self.command))
+        if (self.url is None) == (self.command is None):
+            raise ToolError("an MCP server needs exactly one of url and command")
+        if self.url is not None and urlsplit(self.url).scheme not in ("http", "https"):
+            raise ToolError(f"MCP server url must be http(s)://, not {self.url[:80]!r}")
+        if self.command is not None and not (self.command and all(self.command)):
+            raise ToolError("an MCP server's command must name a program")
+        if self.key_env is not None and self.url is None:
+            raise ToolError("key_env is for an MCP server reached by url")
+
+    @property
+    def label(self) -> str:
+        """How messages name the server: its URL without query, or its program."""
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
+        assert self.command is not None
+        return os.path.basename(self.command[0])
+
+
+def list_tools(server: McpServer, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """The server's tools: each ``{"name", "description", "inputSchema"}``."""
+
+    async def listing(session: ClientSession) -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
+            tools += [
+                {
+                    "name": tool.name,
+                    "description": tool.description or "",
+                    "inputSchema": tool.input_schema,
+                }
+                for tool in page.tools
+            ]
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+        raise ToolError(f"MCP server {server.label}: more than {MAX_PAGES} pages of tools")
+
+    return _run(server, "list tools", listing, timeout_s)
+
+
+def call_tool(
+    server: McpServer, name: str, arguments: Mapping[str, Any], timeout_s: float = 60.0
+) -> str:
+    """Call tool ``name``; its text content joined, or a :class:`ToolError` it reported."""
+
+    async def calling(session: ClientSession) -> str:
+        result = await session.call_tool(name, dict(arguments), read_timeout_seconds=timeout_s)
+        text = _text(result)
+        if result.is_error:
+            raise ToolError(f"{name}: {text or 'the tool reported an error'}"[:MAX_ERROR_CHARS])
+        return text
+
+    return _run(server, f"call {name}", calling, timeout_s)
+
+
+def _text(result: types.CallToolResult) -> str:
+    """The text blocks of a result, joined; other blocks named; structured content as JSON."""
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        else:
+            parts.append(f"[{block.type} content not shown]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, sort_keys=True))
+    return "\n".join(parts)
+
+
+def _run(
+    server: McpServer,
+    doing: str,
+    work: Callable[[ClientSession], Awaitable[T]],
+    timeout_s: float,
+) -> T:
+    """Open a session, ``work`` on it, close it: all within ``timeout_s``, synchronously."""
+    key = _key(server)
+    statuses: list[int] = []
+
+    async def main() -> T:
+        with anyio.fail_after(timeout_s):
+            async with _session(server, key, statuses) as session:
+                await session.initialize()
+                return await work(session)
+
+    try:
+        return anyio.run(main)
+    except Exception as e:  # the SDK's and the transport's errors, often grouped
+        leaf = _leaf(e)
+        if isinstance(leaf, ToolError):
+            message = str(leaf)
+        elif isinstance(leaf, TimeoutError):
+            message = f"MCP server {server.label}: {doing} took longer than {timeout_s:g} s"
+        else:
+            message = f"MCP server {server.label}: cannot {doing}: {_reason(leaf)}"
+            # The SDK reports an HTTP refusal as a generic error; the status says more.
+            if refused := [s for s in statuses if s >= 400]:
+                message += f" (HTTP {refused[-1]}{_HINTS.get(refused[-1], '')})"
+        raise ToolError(_clean(message, key)) from None
+
+
+def _key(server: McpServer) -> str | None:
+    if server.key_env is None:
+        return None
+    key = os.environ.get(server.key_env)
+    if not key:
+        raise ToolError(
+            f"MCP server {server.label}: the key variable {server.key_env} is not set on this worker"
+        )
+    return key
+
+
+@asynccontextmanager
+async def _session(
+    server: McpServer, key: str | None, statuses: list[int]
+) -> AsyncIterator[ClientSession]:
+    if server.command is not None:
+        params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            yield session
+        return
+    assert server.url is not None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def seen(response: httpx2.Response) -> None:
+        statuses.append(response.status_code)
+
+    async with (
+        httpx2.AsyncClient(headers=headers, event_hooks={"response": [seen]}) as http,
+        streamable_http_client(server.url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        yield session
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first innermost error of ``error`` (anyio wraps failures in exception groups)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip()
+    name = type(error).__name__
+    return text if text and name in text else f"{name}: {text}" if text else name
+
+
+def _clean(text: str, key: str | None) -> str:
+    """``text`` without the key, or any other secret the worker knows, and short."""
+    if key:
+        text = text.replace(key, "[REDACTED]")
+    return secrets.redact(text)[:MAX_ERROR_CHARS]
+
+
+__all__: Sequence[str] = ("McpServer", "call_tool", "list_tools")
