@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.tools.conftest import Repo, git
-from workers.tools import review
+from workers.tools import registry, review
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
-from workers.tools import registry
 from workers.tools.workspace import checkout
 
 

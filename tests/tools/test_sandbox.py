@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.tools.conftest import SECRET, Repo, git
-from workers.tools import sandbox
+from workers.tools import registry, sandbox
 from workers.tools.commands import run_command
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
-from workers.tools import registry
 from workers.tools.workspace import checkout
 
 
