@@ -110,7 +110,6 @@ STORED_DEFAULTS: dict[str, Any] = {
     "cache_write_tokens": 0,
     "structured": False,
     "interrupted": None,
-    "tool_calls": 0,
 }
 
 
