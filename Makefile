@@ -36,6 +36,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check orchestration workers duet tests bench
 	$(BIN)/ruff format --check orchestration workers duet tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## bench: every benchmark in one run (~15 min), written to bench/RESULTS.md; the in-process
 ## reference (loomflow) goes in its own venv, bench/.venv-ref (the run says so if it cannot)

@@ -89,7 +89,7 @@ from duet.commands.support import (
     warn,
 )
 from duet.formats.outputs import write_outputs
-from duet.intake.batch import Reading, load_checked, print_dry_run, submit_reading
+from duet.commands.intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.report.records import (
     Summary,
     by_index,
@@ -244,7 +244,7 @@ def run_loaded(
     if not dry_run:
         if not embedded:
             connect()  # the cluster's cache is in its Redis
-        from duet.embedded.run_cache import RunCache
+        from duet.commands.run_cache import RunCache
 
         run_cache = RunCache.of(cfg.build_architecture().to_spec())
     intake = Intake(finished, limit, run_cache)
@@ -347,7 +347,7 @@ def review(
     followed. Exit codes as for ``duet run``.
     """
     from duet.config import parse_config
-    from duet.intake.batch import check_loaded
+    from duet.commands.intake import check_loaded
     from orchestration.core import review_templates
 
     if not git_range:
