@@ -46,7 +46,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _duet(
     *args: str | Path, env: dict[str, str], cwd: Path, script: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``duet`` as its own process: the console script, or ``python -m duet.commands.main``."""
+    """Run ``duet`` as its own process: the console script, or ``python -m duet``."""
     head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "duet"]
     return subprocess.run(
         [*head, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=180
@@ -631,3 +631,11 @@ def test_read_commands_print_json_lines_on_a_cluster(
     )
     assert refused.returncode == 2 and "--json" in refused.stderr
     assert _duet("limits", "clear", "sim", env=cluster_env, cwd=tmp_path).returncode == 0
+
+
+def test_shell_completion_completes_commands(tmp_path: Path) -> None:
+    script = _duet("--show-completion", "bash", env=_env(), cwd=tmp_path)
+    assert script.returncode == 0 and "complete" in script.stdout, script.stderr
+    env = _env(_DUET_COMPLETE="complete_bash", COMP_WORDS="duet bu", COMP_CWORD="1")
+    completed = _duet(env=env, cwd=tmp_path)
+    assert completed.stdout.split() == ["budget"], completed.stdout
