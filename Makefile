@@ -20,7 +20,8 @@ demo: $(STAMP)
 
 ## test: the whole suite, TEST_WORKERS processes at a time (pytest-xdist); each starts its
 ## own Redis servers on free ports and never touches one it did not start
-TEST_WORKERS ?= 4
+## (two per core: the suite mostly waits on servers and subprocesses)
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(max(2, 2 * (os.cpu_count() or 1)))')
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
