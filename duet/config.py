@@ -83,6 +83,9 @@ class AgentConfig(AgentSettings):
             structured_output=self.structured_output,
             execution=self.execution,
             cache=self.cache,
+            tools=self.tools,
+            max_turns=self.max_turns,
+            tool_options=self.tool_options,
             name=name,
         )
 

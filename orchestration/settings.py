@@ -100,8 +100,18 @@ class Settings(BaseSettings):
     vendor_batch_max_requests: int = Field(default=1000, ge=1, le=50_000)
     #: ...the longest wait between two checks of a submitted vendor batch, seconds.
     vendor_batch_poll_max_s: float = Field(default=60.0, gt=0)
+    #: Modules of tools a worker imports at start (comma-separated), besides the shipped
+    #: ``workers.tools.review``: each registers its tools with ``workers.tools.registry.tool``.
+    tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _module_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
 
     @field_validator("preload_providers", mode="before")
     @classmethod

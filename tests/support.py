@@ -68,7 +68,7 @@ def celery_worker(
     *,
     concurrency: int = 32,
     env: dict[str, str] | None = None,
-    queues: str = "actor,critic,coordinator",
+    queues: str = "actor,critic,coordinator,tools",
     name: str = "w1",
     broker_url: str | None = None,
     loglevel: str = "WARNING",

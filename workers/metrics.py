@@ -75,6 +75,17 @@ CACHE_MISSES = Counter(
     "Model-call cache lookups that found nothing.",
     ["provider", "model"],
 )
+TOOL_CALLS = Counter(
+    "duet_tool_calls_total",
+    "Tool calls run by tool tasks, by tool and outcome (ok, error).",
+    ["tool", "outcome"],
+)
+TOOL_SECONDS = Histogram(
+    "duet_tool_call_seconds",
+    "Seconds one tool call ran, by tool.",
+    ["tool"],
+    buckets=LATENCY_BUCKETS,
+)
 INPUT_TOKENS = Counter(
     "duet_model_input_tokens_total", "Input tokens billed (cached ones included).", _CALL
 )
@@ -213,6 +224,14 @@ class StepObserver:
 
     def call_cached(self, agent: Any, hit: bool) -> None:
         call_cached(agent, hit)
+
+
+class ToolObserver:
+    """The tool service's observer (``orchestration.services.tools.ToolObserver``)."""
+
+    def tool_called(self, name: str, seconds: float, ok: bool) -> None:
+        TOOL_CALLS.labels(name, "ok" if ok else "error").inc()
+        TOOL_SECONDS.labels(name).observe(seconds)
 
 
 class RunObserver:

@@ -23,6 +23,7 @@ from orchestration.services.callcaching import CallCache
 from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.liveness import Liveness
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
+from orchestration.services.tools import ToolService
 from orchestration.settings import get_settings
 from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
@@ -42,6 +43,7 @@ _store: RunStore | None = None
 _coordinator: Coordinator | None = None
 _steps: StepService | None = None
 _liveness: Liveness | None = None
+_tools: ToolService | None = None
 
 
 def open_call_store(client: Any) -> CallStore:
@@ -102,6 +104,29 @@ def get_steps() -> StepService:
     return _steps if _steps is not None else _build()[1]
 
 
+def get_tools() -> ToolService:
+    """This process's tool service (loads the toolset modules and says which tools it knows
+    on first use)."""
+    global _tools
+    if _tools is None:
+        with _lock:
+            if _tools is None:
+                from workers.tools import runner
+
+                store = get_store()
+                runner.load_configured()
+                runner.publish(store.r)
+                watchers = [m for m in (metrics,) if m.ENABLED]
+                _tools = ToolService(
+                    store,
+                    runner.run_tool,
+                    scrub_output,
+                    root_of=runner.root_of,
+                    observers=tuple(m.ToolObserver() for m in watchers),
+                )
+    return _tools
+
+
 def get_liveness() -> Liveness:
     """This process's liveness key (see :mod:`orchestration.services.liveness`)."""
     global _liveness
@@ -124,7 +149,7 @@ def stop_liveness() -> None:
 
 def reset() -> None:
     """Forget per-process state (after the Redis URL changed, or in a forked child)."""
-    global _store, _coordinator, _steps, _liveness
+    global _store, _coordinator, _steps, _liveness, _tools
     with _lock:
         if _liveness is not None:
             _liveness.stop()
@@ -132,6 +157,7 @@ def reset() -> None:
         _coordinator = None
         _steps = None
         _liveness = None
+        _tools = None
 
 
 def _headers(batch_id: str | None) -> dict[str, Any]:
@@ -349,3 +375,13 @@ def _say_alive(**_: object) -> None:
         get_liveness().start()
     except INFRA_ERRORS as exc:  # Redis away: the first step says it
         log.warning("liveness key not written at start: %s: %s", type(exc).__name__, exc)
+    publish_tools()
+
+
+def publish_tools() -> None:
+    """Say which tools this worker knows (a submit naming another is refused); a Redis
+    away now is told again by the first tool call."""
+    try:
+        get_tools()
+    except INFRA_ERRORS as exc:
+        log.warning("tools not published at start: %s: %s", type(exc).__name__, exc)

@@ -10,13 +10,16 @@ import logging
 
 from celery import Task
 
-from orchestration.services.step import Park
+from orchestration.services.step import FanOut, Park
+from orchestration.services.tools import CheckLater, NextTurn
 from orchestration.state import keys
 from workers import celery_ext, metrics, tracing
 from workers import sweep as _sweep  # noqa: F401 - the periodic sweep starts with the worker
 from workers.app import app
 from workers.runtime import (
+    CLAIM_HEADER,
     INFRA_ERRORS,
+    StepWait,
     claim_of,
     dispatch,
     failures_of,
@@ -25,7 +28,10 @@ from workers.runtime import (
     get_liveness,
     get_steps,
     get_store,
+    get_tools,
     infra_retry,
+    retry,
+    send,
 )
 from workers.secrets import redact
 from workers.vendor_batches import collect, park_step, poll
@@ -60,6 +66,9 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
         )
         if isinstance(outcome, Park):  # a vendor_batch agent: the call goes in a vendor batch
             park_step(task, outcome)
+        elif isinstance(outcome, FanOut):  # the turn asked for tools: a task for each call
+            for ref in outcome.refs:
+                send(keys.TASK_TOOL, (outcome.run_id, ref))
         else:
             follow(task, outcome)
     except INFRA_ERRORS as exc:
@@ -122,6 +131,31 @@ def _coordinate(task: Task, run_id: str, seq: int) -> None:
             dispatch(step)
         except INFRA_ERRORS as exc:
             raise infra_retry(task, exc) from None
+
+
+class ToolTask(StepTask):
+    #: A killed worker's call comes back: run again only for a pure tool (the service
+    #: tells a call with effects that it was lost, from its stored claim).
+    acks_late = True
+    reject_on_worker_lost = True
+
+
+@app.task(bind=True, base=ToolTask, name=keys.TASK_TOOL)
+def tool(self: Task, run_id: str, call: str) -> None:
+    """Run one tool call a turn asked for; the turn's last result sends the next turn."""
+    try:
+        claimant = get_liveness().claimant()
+        outcome = get_tools().run(run_id, call, claimant=claim_of(self) or claimant)
+    except INFRA_ERRORS as exc:
+        raise infra_retry(self, exc) from None
+    if isinstance(outcome, NextTurn):
+        try:
+            send(outcome.task, (outcome.run_id, outcome.step_key))
+        except INFRA_ERRORS as exc:
+            raise infra_retry(self, exc) from None
+    elif isinstance(outcome, CheckLater):
+        why = StepWait("waiting: a live worker runs this call")
+        raise retry(self, outcome.delay_s, why, {CLAIM_HEADER: claim_of(self) or claimant})
 
 
 @app.task(bind=True, base=StepTask, name=keys.TASK_VB_COLLECT)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 def worker(
     queues: Annotated[
         str, typer.Option("--queues", "-Q", help="Comma-separated queues to consume.")
-    ] = "actor,critic,coordinator",
+    ] = "actor,critic,coordinator,tools",
     concurrency: Annotated[
         int | None,
         typer.Option(

@@ -31,6 +31,7 @@ from orchestration.core import url_credentials
 from orchestration.core.agents import resolve_model
 from orchestration.core.callcache import parse_ttl
 from orchestration.core.errors import ConfigError
+from orchestration.core.tools import MAX_RESULT_CHARS
 from orchestration.settings import get_settings
 
 if TYPE_CHECKING:
@@ -318,10 +319,12 @@ def show_problems(problems: list[Any]) -> None:
 def worst_case(spec: LoopSpec, prompt_bytes: int) -> dict[str, tuple[int, int, int]]:
     """The most one run can use, per role: ``(calls, input tokens, output tokens)``.
 
-    Every run goes to its last round (1 + rounds actor calls, rounds critic calls); each
-    call sees its instructions, the prompt and every earlier turn of the run (a turn is
-    at most the prompt plus ``max_tokens``); a token is counted per UTF-8 byte, the upper
-    bound the budget reservations use.
+    Every run goes to its last round (1 + rounds actor runs, rounds critic runs); an agent
+    with tools takes all its ``max_turns`` in each, each turn reading the ones before and
+    one tool result at its cap (``MAX_RESULT_CHARS``). Each call sees its instructions, the
+    prompt and every earlier turn of the run (a turn is at most the prompt plus
+    ``max_tokens``); a token is counted per UTF-8 byte, the upper bound the budget
+    reservations use.
     """
     use = {"actor": [0, 0, 0], "critic": [0, 0, 0]}
     history = 0
@@ -329,9 +332,13 @@ def worst_case(spec: LoopSpec, prompt_bytes: int) -> dict[str, tuple[int, int, i
         role = "actor" if n % 2 == 0 else "critic"
         agent = getattr(spec, role)
         tally = use[role]
-        tally[0] += 1
-        tally[1] += len(agent.instructions.encode()) + prompt_bytes + history
-        tally[2] += agent.max_tokens
+        turns = agent.max_turns if agent.tools else 1
+        within = 0  # the agent run's own earlier turns and tool results
+        for _ in range(turns):
+            tally[0] += 1
+            tally[1] += len(agent.instructions.encode()) + prompt_bytes + history + within
+            tally[2] += agent.max_tokens
+            within += agent.max_tokens + MAX_RESULT_CHARS
         history += prompt_bytes + agent.max_tokens
     return {role: (c, i, o) for role, (c, i, o) in use.items()}
 
@@ -361,7 +368,15 @@ def print_dry_run(cfg: ReviewConfig, reading: Reading) -> None:
     table.add_row("runs", f"{runs:,}")
     table.add_row("rejected inputs", f"{len(reading.intake.rejected):,}")
     table.add_row("already finished", f"{len(reading.intake.carried):,}")
-    table.add_row("model calls (at most)", f"{calls:,} (1 + 2 × {rounds} per run)")
+    turns = {
+        r: getattr(spec, r).max_turns if getattr(spec, r).tools else 1 for r in ("actor", "critic")
+    }
+    per_run = (
+        f"1 + 2 × {rounds} per run"
+        if turns == {"actor": 1, "critic": 1}
+        else f"(1 + {rounds}) × {turns['actor']} + {rounds} × {turns['critic']} turns per run"
+    )
+    table.add_row("model calls (at most)", f"{calls:,} ({per_run})")
     table.add_row("input tokens (at most)", f"{tokens_in:,}")
     table.add_row("output tokens (at most)", f"{tokens_out:,}")
     table.add_row(

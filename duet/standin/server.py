@@ -77,11 +77,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
+from duet.standin import toolcalls
 from duet.standin.batches import BatchError, BatchStore
 from duet.standin.prompt_cache import PromptCache
 from duet.standin.schemas import refusal
 from duet.standin.schemas import warm as warm_schemas
 from orchestration.core.errors import ConfigError, ProviderError
+from orchestration.core.structured import CRITIQUE_NAME
 from workers.providers.sim import simulate
 
 OPENAI_PATH = "/v1/chat/completions"
@@ -132,6 +134,8 @@ CONTEXT_MESSAGE = (
 )
 CONTEXT_CODE = "context_length_exceeded"
 _LAST_REQUESTS = 50
+#: The tool a structured critique is written with (``orchestration.core.structured``).
+_CRITIQUE_TOOL = CRITIQUE_NAME
 _ARRIVALS = 100_000
 
 
@@ -581,6 +585,14 @@ class _Handler(BaseHTTPRequestHandler):
         if refused is not None:  # what the vendor's API would refuse (duet.standin.schemas)
             self._error(anthropic, 400, refused[0], {}, param=refused[1])
             return
+        problem = (
+            (toolcalls.anthropic_problem(body), None)
+            if anthropic
+            else toolcalls.openai_problem(body) or (None, None)
+        )
+        if problem[0] is not None:  # tool messages the vendor's API would refuse
+            self._error(anthropic, 400, problem[0], {}, param=problem[1])
+            return
         try:
             reply = _answer(state, anthropic, model, body, self._api_key())
         except ProviderError as exc:  # the sim model's own failure options
@@ -667,7 +679,7 @@ def _answer(
             raise ValueError("'max_tokens' is required and must be an integer")
         max_tokens = body["max_tokens"]
         system = _text(body.get("system"))
-        messages = [{"role": m["role"], "content": _text(m.get("content"))} for m in raw_messages]
+        messages = toolcalls.neutral(True, raw_messages)
     else:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
         system = "\n".join(
@@ -675,17 +687,19 @@ def _answer(
             for m in raw_messages
             if m.get("role") in ("system", "developer")
         )
-        messages = [
-            {"role": m["role"], "content": _text(m.get("content"))}
-            for m in raw_messages
-            if m.get("role") in ("user", "assistant")
-        ]
-    last = messages[-1]["content"] if messages else ""
+        messages = toolcalls.neutral(False, raw_messages)
+    users = [m for m in messages if m["role"] == "user"]
+    last = users[-1]["content"] if users else ""
+    tools = toolcalls.offered(anthropic, body)
     tool = _forced_tool(body) if anthropic else None
+    if anthropic and tools and (body.get("tool_choice") or {}).get("type") == "any":
+        # The critic's verdict, offered among its tools: a final answer calls it.
+        names = {t.get("name") for t in body.get("tools") or []}
+        tool = _CRITIQUE_TOOL if _CRITIQUE_TOOL in names else None
     schema = _json_schema(body) if not anthropic else None
     structured = tool is not None or schema is not None
     sim_model = sim_model_for(model, system, last, structured=structured)
-    done = simulate(sim_model, messages, int(max_tokens), system)  # type: ignore[arg-type]
+    done = simulate(sim_model, messages, int(max_tokens), system, tools or None)  # type: ignore[arg-type]
     if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
         raise ProviderError(
             CONTEXT_MESSAGE, kind="context_window", transient=False, status_code=400
@@ -743,7 +757,16 @@ def _answer(
                 "prompt_tokens_details": {"cached_tokens": read},
             },
         }
-    if done.stop_reason == "refusal":
+    if done.tool_calls:  # the turn asks for the agent's tools
+        if anthropic:
+            text_blocks = [{"type": "text", "text": done.text}] if done.text else []
+            calls = toolcalls.anthropic_calls(done.tool_calls)
+            payload.update(content=[*text_blocks, *calls], stop_reason="tool_use")
+        else:
+            choice = payload["choices"][0]
+            choice["message"]["tool_calls"] = toolcalls.openai_calls(done.tool_calls)
+            choice["finish_reason"] = "tool_calls"
+    elif done.stop_reason == "refusal":
         _refused(payload, anthropic, done.text)
     elif tool is not None and not cut and done.stop_reason == "end":  # the forced tool
         # is called with the critique

@@ -15,15 +15,17 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from orchestration.core.architecture import LoopSpec
-from orchestration.core.errors import RunTimeout
+from orchestration.core.errors import ConfigError, RunTimeout
 from orchestration.core.events import Event
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
+from orchestration.core.tools import unknown_tools
 from orchestration.settings import get_settings
 from orchestration.state import batches, connection, keys, replicas
 from orchestration.state.broker import broker_config
 from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
+from orchestration.state.turns import published_tools
 
 if TYPE_CHECKING:
     from orchestration.core.budget import Budget
@@ -95,6 +97,34 @@ def enqueue(
             BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
         replicas.execute(pipe)  # on a replica too, when one is asked for
         send_coordinate(r.run_id for r in sent)
+
+
+def freeze_tools(spec: LoopSpec) -> LoopSpec:
+    """``spec`` with the schemas of the tools its agents name, as the workers published
+    them, frozen in (every turn of every run then sees the same tools).
+
+    Raises:
+        ConfigError: a tool no worker publishes, naming it and the agent.
+    """
+    agents = {"actor": spec.actor, "critic": spec.critic}
+    if not any(agent.tools for agent in agents.values()):
+        return spec
+    client = connection.get_redis()
+    known = published_tools(client, [n for a in agents.values() for n in a.tools])
+    for role, agent in agents.items():
+        missing = unknown_tools(agent.tools, set(known))
+        if missing:
+            offered = ", ".join(sorted(published_tools(client))) or "none"
+            raise ConfigError(
+                f"{role} ({agent.model}) names tool(s) no worker knows: {', '.join(missing)}. "
+                "Workers register tools in workers.tools.review and the modules "
+                f"DUET_TOOL_MODULES names (started workers publish theirs: {offered})"
+            )
+    frozen = {
+        role: agent.model_copy(update={"tool_specs": tuple(known[n] for n in agent.tools)})
+        for role, agent in agents.items()
+    }
+    return spec.model_copy(update=frozen)
 
 
 def ledger() -> BudgetLedger:

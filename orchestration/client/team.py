@@ -183,6 +183,15 @@ class Team:
         )
 
     # --- submitting -------------------------------------------------------
+    def _freeze_tools(self) -> None:
+        """Freeze the schemas of the agents' tools in the spec, as the workers publish
+        them (refusing a tool no worker knows); nothing for agents without tools."""
+        if (self.spec.actor.tools or self.spec.critic.tools) and not (
+            self.spec.actor.tool_specs or self.spec.critic.tool_specs
+        ):
+            ensure_backend()
+            self.spec = handles.freeze_tools(self.spec)
+
     def _record(
         self,
         prompt: Any,
@@ -238,6 +247,7 @@ class Team:
         """Queue one run and return at once; ``budget`` overrides the team's per-run budget."""
         budget = budget or self.budget
         self._check_priced(budget)
+        self._freeze_tools()
         record = self._record(
             prompt,
             where="submit",
@@ -270,6 +280,7 @@ class Team:
         """
         batch_id = batch_id or new_id()
         self._check_priced(budget)
+        self._freeze_tools()
         gate = checked_in_flight(max_in_flight, "submit_batch: max_in_flight")
         gate = gate or self.max_in_flight
         per_run = self.budget is not None

@@ -12,6 +12,7 @@ from orchestration.core import runner, url_credentials
 from orchestration.core.capabilities import TEMPERATURE_RANGE, temperature_problem
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
+from orchestration.core.tools import DEFAULT_MAX_TURNS, NAME_PATTERN, ToolSpec
 from orchestration.core.validation import checked
 
 if TYPE_CHECKING:
@@ -164,6 +165,21 @@ class AgentSettings(BaseModel):
     """``sync``: each step calls the model. ``vendor_batch``: steps are sent together
     through the vendor's batch API, at its batch price, answered within its window (see
     :mod:`orchestration.core.vendor_batch`). OpenAI and Anthropic models only."""
+    # A list is taken too (TOML and JSON have no tuples), also when checked strictly.
+    tools: Annotated[
+        tuple[Annotated[str, Field(pattern=NAME_PATTERN)], ...], BeforeValidator(_as_tuple)
+    ] = ()
+    """Names of the tools the agent may call (registered on the workers, see
+    ``workers.tools.registry``); checked at submit against what the workers publish."""
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
+    """Model calls one agent run may make (tool calls go between them); a run that asks
+    for a tool on its last turn is interrupted ``<role>:round_N:max_turns``."""
+    tool_options: dict[str, Any] | None = None
+    """Options the agent's tools read (``ToolContext.options``): e.g. the command the
+    sandbox runs for the review toolset's tests."""
+
+    def __hash__(self) -> int:  # tool_options is a dict: hashed by the JSON of the whole
+        return hash(self.model_dump_json())
 
     @field_validator("model")
     @classmethod
@@ -210,6 +226,18 @@ class AgentSettings(BaseModel):
                 raise ValueError(problem)
         return value
 
+    @field_validator("tools")
+    @classmethod
+    def _tools_in_sync_calls(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if value and info.data.get("execution") == "vendor_batch":
+            raise ValueError(
+                "tools run between turns of sync calls: an agent with tools cannot use "
+                "execution='vendor_batch' (drop one of them)"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError(f"tools names a tool twice: {list(value)}")
+        return value
+
     @field_validator("execution")
     @classmethod
     def _batch_needs_a_vendor(cls, value: str, info: ValidationInfo) -> str:
@@ -254,6 +282,14 @@ class AgentSpec(AgentSettings):
     """``openai``, ``anthropic`` or ``sim``."""
     model_name: str
     """The model's name at its provider (``sim`` learns its role here)."""
+    tool_specs: tuple[ToolSpec, ...] = ()
+    """The schemas of :attr:`tools`, as the workers published them at submit: frozen in
+    the run's spec, so every turn sees the same tools."""
+
+    @property
+    def takes_tools(self) -> bool:
+        """Whether a call of this agent offers tools (and may take several turns)."""
+        return bool(self.tool_specs)
 
 
 #: What the agent of the nested form is: every other setting only means something for a
@@ -300,6 +336,12 @@ class Agent:
             for models known to support it. Replies without the shape are still read.
         execution: ``"sync"`` (default) or ``"vendor_batch"``: calls go out together
             through the vendor's batch API at its batch price (OpenAI, Anthropic).
+        tools: names of tools the agent may call between its turns (registered on the
+            workers with ``workers.tools.registry.tool``; unknown names are refused at
+            submit). Each turn is a model call, each tool call a task of its own.
+        max_turns: model calls one agent run may make; asking for a tool on the last
+            one interrupts the run ``<role>:round_N:max_turns``.
+        tool_options: options the agent's tools read (``ToolContext.options``).
         architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop
             (the nested form): ``run`` then runs exactly what ``Team.actor_critic`` runs,
             persistent subagents included. This agent is the coordinator: its
@@ -328,6 +370,9 @@ class Agent:
         structured_output: bool | None = None,
         execution: Literal["sync", "vendor_batch"] = "sync",
         cache: bool = True,
+        tools: list[str] | tuple[str, ...] = (),
+        max_turns: int = DEFAULT_MAX_TURNS,
+        tool_options: dict[str, Any] | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -345,6 +390,9 @@ class Agent:
                 "structured_output": structured_output,
                 "execution": execution,
                 "cache": cache,
+                "tools": tools,
+                "max_turns": max_turns,
+                "tool_options": tool_options,
             },
         )
         if architecture is not None:

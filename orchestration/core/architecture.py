@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,6 +12,7 @@ from orchestration.core.agents import Agent, AgentSpec, check_call_timeout, team
 from orchestration.core.callcache import CacheSpec, cache_spec
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
+from orchestration.core.tools import DEFAULT_MAX_TURNS
 from orchestration.core.validation import checked
 
 if TYPE_CHECKING:
@@ -25,6 +27,13 @@ DEFAULT_APPROVAL_THRESHOLD = 0.9
 DEFAULT_PERSISTENT_SUBAGENTS = True
 #: The roles of a loop, each one worker.
 ROLES = ("actor", "critic")
+#: The tool settings of an agent and their defaults (``AgentSpec``'s JSON form).
+_TOOL_DEFAULTS: dict[str, Any] = {
+    "tools": [],
+    "max_turns": DEFAULT_MAX_TURNS,
+    "tool_options": None,
+    "tool_specs": [],
+}
 #: Which revision a run returns: the last (as the spec's loop does), or the best-scored.
 Keep = Literal["last", "best"]
 #: ...when a loop sets none.
@@ -96,7 +105,8 @@ class LoopSpec(LoopSettings):
         much history is kept and sent, and whose, is not part of who the team is)."""
         if self.name:
             return self.name
-        who = self.model_dump_json(
+        who = self.model_dump(
+            mode="json",
             include={
                 "actor",
                 "critic",
@@ -106,9 +116,14 @@ class LoopSpec(LoopSettings):
                 "refine_template",
                 "coordinator",
                 "worker_ids",
-            }
+            },
         )
-        return "t-" + hashlib.sha256(who.encode()).hexdigest()[:16]
+        for role in ROLES:  # agents without tools are the teams they were before tools
+            for name, default in _TOOL_DEFAULTS.items():
+                if who[role].get(name) == default:
+                    del who[role][name]
+        text = json.dumps(who, separators=(",", ":"), ensure_ascii=False)
+        return "t-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class ActorCritic:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration.core.completion import UNFINISHED, Completion, Message
 from orchestration.core.errors import ConfigError
+from orchestration.core.tools import ToolCall
 
 #: Bumped when what a key covers or what an entry holds changes (old entries then miss).
 KEY_VERSION = 1
@@ -79,10 +80,20 @@ def call_key(identity: CallIdentity, messages: list[Message]) -> str:
         "v": KEY_VERSION,
         **asdict(identity),
         "base_url": host,
-        "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+        "messages": [_keyed(m) for m in messages],
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _keyed(message: Message) -> dict[str, Any]:
+    """What of a message makes the key: role and content, and a turn's tool calls or the
+    call a tool result answers (a rerun with the same tool results is a hit)."""
+    keyed: dict[str, Any] = {"role": message["role"], "content": message["content"]}
+    for extra in ("tool_calls", "tool_call_id", "is_error"):
+        if extra in message:
+            keyed[extra] = message[extra]
+    return keyed
 
 
 def storable(completion: Completion) -> bool:
@@ -99,6 +110,7 @@ def entry_from(text: str | bytes) -> Completion | None:
     """The answer stored as ``text``; None when it is not one (a damaged or old entry)."""
     try:
         data = json.loads(text)
+        data["tool_calls"] = tuple(ToolCall(**c) for c in data.get("tool_calls") or ())
         completion = Completion(**data)
     except (ValueError, TypeError):
         return None

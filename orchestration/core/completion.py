@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+from typing_extensions import NotRequired
+
+from orchestration.core.tools import ToolCall
+
 #: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent, and so
 #: does every reason in :data:`REFUSED`.
 StopReason = Literal["end", "max_tokens", "other", "refusal", "content_filter", "context_window"]
@@ -38,10 +42,16 @@ def refusal_line(reason: str | None, error: str | None) -> str | None:
 
 
 class Message(TypedDict):
-    """One turn of a conversation."""
+    """One turn of a conversation, vendor-neutral (each adapter writes its vendor's form)."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "tool"]
     content: str
+    #: An assistant's tool calls: ``{"id", "name", "arguments"}`` each.
+    tool_calls: NotRequired[list[dict[str, Any]]]
+    #: A tool message: the call it answers, the tool's name, whether it failed.
+    tool_call_id: NotRequired[str]
+    name: NotRequired[str]
+    is_error: NotRequired[bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +71,5 @@ class Completion:
     #: The critique as the vendor returned it natively (asked with ``structured=True``),
     #: or None when the reply did not hold it (then ``text`` is parsed).
     structured: dict[str, Any] | None = None
+    #: The tool calls the model asked for (an agent with tools), in its order.
+    tool_calls: tuple[ToolCall, ...] = ()

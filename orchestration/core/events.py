@@ -13,6 +13,9 @@ CRITIC_STARTED = "actor_critic.critic_started"
 CRITIQUE = "actor_critic.critique"
 APPROVED = "actor_critic.approved"
 MAX_ROUNDS_REACHED = "actor_critic.max_rounds_reached"
+# An agent with tools: a call its turn asked for, and the call's result.
+TOOL_CALL = "actor_critic.tool_call"
+TOOL_RESULT = "actor_critic.tool_result"
 
 # Run lifecycle and operations.
 RUN_QUEUED = "run.queued"

@@ -226,6 +226,7 @@ def step_usage(step: Mapping[str, Any]) -> Usage:
         usd=step.get("usd", 0.0),
         cached_calls=1 if step.get("cached") else 0,
         saved_usd=step.get("saved_usd", 0.0),
+        tool_calls=step.get("tool_calls", 0) if isinstance(step.get("tool_calls"), int) else 0,
     )
 
 
@@ -244,8 +245,10 @@ def run_usage(
         total = total + step_usage(step)
     for used in (retried or {}).values():
         total = total + used
-    # the cache's counts only where it served something (most runs have none)
-    return total.model_dump(exclude=set() if total.cached_calls else {"cached_calls", "saved_usd"})
+    # the cache's counts only where it served something (most runs have none), and the
+    # tool calls only where an agent made some
+    hidden = set() if total.cached_calls else {"cached_calls", "saved_usd"}
+    return total.model_dump(exclude=hidden | (set() if total.tool_calls else {"tool_calls"}))
 
 
 def _json_dict(raw: str | None) -> dict[str, Any]:

@@ -54,6 +54,8 @@ def identity(agent: AgentSpec, structured: bool) -> CallIdentity:
             "max_tokens": agent.max_tokens,
             "structured": structured,
             "execution": agent.execution,
+            # An agent's tools are part of what it is asked (absent: as before tools).
+            **({"tools": [t.model_dump() for t in agent.tool_specs]} if agent.tool_specs else {}),
         },
         schema=CRITIQUE_SCHEMA if structured else None,
         api_version=api_version(agent.provider),

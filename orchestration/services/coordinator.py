@@ -216,6 +216,9 @@ class Coordinator:
         step_input = {"phase": action.phase, "round": action.round, "prompt": prompt}
         if action.phase == "critique":
             step_input["boundary"] = boundary  # the step reads the reply's quotes by it
+        elif (spec.actor if ROLE_OF[action.phase] == "actor" else spec.critic).tool_specs:
+            # Tool results are fenced between the run's markers, the actor's too.
+            step_input["boundary"] = run.get("boundary") or run["run_id"]
         step_input.update(_reads_for(spec, ROLE_OF[action.phase], run))
         noted = {k: steps[k] for k in view.unnoted}  # the record notes their outcomes now
         dispatch = Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1, run.get("batch_id"))

@@ -32,6 +32,7 @@ from orchestration.core.loop import (
 from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
+from orchestration.core.turns import MAX_TURNS, TurnView, after_turn, summed, turn_messages
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, step_id
 from orchestration.services.callcaching import CallCache, hit_result
@@ -43,6 +44,7 @@ from orchestration.state.conversations import keeps, messages_from, own_turns, t
 from orchestration.state.events import event_json
 from orchestration.state.runs import Outgoing, RunStore
 from orchestration.state.scripts import ScriptCall
+from orchestration.state.turns import TurnStore, call_ref
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,16 @@ def _waiting_for(what: str, agent: AgentSpec) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class FanOut:
+    """The turn asked for tool calls (stored now or before): send a tool task for each of
+    ``refs``; the last to store its result hands the run to the step's next turn."""
+
+    run_id: str
+    key: str
+    refs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Seat:
     """One role of one loop spec, resolved once per process."""
 
@@ -169,6 +181,10 @@ class StepContext:
     handover: Handover
     #: The run's quoting token, for reading a critique's reply.
     boundary: str | None = None
+    #: Which turn of its agent run this call is (1-based; agents with tools take several).
+    turn: int = 1
+    #: The stored earlier turns of this agent run (their usage is the step's too).
+    earlier: tuple[dict[str, Any], ...] = ()
 
     @property
     def held(self) -> list[str]:
@@ -176,7 +192,7 @@ class StepContext:
         return list(self.scopes) if self.limited else []
 
 
-StepOutcome = Handover | RetryLater | Park | None
+StepOutcome = Handover | RetryLater | Park | FanOut | None
 
 
 class StepService:
@@ -194,8 +210,11 @@ class StepService:
         scrub_output: Scrub | None = None,
         handover_message: HandoverMessage | None = None,
         cache: CallCache | None = None,
+        turns: TurnStore | None = None,
     ) -> None:
         self.store = store
+        #: Turns and tool results of agents with tools.
+        self.turns = turns or TurnStore(store.r)
         #: The model-call cache's store (None: no call is ever cached).
         self.cache = cache
         self.handover_message = handover_message
@@ -265,6 +284,20 @@ class StepService:
             # The run's own conversation: its earlier steps of the role, read with the step.
             turns = own_turns(run_id, start.own, seat.turns)
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
+        turn, prior = 1, tuple[dict[str, Any], ...]()
+        if seat.agent.takes_tools:
+            stored = self.turns.turns(run_id, key)
+            if stored and stored[-1].missing:
+                # The last turn's calls have not all answered (a lost message, a sweep):
+                # send them again (a copy of one in flight is harmless) and let the claim go.
+                last = stored[-1]
+                self.turns.store_turn(run_id, key, last.number, last.data, claimant)
+                return FanOut(
+                    run_id, key, tuple(call_ref(key, last.number, i) for i in last.missing)
+                )
+            views = [TurnView(t.data.get("text") or "", t.calls, t.results) for t in stored]
+            messages.extend(turn_messages(views, boundary))  # type: ignore[arg-type]
+            turn, prior = len(stored) + 1, tuple(dict(t.data) for t in stored)
         if seat.agent.execution == "vendor_batch":
             return Park(
                 run_id,
@@ -299,11 +332,13 @@ class StepService:
             start.paused_s,
             handover,
             boundary,
+            turn,
+            prior,
         )
         with self.leases.held(hold):
             return self._answer(step, failures)
 
-    def _answer(self, step: StepContext, failures: int) -> Handover | RetryLater:
+    def _answer(self, step: StepContext, failures: int) -> Handover | RetryLater | FanOut:
         """Call the model and store its answer (or learn to retry). Without a limit in any
         scope the call holds nothing and its usage is counted with its store."""
         store, run_id, key, seat = self.store, step.run_id, step.key, step.seat
@@ -311,9 +346,26 @@ class StepService:
         if isinstance(call, RetryLater):
             return replace(call, claim=step.claimant)
         result, completion, settle = call
+        if seat.agent.takes_tools:
+            calls = len(completion.tool_calls) if completion is not None else 0
+            after = after_turn(step.turn, seat.agent.max_turns, calls, result.get("interrupted"))
+            if after == "tools":
+                assert completion is not None
+                return self._store_turn(step, result, completion, settle)
+            if after == "max_turns":
+                result["interrupted"] = MAX_TURNS
+                result["error"] = (
+                    f"asked for tools on its last turn (max_turns={seat.agent.max_turns})"
+                )
         spend = None
         if not step.limited and completion is not None and not result.get("cached"):
-            spend = self.budgets.spend(list(step.scopes), _used(completion, result))
+            used = _used(completion, result)
+            for earlier in step.earlier:  # unlimited scopes count a whole agent run at once
+                if not earlier.get("cached"):
+                    used = used + _used_of(earlier)
+            spend = self.budgets.spend(list(step.scopes), used)
+        if step.earlier:
+            result = summed(result, step.earlier)
         conversation = None
         # A reply cut at max_tokens, or refused, is not a turn the model should build on.
         whole = completion is not None and completion.stop_reason not in UNFINISHED
@@ -341,6 +393,53 @@ class StepService:
             f"run {run_id} step {key}: storing the answer",
         )
         return replace(handover, sent=True) if send is not None else handover
+
+    def _store_turn(
+        self,
+        step: StepContext,
+        result: dict[str, Any],
+        completion: Completion,
+        settle: list[Any],
+    ) -> FanOut:
+        """Store a turn that asked for tool calls (with its budget settlement, in one round
+        trip) and let the step's claim go: the calls run as tasks of their own."""
+        run_id, key = step.run_id, step.key
+        calls = [c.as_dict() for c in completion.tool_calls]
+        data: dict[str, Any] = {"text": completion.text, "tool_calls": calls}
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "usd",
+            "calls",
+            "started_at",
+            "finished_at",
+            "cached",
+        ):
+            if name in result:
+                data[name] = result[name]
+        refs = tuple(call_ref(key, step.turn, i) for i in range(len(calls)))
+        events = [
+            event_json(
+                ev.TOOL_CALL,
+                run_id,
+                step.round_,
+                phase=step.phase,
+                turn=step.turn,
+                call=ref,
+                tool=call["name"],
+                arguments=call["arguments"],
+            )
+            for ref, call in zip(refs, calls, strict=True)
+        ]
+        self._keep_trying(
+            lambda: self.turns.store_turn(
+                run_id, key, step.turn, data, step.claimant, events, before=settle
+            ),
+            f"run {run_id} step {key}: storing turn {step.turn}",
+        )
+        return FanOut(run_id, key, refs)
 
     def _keep_trying(self, write: Callable[[], object], what: str) -> None:
         """Run ``write`` until Redis takes it: backoff 0.2 s doubling to 5 s, for up to
@@ -738,16 +837,38 @@ def _used(completion: Completion, result: dict[str, Any]) -> Amount:
     )
 
 
+def _used_of(turn: dict[str, Any]) -> Amount:
+    """What a stored earlier turn used, as budgets count it."""
+    return Amount(
+        input_tokens=int(turn.get("input_tokens") or 0),
+        output_tokens=int(turn.get("output_tokens") or 0),
+        usd=float(turn.get("usd") or 0.0),
+        calls=int(turn.get("calls") or 0),
+    )
+
+
 def clean_completion(completion: Completion, scrub: Scrub) -> Completion:
-    """``completion`` with ``scrub`` applied to its text and to every string of its
-    structured critique; the same object when nothing changed."""
+    """``completion`` with ``scrub`` applied to its text, to every string of its
+    structured critique and of its tool calls' arguments; the same object when nothing
+    changed."""
     text = scrub(completion.text)
     structured = completion.structured
     if structured is not None:
         structured = _scrubbed(structured, scrub)
-    if text is completion.text and structured is completion.structured:
+    calls = completion.tool_calls
+    if calls:
+        cleaned = tuple(
+            replace(c, arguments=_scrubbed(c.arguments, scrub)) for c in completion.tool_calls
+        )
+        if any(a.arguments is not b.arguments for a, b in zip(cleaned, calls, strict=True)):
+            calls = cleaned
+    if (
+        text is completion.text
+        and structured is completion.structured
+        and calls is completion.tool_calls
+    ):
         return completion
-    return replace(completion, text=text, structured=structured)
+    return replace(completion, text=text, structured=structured, tool_calls=calls)
 
 
 def _scrubbed(value: Any, scrub: Scrub) -> Any:
@@ -879,6 +1000,7 @@ def _failure(
 
 __all__ = [
     "clean_completion",
+    "FanOut",
     "Handover",
     "HandoverMessage",
     "ModelClient",

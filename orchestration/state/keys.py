@@ -16,7 +16,9 @@ PREFIX = os.environ.get("DUET_KEY_PREFIX", "duet")
 QUEUE_ACTOR = "actor"
 QUEUE_CRITIC = "critic"
 QUEUE_COORDINATOR = "coordinator"
-ALL_QUEUES = (QUEUE_ACTOR, QUEUE_CRITIC, QUEUE_COORDINATOR)
+#: Tool calls an agent's turn asked for, each a task of its own.
+QUEUE_TOOLS = "tools"
+ALL_QUEUES = (QUEUE_ACTOR, QUEUE_CRITIC, QUEUE_COORDINATOR, QUEUE_TOOLS)
 #: kombu's ``global_keyprefix``: the broker's keys are this + kombu's name (queue
 #: ``actor`` is the list ``duet.actor``, kombu's ``unacked`` hash is ``duet.unacked``).
 BROKER_PREFIX = f"{PREFIX}."
@@ -50,6 +52,8 @@ TASK_COORDINATE = "duet.coordinate"
 #: Vendor batch execution: submit a group's parked requests; check a submitted batch.
 TASK_VB_COLLECT = "duet.vendor_batch_collect"
 TASK_VB_POLL = "duet.vendor_batch_poll"
+#: One tool call of an agent's turn: ``(run_id, call_ref)``.
+TASK_TOOL = "duet.tool"
 
 #: Which queue each task is sent to (workers and clients route by this).
 TASK_QUEUES = {
@@ -60,6 +64,7 @@ TASK_QUEUES = {
     # short bookkeeping tasks, like the coordinator's
     TASK_VB_COLLECT: QUEUE_COORDINATOR,
     TASK_VB_POLL: QUEUE_COORDINATOR,
+    TASK_TOOL: QUEUE_TOOLS,
 }
 
 #: The step task for each phase of the loop.
@@ -142,9 +147,29 @@ def sweeper_lock() -> str:
     return f"{PREFIX}:sweeper"
 
 
+def run_turns(run_id: str) -> str:
+    """Hash: the turns of the run's agent runs that call tools (``orchestration.state.turns``):
+    ``<step>|t<n>`` a stored turn (the model's answer and the calls it asked for),
+    ``<step>|t<n>|<i>`` a call's stored result, ``<step>|t<n>|<i>|run`` who runs it,
+    ``<step>|t<n>|left`` the calls without a result."""
+    return f"{PREFIX}:run:{{{run_id}}}:turns"
+
+
+def tools() -> str:
+    """Hash: tool name -> JSON of its spec, as the workers that know it publish it at start
+    (a submit naming a tool not here is refused)."""
+    return f"{PREFIX}:tools"
+
+
 def run_keys(run_id: str) -> tuple[str, ...]:
     """Every long-lived key of one run (for TTLs and deletion)."""
-    return (run(run_id), run_steps(run_id), run_inputs(run_id), run_events(run_id))
+    return (
+        run(run_id),
+        run_steps(run_id),
+        run_inputs(run_id),
+        run_events(run_id),
+        run_turns(run_id),
+    )
 
 
 def batch(batch_id: str) -> str:

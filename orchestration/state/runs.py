@@ -93,6 +93,7 @@ OUTCOME_FIELDS = (
     "cache_write_tokens",
     "calls",
     "usd",
+    "tool_calls",
 )
 #: Prefix of the run-hash fields holding the compact outcome of each stored step.
 OUTCOME_PREFIX = "o:"
@@ -109,6 +110,7 @@ STORED_DEFAULTS: dict[str, Any] = {
     "cache_write_tokens": 0,
     "structured": False,
     "interrupted": None,
+    "tool_calls": 0,
 }
 
 

@@ -33,6 +33,8 @@ K8S = DEPLOY / "k8s"
 ALL_FILES = sorted(p for p in DEPLOY.rglob("*") if p.is_file())
 YAML_FILES = sorted(p for p in ALL_FILES if p.suffix in (".yaml", ".yml"))
 QUEUES = set(keys.ALL_QUEUES)
+#: Pools that call no model, so get no vendor key: the coordinator's, the tool calls'.
+KEYLESS = {keys.QUEUE_COORDINATOR, keys.QUEUE_TOOLS}
 #: The default per-call timeout: a pool making model calls must outlast one.
 MODEL_TIMEOUT_S = float(AgentSpec.model_fields["timeout_s"].default)
 KEY_VARS = (
@@ -291,7 +293,7 @@ def test_compose_env_passes_keys_through_without_values(yaml: Any) -> None:
             assert "DUET_REDIS_URL" in env, f"compose {name}: DUET_REDIS_URL is set"
             pool = check_worker(svc["command"], name)[0]
             has_keys = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} <= set(env)
-            assert has_keys == (pool != keys.QUEUE_COORDINATOR), (
+            assert has_keys == (pool not in KEYLESS), (
                 f"compose {name}: vendor keys go to the actor and critic pools only"
             )
 
@@ -349,7 +351,7 @@ def test_k8s_worker_pools(yaml: Any) -> None:
         assert container["resources"]["limits"]["memory"], f"{name}: a memory limit"
         refs = [next(iter(e.values()))["name"] for e in container.get("envFrom", [])]
         assert "duet-config" in refs, f"{name}: reads the duet-config ConfigMap"
-        assert ("duet-api-keys" in refs) == (queue != keys.QUEUE_COORDINATOR), (
+        assert ("duet-api-keys" in refs) == (queue not in KEYLESS), (
             f"{name}: vendor keys go to the actor and critic pools only"
         )
         user = spec.get("securityContext", {}).get("runAsUser")

@@ -251,6 +251,9 @@ CALL_SETTINGS = [
     ("structured_output", True),
     ("execution", "vendor_batch"),
     ("cache", False),
+    ("tools", ["run_tests"]),
+    ("max_turns", 3),
+    ("tool_options", {"command": "pytest"}),
 ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.tools.conftest import SECRET, Repo
-from workers.tools import review
+from workers.tools import registry, review
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
 
@@ -90,3 +90,13 @@ def test_git_tools_refuse_paths_out_of_the_tree(ctx: ToolContext, path: str) -> 
 def test_git_show_of_a_symlink_gives_its_target_text_not_the_file(ctx: ToolContext) -> None:
     shown = review.git_show(ctx, "HEAD", "leak")
     assert shown.endswith("outside/secret.txt") and SECRET not in shown
+
+
+def test_through_the_registry_a_refusal_is_the_result_the_model_reads(ctx: ToolContext) -> None:
+    result, ok = registry.call("read_file", {"path": "../../etc/passwd"}, ctx)
+    assert not ok
+    assert (
+        result == "ERROR: read_file: '../../etc/passwd' leaves the repository ('..' is not allowed)"
+    )
+    result, ok = registry.call("read_file", {"path": "leak"}, ctx)
+    assert not ok and SECRET not in result and "through a symlink" in result

@@ -7,16 +7,19 @@ from pathlib import Path
 import pytest
 
 from tests.tools.conftest import Repo, git
-from workers.tools import review
+from workers.tools import registry, review
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
-from workers.tools.registry import TOOLS
 from workers.tools.workspace import checkout
 
 
-def test_every_tool_is_registered_and_pure() -> None:
+def test_every_tool_is_registered_pure_with_its_arguments_described() -> None:
     for name in ("read_file", "list_files", "grep", "git_log", "git_blame", "git_show"):
-        assert TOOLS[name].tool_pure is True  # type: ignore[attr-defined]
+        found = registry.get(name)
+        assert found is not None and found.spec.pure is True and found.takes_context
+        properties = found.spec.parameters["properties"]
+        assert properties and all(p.get("description") for p in properties.values()), name
+    assert registry.get("read_file").spec.parameters["required"] == ["path"]  # type: ignore[union-attr]
 
 
 def test_read_file_numbers_the_lines_asked_for(ctx: ToolContext) -> None:

@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.tools.conftest import SECRET, Repo, git
-from workers.tools import sandbox
+from workers.tools import registry, sandbox
 from workers.tools.commands import run_command
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
-from workers.tools.registry import TOOLS
 from workers.tools.workspace import checkout
 
 
@@ -48,7 +47,9 @@ def context(root: Path, kind: str = "bwrap", **commands: list[str]) -> ToolConte
 
 
 def test_run_command_is_registered_with_effects() -> None:
-    assert TOOLS["run_command"].tool_pure is False  # type: ignore[attr-defined]
+    found = registry.get("run_command")
+    assert found is not None and found.spec.pure is False
+    assert sorted(found.spec.parameters["properties"]) == ["name"]
 
 
 def test_the_tests_of_the_tree_run_with_the_workers_python(repo: Repo, tmp_path: Path) -> None:

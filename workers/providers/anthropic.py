@@ -38,12 +38,13 @@ from workers.providers.base import Completion, Message, StopReason
 from workers.providers.batch import BatchRequest, BatchStatus, Outcome, cancelled, expired
 from workers.providers.errors import error_for_status
 from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
+from workers.providers.toolwire import anthropic_calls, anthropic_messages, anthropic_tools
 
 _STOP_REASONS: dict[str | None, StopReason] = {
     "end_turn": "end",
     "stop_sequence": "end",
     "max_tokens": "max_tokens",
-    "tool_use": "end",  # the forced critique tool was called
+    "tool_use": "end",  # the critique tool, or the agent's tools, were called
     "refusal": "refusal",
     "model_context_window_exceeded": "context_window",
 }
@@ -86,10 +87,18 @@ class AnthropicProvider(SDKProvider):
         self, agent: AgentSpec, messages: list[Message], structured: bool = False
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": agent.model_name, "max_tokens": agent.max_tokens}
-        sent: list[dict[str, Any]] = list(messages)  # type: ignore[arg-type]
-        if len(sent) > 1:  # the turns before the new prompt are the stable prefix
+        sent: list[dict[str, Any]] = (
+            anthropic_messages(messages) if agent.takes_tools else list(messages)  # type: ignore[arg-type]
+        )
+        # The turns before the new prompt are the stable prefix; with tools, the turns
+        # before the last one (its results are new).
+        if len(sent) > 1 and isinstance(sent[-2]["content"], str):
             last = sent[-2]
             sent[-2] = {"role": last["role"], "content": _cached(last["content"])}
+        elif len(sent) > 1 and sent[-2]["content"]:
+            blocks = [dict(b) for b in sent[-2]["content"]]
+            blocks[-1]["cache_control"] = CACHE_CONTROL
+            sent[-2] = {"role": sent[-2]["role"], "content": blocks}
         body["messages"] = sent
         if agent.instructions:
             body["system"] = _cached(agent.instructions)
@@ -98,7 +107,14 @@ class AnthropicProvider(SDKProvider):
         temperature = sent_temperature(agent.provider, agent.model_name, agent.temperature)
         if temperature is not None:
             body["temperature"] = temperature
-        if structured:
+        if agent.takes_tools:
+            # The critic's verdict is a tool too: a turn calls the agent's tools, or ends
+            # on the verdict ("any": every turn calls one).
+            body["tools"] = anthropic_tools(agent.tool_specs) + (
+                [CRITIQUE_TOOL] if structured else []
+            )
+            body["tool_choice"] = {"type": "any"} if structured else {"type": "auto"}
+        elif structured:
             body["tools"] = [CRITIQUE_TOOL]
             body["tool_choice"] = {"type": "tool", "name": CRITIQUE_NAME}
         return body
@@ -141,6 +157,7 @@ class AnthropicProvider(SDKProvider):
                 stop_reason=stop,
                 raw_stop_reason=data.get("stop_reason"),
                 structured=native,
+                tool_calls=anthropic_calls(data["content"], CRITIQUE_NAME if structured else None),
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc

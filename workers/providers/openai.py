@@ -37,6 +37,7 @@ from workers.providers.batch import (
 )
 from workers.providers.errors import error_for_status
 from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
+from workers.providers.toolwire import openai_calls, openai_messages, openai_tools
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"
@@ -45,7 +46,11 @@ RESPONSE_FORMAT = {
     "type": "json_schema",
     "json_schema": {"name": CRITIQUE_NAME, "strict": True, "schema": CRITIQUE_SCHEMA},
 }
-_STOP_REASONS: dict[str | None, StopReason] = {"stop": "end", "length": "max_tokens"}
+_STOP_REASONS: dict[str | None, StopReason] = {
+    "stop": "end",
+    "length": "max_tokens",
+    "tool_calls": "end",  # the turn asks for tools; they run before the next one
+}
 #: The endpoint the requests of a vendor batch go to.
 BATCH_ENDPOINT = "/v1/chat/completions"
 _ENDED = {"completed", "failed", "expired", "cancelled"}
@@ -80,8 +85,15 @@ class OpenAIProvider(SDKProvider):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": agent.model_name,
-            "messages": [{"role": "system", "content": agent.instructions}, *messages],
+            "messages": [
+                {"role": "system", "content": agent.instructions},
+                *(openai_messages(messages) if agent.takes_tools else messages),
+            ],
         }
+        if agent.takes_tools:
+            body["tools"] = openai_tools(agent.tool_specs)
+            body["tool_choice"] = "auto"
+            body["parallel_tool_calls"] = True
         # Only what the model takes is sent (orchestration.core.capabilities).
         body[family_of(agent.provider, agent.model_name).token_limit] = agent.max_tokens
         temperature = sent_temperature(agent.provider, agent.model_name, agent.temperature)
@@ -110,6 +122,7 @@ class OpenAIProvider(SDKProvider):
                 stop_reason=stop,
                 raw_stop_reason=choice.get("finish_reason"),
                 structured=_json_object(text) if structured and stop == "end" else None,
+                tool_calls=openai_calls(message),
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc

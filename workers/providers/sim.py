@@ -25,6 +25,14 @@ the agent's place when it is left out. Options (any role):
 ``issue``        critic: this issue text instead of the generated ones (while unapproved)
 ``echo``         actor (``1``): reply with the last non-diff fenced block of the prompt, fenced
 ``replace``      actor with ``echo``: ``OLD=>NEW`` replaced in the echoed text (a scripted fix)
+``call``         with tools offered: the tools its first turn calls, comma-separated, all at
+                 once (default: the first tool offered); ``-`` calls none
+``args``         a JSON object: tool name -> the arguments it is called with (default: each
+                 required argument from its schema: a string is the output under review)
+``tool_turns``   turns that ask for tools before the answer (default 1)
+
+With tools offered, an agent's first ``tool_turns`` turns call tools; its answer then
+quotes each tool's result as an issue (critic) or a line (actor).
 
 The actor marks each revision (``[revision N]``); the critic scores by the revision it
 reads. Both depend only on their input, so any worker — or the stand-in HTTP server —
@@ -40,10 +48,12 @@ import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 from urllib.parse import parse_qsl
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ConfigError, ProviderError
+from orchestration.core.tools import ToolCall
 from workers.providers.base import Completion, Message, Provider
 
 _REVISION = re.compile(r"\[revision (\d+)\]")
@@ -88,6 +98,9 @@ class SimOptions:
     issue: str = ""
     echo: bool = False
     replace: tuple[str, str] | None = None
+    call: tuple[str, ...] | None = None
+    args: tuple[tuple[str, str], ...] = ()
+    tool_turns: int = 1
 
 
 @lru_cache(maxsize=256)
@@ -130,6 +143,17 @@ def parse_sim_model(model: str) -> SimOptions:
                 if not sep or not old:
                     raise ValueError("OLD=>NEW")
                 opts[key] = (old, new)
+            elif key == "call":
+                opts[key] = tuple(n.strip() for n in value.split(",") if n.strip() and n != "-")
+            elif key == "args":
+                found = json.loads(value)
+                if not isinstance(found, dict) or not all(
+                    isinstance(v, dict) for v in found.values()
+                ):
+                    raise ValueError("a JSON object of tool name -> arguments object")
+                opts[key] = tuple((k, json.dumps(v)) for k, v in found.items())
+            elif key == "tool_turns":
+                opts[key] = int(value)
             elif key == "refuse":
                 if value not in _REFUSALS:
                     raise ValueError(f"one of {', '.join(_REFUSALS)}")
@@ -188,7 +212,9 @@ def _echo_reply(opts: SimOptions, task: str, revision: int) -> str:
     return f"[revision {revision}]\n```\n{body}```\n"
 
 
-def _critic_reply(opts: SimOptions, score: float, revision: int) -> str:
+def _critic_reply(
+    opts: SimOptions, score: float, revision: int, quotes: list[str] | None = None
+) -> str:
     issues = (
         []
         if score >= 0.9
@@ -199,6 +225,7 @@ def _critic_reply(opts: SimOptions, score: float, revision: int) -> str:
             for i in range(2 if score < 0.6 else 1)
         ]
     )
+    issues = [*(quotes or []), *issues]
     summary = f"Revision {revision} scores {score:.2f}."
     payload = {"score": score, "issues": issues, "summary": summary}
     fmt = opts.format
@@ -236,10 +263,89 @@ def _quoted_between_markers(prompt: str) -> str:
     return f"\nThe output reads:\n{found[0]}\n{lines}\n{found[0].replace('<<<', '<<<END-')}\n"
 
 
-def simulate(model: str, messages: list[Message], max_tokens: int, system: str = "") -> Completion:
-    """The simulated model's whole behaviour: a pure function of its input."""
+def _reviewed(prompt: str) -> str:
+    """The text between the prompt's first pair of markers (the output under review), or
+    the whole prompt."""
+    found = _MARKER.search(prompt)
+    if found is None:
+        return prompt
+    end = prompt.find(found[0].replace("<<<", "<<<END-"), found.end())
+    return prompt[found.end() : end if end >= 0 else len(prompt)].strip("\n")
+
+
+def _default_arguments(schema: dict[str, Any], prompt: str) -> dict[str, Any]:
+    """Arguments for each required parameter of ``schema``: the output under review for a
+    string, a neutral value for the rest."""
+    props = schema.get("properties") or {}
+    values: dict[str, Any] = {
+        "string": _reviewed(prompt),
+        "integer": 1,
+        "number": 1,
+        "boolean": False,
+        "array": [],
+        "object": {},
+    }
+    return {
+        name: values.get(str((props.get(name) or {}).get("type")), "")
+        for name in schema.get("required") or []
+    }
+
+
+def _tool_turn(opts: SimOptions, tools: list[dict[str, Any]], prompt: str, turn: int) -> Completion:
+    """A turn that calls tools: those ``call`` names (the first offered by default)."""
+    offered = {t["name"]: t for t in tools}
+    names = list(opts.call) if opts.call is not None else [tools[0]["name"]]
+    scripted = {k: json.loads(v) for k, v in opts.args}
+    calls = tuple(
+        ToolCall(
+            f"sim_{_digest(prompt + name) % 10**10:010d}_{turn}_{i}",
+            name,
+            scripted[name]
+            if name in scripted
+            else _default_arguments((offered.get(name) or {}).get("parameters") or {}, prompt),
+        )
+        for i, name in enumerate(names)
+    )
+    text = "Checking with " + ", ".join(names) + "."
+    return Completion(
+        text=text,
+        input_tokens=max(1, math.ceil(len(prompt) / 4)),
+        output_tokens=tokens(text + json.dumps([c.arguments for c in calls])),
+        stop_reason="end",
+        raw_stop_reason="tool_calls",
+        tool_calls=calls,
+    )
+
+
+def _quotes(results: list[Message]) -> list[str]:
+    """What each tool result says, in a line: the first lines of its data."""
+    quoted = []
+    for m in results:
+        lines = [ln for ln in _reviewed(m["content"]).splitlines() if ln.strip()]
+        head = " | ".join(lines[:4])[:300]
+        quoted.append(f"Tool {m.get('name', '?')} reports: {head}")
+    return quoted
+
+
+def simulate(
+    model: str,
+    messages: list[Message],
+    max_tokens: int,
+    system: str = "",
+    tools: list[dict[str, Any]] | None = None,
+) -> Completion:
+    """The simulated model's whole behaviour: a pure function of its input. ``tools``:
+    the tools offered (``name``, ``parameters``), vendor-neutral."""
     opts = parse_sim_model(model)
-    last = messages[-1]["content"] if messages else ""
+    # The prompt is the last user message; tool turns and results may follow it.
+    at = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    last = messages[at]["content"] if at >= 0 else ""
+    after = messages[at + 1 :] if at >= 0 else []
+    turns_taken = sum(1 for m in after if m["role"] == "assistant" and m.get("tool_calls"))
+    results = [m for m in after if m["role"] == "tool"]
+    wants = opts.call is None or bool(opts.call)
+    if tools and wants and turns_taken < opts.tool_turns:
+        return _tool_turn(opts, tools, last, turns_taken + 1)
     if opts.role == "critic":
         revision = max(_revision_in(last), 0)
     else:
@@ -253,14 +359,17 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
             transient=transient,
             status_code=status,
         )
+    quotes = _quotes(results)
     if opts.role == "critic":
-        text = _critic_reply(opts, _critic_score(opts, last, revision), revision)
+        score = _critic_score(opts, last, revision)
+        text = _critic_reply(opts, score, revision, quotes)
         if opts.quote == "before":
             text = _quoted(opts, last) + text
         elif opts.quote == "after":
             text += _quoted_between_markers(last)
     else:
         text = (_echo_reply if opts.echo else _actor_reply)(opts, last, revision)
+        text += "".join(f"{q}\n" for q in quotes)
     stop = "end"
     limit = (
         max_tokens
@@ -273,6 +382,7 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
         stop = opts.refuse
         text = REFUSAL_TEXT if stop == "refusal" else text[: len(text) // 2]
     prompt_chars = len(system) + sum(len(m["content"]) for m in messages)
+    prompt_chars += len(json.dumps(tools)) if tools else 0
     return Completion(
         text=text,
         input_tokens=max(1, math.ceil(prompt_chars / 4)),
@@ -289,7 +399,10 @@ class SimProvider(Provider):
 
     def _call(self, agent: AgentSpec, messages: list[Message], structured: bool) -> Completion:
         # The simulator's replies are text: its ``format`` option says how they look.
-        completion = simulate(agent.model_name, messages, agent.max_tokens, agent.instructions)
+        tools = [{"name": t.name, "parameters": t.parameters} for t in agent.tool_specs]
+        completion = simulate(
+            agent.model_name, messages, agent.max_tokens, agent.instructions, tools or None
+        )
         latency = parse_sim_model(agent.model_name).latency_ms
         if latency > 0:
             time.sleep(latency / 1000)
