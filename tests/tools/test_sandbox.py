@@ -239,3 +239,19 @@ def test_without_a_sandbox_commands_are_refused_unless_none_is_said(
         "tests: exit code 0\nran\n"
     )
     assert sys.executable  # the worker's Python is what "python" finds in both
+
+
+@pytest.mark.parametrize(("kind", "contained"), [("bwrap", True), ("none", False)])
+def test_the_command_has_no_capabilities_and_little_of_etc(
+    tree: Path, kind: str, contained: bool
+) -> None:
+    look = python(
+        "import os\n"
+        "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
+        "print('caps', int(caps, 16), 'shadow', os.path.exists('/etc/shadow'))\n"
+    )
+    result = run_command(context(tree, kind, look=look), "look")
+    if contained:
+        assert result.endswith("caps 0 shadow False\n"), result
+    else:
+        assert "shadow True" in result

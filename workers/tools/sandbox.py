@@ -1,7 +1,7 @@
 """Run a configured command on a throwaway copy of the reviewed tree, in a sandbox.
 
 With ``sandbox="bwrap"`` (the default) the command runs under bubblewrap: its own mount,
-network, process and IPC namespaces (no network at all, not even loopback), no
+network, process and IPC namespaces (a loopback of its own, nothing of the worker's), no
 capabilities, a read-only view of the system (``/usr``, a few files of ``/etc``) and of
 the worker's Python (its prefix and base prefix, so the tests find their packages), a
 private ``/tmp``, and a writable copy of the tree at ``/repo`` that is deleted afterwards.
