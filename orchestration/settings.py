@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     #: Modules of tools a worker imports at start (comma-separated), besides the shipped
     #: ``workers.tools.review``: each registers its tools with ``workers.tools.registry.tool``.
     tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Where a worker keeps the repositories its tools read, checked out by commit
+    #: (unset: ``~/.cache/duet/tools``).
+    tool_cache_dir: str | None = None
     #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
 

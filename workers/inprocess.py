@@ -79,6 +79,8 @@ class InProcessWorker:
             _running.add(id(self))
         if not self._controller.ready.wait(timeout_s):
             raise RuntimeError(f"in-process worker did not start within {timeout_s}s")
+        if keys.QUEUE_TOOLS in self.queues:  # its tools known before the first submit
+            runtime.publish_tools()
         return self
 
     @property

@@ -121,7 +121,6 @@ def get_tools() -> ToolService:
                     store,
                     runner.run_tool,
                     scrub_output,
-                    root_of=runner.root_of,
                     observers=tuple(m.ToolObserver() for m in watchers),
                 )
     return _tools

@@ -4,6 +4,7 @@ batches and runs already submitted."""
 from __future__ import annotations
 
 import difflib
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -135,15 +136,20 @@ def show(
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
     from duet.commands import ids
-    from orchestration.client.handles import store
+    from orchestration.client.handles import agent_turns, store
 
     result = store().result(ids.run_id(run_id))
+    turns = agent_turns(result.run_id)
     out.print(_run_header(result))
+    if turns.get("r0.generate"):
+        out.print(Panel(Group(*_tool_lines(turns["r0.generate"])), title="draft: tool calls"))
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:
         score = f"{rnd.score:.2f}" if rnd.score is not None else "-"
-        body: list[Any] = [plain(rnd.summary or "(no summary)")]
+        body: list[Any] = _tool_lines(turns.get(f"r{rnd.round}.critique", []), "critic")
+        body += [plain(rnd.summary or "(no summary)")]
         body += [plain(f"• {issue}", style="yellow") for issue in rnd.issues]
+        body += _tool_lines(turns.get(f"r{rnd.round}.refine", []), "actor")
         if rnd.revision is not None:
             diff = _diff(
                 previous or "", rnd.revision, f"revision {rnd.round - 1}", f"revision {rnd.round}"
@@ -160,6 +166,34 @@ def show(
         kept = _kept(result)
         title = f"kept output: {kept}" if kept else "final output"
         out.print(Panel(plain(text), title=title, title_align="left"))
+
+
+#: Characters of a tool result shown per call.
+TOOL_RESULT_SHOWN = 160
+
+
+def _tool_lines(turns: list[Any], role: str = "actor") -> list[Any]:
+    """One line per tool call of an agent run's turns: the turn, the tool and its
+    arguments, and how its result began (model and tool output: shown as plain text)."""
+    lines: list[Any] = []
+    for turn in turns:
+        for i, call in enumerate(turn.calls):
+            done = turn.results.get(i)
+            args = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+            if len(args) > TOOL_RESULT_SHOWN:
+                args = args[:TOOL_RESULT_SHOWN] + "…"
+            if done is None:
+                outcome = "running"
+            else:
+                head = " ".join(str(done.get("result", "")).split())[:TOOL_RESULT_SHOWN]
+                outcome = f"{'ok' if done.get('ok') else 'error'}: {head}"
+            lines.append(
+                plain(
+                    f"⚙ {role} turn {turn.number}: {call.get('name')} {args} → {outcome}",
+                    style="cyan",
+                )
+            )
+    return lines
 
 
 def _run_header(result: RunResult) -> Table:
@@ -180,6 +214,7 @@ def _run_header(result: RunResult) -> Table:
             "usage",
             f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
             f"{usage.calls} calls, ${usage.usd:.4f}"
+            + (f", {usage.tool_calls} tool calls" if usage.tool_calls else "")
             + (
                 f"; {usage.cached_calls} cached steps (served from the model-call "
                 f"cache, ${usage.saved_usd:.4f} saved)"

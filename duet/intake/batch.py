@@ -277,6 +277,9 @@ def submit_reading(cfg: ReviewConfig, reading: Reading) -> BatchHandle | None:
     from orchestration.state import batches, connection
 
     team = cfg.build_team()
+    workspace = getattr(reading.reader, "workspace", None)
+    if workspace is not None:  # a git range: the tools read its head commit
+        team.review_tree(*workspace)
     _apply_rate_limits(cfg)
     handle = None
     if reading.first is not None:

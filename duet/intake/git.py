@@ -273,6 +273,13 @@ class GitChanges:
     def skipped(self) -> int:
         return sum(self.skipped_by.values())
 
+    @property
+    def workspace(self) -> tuple[str, str]:
+        """The repository and the reviewed commit (the range's head, resolved): the tree
+        the agents' tools read."""
+        sha = git(self.repo, "rev-parse", "--verify", f"{self.head}^{{commit}}").decode().strip()
+        return str(self.repo.resolve()), sha
+
     def _check_commit(self, ref: str, which: str) -> None:
         try:
             git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")

@@ -25,7 +25,7 @@ from orchestration.state import batches, connection, keys, replicas
 from orchestration.state.broker import broker_config
 from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
-from orchestration.state.turns import published_tools
+from orchestration.state.turns import Turn, TurnStore, published_tools
 
 if TYPE_CHECKING:
     from orchestration.core.budget import Budget
@@ -125,6 +125,11 @@ def freeze_tools(spec: LoopSpec) -> LoopSpec:
         for role, agent in agents.items()
     }
     return spec.model_copy(update=frozen)
+
+
+def agent_turns(run_id: str) -> dict[str, list[Turn]]:
+    """The stored turns of a run's agents with tools, by step key (``duet show``)."""
+    return TurnStore(connection.get_redis()).all_turns(run_id)
 
 
 def ledger() -> BudgetLedger:

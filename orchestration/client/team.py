@@ -34,6 +34,7 @@ from orchestration.core.memory import (
     Memory,
 )
 from orchestration.core.results import RunResult
+from orchestration.core.tools import Workspace
 from orchestration.core.validation import checked
 from orchestration.settings import get_settings
 from orchestration.state.broker import visibility_timeout_of
@@ -183,6 +184,14 @@ class Team:
         )
 
     # --- submitting -------------------------------------------------------
+    def review_tree(self, source: str, commit: str) -> None:
+        """Let the agents' tools read ``source`` (a repository path every worker sees, or a
+        git URL they fetch from) at ``commit`` (a full or abbreviated hash): the runs
+        submitted from now on carry it in their spec."""
+        self.spec = self.spec.model_copy(
+            update={"workspace": checked(Workspace, {"source": source, "commit": commit})}
+        )
+
     def _freeze_tools(self) -> None:
         """Freeze the schemas of the agents' tools in the spec, as the workers publish
         them (refusing a tool no worker knows); nothing for agents without tools."""

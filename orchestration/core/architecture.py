@@ -12,7 +12,7 @@ from orchestration.core.agents import Agent, AgentSpec, check_call_timeout, team
 from orchestration.core.callcache import CacheSpec, cache_spec
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
-from orchestration.core.tools import DEFAULT_MAX_TURNS
+from orchestration.core.tools import DEFAULT_MAX_TURNS, Workspace
 from orchestration.core.validation import checked
 
 if TYPE_CHECKING:
@@ -87,6 +87,9 @@ class LoopSpec(LoopSettings):
     agent of the nested form (its model and instructions). Part of the team's identity."""
     worker_ids: dict[str, str] = Field(default_factory=lambda: {r: r for r in ROLES})
     """The worker id of each role (``role_to_worker_id``); each keeps its conversation."""
+    workspace: Workspace | None = None
+    """The repository at the commit the runs' tools read (``duet review --git``); None:
+    the tools have no tree."""
 
     def check_timeouts(self, visibility_timeout_s: float) -> None:
         """Refuse an agent whose call the broker's visibility timeout does not outlast

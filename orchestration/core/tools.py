@@ -43,6 +43,17 @@ class ToolSpec(BaseModel):
         return hash(self.model_dump_json())
 
 
+class Workspace(BaseModel):
+    """The tree a run's tools read: a repository (a path every worker sees, or a git URL
+    they fetch from) at one commit. Set by the caller (``duet review --git``), never by
+    an input's data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(min_length=1)
+    commit: str = Field(pattern=r"^[0-9a-f]{7,64}$")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call a model asked for in one turn: the vendor's id, the tool and its arguments."""
@@ -93,6 +104,7 @@ __all__ = [
     "MAX_RESULT_CHARS",
     "ToolCall",
     "ToolSpec",
+    "Workspace",
     "arguments_text",
     "fence",
     "is_error",

@@ -9,13 +9,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from orchestration.core import events as ev
-from orchestration.core.agents import AgentSpec
 from orchestration.core.loop import ROLE_OF, parse_step_key
-from orchestration.core.tools import MAX_RESULT_CHARS, ToolSpec, tool_error
+from orchestration.core.tools import MAX_RESULT_CHARS, ToolSpec, Workspace, tool_error
 from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.events import event_json
 from orchestration.state.keys import TASK_BY_PHASE
@@ -38,9 +36,10 @@ LOST = (
 
 @dataclass(frozen=True, slots=True)
 class CallInfo:
-    """Where a tool call runs: the run's tree (or None), the ids, the agent's options."""
+    """Where a tool call runs: the run's repository and commit (or None), the ids, the
+    agent's tool options."""
 
-    root: Path | None
+    workspace: Workspace | None
     run_id: str
     call_id: str
     options: Mapping[str, Any]
@@ -49,8 +48,6 @@ class CallInfo:
 #: Runs one tool: ``(spec, arguments, where) -> (result text, ok)``; never raises for the
 #: tool's own failures (``workers.tools.registry.call``, ``workers.tools.mcp``).
 RunTool = Callable[[ToolSpec, dict[str, Any], CallInfo], tuple[str, bool]]
-#: The tree tools of a run read (the reviewed repository at its commit), or None.
-RootOf = Callable[[Mapping[str, str]], Path | None]
 #: Makes tool output safe to store (no key values); ``workers.secrets.scrub_output``.
 Scrub = Callable[[str], str]
 
@@ -89,7 +86,6 @@ class ToolService:
         run_tool: RunTool,
         scrub: Scrub,
         *,
-        root_of: RootOf | None = None,
         observers: tuple[ToolObserver, ...] = (),
         turns: TurnStore | None = None,
     ) -> None:
@@ -97,7 +93,6 @@ class ToolService:
         self.turns = turns or TurnStore(store.r)
         self.run_tool = run_tool
         self.scrub = scrub
-        self.root_of = root_of
         self.observers = observers
 
     def run(self, run_id: str, ref: str, claimant: str) -> ToolOutcome:
@@ -111,7 +106,8 @@ class ToolService:
             log.warning("tool: run %s has no call %s (expired?)", run_id, ref)
             return None
         call = turn.calls[index]
-        agent = self._agent(run["spec_id"], ROLE_OF[phase])
+        spec_of_run = self.store.load_spec(run["spec_id"])
+        agent = spec_of_run.actor if ROLE_OF[phase] == "actor" else spec_of_run.critic
         spec = next((t for t in agent.tool_specs if t.name == call["name"]), None)
         next_turn = NextTurn(TASK_BY_PHASE[phase], run_id, step_key)
         state, holder = self.turns.start_call(run_id, ref, claimant)
@@ -130,9 +126,7 @@ class ToolService:
             given = ", ".join(t.name for t in agent.tool_specs)
             text, ok = tool_error(f"unknown tool {call['name']!r}; the tools are: {given}"), False
         else:
-            where = CallInfo(
-                self.root_of(run) if self.root_of else None, run_id, ref, agent.tool_options or {}
-            )
+            where = CallInfo(spec_of_run.workspace, run_id, ref, agent.tool_options or {})
             try:
                 text, ok = self.run_tool(spec, dict(call.get("arguments") or {}), where)
             except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read
@@ -178,10 +172,6 @@ class ToolService:
         """The calls of ``ref``'s turn without a result (a no-op store reads it)."""
         return self.turns.finish_call(run_id, ref, {}, "")
 
-    def _agent(self, spec_id: str, role: str) -> AgentSpec:
-        spec = self.store.load_spec(spec_id)
-        return spec.actor if role == "actor" else spec.critic
-
 
 def _keep_trying(write: Callable[[], int]) -> int:
     """``write`` until Redis takes it (backoff 0.2 s doubling to 5 s, for up to
@@ -199,4 +189,4 @@ def _keep_trying(write: Callable[[], int]) -> int:
             wait = min(wait * 2, 5.0)
 
 
-__all__ = ["CallInfo", "CheckLater", "NextTurn", "RootOf", "RunTool", "ToolOutcome", "ToolService"]
+__all__ = ["CallInfo", "CheckLater", "NextTurn", "RunTool", "ToolOutcome", "ToolService"]

@@ -4,6 +4,9 @@ against the vendors' SDK types."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +177,19 @@ def test_the_stand_in_refuses_malformed_tool_requests_as_the_vendors_do(
                 },
             ],
         )
+
+
+def test_duet_show_lists_the_turns_and_tool_calls(tools_url: str) -> None:
+    critic = Agent(CRITIC, model="sim:critic?scores=0.5", tools=["run_tests"])
+    result = _team(critic).run_sync("Write a function that parses ints.", timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "duet", "show", result.run_id],
+        env={**os.environ, "DUET_REDIS_URL": tools_url, "COLUMNS": "500"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "critic turn 1: run_tests" in shown
+    assert "ok: tests: 2 passed, 1 failed (test_empty_input)" in shown, shown
+    assert "1 tool calls" in shown

@@ -66,6 +66,8 @@ _FAILURES = {
     "rate_limited": (True, 429),
 }
 _REFUSALS = ("refusal", "content_filter", "context_window")
+#: How much of each tool result an answer quotes: lines, then characters.
+_QUOTED_LINES, _QUOTED_CHARS = 12, 1000
 #: What the simulated model says when it refuses.
 REFUSAL_TEXT = "I can't help with that request."
 _TOPICS = (
@@ -321,8 +323,8 @@ def _quotes(results: list[Message]) -> list[str]:
     """What each tool result says, in a line: the first lines of its data."""
     quoted = []
     for m in results:
-        lines = [ln for ln in _reviewed(m["content"]).splitlines() if ln.strip()]
-        head = " | ".join(lines[:4])[:300]
+        lines = [" ".join(ln.strip("=-_ ").split()) for ln in _reviewed(m["content"]).splitlines()]
+        head = " | ".join([ln for ln in lines if ln][:_QUOTED_LINES])[:_QUOTED_CHARS]
         quoted.append(f"Tool {m.get('name', '?')} reports: {head}")
     return quoted
 

@@ -199,7 +199,7 @@ def call(name: str, arguments: dict[str, Any], context: ToolContext) -> tuple[st
         value = future.result(timeout=found.spec.timeout_s)
     except concurrent.futures.TimeoutError:
         return tool_error(f"{name} timed out after {found.spec.timeout_s:g} s"), False
-    except ToolError as exc:  # a refusal the tool worded for the model
+    except ToolError as exc:  # a refusal the tool words for the model itself
         return tool_error(str(exc)), False
     except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read
         return tool_error(f"{name} raised {type(exc).__name__}: {exc}"), False

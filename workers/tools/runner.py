@@ -4,16 +4,17 @@ tools it publishes, and one call of a registered function."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestration.core.tools import ToolSpec, tool_error
+from orchestration.core.tools import ToolSpec, Workspace, tool_error
 from orchestration.services.tools import CallInfo
 from orchestration.settings import get_settings
 from orchestration.state.turns import publish_tools
 from workers.tools import registry
 from workers.tools.context import ToolContext
+from workers.tools.errors import ToolError
+from workers.tools.workspace import checkout
 
 log = logging.getLogger(__name__)
 
@@ -25,22 +26,41 @@ def load_configured() -> None:
         log.info("toolset %s is not installed here: its tools are not offered", module)
 
 
+def call_mcp(spec: ToolSpec, arguments: dict[str, Any]) -> tuple[str, bool]:
+    """Call ``spec`` on the MCP server it was listed from (``mcp:<url or command>``)."""
+    return tool_error(f"{spec.name}: MCP tools are not served by this worker"), False
+
+
 def publish(client: Any) -> None:
     """Say which tools this worker knows (``duet:tools``)."""
     publish_tools(client, registry.known())
 
 
 def run_tool(spec: ToolSpec, arguments: dict[str, Any], where: CallInfo) -> tuple[str, bool]:
-    """Run one call of ``spec`` (a registered function) with ``arguments``."""
-    if spec.source != "python":
-        return tool_error(f"{spec.name}: tools from {spec.source} are not served here"), False
-    context = ToolContext(where.root, where.run_id, where.call_id, dict(where.options))
+    """Run one call of ``spec`` with ``arguments``: a registered function, on the run's
+    tree at its commit when the run names one; or a tool of an MCP server."""
+    if spec.source.startswith("mcp:"):
+        return call_mcp(spec, arguments)
+    try:
+        root = root_of(where.workspace)
+    except ToolError as exc:
+        return tool_error(f"{spec.name}: no tree to read: {exc}"), False
+    context = ToolContext(root, where.run_id, where.call_id, dict(where.options))
     return registry.call(spec.name, arguments, context)
 
 
-def root_of(run: Mapping[str, str]) -> Path | None:
-    """The tree a run's tools read: none yet (a review names its repository)."""
-    return None
+def root_of(workspace: Workspace | None) -> Path | None:
+    """The run's repository at its commit, checked out (read-only, cached by commit) in
+    ``DUET_TOOL_CACHE_DIR``; None when the run names none."""
+    if workspace is None:
+        return None
+    return checkout(workspace.source, workspace.commit, cache_dir())
 
 
-__all__ = ["load_configured", "publish", "root_of", "run_tool"]
+def cache_dir() -> Path:
+    """Where this worker keeps repositories' objects and trees for tools."""
+    configured = get_settings().tool_cache_dir
+    return Path(configured) if configured else Path.home() / ".cache" / "duet" / "tools"
+
+
+__all__ = ["cache_dir", "load_configured", "publish", "root_of", "run_tool"]
