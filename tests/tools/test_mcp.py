@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import socket
 import subprocess
 import sys
@@ -142,3 +143,10 @@ def test_a_server_that_is_down_is_a_clear_tool_error() -> None:
 def test_a_bad_server_description_is_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ToolError, match=message):
         McpServer(**kwargs)  # type: ignore[arg-type]
+
+
+def test_calls_from_worker_threads_at_once(server: McpServer) -> None:
+    # The worker runs each tool call in a thread of its own pool: one event loop each.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        sums = list(pool.map(lambda n: call_tool(server, "add", {"a": n, "b": 1}, 60), range(4)))
+    assert sums == ["1", "2", "3", "4"]
