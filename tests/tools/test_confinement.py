@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 from tests.tools.conftest import SECRET, Repo
 from workers.tools import registry, review
 from workers.tools.context import ToolContext
@@ -100,3 +101,50 @@ def test_through_the_registry_a_refusal_is_the_result_the_model_reads(ctx: ToolC
     )
     result, ok = registry.call("read_file", {"path": "leak"}, ctx)
     assert not ok and SECRET not in result and "through a symlink" in result
+
+
+#: Calls a hostile input could steer a model into, through the engine's registry.
+HOSTILE_CALLS: list[tuple[str, dict[str, object]]] = [
+    ("read_file", {"path": path})
+    for path in (
+        "~/.ssh/id_rsa",
+        "{home}/.ssh/id_rsa",
+        "../../etc/passwd",
+        "../outside/secret.txt",
+        "{secret}",
+        "leak",
+        "up/secret.txt",
+        ".git/config",
+    )
+] + [
+    ("list_files", {"path": "up"}),
+    ("list_files", {"path": ".", "pattern": "*secret*"}),
+    ("grep", {"pattern": "TOP-SECRET|OPENSSH"}),
+    ("grep", {"pattern": "TOP", "path": "leak"}),
+    ("git_show", {"rev": "HEAD", "path": "../outside/secret.txt"}),
+    ("git_show", {"rev": "HEAD", "path": "leak"}),
+    ("git_blame", {"path": "../outside/secret.txt"}),
+    ("git_log", {"path": "{home}"}),
+]
+
+
+def test_hostile_tool_calls_leak_nothing(
+    ctx: ToolContext, repo: Repo, home: Path, reliability: Reliability
+) -> None:
+    leaked = []
+    for name, arguments in HOSTILE_CALLS:
+        filled = {
+            k: v.format(home=home, secret=repo.secret) if isinstance(v, str) else v
+            for k, v in arguments.items()
+        }
+        result, _ok = registry.call(name, filled, ctx)
+        if SECRET in result or HOME_KEY in result:
+            leaked.append((name, filled))
+    reliability.record(
+        section=MODEL_OUTPUT,
+        fault="a model steered into asking the review tools for files outside the repository "
+        "(a home key, '..', absolute paths, symlinks out, .git)",
+        load=f"{len(HOSTILE_CALLS)} hostile tool calls through the registry",
+        lost=lost_of(len(leaked), len(HOSTILE_CALLS), "calls returned a secret"),
+    )
+    assert leaked == []

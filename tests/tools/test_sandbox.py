@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 from tests.tools.conftest import SECRET, Repo, git
 from workers.tools import registry, sandbox
 from workers.tools.commands import run_command
@@ -255,3 +256,47 @@ def test_the_command_has_no_capabilities_and_little_of_etc(
         assert result.endswith("caps 0 shadow False\n"), result
     else:
         assert "shadow True" in result
+
+
+def test_hostile_commands_are_contained(
+    tree: Path,
+    repo: Repo,
+    listener: tuple[int, list[socket.socket]],
+    monkeypatch: pytest.MonkeyPatch,
+    reliability: Reliability,
+) -> None:
+    port, accepted = listener
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hostile-test-key-0123456789")
+    marker = f"hostile-sleeper-{os.getpid()}"
+    read = "import sys\nfor p in sys.argv[1:]:\n    try: print(open(p).read())\n    except OSError: pass\n"
+    commands = {
+        "connect": ["python", "-c", CONNECT, str(port)],
+        "env": python("import os; print(os.environ.get('OPENAI_API_KEY'))"),
+        "read": ["python", "-c", read, "leak", str(repo.secret), "/etc/shadow"],
+        "linger": ["sh", "-c", f"sleep 300 & sleep 301; : {marker}", marker],
+    }
+    ctx = ToolContext(
+        root=tree,
+        run_id="r",
+        call_id="c",
+        options={"commands": commands, "limits": {"timeout_s": 5}},
+    )
+    results = {name: run_command(ctx, name) for name in commands}
+    escaped = [
+        name
+        for name, got in [
+            ("connect", "connected" in results["connect"].splitlines() or bool(accepted)),
+            ("env", "sk-hostile-test-key" in results["env"]),
+            ("read", SECRET in results["read"] or "root:" in results["read"]),
+            ("linger", bool(_running(marker))),
+        ]
+        if got
+    ]
+    reliability.record(
+        section=MODEL_OUTPUT,
+        fault="a configured command (the reviewed code's tests) tries the network, reads the "
+        "worker's API key and files outside the tree, and outlives its time limit",
+        load=f"{len(commands)} hostile commands under bubblewrap",
+        lost=lost_of(len(escaped), len(commands), "commands got out"),
+    )
+    assert escaped == []
