@@ -300,3 +300,20 @@ def test_hostile_commands_are_contained(
         lost=lost_of(len(escaped), len(commands), "commands got out"),
     )
     assert escaped == []
+
+
+def test_the_private_tmp_is_capped(tree: Path) -> None:
+    fill = python(
+        "try:\n"
+        "    with open('/tmp/fill', 'wb') as f:\n"
+        "        for _ in range(64):\n            f.write(b'x' * (1 << 20))\n"
+        "    print('wrote 64 MiB')\n"
+        "except OSError as e:\n    print('refused:', e.strerror)\n"
+    )
+    ctx = ToolContext(
+        root=tree,
+        run_id="r",
+        call_id="c",
+        options={"commands": {"fill": fill}, "limits": {"tmp_mb": 16}},
+    )
+    assert run_command(ctx, "fill") == "fill: exit code 0\nrefused: No space left on device\n"
