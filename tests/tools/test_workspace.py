@@ -186,3 +186,12 @@ def test_a_builder_killed_mid_checkout_leaves_nothing_half_built(
     assert len(scratch) == 1
     assert present == expected
     assert left == [commit]
+
+
+def test_a_source_missing_an_object_is_a_clear_error(repo: Repo, tmp_path: Path) -> None:
+    blob = git(repo.path, "rev-parse", f"{repo.second}:pkg/use.py")
+    (repo.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(ToolError, match=f"object {blob} is missing from the source"):
+        checkout(str(repo.path), repo.second, tmp_path / "cache")
+    # Nothing half-built is taken for a checkout by the next caller.
+    assert not (tmp_path / "cache" / "trees" / repo.second).exists()
