@@ -10,12 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 from tests.tools.conftest import SECRET, Repo
 from workers.tools import registry, review
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
+from workers.tools.paths import confine
 
 #: The key in the fake home folder a hostile input asks for.
 HOME_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-for-models"
@@ -148,3 +151,50 @@ def test_hostile_tool_calls_leak_nothing(
         lost=lost_of(len(leaked), len(HOSTILE_CALLS), "calls returned a secret"),
     )
     assert leaked == []
+
+
+#: Parts a generated path is made of: names in the tree, links out, and every trick.
+PARTS = [
+    "pkg",
+    "calc.py",
+    "README.md",
+    "leak",
+    "up",
+    "inside_link",
+    "..",
+    ".",
+    "",
+    ".git",
+    ".GIT",
+    "~",
+    "secret.txt",
+    "outside",
+    "etc",
+    "passwd",
+    "\\..",
+    "...",
+]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.booleans(), st.lists(st.sampled_from(PARTS), min_size=1, max_size=6))
+def test_any_path_is_refused_or_inside_the_tree(
+    tree: Path, repo: Repo, reliability: Reliability, absolute: bool, parts: list[str]
+) -> None:
+    path = ("/" if absolute else "") + "/".join(parts)
+    with reliability.case(
+        section=MODEL_OUTPUT,
+        fault="Confined paths (property): any path of up to 6 parts made of the tree's names, "
+        "symlinks out of it, '..', '.', '~', '.git' and empty parts, absolute or not",
+    ):
+        try:
+            target = confine(tree, path, what="test")
+        except ToolError:
+            return
+        top = tree.resolve()
+        assert target == top or top in target.parents, path
+        assert ".git" not in [p.casefold() for p in target.relative_to(top).parts]
+        if target.is_file():
+            assert SECRET not in target.read_text(errors="replace")
