@@ -218,6 +218,7 @@ def test_the_model_names_a_command_it_cannot_write_one(tree: Path) -> None:
         ({"commands": {"t": ["true"]}, "sandbox": "docker"}, "sandbox must be one of"),
         ({"commands": {"t": ["true"]}, "limits": {"ram": 1}}, "unknown limits"),
         ({"commands": {"t": ["true"]}, "limits": {"timeout_s": -1}}, "positive number"),
+        ({"commands": {"t": ["true"]}, "limits": {"timeout_s": 3600}}, "at most 840"),
         ({"commands": {"t": ["no-such-program-here"]}}, "No such file or directory"),
     ],
 )
