@@ -144,3 +144,11 @@ def test_a_tool_without_a_tree_says_so() -> None:
     ):
         with pytest.raises(ToolError, match="no repository is open"):
             call()
+
+
+def test_a_worker_without_git_says_so(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ToolError, match="git cannot be started on this worker: No such file"):
+        review.git_log(ctx)
+    with pytest.raises(ToolError, match="git cannot be started on this worker"):
+        review.grep(ctx, "add")

@@ -157,8 +157,8 @@ def run(tree: Path, argv: Sequence[str], *, sandbox: str = "bwrap", limits: Limi
                 max_bytes=limits.output_bytes,
                 merge_stderr=True,
             )
-        except OSError as e:
-            raise ToolError(f"run_command: cannot start {argv[0]!r}: {e.strerror}") from e
+        except ToolError as e:
+            raise ToolError(f"run_command: {e}") from e
     finally:
         _remove(scratch)
     return Outcome(
