@@ -85,6 +85,7 @@ class AgentConfig(AgentSettings):
             cache=self.cache,
             tools=self.tools,
             max_turns=self.max_turns,
+            mcp_servers=self.mcp_servers,
             tool_options=self.tool_options,
             name=name,
         )

@@ -89,11 +89,19 @@ def _build() -> tuple[Coordinator, StepService]:
                 observers=tuple(m.StepObserver() for m in watchers),
                 scrub_output=scrub_output,
                 handover_message=handover_message,
+                list_mcp=_list_mcp,
                 cache=CallCache(
                     open_call_store(store.r), tuple(m.StepObserver() for m in watchers)
                 ),
             )
         return _coordinator, _steps
+
+
+def _list_mcp(server: Any) -> Any:
+    """The tools of an MCP server (the MCP SDK is imported on the first listing)."""
+    from workers.tools.runner import list_mcp
+
+    return list_mcp(server)
 
 
 def get_coordinator() -> Coordinator:

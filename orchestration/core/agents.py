@@ -12,7 +12,7 @@ from orchestration.core import runner, url_credentials
 from orchestration.core.capabilities import TEMPERATURE_RANGE, temperature_problem
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
-from orchestration.core.tools import DEFAULT_MAX_TURNS, NAME_PATTERN, ToolSpec
+from orchestration.core.tools import DEFAULT_MAX_TURNS, NAME_PATTERN, McpServerSpec, ToolSpec
 from orchestration.core.validation import checked
 
 if TYPE_CHECKING:
@@ -174,6 +174,9 @@ class AgentSettings(BaseModel):
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     """Model calls one agent run may make (tool calls go between them); a run that asks
     for a tool on its last turn is interrupted ``<role>:round_N:max_turns``."""
+    mcp_servers: Annotated[tuple[McpServerSpec, ...], BeforeValidator(_as_tuple)] = ()
+    """MCP servers whose tools the agent may call too (listed on its first turn of a run,
+    then frozen for the run)."""
     tool_options: dict[str, Any] | None = None
     """Options the agent's tools read (``ToolContext.options``): e.g. the command the
     sandbox runs for the review toolset's tests."""
@@ -224,6 +227,18 @@ class AgentSettings(BaseModel):
             problem = temperature_problem(*resolve_model(model), value)
             if problem is not None:
                 raise ValueError(problem)
+        return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_in_sync_calls(
+        cls, value: tuple[McpServerSpec, ...], info: ValidationInfo
+    ) -> tuple[McpServerSpec, ...]:
+        if value and info.data.get("execution") == "vendor_batch":
+            raise ValueError(
+                "tools run between turns of sync calls: an agent with MCP servers cannot use "
+                "execution='vendor_batch'"
+            )
         return value
 
     @field_validator("tools")
@@ -289,7 +304,7 @@ class AgentSpec(AgentSettings):
     @property
     def takes_tools(self) -> bool:
         """Whether a call of this agent offers tools (and may take several turns)."""
-        return bool(self.tool_specs)
+        return bool(self.tool_specs or self.mcp_servers)
 
 
 #: What the agent of the nested form is: every other setting only means something for a
@@ -341,6 +356,9 @@ class Agent:
             submit). Each turn is a model call, each tool call a task of its own.
         max_turns: model calls one agent run may make; asking for a tool on the last
             one interrupts the run ``<role>:round_N:max_turns``.
+        mcp_servers: MCP servers whose tools it may call too: ``{"url": ..., "key_env":
+            ...}`` (streamable HTTP) or ``{"command": [...]}`` (stdio); listed on its first
+            turn of each agent run, then frozen for the run.
         tool_options: options the agent's tools read (``ToolContext.options``).
         architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop
             (the nested form): ``run`` then runs exactly what ``Team.actor_critic`` runs,
@@ -372,6 +390,7 @@ class Agent:
         cache: bool = True,
         tools: list[str] | tuple[str, ...] = (),
         max_turns: int = DEFAULT_MAX_TURNS,
+        mcp_servers: list[McpServerSpec | dict[str, Any]] | tuple[Any, ...] = (),
         tool_options: dict[str, Any] | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
@@ -392,6 +411,7 @@ class Agent:
                 "cache": cache,
                 "tools": tools,
                 "max_turns": max_turns,
+                "mcp_servers": mcp_servers,
                 "tool_options": tool_options,
             },
         )

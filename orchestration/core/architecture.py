@@ -31,6 +31,7 @@ ROLES = ("actor", "critic")
 _TOOL_DEFAULTS: dict[str, Any] = {
     "tools": [],
     "max_turns": DEFAULT_MAX_TURNS,
+    "mcp_servers": [],
     "tool_options": None,
     "tool_specs": [],
 }

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestration.core.quoting import closing, defang, opening
 
@@ -41,6 +41,38 @@ class ToolSpec(BaseModel):
 
     def __hash__(self) -> int:  # its schema is a dict: hashed by its JSON
         return hash(self.model_dump_json())
+
+
+class McpServerSpec(BaseModel):
+    """An MCP server an agent's tools come from: ``url`` (streamable HTTP, its bearer key in
+    the workers' variable ``key_env``) or ``command`` (a local program spoken to over
+    stdio). Its tools are listed once per agent run's first turn and frozen for the run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    command: tuple[str, ...] | None = None
+    key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way_to_reach_it(self) -> McpServerSpec:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("an MCP server needs exactly one of url and command")
+        if self.command is not None and not (self.command and all(self.command)):
+            raise ValueError("an MCP server's command must name a program")
+        if self.key_env is not None and self.url is None:
+            raise ValueError("key_env is for an MCP server reached by url")
+        return self
+
+    @property
+    def source(self) -> str:
+        """What a :class:`ToolSpec` listed from it says of where it comes from."""
+        return "mcp:" + self.model_dump_json(exclude_none=True)
+
+    @classmethod
+    def from_source(cls, source: str) -> McpServerSpec:
+        """Inverse of :attr:`source`."""
+        return cls.model_validate_json(source.removeprefix("mcp:"))
 
 
 class Workspace(BaseModel):
@@ -102,6 +134,7 @@ def unknown_tools(wanted: tuple[str, ...], known: set[str]) -> list[str]:
 __all__ = [
     "DEFAULT_MAX_TURNS",
     "MAX_RESULT_CHARS",
+    "McpServerSpec",
     "ToolCall",
     "ToolSpec",
     "Workspace",

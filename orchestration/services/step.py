@@ -32,6 +32,7 @@ from orchestration.core.loop import (
 from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
+from orchestration.core.tools import McpServerSpec, ToolSpec
 from orchestration.core.turns import MAX_TURNS, TurnView, after_turn, summed, turn_messages
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, step_id
@@ -74,6 +75,8 @@ class StepObserver(Protocol):
     def call_answered(self, agent: AgentSpec, phase: str, result: dict[str, Any]) -> None: ...
 
 
+#: Lists the tools of one MCP server (``workers.tools.runner.list_mcp``).
+ListMcp = Callable[[McpServerSpec], list[ToolSpec]]
 #: Finds the adapter for an agent (``workers.providers.provider_for``).
 ProviderLookup = Callable[[AgentSpec], ModelClient]
 #: Makes an exception's text safe to store (no API keys); ``workers.secrets.redact``.
@@ -211,10 +214,13 @@ class StepService:
         handover_message: HandoverMessage | None = None,
         cache: CallCache | None = None,
         turns: TurnStore | None = None,
+        list_mcp: ListMcp | None = None,
     ) -> None:
         self.store = store
         #: Turns and tool results of agents with tools.
         self.turns = turns or TurnStore(store.r)
+        #: Lists an MCP server's tools (``workers.tools.runner.list_mcp``).
+        self.list_mcp = list_mcp
         #: The model-call cache's store (None: no call is ever cached).
         self.cache = cache
         self.handover_message = handover_message
@@ -285,6 +291,8 @@ class StepService:
             turns = own_turns(run_id, start.own, seat.turns)
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
         turn, prior = 1, tuple[dict[str, Any], ...]()
+        if seat.agent.mcp_servers:  # their tools, listed once per run, frozen for it
+            seat = replace(seat, agent=self._with_mcp(run_id, role, seat.agent))
         if seat.agent.takes_tools:
             stored = self.turns.turns(run_id, key)
             if stored and stored[-1].missing:
@@ -393,6 +401,29 @@ class StepService:
             f"run {run_id} step {key}: storing the answer",
         )
         return replace(handover, sent=True) if send is not None else handover
+
+    def _with_mcp(self, run_id: str, role: str, agent: AgentSpec) -> AgentSpec:
+        """``agent`` offering its MCP servers' tools too: those frozen for the run, or listed
+        now and frozen (a server that cannot be listed offers none; the others do)."""
+        frozen = self.turns.frozen_tools(run_id, role)
+        if frozen is None:
+            listed: list[ToolSpec] = []
+            for server in agent.mcp_servers:
+                try:
+                    listed += self.list_mcp(server) if self.list_mcp else []
+                except Exception as exc:  # noqa: BLE001 - a server down offers no tools
+                    why = self.scrub(str(exc))
+                    log.warning("run %s: MCP server not listed: %s", run_id, why)
+                    self.store.add_event(  # seen by the run's watchers: its tools are absent
+                        run_id,
+                        event_json(
+                            ev.TOOL_RESULT, run_id, tool="tools/list", ok=False, error=why
+                        ),
+                    )
+            frozen = self.turns.freeze_tools(run_id, role, listed)
+        own = {t.name for t in agent.tool_specs}
+        extra = tuple(t for t in frozen if t.name not in own)
+        return agent.model_copy(update={"tool_specs": agent.tool_specs + extra})
 
     def _store_turn(
         self,

@@ -108,7 +108,8 @@ class ToolService:
         call = turn.calls[index]
         spec_of_run = self.store.load_spec(run["spec_id"])
         agent = spec_of_run.actor if ROLE_OF[phase] == "actor" else spec_of_run.critic
-        spec = next((t for t in agent.tool_specs if t.name == call["name"]), None)
+        offered = agent.tool_specs + (self.turns.frozen_tools(run_id, ROLE_OF[phase]) or ())
+        spec = next((t for t in offered if t.name == call["name"]), None)
         next_turn = NextTurn(TASK_BY_PHASE[phase], run_id, step_key)
         state, holder = self.turns.start_call(run_id, ref, claimant)
         if state == "done":
@@ -123,7 +124,7 @@ class ToolService:
         if run.get("status") != "running":
             text, ok = tool_error("the run is over; the call was not made"), False
         elif spec is None:  # the model named a tool it was not given
-            given = ", ".join(t.name for t in agent.tool_specs)
+            given = ", ".join(t.name for t in offered)
             text, ok = tool_error(f"unknown tool {call['name']!r}; the tools are: {given}"), False
         else:
             where = CallInfo(spec_of_run.workspace, run_id, ref, agent.tool_options or {})

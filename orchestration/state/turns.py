@@ -84,8 +84,26 @@ class TurnStore:
 
     def all_turns(self, run_id: str) -> dict[str, list[Turn]]:
         """Every step's turns (for ``duet show``), by step key."""
-        steps = {_s(n).split("|")[0] for n in self.r.hkeys(keys.run_turns(run_id))}
+        names = [_s(n) for n in self.r.hkeys(keys.run_turns(run_id))]
+        steps = {n.split("|")[0] for n in names if not n.startswith(_FROZEN)}
         return {step: self.turns(run_id, step) for step in sorted(steps)}
+
+    def frozen_tools(self, run_id: str, role: str) -> tuple[ToolSpec, ...] | None:
+        """The tools listed from the role's MCP servers for this run; None: not yet."""
+        raw = self.r.hget(keys.run_turns(run_id), f"{_FROZEN}{role}")
+        return None if raw is None else _specs(raw)
+
+    def freeze_tools(
+        self, run_id: str, role: str, specs: Iterable[ToolSpec]
+    ) -> tuple[ToolSpec, ...]:
+        """Freeze ``specs`` as the role's MCP tools for this run, unless some were frozen
+        first (a concurrent turn); the ones frozen."""
+        key, name = keys.run_turns(run_id), f"{_FROZEN}{role}"
+        text = json.dumps([s.model_dump(mode="json") for s in specs])
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hsetnx(key, name, text)
+        pipe.hget(key, name)
+        return _specs(pipe.execute()[1])
 
     def store_turn(
         self,
@@ -145,6 +163,14 @@ def published_tools(client: Any, names: Iterable[str] | None = None) -> dict[str
         wanted = list(dict.fromkeys(names))
         pairs = list(zip(wanted, client.hmget(keys.tools(), wanted) if wanted else [], strict=True))
     return {n: ToolSpec.model_validate_json(v) for n, v in pairs if v is not None}
+
+
+#: Field prefix of the tools frozen for a run from a role's MCP servers (``mcp|critic``).
+_FROZEN = "mcp|"
+
+
+def _specs(raw: Any) -> tuple[ToolSpec, ...]:
+    return tuple(ToolSpec.model_validate(s) for s in json.loads(raw))
 
 
 def _s(value: Any) -> str:

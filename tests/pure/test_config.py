@@ -403,8 +403,8 @@ def test_defaults_agree_with_the_core_settings() -> None:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
     assert (
-        compared == 12 + 7 + 12
-    )  # cache= in each; Agent: tools, max_turns, tool_options; Team.actor_critic: the
+        compared == 13 + 7 + 12
+    )  # cache= in each; Agent: tools, max_turns, mcp_servers, tool_options; Team.actor_critic: the
     # loop's 8, the conversations' 4
     config = parse_config(
         {

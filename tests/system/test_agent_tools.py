@@ -4,11 +4,13 @@ against the vendors' SDK types."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -193,3 +195,43 @@ def test_duet_show_lists_the_turns_and_tool_calls(tools_url: str) -> None:
     assert "critic turn 1: run_tests" in shown
     assert "ok: tests: 2 passed, 1 failed (test_empty_input)" in shown, shown
     assert "1 tool calls" in shown
+
+
+@pytest.fixture(scope="module")
+def mcp_url() -> Iterator[str]:
+    """The MCP SDK's own server (tests/tools/mcp_server.py) over streamable HTTP."""
+    from tests.tools.test_mcp import _serve
+
+    yield from _serve()
+
+
+def test_an_mcp_servers_tool_serves_a_critic_end_to_end(tools_url: str, mcp_url: str) -> None:
+    """The critic's MCP server is listed on its first turn and frozen for the run; the
+    scripted sim calls its ``echo`` tool, a tool task calls the server, and the verdict
+    quotes the answer."""
+    args = quote(json.dumps({"echo": {"text": "the server says hello"}}))
+    critic = Agent(
+        CRITIC,
+        model=f"sim:critic?scores=0.5&call=echo&args={args}",
+        mcp_servers=[{"url": mcp_url}],
+    )
+    result = _team(critic).run_sync("Write a function that adds.", timeout=60)
+    assert result.status == "max_rounds_reached", (result.interruption_reason, result.error)
+    assert any("Tool echo reports: the server says hello" in i for i in result.rounds[0].issues)
+    frozen = TurnStore(redis.Redis.from_url(tools_url)).frozen_tools(result.run_id, "critic")
+    assert frozen is not None and {"add", "echo", "broken", "slow"} <= {t.name for t in frozen}
+
+
+def test_an_mcp_server_that_is_down_is_a_tool_error_not_a_crash(tools_url: str) -> None:
+    """A server that cannot be listed offers no tools (an event says why, once per run):
+    the critic reviews without them and the run goes on."""
+    critic = Agent(
+        CRITIC,
+        model="sim:critic?scores=0.5&call=echo",
+        mcp_servers=[{"url": "http://127.0.0.1:9/mcp"}],
+    )
+    result = _team(critic).run_sync("Write a function that adds.", timeout=60)
+    assert result.status == "max_rounds_reached", (result.interruption_reason, result.error)
+    listing = [e.data for e in result.events if e.data.get("tool") == "tools/list"]
+    assert len(listing) == 1 and not listing[0]["ok"]
+    assert "127.0.0.1:9/mcp" in listing[0]["error"]

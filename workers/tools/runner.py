@@ -4,19 +4,23 @@ tools it publishes, and one call of a registered function."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
-from orchestration.core.tools import ToolSpec, Workspace, tool_error
+from orchestration.core.tools import NAME_PATTERN, McpServerSpec, ToolSpec, Workspace, tool_error
 from orchestration.services.tools import CallInfo
 from orchestration.settings import get_settings
 from orchestration.state.turns import publish_tools
-from workers.tools import registry
+from workers.tools import mcp, registry
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
 from workers.tools.workspace import checkout
 
 log = logging.getLogger(__name__)
+
+#: Seconds one call of an MCP server's tool may take.
+MCP_TIMEOUT_S = 60.0
 
 
 def load_configured() -> None:
@@ -26,9 +30,38 @@ def load_configured() -> None:
         log.info("toolset %s is not installed here: its tools are not offered", module)
 
 
+def _server(spec: McpServerSpec) -> mcp.McpServer:
+    return mcp.McpServer(url=spec.url, key_env=spec.key_env, command=spec.command)
+
+
+def list_mcp(server: McpServerSpec) -> list[ToolSpec]:
+    """The tools of one MCP server as specs (each has effects, as far as Duet can tell:
+    a lost call is never repeated); names vendors refuse are left out."""
+    found = []
+    for t in mcp.list_tools(_server(server)):
+        if re.match(NAME_PATTERN, str(t["name"])):
+            schema = t.get("inputSchema") or {"type": "object"}
+            found.append(
+                ToolSpec(
+                    name=t["name"],
+                    description=str(t.get("description") or "")[:1000],
+                    parameters=schema,
+                    pure=False,
+                    timeout_s=MCP_TIMEOUT_S,
+                    source=server.source,
+                )
+            )
+    return found
+
+
 def call_mcp(spec: ToolSpec, arguments: dict[str, Any]) -> tuple[str, bool]:
-    """Call ``spec`` on the MCP server it was listed from (``mcp:<url or command>``)."""
-    return tool_error(f"{spec.name}: MCP tools are not served by this worker"), False
+    """Call ``spec`` on the MCP server it was listed from; a server down, a timeout or the
+    tool's own error is a tool error."""
+    try:
+        server = _server(McpServerSpec.from_source(spec.source))
+        return mcp.call_tool(server, spec.name, arguments, spec.timeout_s), True
+    except ToolError as exc:
+        return tool_error(str(exc)), False
 
 
 def publish(client: Any) -> None:
@@ -63,4 +96,4 @@ def cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "duet" / "tools"
 
 
-__all__ = ["cache_dir", "load_configured", "publish", "root_of", "run_tool"]
+__all__ = ["call_mcp", "list_mcp", "cache_dir", "load_configured", "publish", "root_of", "run_tool"]
