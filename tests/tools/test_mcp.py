@@ -206,3 +206,11 @@ def test_a_forked_worker_opens_sessions_of_its_own(tmp_path: Path) -> None:
     assert out.get(timeout=90) == "42"
     child.join(30)
     assert child.exitcode == 0
+
+
+def test_a_worker_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # what an import of a missing package meets
+    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\]'"):
+        list_tools(STDIO)
+    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\]'"):
+        call_tool(STDIO, "add", {"a": 1, "b": 2})

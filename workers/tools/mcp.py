@@ -25,20 +25,21 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
 import httpx2
-import mcp_types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from workers import secrets
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
 from workers.tools.errors import ToolError
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp import ClientSession
 
 T = TypeVar("T")
 
@@ -95,6 +96,9 @@ class McpServer:
 def list_tools(server: McpServer, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """The server's tools: each ``{"name", "description", "inputSchema"}``."""
 
+    _require_sdk()
+    import mcp_types as types
+
     async def listing(session: ClientSession) -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
@@ -133,6 +137,8 @@ def call_tool(
 
 def _text(result: types.CallToolResult) -> str:
     """The text blocks of a result, joined; other blocks named; structured content as JSON."""
+    import mcp_types as types
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -151,6 +157,7 @@ def _run(
     timeout_s: float,
 ) -> T:
     """Do ``work`` on the process's session with ``server``, within ``timeout_s``."""
+    _require_sdk()
     key = _key(server)
     statuses: list[int] = []
     held = _held_sessions()
@@ -298,6 +305,16 @@ def _close_at_exit() -> None:
         future.result(CLOSE_TIMEOUT_S + 1)
 
 
+def _require_sdk() -> None:
+    """The SDK comes with the ``mcp`` extra; a worker without it says so on the first call."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as e:
+        raise ToolError(
+            "MCP servers need the mcp SDK on this worker: pip install 'duet-review[mcp]'"
+        ) from e
+
+
 def _key(server: McpServer) -> str | None:
     if server.key_env is None:
         return None
@@ -313,6 +330,9 @@ def _key(server: McpServer) -> str | None:
 async def _session(
     server: McpServer, key: str | None, statuses: list[int]
 ) -> AsyncIterator[ClientSession]:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
     if server.command is not None:
         params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
