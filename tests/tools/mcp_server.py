@@ -7,6 +7,7 @@ and, given KEY, answers 401 to any request without ``Authorization: Bearer KEY``
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -40,6 +41,12 @@ def slow(seconds: float) -> str:
     """Sleep, then answer."""
     time.sleep(seconds)
     return "done"
+
+
+@server.tool()
+def pid() -> str:
+    """The server's process id (the client tests see whether a session was reused)."""
+    return str(os.getpid())
 
 
 def _guarded(app: Any, key: str) -> Any:

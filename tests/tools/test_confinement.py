@@ -10,11 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 from tests.tools.conftest import SECRET, Repo
-from workers.tools import review
+from workers.tools import registry, review
 from workers.tools.context import ToolContext
 from workers.tools.errors import ToolError
+from workers.tools.paths import confine
 
 #: The key in the fake home folder a hostile input asks for.
 HOME_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-for-models"
@@ -90,3 +94,107 @@ def test_git_tools_refuse_paths_out_of_the_tree(ctx: ToolContext, path: str) -> 
 def test_git_show_of_a_symlink_gives_its_target_text_not_the_file(ctx: ToolContext) -> None:
     shown = review.git_show(ctx, "HEAD", "leak")
     assert shown.endswith("outside/secret.txt") and SECRET not in shown
+
+
+def test_through_the_registry_a_refusal_is_the_result_the_model_reads(ctx: ToolContext) -> None:
+    result, ok = registry.call("read_file", {"path": "../../etc/passwd"}, ctx)
+    assert not ok
+    assert (
+        result == "ERROR: read_file: '../../etc/passwd' leaves the repository ('..' is not allowed)"
+    )
+    result, ok = registry.call("read_file", {"path": "leak"}, ctx)
+    assert not ok and SECRET not in result and "through a symlink" in result
+
+
+#: Calls a hostile input could steer a model into, through the engine's registry.
+HOSTILE_CALLS: list[tuple[str, dict[str, object]]] = [
+    ("read_file", {"path": path})
+    for path in (
+        "~/.ssh/id_rsa",
+        "{home}/.ssh/id_rsa",
+        "../../etc/passwd",
+        "../outside/secret.txt",
+        "{secret}",
+        "leak",
+        "up/secret.txt",
+        ".git/config",
+    )
+] + [
+    ("list_files", {"path": "up"}),
+    ("list_files", {"path": ".", "pattern": "*secret*"}),
+    ("grep", {"pattern": "TOP-SECRET|OPENSSH"}),
+    ("grep", {"pattern": "TOP", "path": "leak"}),
+    ("git_show", {"rev": "HEAD", "path": "../outside/secret.txt"}),
+    ("git_show", {"rev": "HEAD", "path": "leak"}),
+    ("git_blame", {"path": "../outside/secret.txt"}),
+    ("git_log", {"path": "{home}"}),
+]
+
+
+def test_hostile_tool_calls_leak_nothing(
+    ctx: ToolContext, repo: Repo, home: Path, reliability: Reliability
+) -> None:
+    leaked = []
+    for name, arguments in HOSTILE_CALLS:
+        filled = {
+            k: v.format(home=home, secret=repo.secret) if isinstance(v, str) else v
+            for k, v in arguments.items()
+        }
+        result, _ok = registry.call(name, filled, ctx)
+        if SECRET in result or HOME_KEY in result:
+            leaked.append((name, filled))
+    reliability.record(
+        section=MODEL_OUTPUT,
+        fault="a model steered into asking the review tools for files outside the repository "
+        "(a home key, '..', absolute paths, symlinks out, .git)",
+        load=f"{len(HOSTILE_CALLS)} hostile tool calls through the registry",
+        lost=lost_of(len(leaked), len(HOSTILE_CALLS), "calls returned a secret"),
+    )
+    assert leaked == []
+
+
+#: Parts a generated path is made of: names in the tree, links out, and every trick.
+PARTS = [
+    "pkg",
+    "calc.py",
+    "README.md",
+    "leak",
+    "up",
+    "inside_link",
+    "..",
+    ".",
+    "",
+    ".git",
+    ".GIT",
+    "~",
+    "secret.txt",
+    "outside",
+    "etc",
+    "passwd",
+    "\\..",
+    "...",
+]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.booleans(), st.lists(st.sampled_from(PARTS), min_size=1, max_size=6))
+def test_any_path_is_refused_or_inside_the_tree(
+    tree: Path, repo: Repo, reliability: Reliability, absolute: bool, parts: list[str]
+) -> None:
+    path = ("/" if absolute else "") + "/".join(parts)
+    with reliability.case(
+        section=MODEL_OUTPUT,
+        fault="Confined paths (property): any path of up to 6 parts made of the tree's names, "
+        "symlinks out of it, '..', '.', '~', '.git' and empty parts, absolute or not",
+    ):
+        try:
+            target = confine(tree, path, what="test")
+        except ToolError:
+            return
+        top = tree.resolve()
+        assert target == top or top in target.parents, path
+        assert ".git" not in [p.casefold() for p in target.relative_to(top).parts]
+        if target.is_file():
+            assert SECRET not in target.read_text(errors="replace")

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +75,7 @@ def server(request: pytest.FixtureRequest) -> McpServer:
 
 def test_list_tools_gives_names_descriptions_and_schemas(server: McpServer) -> None:
     tools = {tool["name"]: tool for tool in list_tools(server)}
-    assert sorted(tools) == ["add", "broken", "echo", "slow"]
+    assert sorted(tools) == ["add", "broken", "echo", "pid", "slow"]
     assert tools["add"]["description"] == "Add two integers."
     schema = tools["add"]["inputSchema"]
     assert schema["type"] == "object" and sorted(schema["properties"]) == ["a", "b"]
@@ -142,3 +147,70 @@ def test_a_server_that_is_down_is_a_clear_tool_error() -> None:
 def test_a_bad_server_description_is_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ToolError, match=message):
         McpServer(**kwargs)  # type: ignore[arg-type]
+
+
+def test_calls_from_worker_threads_at_once(server: McpServer) -> None:
+    # The worker runs each tool call in a thread of its own pool: one event loop each.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        sums = list(pool.map(lambda n: call_tool(server, "add", {"a": n, "b": 1}, 60), range(4)))
+    assert sums == ["1", "2", "3", "4"]
+
+
+def _stdio(tmp_path: Path) -> McpServer:
+    """A stdio server of this test's own (a distinct command: a session of its own)."""
+    script = tmp_path / "server.py"
+    script.write_text((ROOT / "tests" / "tools" / "mcp_server.py").read_text())
+    return McpServer(command=(sys.executable, str(script), "stdio"))
+
+
+def test_a_stdio_server_is_started_once_per_process(tmp_path: Path) -> None:
+    server = _stdio(tmp_path)
+    first = call_tool(server, "pid", {}, timeout_s=60)
+    assert [call_tool(server, "pid", {}, timeout_s=60) for _ in range(3)] == [first] * 3
+    assert call_tool(server, "add", {"a": 1, "b": 2}, timeout_s=60) == "3"
+
+
+def test_a_server_gone_between_calls_is_started_again(tmp_path: Path) -> None:
+    server = _stdio(tmp_path)
+    first = int(call_tool(server, "pid", {}, timeout_s=60))
+    os.kill(first, signal.SIGKILL)
+    # The held session no longer answers its ping: a new one is opened for the call.
+    second = int(call_tool(server, "pid", {}, timeout_s=60))
+    assert second != first
+
+
+def test_a_session_a_call_timed_out_on_is_not_reused(tmp_path: Path) -> None:
+    server = _stdio(tmp_path)
+    first = call_tool(server, "pid", {}, timeout_s=60)
+    with pytest.raises(ToolError, match="took longer than 1 s"):
+        call_tool(server, "slow", {"seconds": 30}, timeout_s=1)
+    assert call_tool(server, "pid", {}, timeout_s=60) != first
+    # A tool's own error leaves the session as it was.
+    now = call_tool(server, "pid", {}, timeout_s=60)
+    with pytest.raises(ToolError, match="broke on purpose"):
+        call_tool(server, "broken", {}, timeout_s=60)
+    assert call_tool(server, "pid", {}, timeout_s=60) == now
+
+
+def _call_in_child(server: McpServer, out: Any) -> None:
+    out.put(call_tool(server, "add", {"a": 20, "b": 22}, timeout_s=60))
+
+
+def test_a_forked_worker_opens_sessions_of_its_own(tmp_path: Path) -> None:
+    server = _stdio(tmp_path)
+    assert call_tool(server, "add", {"a": 1, "b": 1}, timeout_s=60) == "2"
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_call_in_child, args=(server, out))
+    child.start()
+    assert out.get(timeout=90) == "42"
+    child.join(30)
+    assert child.exitcode == 0
+
+
+def test_a_worker_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # what an import of a missing package meets
+    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\]'"):
+        list_tools(STDIO)
+    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\]'"):
+        call_tool(STDIO, "add", {"a": 1, "b": 2})

@@ -13,9 +13,13 @@ from workers.tools.errors import ToolError
 from workers.tools.workspace import checkout
 
 
-def test_every_tool_is_registered_and_pure() -> None:
+def test_every_tool_is_registered_pure_with_its_arguments_described() -> None:
     for name in ("read_file", "list_files", "grep", "git_log", "git_blame", "git_show"):
-        assert registry.get(name).spec.pure is True  # type: ignore[union-attr]
+        found = registry.get(name)
+        assert found is not None and found.spec.pure is True and found.takes_context
+        properties = found.spec.parameters["properties"]
+        assert properties and all(p.get("description") for p in properties.values()), name
+    assert registry.get("read_file").spec.parameters["required"] == ["path"]  # type: ignore[union-attr]
 
 
 def test_read_file_numbers_the_lines_asked_for(ctx: ToolContext) -> None:
@@ -140,3 +144,11 @@ def test_a_tool_without_a_tree_says_so() -> None:
     ):
         with pytest.raises(ToolError, match="no repository is open"):
             call()
+
+
+def test_a_worker_without_git_says_so(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ToolError, match="git cannot be started on this worker: No such file"):
+        review.git_log(ctx)
+    with pytest.raises(ToolError, match="git cannot be started on this worker"):
+        review.grep(ctx, "add")

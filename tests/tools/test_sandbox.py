@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability import MODEL_OUTPUT, Reliability, lost_of
 from tests.tools.conftest import SECRET, Repo, git
 from workers.tools import registry, sandbox
 from workers.tools.commands import run_command
@@ -47,7 +48,9 @@ def context(root: Path, kind: str = "bwrap", **commands: list[str]) -> ToolConte
 
 
 def test_run_command_is_registered_with_effects() -> None:
-    assert registry.get("run_command").spec.pure is False  # type: ignore[union-attr]
+    found = registry.get("run_command")
+    assert found is not None and found.spec.pure is False
+    assert sorted(found.spec.parameters["properties"]) == ["name"]
 
 
 def test_the_tests_of_the_tree_run_with_the_workers_python(repo: Repo, tmp_path: Path) -> None:
@@ -215,6 +218,7 @@ def test_the_model_names_a_command_it_cannot_write_one(tree: Path) -> None:
         ({"commands": {"t": ["true"]}, "sandbox": "docker"}, "sandbox must be one of"),
         ({"commands": {"t": ["true"]}, "limits": {"ram": 1}}, "unknown limits"),
         ({"commands": {"t": ["true"]}, "limits": {"timeout_s": -1}}, "positive number"),
+        ({"commands": {"t": ["true"]}, "limits": {"timeout_s": 3600}}, "at most 840"),
         ({"commands": {"t": ["no-such-program-here"]}}, "No such file or directory"),
     ],
 )
@@ -237,3 +241,80 @@ def test_without_a_sandbox_commands_are_refused_unless_none_is_said(
         "tests: exit code 0\nran\n"
     )
     assert sys.executable  # the worker's Python is what "python" finds in both
+
+
+@pytest.mark.parametrize(("kind", "contained"), [("bwrap", True), ("none", False)])
+def test_the_command_has_no_capabilities_and_little_of_etc(
+    tree: Path, kind: str, contained: bool
+) -> None:
+    look = python(
+        "import os\n"
+        "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
+        "print('caps', int(caps, 16), 'shadow', os.path.exists('/etc/shadow'))\n"
+    )
+    result = run_command(context(tree, kind, look=look), "look")
+    if contained:
+        assert result.endswith("caps 0 shadow False\n"), result
+    else:
+        assert "shadow True" in result
+
+
+def test_hostile_commands_are_contained(
+    tree: Path,
+    repo: Repo,
+    listener: tuple[int, list[socket.socket]],
+    monkeypatch: pytest.MonkeyPatch,
+    reliability: Reliability,
+) -> None:
+    port, accepted = listener
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hostile-test-key-0123456789")
+    marker = f"hostile-sleeper-{os.getpid()}"
+    read = "import sys\nfor p in sys.argv[1:]:\n    try: print(open(p).read())\n    except OSError: pass\n"
+    commands = {
+        "connect": ["python", "-c", CONNECT, str(port)],
+        "env": python("import os; print(os.environ.get('OPENAI_API_KEY'))"),
+        "read": ["python", "-c", read, "leak", str(repo.secret), "/etc/shadow"],
+        "linger": ["sh", "-c", f"sleep 300 & sleep 301; : {marker}", marker],
+    }
+    ctx = ToolContext(
+        root=tree,
+        run_id="r",
+        call_id="c",
+        options={"commands": commands, "limits": {"timeout_s": 5}},
+    )
+    results = {name: run_command(ctx, name) for name in commands}
+    escaped = [
+        name
+        for name, got in [
+            ("connect", "connected" in results["connect"].splitlines() or bool(accepted)),
+            ("env", "sk-hostile-test-key" in results["env"]),
+            ("read", SECRET in results["read"] or "root:" in results["read"]),
+            ("linger", bool(_running(marker))),
+        ]
+        if got
+    ]
+    reliability.record(
+        section=MODEL_OUTPUT,
+        fault="a configured command (the reviewed code's tests) tries the network, reads the "
+        "worker's API key and files outside the tree, and outlives its time limit",
+        load=f"{len(commands)} hostile commands under bubblewrap",
+        lost=lost_of(len(escaped), len(commands), "commands got out"),
+    )
+    assert escaped == []
+
+
+def test_the_private_tmp_is_capped(tree: Path) -> None:
+    fill = python(
+        "try:\n"
+        "    with open('/tmp/fill', 'wb') as f:\n"
+        "        for _ in range(64):\n            f.write(b'x' * (1 << 20))\n"
+        "    print('wrote 64 MiB')\n"
+        "except OSError as e:\n    print('refused:', e.strerror)\n"
+    )
+    ctx = ToolContext(
+        root=tree,
+        run_id="r",
+        call_id="c",
+        options={"commands": {"fill": fill}, "limits": {"tmp_mb": 16}},
+    )
+    assert run_command(ctx, "fill") == "fill: exit code 0\nrefused: No space left on device\n"

@@ -5,11 +5,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import signal
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.reliability import ENGINE, Reliability, lost_of
 from tests.tools.conftest import Repo, git
 from workers.tools.errors import ToolError
 from workers.tools.workspace import checkout, origin
@@ -129,3 +133,65 @@ def test_a_second_commit_in_the_source_is_checked_out_beside_the_first(
     third = checkout(str(repo.path), git(repo.path, "rev-parse", "HEAD"), cache)
     assert (third / "new.txt").read_text() == "new\n"
     assert len(list((cache / "trees").iterdir())) == 2
+
+
+def _build_until_paused(source: str, commit: str, cache: str, marker: str) -> None:
+    """A checkout that writes a few files, says so, then hangs until it is killed."""
+    written = 0
+    real = Path.write_bytes
+
+    def write_bytes(self: Path, data: bytes) -> int:
+        nonlocal written
+        written += 1
+        if written == 3:
+            Path(marker).write_text("paused")
+            threading.Event().wait()
+        return real(self, data)
+
+    Path.write_bytes = write_bytes  # type: ignore[method-assign]
+    checkout(source, commit, Path(cache))
+
+
+def test_a_builder_killed_mid_checkout_leaves_nothing_half_built(
+    repo: Repo, tmp_path: Path, reliability: Reliability
+) -> None:
+    for n in range(20):
+        (repo.path / f"file{n}.txt").write_text(f"content {n}\n")
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "--quiet", "-m", "More files")
+    commit = git(repo.path, "rev-parse", "HEAD")
+    cache, marker = tmp_path / "cache", tmp_path / "paused"
+    child = multiprocessing.get_context("fork").Process(
+        target=_build_until_paused, args=(str(repo.path), commit, str(cache), str(marker))
+    )
+    child.start()
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert child.is_alive() and time.monotonic() < deadline, "the builder never started"
+        time.sleep(0.02)  # polling a real condition: the marker file
+    # Killed holding the lock, with a scratch tree a few files in.
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(30)
+    scratch = [p for p in (cache / "trees").iterdir() if p.name.startswith(".")]
+    tree = checkout(str(repo.path), commit, cache)
+    expected = set(git(repo.path, "ls-files").splitlines())
+    present = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if not p.is_dir()}
+    left = [p.name for p in (cache / "trees").iterdir()]
+    reliability.record(
+        section=ENGINE,
+        fault="a worker killed while it checks a commit out for the review tools",
+        load=f"a tree of {len(expected)} files, killed {len(scratch)} scratch tree(s) in",
+        lost=lost_of(len(expected - present) + len(left) - 1, len(expected), "files"),
+    )
+    assert len(scratch) == 1
+    assert present == expected
+    assert left == [commit]
+
+
+def test_a_source_missing_an_object_is_a_clear_error(repo: Repo, tmp_path: Path) -> None:
+    blob = git(repo.path, "rev-parse", f"{repo.second}:pkg/use.py")
+    (repo.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(ToolError, match=f"object {blob} is missing from the source"):
+        checkout(str(repo.path), repo.second, tmp_path / "cache")
+    # Nothing half-built is taken for a checkout by the next caller.
+    assert not (tmp_path / "cache" / "trees" / repo.second).exists()

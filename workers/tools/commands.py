@@ -37,7 +37,13 @@ def configured(options: Mapping[str, Any]) -> dict[str, list[str]]:
     return checked
 
 
-@tool(pure=False, timeout_s=900.0)
+#: Seconds one run_command call may take, all told (the registry stops waiting then).
+TOOL_TIMEOUT_S = 900.0
+#: Of those, what copying the tree in and cleaning up may need beside the command.
+MARGIN_S = 60.0
+
+
+@tool(pure=False, timeout_s=TOOL_TIMEOUT_S)
 def run_command(ctx: ToolContext, name: str) -> str:
     """Run one of the configured commands (tests, a linter) on a copy of the repository.
 
@@ -52,6 +58,11 @@ def run_command(ctx: ToolContext, name: str) -> str:
     if ctx.root is None:
         raise ToolError("run_command: no repository is open for this run")
     limits = sandbox.Limits.from_options(ctx.options.get("limits"))
+    if limits.timeout_s > TOOL_TIMEOUT_S - MARGIN_S:
+        raise ToolError(
+            f"run_command: limits.timeout_s may be at most {TOOL_TIMEOUT_S - MARGIN_S:g}"
+            f" (the tool's own limit is {TOOL_TIMEOUT_S:g} s)"
+        )
     kind = ctx.options.get("sandbox", "bwrap")
     outcome = sandbox.run(ctx.root, commands[name], sandbox=str(kind), limits=limits)
     if outcome.timed_out:

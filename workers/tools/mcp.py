@@ -3,28 +3,33 @@
 A server is reached over streamable HTTP (``url``, with a bearer key read from the
 worker's environment variable ``key_env``: the spec holds the name, never the key) or as
 a local command over stdio (``command``; the SDK gives it a minimal environment, not the
-worker's). Each call opens a session, does one thing and closes it, inside one deadline,
-on an event loop of its own (the worker calls from a thread). Anything that goes wrong —
-the server down, a timeout, a tool that reports an error — is a :class:`ToolError` with a
-short message, cleaned of the key.
+worker's). Each worker process holds one session per server open, on an event loop of its
+own in a background thread, and the worker's threads call through it: a stdio server is
+started once, not once a call. A session that was used before is pinged before the next
+call; if it does not answer it is closed and a new one opened, so a server that restarted
+between calls costs nothing. Anything that goes wrong — the server down, a timeout, a tool
+that reports an error — is a :class:`ToolError` with a short message, cleaned of the key;
+a session a call failed on (other than by the tool's own error) is closed, never reused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
 import httpx2
-import mcp_types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from workers import secrets
 
@@ -32,12 +37,22 @@ if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
 from workers.tools.errors import ToolError
 
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp import ClientSession
+
 T = TypeVar("T")
 
 #: Pages of tools/list read before giving up on a server that never stops paginating.
 MAX_PAGES = 50
 #: What an HTTP refusal most likely means, added to its message.
 _HINTS = {401: ": a missing or wrong key", 403: ": the key may not use this server"}
+#: Seconds a held session has to answer a ping before a call, else a new one is opened.
+PING_TIMEOUT_S = 5.0
+#: Seconds past a call's own limit the calling thread waits for the session loop.
+GRACE_S = 5.0
+#: Seconds the process waits at exit for its stdio servers to stop.
+CLOSE_TIMEOUT_S = 5.0
 #: The longest message of a failure kept in a ToolError.
 MAX_ERROR_CHARS = 300
 
@@ -81,6 +96,9 @@ class McpServer:
 def list_tools(server: McpServer, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """The server's tools: each ``{"name", "description", "inputSchema"}``."""
 
+    _require_sdk()
+    import mcp_types as types
+
     async def listing(session: ClientSession) -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
@@ -119,6 +137,8 @@ def call_tool(
 
 def _text(result: types.CallToolResult) -> str:
     """The text blocks of a result, joined; other blocks named; structured content as JSON."""
+    import mcp_types as types
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -136,23 +156,22 @@ def _run(
     work: Callable[[ClientSession], Awaitable[T]],
     timeout_s: float,
 ) -> T:
-    """Open a session, ``work`` on it, close it: all within ``timeout_s``, synchronously."""
+    """Do ``work`` on the process's session with ``server``, within ``timeout_s``."""
+    _require_sdk()
     key = _key(server)
     statuses: list[int] = []
-
-    async def main() -> T:
-        with anyio.fail_after(timeout_s):
-            async with _session(server, key, statuses) as session:
-                await session.initialize()
-                return await work(session)
-
+    held = _held_sessions()
+    future = asyncio.run_coroutine_threadsafe(
+        held.use(server, key, work, timeout_s, statuses), held.loop
+    )
     try:
-        return anyio.run(main)
+        return future.result(timeout_s + GRACE_S)
     except Exception as e:  # the SDK's and the transport's errors, often grouped
+        future.cancel()
         leaf = _leaf(e)
         if isinstance(leaf, ToolError):
             message = str(leaf)
-        elif isinstance(leaf, TimeoutError):
+        elif isinstance(leaf, (TimeoutError, concurrent.futures.TimeoutError)):
             message = f"MCP server {server.label}: {doing} took longer than {timeout_s:g} s"
         else:
             message = f"MCP server {server.label}: cannot {doing}: {_reason(leaf)}"
@@ -160,6 +179,140 @@ def _run(
             if refused := [s for s in statuses if s >= 400]:
                 message += f" (HTTP {refused[-1]}{_HINTS.get(refused[-1], '')})"
         raise ToolError(_clean(message, key)) from None
+
+
+@dataclass
+class _Held:
+    """One open session and the task that owns its transport (it ends when that dies)."""
+
+    session: ClientSession
+    owner: asyncio.Task[None]
+    closing: asyncio.Event
+
+    def close(self) -> None:
+        self.closing.set()
+
+
+@dataclass
+class _Sessions:
+    """The sessions one worker process holds, by server and key, on a loop of their own."""
+
+    pid: int = field(default_factory=os.getpid)
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    held: dict[tuple[McpServer, str | None], _Held] = field(default_factory=dict)
+    opening: dict[tuple[McpServer, str | None], asyncio.Lock] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self.loop.run_forever, name="duet-mcp", daemon=True).start()
+
+    async def use(
+        self,
+        server: McpServer,
+        key: str | None,
+        work: Callable[[ClientSession], Awaitable[T]],
+        timeout_s: float,
+        statuses: list[int],
+    ) -> T:
+        with anyio.fail_after(timeout_s):
+            held = await self._session(server, key, statuses)
+            try:
+                return await work(held.session)
+            except ToolError:  # the tool's own error: the session is fine
+                raise
+            except BaseException:
+                # A transport error, a timeout or a cancelled call: never reuse the session
+                # (closing a stdio one also stops a tool still running in it).
+                self._drop(server, key, held)
+                raise
+
+    async def _session(self, server: McpServer, key: str | None, statuses: list[int]) -> _Held:
+        lock = self.opening.setdefault((server, key), asyncio.Lock())
+        async with lock:
+            held = self.held.get((server, key))
+            if held is not None and not held.owner.done():
+                try:
+                    with anyio.fail_after(PING_TIMEOUT_S):
+                        await held.session.send_ping()
+                    return held
+                except Exception:  # gone since its last call: open another
+                    pass
+            if held is not None:
+                self._drop(server, key, held)
+            held = await self._open(server, key, statuses)
+            self.held[(server, key)] = held
+            return held
+
+    async def _open(self, server: McpServer, key: str | None, statuses: list[int]) -> _Held:
+        ready: asyncio.Future[ClientSession] = self.loop.create_future()
+        closing = asyncio.Event()
+
+        async def own() -> None:
+            # The transport's task groups are entered and left in this one task, as anyio
+            # requires; calls from other tasks go through the session's streams.
+            try:
+                async with _session(server, key, statuses) as session:
+                    await session.initialize()
+                    ready.set_result(session)
+                    await closing.wait()
+            except BaseException as e:  # noqa: BLE001 - reported to the opener, or the end
+                if not ready.done():
+                    ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+
+        owner = self.loop.create_task(own())
+        try:
+            session = await ready
+        except BaseException:
+            owner.cancel()
+            raise
+        return _Held(session, owner, closing)
+
+    def _drop(self, server: McpServer, key: str | None, held: _Held) -> None:
+        held.close()
+        if self.held.get((server, key)) is held:
+            del self.held[(server, key)]
+
+    async def close_all(self) -> None:
+        """Close every session (a stdio server stops with its session)."""
+        owners = [held.owner for held in self.held.values()]
+        for held in self.held.values():
+            held.close()
+        self.held.clear()
+        if owners:
+            await asyncio.wait(owners, timeout=CLOSE_TIMEOUT_S)
+
+
+_sessions: _Sessions | None = None
+_sessions_lock = threading.Lock()
+
+
+def _held_sessions() -> _Sessions:
+    """This process's sessions (a forked child starts its own: the loop thread stays behind)."""
+    global _sessions
+    with _sessions_lock:
+        if _sessions is None or _sessions.pid != os.getpid():
+            _sessions = _Sessions()
+        return _sessions
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    held = _sessions
+    if held is None or held.pid != os.getpid() or not held.held:
+        return
+    future = asyncio.run_coroutine_threadsafe(held.close_all(), held.loop)
+    # At exit a server that will not stop is left to the end of its stdin.
+    with contextlib.suppress(Exception):
+        future.result(CLOSE_TIMEOUT_S + 1)
+
+
+def _require_sdk() -> None:
+    """The SDK comes with the ``mcp`` extra; a worker without it says so on the first call."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as e:
+        raise ToolError(
+            "MCP servers need the mcp SDK on this worker: pip install 'duet-review[mcp]'"
+        ) from e
 
 
 def _key(server: McpServer) -> str | None:
@@ -177,6 +330,9 @@ def _key(server: McpServer) -> str | None:
 async def _session(
     server: McpServer, key: str | None, statuses: list[int]
 ) -> AsyncIterator[ClientSession]:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
     if server.command is not None:
         params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:

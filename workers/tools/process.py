@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from workers.tools.errors import ToolError
+
 #: How long the pipes may stay open after the child is gone (a grandchild still holding
 #: them) before the readers are abandoned, in seconds.
 DRAIN_S = 2.0
@@ -84,16 +86,23 @@ def run(
     merge_stderr: bool = False,
     stdin: bytes | None = None,
 ) -> Finished:
-    """Run ``argv`` to its end or to ``timeout_s`` (then kill its process group)."""
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        start_new_session=True,
-    )
+    """Run ``argv`` to its end or to ``timeout_s`` (then kill its process group).
+
+    Raises:
+        ToolError: the program cannot be started (not installed, not executable).
+    """
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise ToolError(f"{argv[0]} cannot be started on this worker: {e.strerror}") from e
     out, err = _Capped(max_bytes), _Capped(max_bytes)
     assert proc.stdout is not None
     readers = [threading.Thread(target=out.drain, args=(proc.stdout,), daemon=True)]

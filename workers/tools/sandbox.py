@@ -1,7 +1,7 @@
 """Run a configured command on a throwaway copy of the reviewed tree, in a sandbox.
 
 With ``sandbox="bwrap"`` (the default) the command runs under bubblewrap: its own mount,
-network, process and IPC namespaces (no network at all, not even loopback), no
+network, process and IPC namespaces (a loopback of its own, nothing of the worker's), no
 capabilities, a read-only view of the system (``/usr``, a few files of ``/etc``) and of
 the worker's Python (its prefix and base prefix, so the tests find their packages), a
 private ``/tmp``, and a writable copy of the tree at ``/repo`` that is deleted afterwards.
@@ -64,6 +64,8 @@ class Limits:
     memory_mb: int = 4096
     #: Largest file a process may write, in MiB (RLIMIT_FSIZE).
     file_mb: int = 256
+    #: Size of the sandbox's private /tmp, in MiB (bubblewrap 0.8 and later; memory-backed).
+    tmp_mb: int = 512
     #: Output (stdout and stderr together) kept, in bytes; the middle is cut past it.
     output_bytes: int = 64_000
 
@@ -111,6 +113,13 @@ def unavailable() -> str | None:
     return None
 
 
+@functools.cache
+def _sizes_tmpfs() -> bool:
+    """Whether this bubblewrap takes ``--size`` for a tmpfs (0.8 and later)."""
+    shown = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30)
+    return "--size" in shown.stdout + shown.stderr
+
+
 def run(tree: Path, argv: Sequence[str], *, sandbox: str = "bwrap", limits: Limits) -> Outcome:
     """Run ``argv`` on a fresh writable copy of ``tree``; the copy is deleted afterwards.
 
@@ -131,7 +140,7 @@ def run(tree: Path, argv: Sequence[str], *, sandbox: str = "bwrap", limits: Limi
         _writable(copy)
         if sandbox == "bwrap":
             env = _environment(home="/tmp", tmp="/tmp")
-            full = [*_prlimit(limits), *_bwrap(copy), *argv]
+            full = [*_prlimit(limits), *_bwrap(copy, limits), *argv]
             cwd = None
         else:
             for name in ("home", "tmp"):
@@ -148,8 +157,8 @@ def run(tree: Path, argv: Sequence[str], *, sandbox: str = "bwrap", limits: Limi
                 max_bytes=limits.output_bytes,
                 merge_stderr=True,
             )
-        except OSError as e:
-            raise ToolError(f"run_command: cannot start {argv[0]!r}: {e.strerror}") from e
+        except ToolError as e:
+            raise ToolError(f"run_command: {e}") from e
     finally:
         _remove(scratch)
     return Outcome(
@@ -181,11 +190,14 @@ def _prlimit(limits: Limits) -> list[str]:
     ]
 
 
-def _bwrap(copy: Path) -> list[str]:
+def _bwrap(copy: Path, limits: Limits) -> list[str]:
     """bubblewrap's arguments: namespaces, read-only system, the copy at :data:`MOUNT`."""
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     # /tmp first: a Python installed under /tmp is bound over it below, not hidden by it.
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if _sizes_tmpfs():
+        args += ["--size", str(limits.tmp_mb << 20)]
+    args += ["--tmpfs", "/tmp"]
     args += ["--ro-bind", "/usr", "/usr"]
     for top in ROOT_LINKS:
         if os.path.islink(top):

@@ -219,7 +219,8 @@ def _cat_blobs(git_dir: Path, oids: list[str]) -> Iterator[bytes]:
     stdin, stdout = proc.stdin, proc.stdout
 
     def feed() -> None:
-        with stdin:
+        # A reader that gave up (a missing object) killed git: its pipe is closed.
+        with contextlib.suppress(BrokenPipeError), stdin:
             for oid in oids:
                 stdin.write(f"{oid}\n".encode())
 
