@@ -416,9 +416,7 @@ class StepService:
                     log.warning("run %s: MCP server not listed: %s", run_id, why)
                     self.store.add_event(  # seen by the run's watchers: its tools are absent
                         run_id,
-                        event_json(
-                            ev.TOOL_RESULT, run_id, tool="tools/list", ok=False, error=why
-                        ),
+                        event_json(ev.TOOL_RESULT, run_id, tool="tools/list", ok=False, error=why),
                     )
             frozen = self.turns.freeze_tools(run_id, role, listed)
         own = {t.name for t in agent.tool_specs}
