@@ -386,9 +386,12 @@ def _say_alive(**_: object) -> None:
 
 
 def publish_tools() -> None:
-    """Say which tools this worker knows (a submit naming another is refused); a Redis
-    away now is told again by the first tool call."""
+    """Say which tools this worker knows (a submit naming another is refused): at start,
+    and again when Redis comes back as a new server (which may have lost them)."""
+    from workers.tools import runner
+
     try:
-        get_tools()
+        get_tools()  # loads the toolsets (and publishes them the first time)
+        runner.publish(get_store().r)
     except INFRA_ERRORS as exc:
-        log.warning("tools not published at start: %s: %s", type(exc).__name__, exc)
+        log.warning("tools not published: %s: %s", type(exc).__name__, exc)

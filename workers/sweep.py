@@ -30,7 +30,7 @@ from orchestration.services.coordinator import Dispatch
 from orchestration.services.sweeper import RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
 from orchestration.state.fleet import take_sweeper_turn
-from workers.runtime import INFRA_ERRORS, coordinator_send, dispatch, get_store
+from workers.runtime import INFRA_ERRORS, coordinator_send, dispatch, get_store, publish_tools
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ def sweep_every(
                     RESTART_GRACE_S,
                 )
                 came_back = back
+                publish_tools()  # the new server may not know this worker's tools
         if came_back is not None and time.time() >= came_back + RESTART_GRACE_S:
             with _quietly("the sweep after a restart"):
                 sends = sweep_once(None, after_s=max(0.0, time.time() - came_back))

@@ -110,7 +110,6 @@ STORED_DEFAULTS: dict[str, Any] = {
     "cache_write_tokens": 0,
     "structured": False,
     "interrupted": None,
-    "tool_calls": 0,
 }
 
 
@@ -785,6 +784,12 @@ class RunStore:
         if drop is not None:
             role = ROLE_OF[parse_step_key(drop)[0]]
             carried[role] = carried.get(role, Usage()) + step_usage(steps[drop])
+        if drop is not None:  # its turns go with it: the agent run starts again
+            stale = [
+                f for f in self.r.hkeys(keys.run_turns(run_id)) if _s(f).startswith(f"{drop}|")
+            ]
+            if stale:
+                self.r.hdel(keys.run_turns(run_id), *stale)
         # Durable: a re-open a failover lost would leave the run interrupted after all.
         call = ScriptCall(
             self._rerun,
@@ -856,3 +861,7 @@ class RunStore:
             return self.load_spec(spec_id).keep
         except LookupError:
             return "last"
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -19,6 +19,7 @@ from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
 from orchestration.core import events as ev
 from orchestration.core.errors import ConfigError
+from orchestration.state import keys
 from orchestration.state.turns import TurnStore
 from tests.support import celery_worker, client_pointed_at
 
@@ -235,3 +236,13 @@ def test_an_mcp_server_that_is_down_is_a_tool_error_not_a_crash(tools_url: str) 
     listing = [e.data for e in result.events if e.data.get("tool") == "tools/list"]
     assert len(listing) == 1 and not listing[0]["ok"]
     assert "127.0.0.1:9/mcp" in listing[0]["error"]
+
+
+def test_tool_output_is_scrubbed_of_keys_before_it_is_stored(tools_url: str) -> None:
+    critic = Agent(CRITIC, model="sim:critic?scores=0.5", tools=["leak_key"])
+    result = _team(critic).run_sync("Write a function that adds.", timeout=60)
+    assert any("Tool leak_key reports: the key is [REDACTED]" in i for i in result.rounds[0].issues)
+    client = redis.Redis.from_url(tools_url)
+    stored = client.hgetall(keys.run_turns(result.run_id))
+    assert stored and not any(b"sk-test-tools" in v for v in stored.values())
+    assert "sk-test-tools" not in repr(result)

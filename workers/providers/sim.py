@@ -27,8 +27,9 @@ the agent's place when it is left out. Options (any role):
 ``replace``      actor with ``echo``: ``OLD=>NEW`` replaced in the echoed text (a scripted fix)
 ``call``         with tools offered: the tools its first turn calls, comma-separated, all at
                  once (default: the first tool offered); ``-`` calls none
-``args``         a JSON object: tool name -> the arguments it is called with (default: each
-                 required argument from its schema: a string is the output under review)
+``args``         a JSON object: tool name -> the arguments it is called with, or a list of
+                 them (one call each); default: each required argument from its schema (a
+                 string is the output under review)
 ``tool_turns``   turns that ask for tools before the answer (default 1)
 
 With tools offered, an agent's first ``tool_turns`` turns call tools; its answer then
@@ -150,9 +151,11 @@ def parse_sim_model(model: str) -> SimOptions:
             elif key == "args":
                 found = json.loads(value)
                 if not isinstance(found, dict) or not all(
-                    isinstance(v, dict) for v in found.values()
+                    isinstance(v, dict)
+                    or (isinstance(v, list) and all(isinstance(a, dict) for a in v))
+                    for v in found.values()
                 ):
-                    raise ValueError("a JSON object of tool name -> arguments object")
+                    raise ValueError("a JSON object of tool name -> arguments (or a list)")
                 opts[key] = tuple((k, json.dumps(v)) for k, v in found.items())
             elif key == "tool_turns":
                 opts[key] = int(value)
@@ -298,15 +301,17 @@ def _tool_turn(opts: SimOptions, tools: list[dict[str, Any]], prompt: str, turn:
     offered = {t["name"]: t for t in tools}
     names = list(opts.call) if opts.call is not None else [tools[0]["name"]]
     scripted = {k: json.loads(v) for k, v in opts.args}
+    asked: list[tuple[str, dict[str, Any]]] = []
+    for name in names:
+        given = scripted.get(name)
+        if isinstance(given, list):  # one call per arguments object
+            asked += [(name, a) for a in given]
+        else:
+            schema = (offered.get(name) or {}).get("parameters") or {}
+            asked.append((name, given if given is not None else _default_arguments(schema, prompt)))
     calls = tuple(
-        ToolCall(
-            f"sim_{_digest(prompt + name) % 10**10:010d}_{turn}_{i}",
-            name,
-            scripted[name]
-            if name in scripted
-            else _default_arguments((offered.get(name) or {}).get("parameters") or {}, prompt),
-        )
-        for i, name in enumerate(names)
+        ToolCall(f"sim_{_digest(prompt + name) % 10**10:010d}_{turn}_{i}", name, arguments)
+        for i, (name, arguments) in enumerate(asked)
     )
     text = "Checking with " + ", ".join(names) + "."
     return Completion(
