@@ -77,6 +77,7 @@ class AgentConfig(AgentSettings):
             base_url=self.base_url,
             api_key_env=self.api_key_env,
             temperature=self.temperature,
+            effort=self.effort,
             max_tokens=self.max_tokens,
             timeout_s=self.timeout_s,
             price=self.price,

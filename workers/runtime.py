@@ -124,7 +124,7 @@ def get_tools() -> ToolService:
                 store = get_store()
                 runner.load_configured()
                 runner.publish(store.r)
-                watchers = [m for m in (metrics,) if m.ENABLED]
+                watchers = [m for m in (metrics, tracing) if m.ENABLED]
                 _tools = ToolService(
                     store,
                     runner.run_tool,

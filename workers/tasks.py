@@ -143,6 +143,14 @@ class ToolTask(StepTask):
 @app.task(bind=True, base=ToolTask, name=keys.TASK_TOOL)
 def tool(self: Task, run_id: str, call: str) -> None:
     """Run one tool call a turn asked for; the turn's last result sends the next turn."""
+    if tracing.ENABLED:  # a span per tool call, in the run's trace
+        with tracing.tool_span(self.request, run_id, call):
+            _tool(self, run_id, call)
+    else:
+        _tool(self, run_id, call)
+
+
+def _tool(self: Task, run_id: str, call: str) -> None:
     try:
         claimant = get_liveness().claimant()
         outcome = get_tools().run(run_id, call, claimant=claim_of(self) or claimant)

@@ -138,6 +138,17 @@ def step_span(request: Any, run_id: str, step_key: str) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def tool_span(request: Any, run_id: str, call: str) -> Iterator[None]:
+    """Around a tool task: its span, in the run's trace (the call names its step)."""
+    with _tracer.start_as_current_span(
+        f"duet.tool {call}",
+        context=_context(request),
+        attributes={"duet.run_id": run_id, "duet.tool_call": call},
+    ):
+        yield
+
+
 def _span() -> Any:
     from opentelemetry import trace
 
@@ -202,6 +213,18 @@ class StepObserver:
 
     def call_answered(self, agent: Any, phase: str, result: Mapping[str, Any]) -> None:
         call_answered(agent, phase, result)
+
+
+class ToolObserver:
+    """The tool service's observer: the tool, its seconds and outcome on the tool's span."""
+
+    def tool_called(self, name: str, seconds: float, ok: bool) -> None:
+        span = _span()
+        span.set_attributes({"duet.tool": name, "duet.tool_seconds": seconds, "duet.ok": ok})
+        if not ok:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, "tool error"))
 
 
 class RunObserver:

@@ -9,7 +9,11 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core import runner, url_credentials
-from orchestration.core.capabilities import TEMPERATURE_RANGE, temperature_problem
+from orchestration.core.capabilities import (
+    TEMPERATURE_RANGE,
+    effort_problem,
+    temperature_problem,
+)
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.tools import DEFAULT_MAX_TURNS, NAME_PATTERN, McpServerSpec, ToolSpec
@@ -149,6 +153,10 @@ class AgentSettings(BaseModel):
     )
     """Sampling temperature; the provider's default when ``None``. Only for models that
     take one (see :mod:`orchestration.core.capabilities`)."""
+    effort: Literal["minimal", "low", "medium", "high"] | None = None
+    """Reasoning effort, for models that take one (OpenAI's reasoning models as
+    ``reasoning_effort``, Claude as ``output_config.effort``); the model's default when
+    ``None``. Checked against the capability table like ``temperature``."""
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     """Output token limit per call; output cut there interrupts the agent."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
@@ -253,6 +261,16 @@ class AgentSettings(BaseModel):
             raise ValueError(f"tools names a tool twice: {list(value)}")
         return value
 
+    @field_validator("effort")
+    @classmethod
+    def _model_takes_effort(cls, value: str | None, info: ValidationInfo) -> str | None:
+        model = info.data.get("model")
+        if model is not None:
+            problem = effort_problem(*resolve_model(model), value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
     @field_validator("execution")
     @classmethod
     def _batch_needs_a_vendor(cls, value: str, info: ValidationInfo) -> str:
@@ -342,6 +360,8 @@ class Agent:
             an Anthropic-compatible one (a gateway or proxy), for this agent only.
         api_key_env: name of the environment variable holding the key on the workers.
         temperature: sampling temperature, provider default when ``None``.
+        effort: reasoning effort (``minimal``, ``low``, ``medium``, ``high``) for models
+            that take one; refused, naming the family, for those that do not.
         max_tokens: output token limit per call; output cut there interrupts the agent.
         timeout_s: per-call timeout.
         price: USD per million tokens (a :class:`Price` or its fields as a dict),
@@ -382,6 +402,7 @@ class Agent:
         base_url: str | None = None,
         api_key_env: str | None = None,
         temperature: float | None = None,
+        effort: Literal["minimal", "low", "medium", "high"] | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         price: Price | dict[str, Any] | None = None,
@@ -403,6 +424,7 @@ class Agent:
                 "base_url": base_url,
                 "api_key_env": api_key_env,
                 "temperature": temperature,
+                "effort": effort,
                 "max_tokens": max_tokens,
                 "timeout_s": timeout_s,
                 "price": price,

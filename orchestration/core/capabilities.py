@@ -32,6 +32,8 @@ class Family:
     no_temperature_because: str = ""
     #: The request key of the output token limit.
     token_limit: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    #: The reasoning efforts it takes (``Agent(effort=...)``); ``()``: none.
+    efforts: tuple[str, ...] = ()
 
 
 #: The families, the first match winning (so the catch-all of a provider comes last).
@@ -43,6 +45,7 @@ FAMILIES: tuple[Family, ...] = (
         None,
         "OpenAI reasoning models run only at their default temperature",
         "max_completion_tokens",
+        ("minimal", "low", "medium", "high"),  # sent as reasoning_effort
     ),
     Family("OpenAI chat models", "openai", (), TEMPERATURE_RANGE),
     Family(
@@ -51,8 +54,15 @@ FAMILIES: tuple[Family, ...] = (
         (),
         None,
         f"the Messages API (version {ANTHROPIC_API_VERSION}) has no sampling settings",
+        efforts=("low", "medium", "high"),  # sent as output_config.effort
     ),
-    Family("the offline simulator", "sim", (), TEMPERATURE_RANGE),
+    Family(
+        "the offline simulator",
+        "sim",
+        (),
+        TEMPERATURE_RANGE,
+        efforts=("minimal", "low", "medium", "high"),  # taken, changes nothing
+    ),
 )
 
 
@@ -91,6 +101,23 @@ def sent_temperature(provider: str, model_name: str, temperature: float | None) 
     if temperature_problem(provider, model_name, temperature) is not None:
         return None
     return temperature
+
+
+#: Every reasoning effort some family takes.
+EFFORTS = ("minimal", "low", "medium", "high")
+
+
+def effort_problem(provider: str, model_name: str, effort: str | None) -> str | None:
+    """Why ``model_name`` cannot take reasoning ``effort`` (``None``: not set, always
+    fine), or ``None`` when it can."""
+    if effort is None:
+        return None
+    family = family_of(provider, model_name)
+    if not family.efforts:
+        return f"{model_name} takes no reasoning effort ({family.name}); leave it out"
+    if effort not in family.efforts:
+        return f"{model_name} takes effort {', '.join(family.efforts)}; got {effort!r}"
+    return None
 
 
 #: Context windows (input and output tokens of one request) by provider and model-name

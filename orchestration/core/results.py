@@ -224,7 +224,7 @@ def step_usage(step: Mapping[str, Any]) -> Usage:
         cache_write_tokens=step.get("cache_write_tokens", 0),
         calls=step.get("calls", 1),
         usd=step.get("usd", 0.0),
-        cached_calls=1 if step.get("cached") else 0,
+        cached_calls=step.get("cached_calls", 1 if step.get("cached") else 0),
         saved_usd=step.get("saved_usd", 0.0),
         tool_calls=step.get("tool_calls", 0) if isinstance(step.get("tool_calls"), int) else 0,
     )

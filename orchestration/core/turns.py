@@ -78,6 +78,10 @@ def summed(result: dict[str, Any], earlier: Iterable[Mapping[str, Any]]) -> dict
         out[name] = int(out.get(name) or 0) + sum(int(t.get(name) or 0) for t in earlier)
     out["usd"] = float(out.get("usd") or 0.0) + sum(float(t.get("usd") or 0.0) for t in earlier)
     out["calls"] = int(out.get("calls") or 0) + sum(int(t.get("calls") or 0) for t in earlier)
+    cached = [t for t in (*earlier, result) if t.get("cached")]
+    if cached:  # turns served from the model-call cache, and what they would have cost
+        out["cached_calls"] = len(cached)
+        out["saved_usd"] = sum(float(t.get("saved_usd") or 0.0) for t in cached)
     out["turns"] = len(earlier) + 1
     out["tool_calls"] = sum(len(t.get("tool_calls") or []) for t in earlier)
     return out

@@ -54,7 +54,8 @@ def identity(agent: AgentSpec, structured: bool) -> CallIdentity:
             "max_tokens": agent.max_tokens,
             "structured": structured,
             "execution": agent.execution,
-            # An agent's tools are part of what it is asked (absent: as before tools).
+            # Effort and tools change the answer (absent when unset: keys as before them).
+            **({"effort": agent.effort} if agent.effort is not None else {}),
             **({"tools": [t.model_dump() for t in agent.tool_specs]} if agent.tool_specs else {}),
         },
         schema=CRITIQUE_SCHEMA if structured else None,

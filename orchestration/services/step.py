@@ -445,6 +445,7 @@ class StepService:
             "started_at",
             "finished_at",
             "cached",
+            "saved_usd",
         ):
             if name in result:
                 data[name] = result[name]

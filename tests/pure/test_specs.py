@@ -255,6 +255,7 @@ CALL_SETTINGS = [
     ("max_turns", 3),
     ("tool_options", {"command": "pytest"}),
     ("mcp_servers", [{"url": "http://127.0.0.1:9/mcp"}]),
+    ("effort", "low"),
 ]
 
 

@@ -3,6 +3,8 @@ failures as results, the wire formats, and what the stand-in refuses of tool mes
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from duet.standin import toolcalls
@@ -220,3 +222,32 @@ def test_the_stand_in_refuses_tool_messages_the_vendors_refuse() -> None:
 def test_an_agent_with_tools_cannot_go_through_vendor_batches() -> None:
     with pytest.raises(ConfigError, match="tools run between turns of sync calls"):
         Agent("a", model="gpt-4o", execution="vendor_batch", tools=["run_tests"])
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "refused"),
+    [
+        ("o3", "high", None),
+        ("gpt-5-mini", "minimal", None),
+        ("claude-opus-4-7", "medium", None),
+        ("claude-opus-4-7", "minimal", "takes effort low, medium, high"),
+        ("gpt-4o", "low", "takes no reasoning effort (OpenAI chat models)"),
+    ],
+)
+def test_a_reasoning_effort_is_checked_against_the_capability_table(
+    model: str, effort: str, refused: str | None
+) -> None:
+    if refused is not None:
+        with pytest.raises(ConfigError, match=re.escape(refused)):
+            Agent("a", model=model, effort=effort)  # type: ignore[arg-type]
+        return
+    agent = Agent("a", model=model, effort=effort).spec  # type: ignore[arg-type]
+    from duet.standin.schemas import refusal
+
+    if agent.provider == "openai":
+        body = OpenAIProvider().request(agent, [{"role": "user", "content": "q"}])
+        assert body["reasoning_effort"] == effort and refusal("openai.chat", body) is None
+    else:
+        body = AnthropicProvider().request(agent, [{"role": "user", "content": "q"}])
+        assert body["output_config"] == {"effort": effort}
+        assert refusal("anthropic.messages", body) is None

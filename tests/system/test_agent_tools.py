@@ -246,3 +246,25 @@ def test_tool_output_is_scrubbed_of_keys_before_it_is_stored(tools_url: str) -> 
     stored = client.hgetall(keys.run_turns(result.run_id))
     assert stored and not any(b"sk-test-tools" in v for v in stored.values())
     assert "sk-test-tools" not in repr(result)
+
+
+def test_a_rerun_with_the_same_tool_results_is_served_from_the_model_call_cache(
+    tools_url: str, stand_in: FakeLLM
+) -> None:
+    """Every turn's messages hold the tool results: the same run again finds each turn in
+    the cache (the pure tool runs again and says the same), and the vendor is not called."""
+    critic = Agent(CRITIC, model="gpt-4o", tools=["run_tests"])
+    team = Team.actor_critic(
+        actor=Agent("Write the code.", model="sim"),
+        critic=critic,
+        max_rounds=1,
+        persistent_subagents=False,
+        cache=True,
+    )
+    first = team.run_sync("Write a function that parses floats.", timeout=60)
+    before = _vendor_calls(stand_in)
+    again = team.run_sync("Write a function that parses floats.", timeout=60)
+    assert first.usage.by_role["critic"].calls == 2
+    assert again.usage.by_role["critic"].cached_calls == 2  # both turns served from the cache
+    assert _vendor_calls(stand_in) == before
+    assert again.rounds[0].issues == first.rounds[0].issues

@@ -124,3 +124,37 @@ def test_trace_context_rides_in_headers_only_when_on(
         assert headers[tracing.TRACE_HEADER].startswith("00-")
     else:
         assert tracing.TRACE_HEADER not in headers
+
+
+def test_a_tool_call_is_a_span_of_its_runs_trace(
+    redis_url: str, redis_client: Any, exporter: InMemorySpanExporter
+) -> None:
+    from workers.tools.registry import tool
+
+    @tool(pure=True, name="traced_check")
+    def traced_check(code: str) -> str:
+        """Check the code.
+
+        Args:
+            code: the code.
+        """
+        return "checked"
+
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.95", tools=["traced_check"]),
+    )
+    with client_pointed_at(redis_url), InProcessWorker(redis_url, concurrency=8):
+        result = team.submit("one").result(timeout=60)
+        wait_for(
+            lambda: any(s.name == "duet.run.finished" for s in exporter.get_finished_spans()),
+            10,
+            "the run's end span",
+        )
+    assert result.status == "approved"
+    spans = exporter.get_finished_spans()
+    tools = [s for s in spans if s.name.startswith("duet.tool ")]
+    assert [s.attributes["duet.tool"] for s in tools] == ["traced_check"]
+    assert tools[0].attributes["duet.ok"] is True
+    steps = [s for s in spans if s.name == "chat sim:critic"]  # the critique's two turns
+    assert len(steps) == 2 and {s.context.trace_id for s in steps} == {tools[0].context.trace_id}

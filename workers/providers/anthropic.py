@@ -107,6 +107,8 @@ class AnthropicProvider(SDKProvider):
         temperature = sent_temperature(agent.provider, agent.model_name, agent.temperature)
         if temperature is not None:
             body["temperature"] = temperature
+        if agent.effort is not None:
+            body["output_config"] = {"effort": agent.effort}
         if agent.takes_tools:
             # The critic's verdict is a tool too: a turn calls the agent's tools, or ends
             # on the verdict ("any": every turn calls one).

@@ -99,6 +99,8 @@ class OpenAIProvider(SDKProvider):
         temperature = sent_temperature(agent.provider, agent.model_name, agent.temperature)
         if temperature is not None:
             body["temperature"] = temperature
+        if agent.effort is not None:
+            body["reasoning_effort"] = agent.effort
         if structured:
             body["response_format"] = RESPONSE_FORMAT
         return body
