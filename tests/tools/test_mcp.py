@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from workers.tools import mcp as mcp_client
 from workers.tools.errors import ToolError
 from workers.tools.mcp import McpServer, call_tool, list_tools
 
@@ -170,7 +171,11 @@ def test_a_stdio_server_is_started_once_per_process(tmp_path: Path) -> None:
     assert call_tool(server, "add", {"a": 1, "b": 2}, timeout_s=60) == "3"
 
 
-def test_a_server_gone_between_calls_is_started_again(tmp_path: Path) -> None:
+def test_a_server_gone_between_calls_is_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session that answered less than FRESH_S ago is trusted without a ping: not here.
+    monkeypatch.setattr(mcp_client, "FRESH_S", 0.0)
     server = _stdio(tmp_path)
     first = int(call_tool(server, "pid", {}, timeout_s=60))
     os.kill(first, signal.SIGKILL)

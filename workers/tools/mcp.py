@@ -5,9 +5,9 @@ worker's environment variable ``key_env``: the spec holds the name, never the ke
 a local command over stdio (``command``; the SDK gives it a minimal environment, not the
 worker's). Each worker process holds one session per server open, on an event loop of its
 own in a background thread, and the worker's threads call through it: a stdio server is
-started once, not once a call. A session that was used before is pinged before the next
-call; if it does not answer it is closed and a new one opened, so a server that restarted
-between calls costs nothing. Anything that goes wrong — the server down, a timeout, a tool
+started once, not once a call. A held session that has not answered for a second is pinged
+before the next call; if it does not answer it is closed and a new one opened, so a server
+that restarted between calls costs nothing. Anything that goes wrong — the server down, a timeout, a tool
 that reports an error — is a :class:`ToolError` with a short message, cleaned of the key;
 a session a call failed on (other than by the tool's own error) is closed, never reused.
 """
@@ -47,6 +47,9 @@ T = TypeVar("T")
 MAX_PAGES = 50
 #: What an HTTP refusal most likely means, added to its message.
 _HINTS = {401: ": a missing or wrong key", 403: ": the key may not use this server"}
+#: Seconds after an answer in which a held session is trusted without a ping (so a burst
+#: of calls from many threads does not queue behind one ping each).
+FRESH_S = 1.0
 #: Seconds a held session has to answer a ping before a call, else a new one is opened.
 PING_TIMEOUT_S = 5.0
 #: Seconds past a call's own limit the calling thread waits for the session loop.
@@ -188,6 +191,9 @@ class _Held:
     session: ClientSession
     owner: asyncio.Task[None]
     closing: asyncio.Event
+    #: When the server last answered on it (loop time): a session that answered within
+    #: :data:`FRESH_S` is used without a ping.
+    answered: float = 0.0
 
     def close(self) -> None:
         self.closing.set()
@@ -216,29 +222,36 @@ class _Sessions:
         with anyio.fail_after(timeout_s):
             held = await self._session(server, key, statuses)
             try:
-                return await work(held.session)
+                done = await work(held.session)
             except ToolError:  # the tool's own error: the session is fine
+                held.answered = self.loop.time()
                 raise
             except BaseException:
                 # A transport error, a timeout or a cancelled call: never reuse the session
                 # (closing a stdio one also stops a tool still running in it).
                 self._drop(server, key, held)
                 raise
+            held.answered = self.loop.time()
+            return done
 
     async def _session(self, server: McpServer, key: str | None, statuses: list[int]) -> _Held:
         lock = self.opening.setdefault((server, key), asyncio.Lock())
         async with lock:
             held = self.held.get((server, key))
             if held is not None and not held.owner.done():
+                if self.loop.time() - held.answered < FRESH_S:
+                    return held
                 try:
                     with anyio.fail_after(PING_TIMEOUT_S):
                         await held.session.send_ping()
+                    held.answered = self.loop.time()
                     return held
                 except Exception:  # gone since its last call: open another
                     pass
             if held is not None:
                 self._drop(server, key, held)
             held = await self._open(server, key, statuses)
+            held.answered = self.loop.time()
             self.held[(server, key)] = held
             return held
 

@@ -227,15 +227,19 @@ def _cat_blobs(git_dir: Path, oids: list[str]) -> Iterator[bytes]:
     threading.Thread(target=feed, daemon=True).start()
 
     def read() -> Iterator[bytes]:
-        with stdout:
-            for oid in oids:
-                header = stdout.readline().split()
-                if len(header) != 3:
-                    proc.kill()
-                    raise ToolError(f"checkout: object {oid} is missing from the source")
-                yield stdout.read(int(header[2]))
-                stdout.read(1)
-        proc.wait()
+        try:
+            with stdout:
+                for oid in oids:
+                    header = stdout.readline().split()
+                    if len(header) != 3:
+                        raise ToolError(f"checkout: object {oid} is missing from the source")
+                    yield stdout.read(int(header[2]))
+                    stdout.read(1)
+        finally:
+            # Stopped early (a missing object, a failed write): git is not left behind.
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
 
     return read()
 
