@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 from duet.formats.findings import Finding
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 VERSION = "2.1.0"
 _LEVEL = {"error": "error", "warning": "warning", "note": "note"}
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
+def artifact_uri(path: str) -> str | None:
+    """``path`` as a relative URI reference under the repository root, percent-encoded;
+    None for anything else (absolute, ``..``, ``.`` or empty segments, a drive, a
+    backslash, a NUL), so a finding cannot point a viewer outside the repository."""
+    parts = path.split("/")
+    if "\0" in path or "\\" in path or _DRIVE.match(path):
+        return None
+    if any(part in ("", ".", "..") for part in parts):
+        return None  # also "/abs", "a//b" and every "scheme://..."
+    return quote(path, safe="/", errors="surrogateescape")
 
 
 def _location(f: Finding) -> list[dict[str, Any]]:
-    if not f.path:
+    uri = artifact_uri(f.path) if f.path else None
+    if uri is None:
         return []
-    physical: dict[str, Any] = {"artifactLocation": {"uri": f.path}}
+    physical: dict[str, Any] = {"artifactLocation": {"uri": uri}}
     if f.line is not None:
         region: dict[str, Any] = {"startLine": f.line}
         if f.end_line is not None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from duet.formats.findings import Finding
+from orchestration.logjson import escape_unsafe
 
 _RD_SEVERITY = {"error": "ERROR", "warning": "WARNING", "note": "INFO"}
 _GH_COMMAND = {"error": "error", "warning": "warning", "note": "notice"}
@@ -34,8 +36,9 @@ def rdjson(found: Iterable[Finding]) -> dict[str, Any]:
 
 
 def escape_data(text: str) -> str:
-    """A workflow command's message, escaped as the runner requires."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message, escaped as the runner requires, with every other
+    control character a terminal acts on shown as a visible escape (``\\x1b``)."""
+    return escape_unsafe(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:
@@ -59,17 +62,40 @@ def github_annotations(found: Iterable[Finding]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+#: What opens a link, an image or a code span (and the backslash): shown as is, escaped.
+_MARKUP = re.compile(r"([\\`\[\]!])")
+#: Text a renderer would make a link or a mention of; a zero-width space after its first
+#: character breaks it.
+_LINKLIKE = re.compile(r"(?i)://|www\.|@")
+
+
+def _flat(text: str) -> str:
+    """One line with no control character a terminal acts on."""
+    return escape_unsafe(" ".join(text.split()))
+
+
 def _cell(text: str) -> str:
-    """Model text as one table cell: one line, no HTML, no table breaks, no @-mentions."""
-    flat = " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-    return flat.replace("@", "@\u200b")
+    """Model text as one table cell: one line, no HTML, no image, no link (nor text a
+    renderer would make one), no table break, no @-mention: every character shown as is."""
+    flat = _MARKUP.sub(r"\\\1", _flat(text))
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _LINKLIKE.sub(lambda m: m[0][:1] + "\u200b" + m[0][1:], flat.replace("|", "\\|"))
+
+
+def _code(text: str) -> str:
+    """Text as one code span no backtick inside can end: its fence is longer than any
+    backtick run in it (and padded where the text starts or ends with one)."""
+    flat = _flat(text).replace("|", "\\|")
+    ticks = "`" * (max((len(r) for r in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat[:1] == "`" or flat[-1:] == "`" or (flat[:1] == flat[-1:] == " ") else ""
+    return f"{ticks}{pad}{flat}{pad}{ticks}"
 
 
 def markdown_summary(records: list[dict[str, Any]], found: list[Finding]) -> str:
     """A PR comment: how many inputs were approved, then a table of findings."""
     statuses = Counter(str(r.get("status")) for r in records)
     counts = Counter(f.severity for f in found)
-    head = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "nothing reviewed"
+    head = ", ".join(f"{n} {_cell(s)}" for s, n in sorted(statuses.items())) or "nothing reviewed"
     out = [
         "## Duet code review",
         "",
@@ -83,5 +109,5 @@ def markdown_summary(records: list[dict[str, Any]], found: list[Finding]) -> str
             where = f.path or f.input_id
             if f.line is not None:
                 where += f":{f.line}"
-            out.append(f"| {f.severity} | `{_cell(where)}` | {_cell(f.message)} |")
+            out.append(f"| {f.severity} | {_code(where)} | {_cell(f.message)} |")
     return "\n".join(out) + "\n"
