@@ -188,8 +188,8 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
     made = build_patch(records, read)
     assert made.files == 2
     assert made.left_out == {
-        "not a whole file (no fenced code block)": 1,
-        "hunk inputs": 1,
+        "not a fix (no fenced code block)": 1,
+        "a hunk without its lines": 1,
         "reviewed file not found": 1,
     }
     assert made.not_approved == 1  # the rejected input never ran: not counted
