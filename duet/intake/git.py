@@ -260,6 +260,15 @@ def always_reviewed(path: str) -> bool:
     return path.rsplit("/", 1)[-1] in GIT_FILES
 
 
+def _utf8(path: str) -> bool:
+    """Whether a path read with ``surrogateescape`` is UTF-8 (ids and prompts must be)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _folders(path: str) -> list[str]:
     """Each folder ``path`` lies in, from the top, as a prefix (``""``, ``"a/"``, ...)."""
     parts = path.split("/")[:-1]
@@ -470,6 +479,8 @@ class GitChanges:
             return "deleted"
         if change.mode == SUBMODULE:
             return "submodule"
+        if not all(_utf8(p) for p in (change.path, change.old_path) if p is not None):
+            return "name not UTF-8"
         if change.path in vendored_at_base:
             return "vendored"
         if change.path in ignored:

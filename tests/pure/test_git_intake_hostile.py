@@ -103,7 +103,8 @@ def test_submodules_odd_names_and_a_huge_file_are_counted_never_a_crash(
         '"quoted" name.py': "print('quote')\n",
         "back\\slash.py": "print('backslash')\n",
     }
-    _commit(repo, {**odd, "huge.txt": huge.replace("base", "head")}, "odd")
+    latin1 = b"caf\xe9.py".decode("utf-8", "surrogateescape")  # git stores any byte
+    _commit(repo, {**odd, latin1: "x = 1\n", "huge.txt": huge.replace("base", "head")}, "odd")
     sub = "5" * 40  # a commit of another repository: not in this one
     _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{sub},vendored-sub")
     _git(repo, "commit", "-qm", "submodule")
@@ -115,13 +116,14 @@ def test_submodules_odd_names_and_a_huge_file_are_counted_never_a_crash(
     reliability.record(
         section=FILES,
         fault="a submodule; a folder name with a space holding a file name with a tab (and a "
-        "newline, a quote, a backslash); a 20 MB changed file",
-        load="1 submodule, 4 odd names, 1 file of 1,000,000 changed lines",
+        "newline, a quote, a backslash; a name not UTF-8); a 20 MB changed file",
+        load="1 submodule, 4 odd names, a Latin-1 name, 1 file of 1,000,000 changed lines",
         lost=lost_of(len(missing), len(odd), "odd names not reviewed"),
         before="exit 2 with no results; an unhandled parse error; 1.45 GB RSS",
     )
     assert not missing and all("print(" in records[n].prompt for n in odd)
-    assert counted == {"skipped": {"submodule": 1}, "problems": ["huge.txt"]}, counted
+    skipped = {"submodule": 1, "name not UTF-8": 1}
+    assert counted == {"skipped": skipped, "problems": ["huge.txt"]}, counted
     assert "diff over" in problems[0].reason
 
 
