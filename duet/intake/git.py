@@ -2,9 +2,10 @@
 
 Git is run as plain plumbing through :func:`git` with hooks, external diff drivers and
 textconv filters off and no system config, so a repository under review runs none of its
-own code. Everything else is pure: parsing ``--name-status -z`` output, the hunks
-(``unidiff``), what is skipped (deleted, binary, vendored, ``.gitignore``\\ d) and the
-prompt each change is reviewed with.
+own code. The branch under review steers nothing: ignore rules and vendored folders are
+the base commit's, ``--text`` makes its ``.gitattributes`` unable to hide a diff, and the
+diff is streamed a file at a time, held only up to a cap. Everything else is pure:
+parsing ``--raw -z`` output, the hunks, what is skipped and the prompt of each change.
 """
 
 from __future__ import annotations
