@@ -99,12 +99,21 @@ IncludeOpt = Annotated[
 ]
 
 
+IncludeSecretsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--include-secrets",
+        help="Send files holding keys or credentials to the models too (by default they "
+        "are skipped and counted: detect-secrets finds them).",
+    ),
+]
 ExcludeOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--exclude",
         metavar="GLOB",
-        help="Directory input: leave out files or folders matching this glob (repeatable).",
+        help="Directory or --git input: leave out files or folders matching this glob "
+        "(repeatable; adds to [inputs] exclude).",
     ),
 ]
 

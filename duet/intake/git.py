@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 from unidiff import PatchSet
 
 from duet.intake.files import InputProblem, InputRecord
+from duet.intake.skips import GENERATED, SkipRules, generated
 from orchestration.core.errors import ConfigError
 
 UNITS = ("file", "hunk")
@@ -63,18 +65,23 @@ class GitError(ConfigError):
     """A git command failed, or the range is not in the repository."""
 
 
-def _command(repo: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+def _command(repo: Path, *args: str, index: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The argv and environment of ``git ARGS`` in ``repo``, hooks, external diffs and
-    system config off, no ``GIT_*`` variable of the caller's."""
+    system config off, no ``GIT_*`` variable of the caller's (``index``: an index file of
+    our own, ``GIT_INDEX_FILE``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+    if index is not None:
+        env["GIT_INDEX_FILE"] = index
     return ["git", *_SAFE_CONFIG, "-C", str(repo), *args], env
 
 
-def git(repo: Path, *args: str) -> bytes:
+def git(repo: Path, *args: str, index: str | None = None, stdin: bytes | None = None) -> bytes:
     """Run ``git ARGS`` in ``repo`` with hooks, external diffs and system config off."""
-    argv, env = _command(repo, *args)
+    argv, env = _command(repo, *args, index=index)
     try:
-        done = subprocess.run(argv, capture_output=True, env=env, check=False, timeout=120)
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, env=env, check=False, timeout=120
+        )
     except FileNotFoundError:
         raise GitError("git is not installed (needed for --git)") from None
     if done.returncode != 0:
@@ -253,6 +260,8 @@ class GitChanges:
         context: int = 10,
         max_prompt_chars: int | None = None,
         on_problem: Callable[[InputProblem], None] | None = None,
+        skips: SkipRules | None = None,
+        since: str | None = None,
     ) -> None:
         if unit not in UNITS:
             raise ConfigError(f"--unit {unit!r}: expected one of {', '.join(UNITS)}")
@@ -262,20 +271,45 @@ class GitChanges:
         self.source = f"git {spec}"
         self.max_prompt_chars = max_prompt_chars
         self.on_problem = on_problem
+        self.skips = skips or SkipRules()
         self.skipped_by: Counter[str] = Counter()
+        #: Things to tell the user (an ignored ``--since``), printed by the command.
+        self.notes: list[str] = []
         self.base, self.head, self.merge_base = split_range(spec)
-        if not (repo / ".git").exists() and not _is_repo(repo):
+        if not _is_repo(repo):
             raise ConfigError(f"--repo {repo}: not a git repository")
         self._check_commit(self.base, "BASE")
-        self._check_commit(self.head, "HEAD")
+        self.head_sha = self._check_commit(self.head, "HEAD")
+        if since:
+            self._start_at(since)
+
+    def _start_at(self, since: str) -> None:
+        """``--since SHA``: review only what changed from SHA (the last reviewed commit) to
+        HEAD, when SHA is an ancestor of HEAD; else (a force-push) the whole range."""
+        try:
+            sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{since}^{{commit}}")
+            git(self.repo, "merge-base", "--is-ancestor", sha.decode().strip(), self.head_sha)
+        except GitError:
+            self.notes.append(
+                f"--since {since}: not an ancestor of {self.head} here (a force-push?): "
+                f"the whole range {self.spec} is reviewed"
+            )
+            return
+        self.base, self.merge_base = sha.decode().strip(), False
+        self.spec = f"{self.base}..{self.head}"
 
     @property
     def skipped(self) -> int:
         return sum(self.skipped_by.values())
 
-    def _check_commit(self, ref: str, which: str) -> None:
+    def _check_commit(self, ref: str, which: str) -> str:
+        """The commit ``ref`` names (its hash), or a ConfigError saying how to fetch it."""
         try:
-            git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+            return (
+                git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+                .decode("ascii")
+                .strip()
+            )
         except GitError:
             shallow = git(self.repo, "rev-parse", "--is-shallow-repository").strip() == b"true"
             hint = (
@@ -299,10 +333,11 @@ class GitChanges:
         patch = git(self.repo, *diff_opts, f"-U{self.context}", *self._range_args())
         files = {unquoted_path(f.path): f for f in PatchSet(patch.decode("utf-8", "replace"))}
         ignored = self._ignored([c.path for c in changes])
+        made = self._generated([c.path for c in changes if c.status != "D"])
         blobs = Blobs(self.repo, self.head)
         try:
             for change in changes:
-                reason = self._skip_reason(change, ignored)
+                reason = self._skip_reason(change, ignored, made)
                 if reason is None:
                     data = blobs.read(change.path)
                     reason = "binary" if binary(data) else None
@@ -314,18 +349,53 @@ class GitChanges:
                     self.skipped_by["unchanged text"] += 1
                     continue
                 text = data.decode("utf-8", "replace")
+                reason = self.skips.by_content(change.path, text)
+                if reason is not None:
+                    self.skipped_by[reason] += 1
+                    continue
                 yield from self._records(change, patched, text)
         finally:
             blobs.close()
 
-    def _skip_reason(self, change: Change, ignored: set[str]) -> str | None:
+    def _skip_reason(self, change: Change, ignored: set[str], made: set[str]) -> str | None:
         if change.status == "D":
             return "deleted"
         if vendored(change.path):
             return "vendored"
         if change.path in ignored:
             return "gitignored"
-        return None
+        if change.path in made:
+            return GENERATED
+        return self.skips.by_name(change.path)
+
+    def _generated(self, paths: list[str]) -> set[str]:
+        """Paths the base commit's ``.gitattributes`` mark generated (``linguist-generated``,
+        ``-diff``): read from the base, so a change cannot mark itself unreviewed. Git 2.39
+        has no ``check-attr --source``, so the base's tree is read into an index of our own."""
+        if not paths:
+            return set()
+        base = self.base
+        if self.merge_base:
+            base = git(self.repo, "merge-base", self.base, self.head).decode().strip()
+        with tempfile.TemporaryDirectory(prefix="duet-attr-") as folder:
+            index = str(Path(folder, "index"))
+            git(self.repo, "read-tree", f"{base}^{{tree}}", index=index)
+            raw = git(
+                self.repo,
+                "check-attr",
+                "--cached",
+                "-z",
+                "--stdin",
+                "linguist-generated",
+                "diff",
+                index=index,
+                stdin="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0",
+            )
+        fields = raw.decode("utf-8", "surrogateescape").split("\0")
+        values: dict[str, dict[str, str]] = {}
+        for at in range(0, len(fields) - 2, 3):
+            values.setdefault(fields[at], {})[fields[at + 1]] = fields[at + 2]
+        return {path for path, attrs in values.items() if generated(attrs)}
 
     def _ignored(self, paths: list[str]) -> set[str]:
         if not paths:
@@ -345,7 +415,12 @@ class GitChanges:
         header = "".join(
             line for line in str(patched).splitlines(keepends=True)[: _header_lines(str(patched))]
         )
-        meta = {"path": change.path, "git_range": self.spec, "unit": self.unit}
+        meta = {
+            "path": change.path,
+            "git_range": self.spec,
+            "head_sha": self.head_sha,
+            "unit": self.unit,
+        }
         if change.old_path:
             meta["old_path"] = change.old_path
         if self.unit == "file":

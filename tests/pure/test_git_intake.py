@@ -46,9 +46,13 @@ def test_a_file_prompt_has_the_diff_and_the_whole_file_under_the_cap(repo: Path)
     prompt = records["a.py"].prompt
     assert "+line three" in prompt and "line thirty" in prompt and "line 40\n" in prompt
     assert "line 10\n" in prompt  # from the whole file, not the 2-line context
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "feature"], capture_output=True, text=True
+    ).stdout.strip()
     assert records["a.py"].metadata == {
         "path": "a.py",
         "git_range": "main..feature",
+        "head_sha": head,
         "unit": "file",
     }
     assert "only the diff is shown" in records["big.txt"].prompt
