@@ -335,6 +335,15 @@ def review(
     git_range: Annotated[
         str, typer.Option("--git", metavar="BASE..HEAD", help="The change to review.")
     ] = "",
+    staged: Annotated[
+        bool,
+        typer.Option(
+            "--staged",
+            help="Review the staged changes instead of --git: the index against HEAD (the "
+            "empty tree before the first commit), as the pre-commit hook does. Results go to "
+            "GIT_DIR/duet-review.jsonl unless -o says.",
+        ),
+    ] = False,
     repo: RepoOpt = Path("."),
     unit: UnitOpt = "file",
     context: ContextOpt = 10,
@@ -366,6 +375,7 @@ def review(
             "the PR comment's marker), when it is an ancestor of HEAD.",
         ),
     ] = None,
+    fail_on: FailOnOpt = "never",
 ) -> None:
     """Review the files a git range changed (one input per file or hunk), like
     ``duet run --git``; then ``duet results FILE -f sarif`` or ``--patch``.
@@ -378,8 +388,18 @@ def review(
     from duet.intake.batch import check_loaded
     from orchestration.core import review_templates
 
+    if staged and git_range:
+        raise ConfigError("give --git or --staged, not both")
+    if fail_on not in FAIL_ON:
+        raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
+    if staged:
+        from duet.intake.git import git_dir, staged_range
+
+        git_range = staged_range(repo)
+        output = output or git_dir(repo) / "duet-review.jsonl"
     if not git_range:
         raise ConfigError("duet review needs --git BASE..HEAD (e.g. --git main..HEAD)")
+    target = output or Path("review.results.jsonl")
     embedded = not get_settings().redis_url
     if config is None:
         data = review_templates.review_config(actor_model, critic_model)
@@ -387,16 +407,27 @@ def review(
         cfg = check_loaded(cfg, embedded=embedded)
     else:
         cfg = load_checked(config, embedded=embedded)
-    run_loaded(
-        cfg,
-        None,
-        output,
-        dry_run=dry_run,
-        log_every=log_every,
-        git=GitSource(
-            git_range, repo, unit, context, tuple(exclude or ()), include_secrets, since or None
-        ),
-    )
+    try:
+        run_loaded(
+            cfg,
+            None,
+            target,
+            dry_run=dry_run,
+            log_every=log_every,
+            git=GitSource(
+                git_range, repo, unit, context, tuple(exclude or ()), include_secrets, since or None
+            ),
+        )
+    except typer.Exit as done:
+        # --fail-on: a finding at least that severe fails the review (the pre-commit hook).
+        if (
+            fail_on != "never"
+            and target.is_file()
+            and fails(records_of(str(target), None), fail_on, everything=False)
+        ):
+            error(f"a finding is at least {fail_on!r}: see {target}")
+            raise typer.Exit(SOME_FAILED) from None
+        raise done
 
 
 def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
@@ -644,9 +675,7 @@ def results(
         _results(batch, output, status, timeout, log_every)
     except typer.Exit as done:
         # --fail-on gates records too, not only -f: a finding at least that severe is exit 1.
-        if fail_on != "never" and fails(
-            records_of(batch, timeout), fail_on, everything=everything
-        ):
+        if fail_on != "never" and fails(records_of(batch, timeout), fail_on, everything=everything):
             raise typer.Exit(SOME_FAILED) from None
         raise done
 

@@ -446,6 +446,48 @@ class GitChanges:
         yield InputRecord(id=input_id, prompt=prompt, metadata=meta, source=self.source)
 
 
+def git_dir(repo: Path) -> Path:
+    """The repository's git directory, wherever it is (a worktree's or a submodule's own,
+    not ``.git/``)."""
+    return Path(
+        git(repo, "rev-parse", "--absolute-git-dir").decode("utf-8", "surrogateescape").strip()
+    )
+
+
+def staged_range(repo: Path) -> str:
+    """``BASE..STAGED`` for the staged changes: the index written as a commit object no
+    branch points to, against HEAD, or against an empty commit before the first one. The
+    index is the caller's ``GIT_INDEX_FILE`` when set (``git commit -a`` runs its hooks so)."""
+    index = os.environ.get("GIT_INDEX_FILE")
+    index = os.path.abspath(index) if index else None
+    tree = git(repo, "write-tree", index=index).decode().strip()
+    try:
+        head = git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").decode().strip()
+    except GitError:  # the first commit: nothing before it
+        empty = git(repo, "hash-object", "-t", "tree", "--stdin", stdin=b"").decode().strip()
+        head = _commit(repo, empty, "duet: before the first commit")
+    return f"{head}..{_commit(repo, tree, 'duet: staged changes', head)}"
+
+
+def _commit(repo: Path, tree: str, message: str, parent: str | None = None) -> str:
+    """A commit object of ``tree`` that no ref points to (git's gc removes it later)."""
+    who = {
+        "GIT_AUTHOR_NAME": "duet",
+        "GIT_AUTHOR_EMAIL": "duet@localhost",
+        "GIT_COMMITTER_NAME": "duet",
+        "GIT_COMMITTER_EMAIL": "duet@localhost",
+        "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
+    }
+    argv, env = _command(repo, "commit-tree", tree, *(["-p", parent] if parent else []))
+    done = subprocess.run(
+        argv, input=message.encode(), capture_output=True, env=env | who, check=False, timeout=120
+    )
+    if done.returncode != 0:
+        raise GitError(f"git commit-tree failed in {repo}: {done.stderr.decode().strip()}")
+    return done.stdout.decode().strip()
+
+
 def _header_lines(patch_text: str) -> int:
     """How many lines of a file's diff come before its first hunk."""
     for n, line in enumerate(patch_text.splitlines()):

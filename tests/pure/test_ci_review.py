@@ -21,8 +21,10 @@ from tests.reliability import SECRETS
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "data/sarif-schema-2.1.0.json").read_text())
 #: A private key's armour, split so no scanner takes this file for a key.
-PEM = "-----BEGIN " + "RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END " + (
-    "RSA PRIVATE KEY-----\n"
+PEM = (
+    "-----BEGIN "
+    + "RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END "
+    + ("RSA PRIVATE KEY-----\n")
 )
 TOKEN = 'GITHUB_TOKEN = "ghp_' + "aB3dEf6hIj9kLmN0pQrStUvWxYz1234567" + '"\n'
 
