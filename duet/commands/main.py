@@ -780,7 +780,11 @@ app.add_typer(cache_app, name="cache")
 
 def main() -> None:
     """Console-script entry point (``duet``)."""
-    app(prog_name="duet")
+    import typer.main
+
+    from duet.commands.app import flags_take_no_value
+
+    flags_take_no_value(typer.main.get_command(app))(prog_name="duet")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ GitHub takes (one run always, a stable category, fingerprints), and a PR comment
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -219,3 +221,47 @@ def test_findings_of_a_sim_review_say_so() -> None:
     found = list(findings(records))
     assert found and "Simulated review" in markdown_summary(records, found, simulated=True)
     assert "Simulated" not in markdown_summary(records, found)
+
+
+def test_flags_say_they_take_no_value_in_help() -> None:
+    env = {**os.environ, "COLUMNS": "120"}
+    for args in (["--help"], ["review", "-h"], ["results", "--help"], ["limits", "show", "-h"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "duet", *args], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        assert "<bool>" not in done.stdout and "-h" in done.stdout, (args, done.stdout)
+
+
+def test_ls_fits_80_columns() -> None:
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from duet.commands.inspect import ls_table
+
+    counts = {"approved": 500, "max_rounds_reached": 300, "interrupted": 100, "failed": 50}
+    row = {
+        "submitted": "2026-12-05 11:50:36",
+        "done": 1000,
+        "total": 1000,
+        "outcomes": {**counts, "cancelled": 50},
+        "rejected": 12,
+        "usd": 123.4567,
+    }
+    console = Console(width=200)
+    table = ls_table([("4c9e3466", row)])
+    assert Measurement.get(console, console.options, table).maximum <= 80
+
+
+def test_watch_prints_the_line_of_a_finished_batch_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from duet.commands.progress import ProgressView, follow
+
+    class Finished:
+        batch_id = "b1"
+
+        def progress(self) -> dict[str, object]:
+            return {"done": 2, "total": 2, "counts": {"approved": 2}, "tokens": 9, "usd": 0.19}
+
+    follow(Finished(), ProgressView(), lambda p, wait: True, log_every=60)  # type: ignore[arg-type]
+    lines = [line for line in capsys.readouterr().err.splitlines() if "2/2 done" in line]
+    assert len(lines) == 1, lines

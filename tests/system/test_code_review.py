@@ -377,7 +377,9 @@ def test_excludes_gates_and_messages_tell_the_truth(repo: Path, tmp_path: Path) 
     config = tmp_path / "excluding.toml"
     config.write_text(CONFIG + '\n[inputs]\nexclude = ["*.md"]\n')
     out = tmp_path / "ex.jsonl"
-    done = _duet("review", config, "--git", "main..feature", "--repo", repo, "-o", out, cwd=tmp_path)
+    done = _duet(
+        "review", config, "--git", "main..feature", "--repo", repo, "-o", out, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["app.py"]
     assert "1 excluded" in done.stderr

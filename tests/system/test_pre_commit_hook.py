@@ -18,7 +18,7 @@ pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-INJECTED = "query = \"SELECT * FROM users WHERE name = '\" + name + \"'\""
+INJECTED = 'query = "SELECT * FROM users WHERE name = \'" + name + "\'"'
 #: A config that blocks: the sim critic calls the injected line an error.
 BLOCKING = f"""\
 [actor]
@@ -44,7 +44,9 @@ def _env(tmp: Path) -> dict[str, str]:
     }
 
 
-def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _git(
+    repo: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, timeout=300
     )
@@ -88,7 +90,9 @@ def test_the_hook_passes_args_through_on_the_first_commit(tmp_path: Path) -> Non
     assert blocked.returncode == 1, blocked.stdout + blocked.stderr
     assert "a finding is at least 'error'" in blocked.stdout + blocked.stderr
     assert _git(repo, "rev-parse", "--verify", "--quiet", "HEAD").returncode != 0  # no commit
-    results = [json.loads(line) for line in (repo / ".git/duet-review.jsonl").read_text().splitlines()]
+    results = [
+        json.loads(line) for line in (repo / ".git/duet-review.jsonl").read_text().splitlines()
+    ]
     assert {r["id"] for r in results} == {"app.py", ".pre-commit-config.yaml"}
 
     (repo / "app.py").write_text("query = 'SELECT 1'\n")
