@@ -376,6 +376,17 @@ def review(
         ),
     ] = None,
     fail_on: FailOnOpt = "never",
+    with_sarif: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--with-sarif",
+            exists=True,
+            dir_okay=False,
+            metavar="SARIF",
+            help="A static analyser's findings (e.g. ruff --output-format sarif): each is "
+            "handed to the critic with the file it is on (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Review the files a git range changed (one input per file or hunk), like
     ``duet run --git``; then ``duet results FILE -f sarif`` or ``--patch``.
@@ -415,7 +426,14 @@ def review(
             dry_run=dry_run,
             log_every=log_every,
             git=GitSource(
-                git_range, repo, unit, context, tuple(exclude or ()), include_secrets, since or None
+                git_range,
+                repo,
+                unit,
+                context,
+                tuple(exclude or ()),
+                include_secrets,
+                since or None,
+                tuple(with_sarif or ()),
             ),
         )
     except typer.Exit as done:

@@ -110,13 +110,20 @@ class GitSource:
     include_secrets: bool = False
     #: ``--since SHA``: only what changed after the last reviewed commit.
     since: str | None = None
+    #: ``--with-sarif``: other tools' findings, handed to the critic with their files.
+    with_sarif: tuple[Path, ...] = ()
 
     def reader(self, cfg: ReviewConfig, intake: Intake) -> GitChanges:
         from duet.intake.batch import prompt_limit
+        from duet.intake.context import analyser_findings
         from duet.intake.git import GitChanges
         from duet.intake.skips import SkipRules
 
         assert self.spec is not None
+        analysed: dict[str, list[str]] = {}
+        for log in self.with_sarif:
+            for path, lines in analyser_findings(log).items():
+                analysed.setdefault(path, []).extend(lines)
         changes = GitChanges(
             self.repo,
             self.spec,
@@ -128,6 +135,7 @@ class GitSource:
                 exclude=(*cfg.inputs.exclude, *self.exclude), include_secrets=self.include_secrets
             ),
             since=self.since,
+            analysed=analysed,
         )
         for line in changes.notes:
             note(line)

@@ -21,6 +21,7 @@ from typing import Any
 
 from unidiff import PatchSet
 
+from duet.intake.context import RULES_FILE, PathRules, context_sections
 from duet.intake.files import InputProblem, InputRecord
 from duet.intake.skips import GENERATED, SkipRules, generated
 from orchestration.core.errors import ConfigError
@@ -218,12 +219,16 @@ def fence(text: str, info: str = "") -> str:
     return f"{ticks}{info}\n{body}{ticks}"
 
 
-def file_prompt(change: Change, spec: str, diff: str, content: str | None) -> str:
-    """What the reviewer sees of one changed file: the diff, then the whole new file."""
+def file_prompt(
+    change: Change, spec: str, diff: str, content: str | None, context: str = ""
+) -> str:
+    """What the reviewer sees of one changed file: the repository's rules and an analyser's
+    findings for it (``context``), the diff, then the whole new file."""
     renamed = f" (renamed from {change.old_path})" if change.old_path else ""
     parts = [
         f"Review the change to {change.path}{renamed} in {spec}.",
         "",
+        *([context] if context else []),
         "## Diff",
         fence(diff, "diff"),
     ]
@@ -237,10 +242,12 @@ def file_prompt(change: Change, spec: str, diff: str, content: str | None) -> st
     return "\n".join(parts) + "\n"
 
 
-def hunk_prompt(change: Change, spec: str, header: str, hunk: str) -> str:
-    """What the reviewer sees of one hunk: the file's diff header and the hunk."""
+def hunk_prompt(change: Change, spec: str, header: str, hunk: str, context: str = "") -> str:
+    """What the reviewer sees of one hunk: the file's rules and findings, the file's diff
+    header and the hunk."""
     return (
-        f"Review this hunk of {change.path} in {spec}.\n\n## Diff\n{fence(header + hunk, 'diff')}\n"
+        f"Review this hunk of {change.path} in {spec}.\n\n{context + chr(10) if context else ''}"
+        f"## Diff\n{fence(header + hunk, 'diff')}\n"
     )
 
 
@@ -262,6 +269,7 @@ class GitChanges:
         on_problem: Callable[[InputProblem], None] | None = None,
         skips: SkipRules | None = None,
         since: str | None = None,
+        analysed: dict[str, list[str]] | None = None,
     ) -> None:
         if unit not in UNITS:
             raise ConfigError(f"--unit {unit!r}: expected one of {', '.join(UNITS)}")
@@ -272,6 +280,10 @@ class GitChanges:
         self.max_prompt_chars = max_prompt_chars
         self.on_problem = on_problem
         self.skips = skips or SkipRules()
+        #: A static analyser's findings by file (``--with-sarif``), shown with that file.
+        self.analysed = analysed or {}
+        #: The base commit's review rules by path (read when the change is).
+        self.rules = PathRules()
         self.skipped_by: Counter[str] = Counter()
         #: Things to tell the user (an ignored ``--since``), printed by the command.
         self.notes: list[str] = []
@@ -334,6 +346,7 @@ class GitChanges:
         files = {unquoted_path(f.path): f for f in PatchSet(patch.decode("utf-8", "replace"))}
         ignored = self._ignored([c.path for c in changes])
         made = self._generated([c.path for c in changes if c.status != "D"])
+        self.rules = self._rules()
         blobs = Blobs(self.repo, self.head)
         try:
             for change in changes:
@@ -368,15 +381,30 @@ class GitChanges:
             return GENERATED
         return self.skips.by_name(change.path)
 
+    def _base_commit(self) -> str:
+        """The commit the change starts from (the merge base for ``BASE...HEAD``)."""
+        if self.merge_base:
+            return git(self.repo, "merge-base", self.base, self.head).decode().strip()
+        return self.base
+
+    def _rules(self) -> PathRules:
+        """The base commit's ``.duet/review.toml``: a change cannot rewrite its own rules."""
+        try:
+            text = git(self.repo, "show", f"{self._base_commit()}:{RULES_FILE}")
+        except GitError:
+            return PathRules()
+        return PathRules.parse(text.decode("utf-8", "replace"), f"{RULES_FILE} at {self.base}")
+
+    def _context(self, path: str) -> str:
+        return context_sections(self.rules.for_path(path), self.analysed.get(path, []))
+
     def _generated(self, paths: list[str]) -> set[str]:
         """Paths the base commit's ``.gitattributes`` mark generated (``linguist-generated``,
         ``-diff``): read from the base, so a change cannot mark itself unreviewed. Git 2.39
         has no ``check-attr --source``, so the base's tree is read into an index of our own."""
         if not paths:
             return set()
-        base = self.base
-        if self.merge_base:
-            base = git(self.repo, "merge-base", self.base, self.head).decode().strip()
+        base = self._base_commit()
         with tempfile.TemporaryDirectory(prefix="duet-attr-") as folder:
             index = str(Path(folder, "index"))
             git(self.repo, "read-tree", f"{base}^{{tree}}", index=index)
@@ -425,7 +453,9 @@ class GitChanges:
             meta["old_path"] = change.old_path
         if self.unit == "file":
             content = text if len(text) <= MAX_FILE_CHARS else None
-            prompt = file_prompt(change, self.spec, str(patched), content)
+            prompt = file_prompt(
+                change, self.spec, str(patched), content, self._context(change.path)
+            )
             yield from self._record(change.path, prompt, meta)
             return
         for n, hunk in enumerate(patched, 1):
@@ -433,7 +463,7 @@ class GitChanges:
                 "line": hunk.target_start,
                 "end_line": hunk.target_start + max(hunk.target_length - 1, 0),
             }
-            prompt = hunk_prompt(change, self.spec, header, str(hunk))
+            prompt = hunk_prompt(change, self.spec, header, str(hunk), self._context(change.path))
             yield from self._record(f"{change.path}#hunk{n}", prompt, {**meta, **lines})
 
     def _record(self, input_id: str, prompt: str, meta: dict[str, Any]) -> Iterator[InputRecord]:
