@@ -27,6 +27,7 @@ import yaml
 
 from duet.formats.text import MARKER, MAX_COMMENT_CHARS, reviewed_sha
 from tests.github_sarif import upload_problems
+from tests.reliability import PACKAGING
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -267,7 +268,8 @@ def pull_request(tmp_path: Path) -> Path:
     _git(r, "commit", "-qm", "base")
     _git(r, "checkout", "-qb", "feature")
     (r / "app.py").write_text(f"import sqlite3\n\n\ndef find(db, name):\n    {INJECTED}\n")
-    (r / "uv.lock").write_text('version = 1\n[[package]]\nname = "x"\n' * 2000)
+    # Over the 200,000-character prompt limit: it failed the job before it was skipped.
+    (r / "uv.lock").write_text('version = 1\n[[package]]\nname = "x"\n' * 7000)
     (r / "tests/certs").mkdir(parents=True)
     (r / "tests/certs/test.key").write_text(PEM)
     (r / "gen").mkdir()
@@ -354,7 +356,7 @@ def test_the_workflow_reviews_a_pull_request_then_only_its_new_commit(
         "calls"
     ]
     reliability.record(
-        section="Packaging",
+        section=PACKAGING,
         fault="the shipped GitHub workflow on a PR with a lock file, a test key and a "
         "generated file, pushed twice (a finding, then its fix)",
         load="system: its steps in a fresh venv with no package index; `gh` stood in",
