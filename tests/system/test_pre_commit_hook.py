@@ -119,3 +119,35 @@ def test_the_hook_reviews_in_a_worktree(tmp_path: Path) -> None:
     assert own != repo / ".git" and (own / "duet-review.jsonl").is_file()
     ids = [json.loads(line)["id"] for line in (own / "duet-review.jsonl").read_text().splitlines()]
     assert ids == ["app.py"]
+
+
+def test_staged_review_in_a_submodule_keeps_results_in_its_git_dir(tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for repo in (lib, tmp_path / "top"):
+        repo.mkdir(exist_ok=True)
+        _git(repo, "init", "-q", "-b", "main")
+        _git(repo, "config", "user.email", "t@example.com")
+        _git(repo, "config", "user.name", "t")
+    (lib / "a.py").write_text("x = 1\n")
+    _git(lib, "add", "-A")
+    _git(lib, "commit", "-qm", "lib")
+    top = tmp_path / "top"
+    added = _git(top, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "lib")
+    assert added.returncode == 0, added.stderr
+    sub = top / "lib"
+    (sub / "a.py").write_text("x = 2\n")
+    _git(sub, "add", "a.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "duet", "review", "--staged"],
+        cwd=sub,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    own = Path(_git(sub, "rev-parse", "--absolute-git-dir").stdout.strip())
+    assert own == top / ".git/modules/lib"
+    ids = [json.loads(line)["id"] for line in (own / "duet-review.jsonl").read_text().splitlines()]
+    assert ids == ["a.py"]
