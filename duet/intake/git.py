@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from duet.intake.context import RULES_FILE, PathRules, context_sections
 from duet.intake.files import InputProblem, InputRecord
+from duet.intake.skips import GENERATED, SkipRules, generated
 from orchestration.core.errors import ConfigError
 
 UNITS = ("file", "hunk")
@@ -74,22 +76,34 @@ class GitError(ConfigError):
     """A git command failed, or the range is not in the repository."""
 
 
-def _command(repo: Path, *args: str, literal: bool = False) -> tuple[list[str], dict[str, str]]:
+def _command(
+    repo: Path, *args: str, index: str | None = None, literal: bool = False
+) -> tuple[list[str], dict[str, str]]:
     """The argv and environment of ``git ARGS`` in ``repo``, hooks, external diffs and
-    system config off, no ``GIT_*`` variable of the caller's; ``literal``: paths given
-    are names, never patterns."""
+    system config off, no ``GIT_*`` variable of the caller's (``index``: an index file of
+    our own, ``GIT_INDEX_FILE``; ``literal``: paths given are names, never patterns)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
+    if index is not None:
+        env["GIT_INDEX_FILE"] = index
     if literal:
         env["GIT_LITERAL_PATHSPECS"] = "1"
     return ["git", *_SAFE_CONFIG, "-C", str(repo), *args], env
 
 
-def git(repo: Path, *args: str, literal: bool = False) -> bytes:
+def git(
+    repo: Path,
+    *args: str,
+    index: str | None = None,
+    stdin: bytes | None = None,
+    literal: bool = False,
+) -> bytes:
     """Run ``git ARGS`` in ``repo`` with hooks, external diffs and system config off
     (``literal``: paths given are names, never patterns)."""
-    argv, env = _command(repo, *args, literal=literal)
+    argv, env = _command(repo, *args, index=index, literal=literal)
     try:
-        done = subprocess.run(argv, capture_output=True, env=env, check=False, timeout=120)
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, env=env, check=False, timeout=120
+        )
     except FileNotFoundError:
         raise GitError("git is not installed (needed for --git)") from None
     if done.returncode != 0:
@@ -340,14 +354,18 @@ def fence(text: str, info: str = "") -> str:
     return f"{ticks}{info}\n{body}{ticks}"
 
 
-def file_prompt(change: Change, spec: str, diff: str, content: str | None) -> str:
-    """What the reviewer sees of one changed file: the diff, then the whole new file."""
+def file_prompt(
+    change: Change, spec: str, diff: str, content: str | None, context: str = ""
+) -> str:
+    """What the reviewer sees of one changed file: the repository's rules and an analyser's
+    findings for it (``context``), the diff, then the whole new file."""
     renamed = f" (renamed from {change.old_path})" if change.old_path else ""
     if change.mode == SYMLINK:
         renamed += " (a symbolic link: its content is the path it points to)"
     parts = [
         f"Review the change to {change.path}{renamed} in {spec}.",
         "",
+        *([context] if context else []),
         "## Diff",
         fence(diff, "diff"),
     ]
@@ -361,10 +379,12 @@ def file_prompt(change: Change, spec: str, diff: str, content: str | None) -> st
     return "\n".join(parts) + "\n"
 
 
-def hunk_prompt(change: Change, spec: str, header: str, hunk: str) -> str:
-    """What the reviewer sees of one hunk: the file's diff header and the hunk."""
+def hunk_prompt(change: Change, spec: str, header: str, hunk: str, context: str = "") -> str:
+    """What the reviewer sees of one hunk: the file's rules and findings, the file's diff
+    header and the hunk."""
     return (
-        f"Review this hunk of {change.path} in {spec}.\n\n## Diff\n{fence(header + hunk, 'diff')}\n"
+        f"Review this hunk of {change.path} in {spec}.\n\n{context + chr(10) if context else ''}"
+        f"## Diff\n{fence(header + hunk, 'diff')}\n"
     )
 
 
@@ -384,6 +404,9 @@ class GitChanges:
         context: int = 10,
         max_prompt_chars: int | None = None,
         on_problem: Callable[[InputProblem], None] | None = None,
+        skips: SkipRules | None = None,
+        since: str | None = None,
+        analysed: dict[str, list[str]] | None = None,
     ) -> None:
         if unit not in UNITS:
             raise ConfigError(f"--unit {unit!r}: expected one of {', '.join(UNITS)}")
@@ -393,20 +416,52 @@ class GitChanges:
         self.source = f"git {spec}"
         self.max_prompt_chars = max_prompt_chars
         self.on_problem = on_problem
+        self.skips = skips or SkipRules()
+        #: A static analyser's findings by file (``--with-sarif``), shown with that file.
+        self.analysed = analysed or {}
+        #: The base commit's review rules by path (read when the change is).
+        self.rules = PathRules()
         self.skipped_by: Counter[str] = Counter()
+        #: Things to tell the user (an ignored ``--since``), printed by the command.
+        self.notes: list[str] = []
         self.base, self.head, self.merge_base = split_range(spec)
-        if not (repo / ".git").exists() and not _is_repo(repo):
+        if not _is_repo(repo):
             raise ConfigError(f"--repo {repo}: not a git repository")
         self._check_commit(self.base, "BASE")
-        self._check_commit(self.head, "HEAD")
+        self.head_sha = self._check_commit(self.head, "HEAD")
+        #: Where the rules come from (ignores, attributes, vendored folders, review rules):
+        #: the range as given, never a commit of the branch that ``--since`` starts at.
+        self._trusted = (self.base, self.merge_base)
+        if since:
+            self._start_at(since)
+
+    def _start_at(self, since: str) -> None:
+        """``--since SHA``: review only what changed from SHA (the last reviewed commit) to
+        HEAD, when SHA is an ancestor of HEAD; else (a force-push) the whole range."""
+        try:
+            sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{since}^{{commit}}")
+            git(self.repo, "merge-base", "--is-ancestor", sha.decode().strip(), self.head_sha)
+        except GitError:
+            self.notes.append(
+                f"--since {since}: not an ancestor of {self.head} here (a force-push?): "
+                f"the whole range {self.spec} is reviewed"
+            )
+            return
+        self.base, self.merge_base = sha.decode().strip(), False
+        self.spec = f"{self.base}..{self.head}"
 
     @property
     def skipped(self) -> int:
         return sum(self.skipped_by.values())
 
-    def _check_commit(self, ref: str, which: str) -> None:
+    def _check_commit(self, ref: str, which: str) -> str:
+        """The commit ``ref`` names (its hash), or a ConfigError saying how to fetch it."""
         try:
-            git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+            return (
+                git(self.repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+                .decode("ascii")
+                .strip()
+            )
         except GitError:
             shallow = git(self.repo, "rev-parse", "--is-shallow-repository").strip() == b"true"
             hint = (
@@ -431,17 +486,18 @@ class GitChanges:
         opts = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text", "-M"]
         changes = parse_raw(git(self.repo, *opts, "--raw", "-z", "--no-abbrev", *self._range()))
         base = self._base_commit()
-        ignored = self._ignored(base, [c.path for c in changes if not always_reviewed(c.path)])
-        vendored_at_base = self._vendored(
-            base, [c.path for c in changes if not always_reviewed(c.path)]
-        )
+        steered = [c.path for c in changes if not always_reviewed(c.path)]
+        ignored = self._ignored(base, steered)
+        vendored_at_base = self._vendored(base, steered)
+        made = self._generated(base, [c.path for c in changes if c.status != "D"])
+        self.rules = self._rules(base)
         keep = 4 * MAX_FILE_CHARS if self.unit == "file" else _SNIFF
         cap = self._diff_cap()
         stream = DiffStream(self.repo, *opts, "--full-index", f"-U{self.context}", *self._range())
         blobs = Blobs(self.repo)
         try:
             for change in changes:
-                reason = self._skip_reason(change, ignored, vendored_at_base)
+                reason = self._skip_reason(change, ignored, vendored_at_base, made)
                 part, size = stream.part(cap if reason is None else 0)
                 if reason is None:
                     data, blob_size = blobs.read(change.object_id, keep)
@@ -458,6 +514,12 @@ class GitChanges:
                     self.skipped_by["unchanged text"] += 1
                     continue
                 whole = data if blob_size == len(data) else None
+                # What the model would be shown: the diff, and the file when it fits.
+                shown = part if whole is None else part + whole
+                reason = self.skips.by_content(change.path, shown.decode("utf-8", "replace"))
+                if reason is not None:
+                    self.skipped_by[reason] += 1
+                    continue
                 yield from self._records(change, header, hunks, whole)
         finally:
             blobs.close()
@@ -467,14 +529,53 @@ class GitChanges:
         return [f"{self.base}...{self.head}"] if self.merge_base else [self.base, self.head]
 
     def _base_commit(self) -> str:
-        """The commit whose ignore rules and vendored folders apply: BASE, or with
-        ``BASE...HEAD`` the merge base the change is measured from."""
-        if self.merge_base:
-            return git(self.repo, "merge-base", self.base, self.head).decode().strip()
-        return git(self.repo, "rev-parse", "--verify", f"{self.base}^{{commit}}").decode().strip()
+        """The commit whose rules apply (ignores, attributes, vendored folders, review
+        rules): BASE as given, or with ``BASE...HEAD`` the merge base; never the branch's
+        own commit that ``--since`` starts the diff at."""
+        base, merge_base = self._trusted
+        if merge_base:
+            return git(self.repo, "merge-base", base, self.head).decode().strip()
+        return git(self.repo, "rev-parse", "--verify", f"{base}^{{commit}}").decode().strip()
+
+    def _rules(self, base: str) -> PathRules:
+        """The base commit's ``.duet/review.toml``: a change cannot rewrite its own rules."""
+        try:
+            text = git(self.repo, "show", f"{base}:{RULES_FILE}")
+        except GitError:
+            return PathRules()
+        return PathRules.parse(text.decode("utf-8", "replace"), f"{RULES_FILE} at {self.base}")
+
+    def _context(self, path: str) -> str:
+        return context_sections(self.rules.for_path(path), self.analysed.get(path, []))
+
+    def _generated(self, base: str, paths: list[str]) -> set[str]:
+        """Paths the base commit's ``.gitattributes`` mark generated (``linguist-generated``,
+        ``-diff``): read from the base, so a change cannot mark itself unreviewed. Git 2.39
+        has no ``check-attr --source``, so the base's tree is read into an index of our own."""
+        if not paths:
+            return set()
+        with tempfile.TemporaryDirectory(prefix="duet-attr-") as folder:
+            index = str(Path(folder, "index"))
+            git(self.repo, "read-tree", f"{base}^{{tree}}", index=index)
+            raw = git(
+                self.repo,
+                "check-attr",
+                "--cached",
+                "-z",
+                "--stdin",
+                "linguist-generated",
+                "diff",
+                index=index,
+                stdin="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0",
+            )
+        fields = raw.decode("utf-8", "surrogateescape").split("\0")
+        values: dict[str, dict[str, str]] = {}
+        for at in range(0, len(fields) - 2, 3):
+            values.setdefault(fields[at], {})[fields[at + 1]] = fields[at + 2]
+        return {path for path, attrs in values.items() if generated(attrs)}
 
     def _skip_reason(
-        self, change: Change, ignored: set[str], vendored_at_base: set[str]
+        self, change: Change, ignored: set[str], vendored_at_base: set[str], made: set[str]
     ) -> str | None:
         if change.status == "D":
             return "deleted"
@@ -486,7 +587,9 @@ class GitChanges:
             return "vendored"
         if change.path in ignored:
             return "gitignored"
-        return None
+        if change.path in made and not always_reviewed(change.path):
+            return GENERATED
+        return self.skips.by_name(change.path)
 
     def _at_base(self, base: str, paths: set[str]) -> Iterator[tuple[str, str, str]]:
         """``(type, object id, path)`` of each of ``paths`` the base commit holds."""
@@ -514,9 +617,7 @@ class GitChanges:
         if not paths:
             return set()
         wanted = {f"{folder}.gitignore" for p in paths for folder in _folders(p)}
-        git_dir = git(self.repo, "rev-parse", "--absolute-git-dir").decode(
-            "utf-8", "surrogateescape"
-        )
+        where = git_dir(self.repo)
         blobs = Blobs(self.repo)
         try:
             with tempfile.TemporaryDirectory(prefix="duet-ignores-") as tree:
@@ -528,7 +629,7 @@ class GitChanges:
                         file.write_bytes(data)
                 argv, env = _command(
                     Path(tree),
-                    f"--git-dir={git_dir.strip()}",
+                    f"--git-dir={where}",
                     f"--work-tree={tree}",
                     "check-ignore",
                     "--no-index",
@@ -557,7 +658,12 @@ class GitChanges:
     def _records(
         self, change: Change, header: bytes, hunks: list[Hunk], whole: bytes | None
     ) -> Iterator[InputRecord]:
-        meta: dict[str, Any] = {"path": change.path, "git_range": self.spec, "unit": self.unit}
+        meta: dict[str, Any] = {
+            "path": change.path,
+            "git_range": self.spec,
+            "head_sha": self.head_sha,
+            "unit": self.unit,
+        }
         if change.old_path:
             meta["old_path"] = change.old_path
         if change.mode == SYMLINK:
@@ -571,7 +677,7 @@ class GitChanges:
                 meta["seen"] = "diff"
             else:
                 meta |= {"seen": "file", "sha256": hashlib.sha256(whole or b"").hexdigest()}
-            prompt = file_prompt(change, self.spec, diff, content)
+            prompt = file_prompt(change, self.spec, diff, content, self._context(change.path))
             yield from self._record(change.path, prompt, meta)
             return
         for n, hunk in enumerate(hunks, 1):
@@ -580,7 +686,8 @@ class GitChanges:
                 "end_line": hunk.target_start + max(hunk.target_length - 1, 0),
                 "sha256": hashlib.sha256(hunk.target_side()).hexdigest(),
             }
-            prompt = hunk_prompt(change, self.spec, head, hunk.text.decode("utf-8", "replace"))
+            text = hunk.text.decode("utf-8", "replace")
+            prompt = hunk_prompt(change, self.spec, head, text, self._context(change.path))
             yield from self._record(f"{change.path}#hunk{n}", prompt, {**meta, **lines})
 
     def _record(self, input_id: str, prompt: str, meta: dict[str, Any]) -> Iterator[InputRecord]:
@@ -591,6 +698,48 @@ class GitChanges:
                 self.on_problem(InputProblem(self.source, None, reason, input_id))
             return
         yield InputRecord(id=input_id, prompt=prompt, metadata=meta, source=self.source)
+
+
+def git_dir(repo: Path) -> Path:
+    """The repository's git directory, wherever it is (a worktree's or a submodule's own,
+    not ``.git/``)."""
+    return Path(
+        git(repo, "rev-parse", "--absolute-git-dir").decode("utf-8", "surrogateescape").strip()
+    )
+
+
+def staged_range(repo: Path) -> str:
+    """``BASE..STAGED`` for the staged changes: the index written as a commit object no
+    branch points to, against HEAD, or against an empty commit before the first one. The
+    index is the caller's ``GIT_INDEX_FILE`` when set (``git commit -a`` runs its hooks so)."""
+    index = os.environ.get("GIT_INDEX_FILE")
+    index = os.path.abspath(index) if index else None
+    tree = git(repo, "write-tree", index=index).decode().strip()
+    try:
+        head = git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").decode().strip()
+    except GitError:  # the first commit: nothing before it
+        empty = git(repo, "hash-object", "-t", "tree", "--stdin", stdin=b"").decode().strip()
+        head = _commit(repo, empty, "duet: before the first commit")
+    return f"{head}..{_commit(repo, tree, 'duet: staged changes', head)}"
+
+
+def _commit(repo: Path, tree: str, message: str, parent: str | None = None) -> str:
+    """A commit object of ``tree`` that no ref points to (git's gc removes it later)."""
+    who = {
+        "GIT_AUTHOR_NAME": "duet",
+        "GIT_AUTHOR_EMAIL": "duet@localhost",
+        "GIT_COMMITTER_NAME": "duet",
+        "GIT_COMMITTER_EMAIL": "duet@localhost",
+        "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
+    }
+    argv, env = _command(repo, "commit-tree", tree, *(["-p", parent] if parent else []))
+    done = subprocess.run(
+        argv, input=message.encode(), capture_output=True, env=env | who, check=False, timeout=120
+    )
+    if done.returncode != 0:
+        raise GitError(f"git commit-tree failed in {repo}: {done.stderr.decode().strip()}")
+    return done.stdout.decode().strip()
 
 
 def _is_repo(repo: Path) -> bool:

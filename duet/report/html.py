@@ -170,7 +170,14 @@ def _summary_html(summary: Summary, ran: list[Mapping[str, Any]]) -> str:
         ("mean run time", f"{sum(durations) / len(durations):.2f} s" if durations else "-"),
     ]
     body = "".join(f'<tr><th>{esc(k)}</th><td class="n">{esc(v)}</td></tr>' for k, v in items)
-    return f"<table>{body}</table>"
+    warning = (
+        f'<p class="simulated"><strong>Simulated review</strong>: {summary.simulated:,} run(s) '
+        "had the offline <code>sim</code> model as critic; their verdicts, findings and costs "
+        "are made up.</p>"
+        if summary.simulated
+        else ""
+    )
+    return f"{warning}<table>{body}</table>"
 
 
 def _outcomes_chart(summary: Summary) -> str:

@@ -47,10 +47,14 @@ def test_a_file_prompt_has_the_diff_and_the_whole_file_under_the_cap(repo: Path)
     prompt = records["a.py"].prompt
     assert "+line three" in prompt and "line thirty" in prompt and "line 40\n" in prompt
     assert "line 10\n" in prompt  # from the whole file, not the 2-line context
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "feature"], capture_output=True, text=True
+    ).stdout.strip()
     meta = records["a.py"].metadata
     assert meta == {
         "path": "a.py",
         "git_range": "main..feature",
+        "head_sha": head,
         "unit": "file",
         "seen": "file",
         "sha256": hashlib.sha256((repo / "a.py").read_bytes()).hexdigest(),
