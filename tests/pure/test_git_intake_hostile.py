@@ -194,3 +194,13 @@ def test_a_hunk_fix_patches_the_lines_the_intake_showed(repo: Path) -> None:
     (repo.parent / "h.patch").write_text(made.text)
     _git(repo, "apply", str(repo.parent / "h.patch"))
     assert (repo / "long.py").read_text() == body.replace("v30 = 30", "v30 = int(x)")
+
+
+def test_since_a_branch_commit_takes_no_rules_from_that_commit(repo: Path) -> None:
+    _commit(repo, {".gitignore": "gen.py\nevil.py\n", ".gitattributes": "*.py -diff\n"}, "rules")
+    since = _git(repo, "rev-parse", "HEAD").strip()
+    _commit(repo, {"evil.py": "steal()\n", "gen.py": "g = 3\n"}, "payload")
+    changes = GitChanges(repo, "main..pr", since=since)
+    assert changes.spec == f"{since}..pr" and not changes.notes
+    assert {r.id for r in changes} == {"evil.py"}
+    assert dict(changes.skipped_by) == {"gitignored": 1}  # gen.py: the base's own rule
