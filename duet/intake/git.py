@@ -45,6 +45,9 @@ GIT_FILES = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
 MAX_FILE_CHARS = 20_000
 #: The most of one file's diff held in memory when no prompt limit is given, bytes.
 MAX_DIFF_BYTES = 4_000_000
+#: A changed file over this many bytes (or over the diff cap, when that is larger) is not
+#: diffed: git holds both sides and several times their size to diff them.
+MAX_FILE_BYTES = 8_000_000
 #: A base commit's ``.gitignore`` longer than this, bytes, is not read.
 MAX_IGNORE_BYTES = 1_000_000
 #: Modes of a submodule (a commit of another repository) and a symlink in a git tree.
@@ -216,14 +219,15 @@ class DiffStream:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One entry of ``git diff --raw``: status letter, path, path before a rename, and
-    the new side's mode and object id."""
+    """One entry of ``git diff --raw``: status letter, path, path before a rename, the
+    new side's mode and object id, and the old side's object id."""
 
     status: str
     path: str
     old_path: str | None = None
     mode: str = "100644"
     object_id: str = ""
+    old_id: str = ""
 
 
 def split_range(spec: str) -> tuple[str, str, bool]:
@@ -245,12 +249,14 @@ def parse_raw(raw: bytes) -> list[Change]:
     changes: list[Change] = []
     at = 0
     while at < len(fields) and fields[at].startswith(":"):
-        _, mode, _, object_id, status = fields[at][1:].split(" ")
+        _, mode, old_id, object_id, status = fields[at][1:].split(" ")
         if status[0] in "RC":
-            changes.append(Change(status[0], fields[at + 2], fields[at + 1], mode, object_id))
+            changes.append(
+                Change(status[0], fields[at + 2], fields[at + 1], mode, object_id, old_id)
+            )
             at += 3
         else:
-            changes.append(Change(status[0], fields[at + 1], None, mode, object_id))
+            changes.append(Change(status[0], fields[at + 1], None, mode, object_id, old_id))
             at += 2
     return changes
 
@@ -484,7 +490,16 @@ class GitChanges:
         # --text: the branch's .gitattributes (`-diff`, `binary`) cannot hide a change;
         # whether a file is binary is Duet's own test, on the file.
         opts = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text", "-M"]
-        changes = parse_raw(git(self.repo, *opts, "--raw", "-z", "--no-abbrev", *self._range()))
+        listed = parse_raw(git(self.repo, *opts, "--raw", "-z", "--no-abbrev", *self._range()))
+        cap = self._diff_cap()
+        # A file over the cap is never diffed: git holds both sides and more to diff it.
+        limit = max(MAX_FILE_BYTES, cap)
+        big = self._over(listed, limit)
+        paths = ["--", ".", *(f":(exclude,literal){c.path}" for c in big)] if big else []
+        changes = listed
+        if big:
+            raw = git(self.repo, *opts, "--raw", "-z", "--no-abbrev", *self._range(), *paths)
+            changes = parse_raw(raw)
         base = self._base_commit()
         steered = [c.path for c in changes if not always_reviewed(c.path)]
         ignored = self._ignored(base, steered)
@@ -492,8 +507,15 @@ class GitChanges:
         made = self._generated(base, [c.path for c in changes if c.status != "D"])
         self.rules = self._rules(base)
         keep = 4 * MAX_FILE_CHARS if self.unit == "file" else _SNIFF
-        cap = self._diff_cap()
-        stream = DiffStream(self.repo, *opts, "--full-index", f"-U{self.context}", *self._range())
+        for change, size in big.items():
+            reason = self._skip_reason(change, ignored, vendored_at_base, made)
+            if reason is not None:
+                self.skipped_by[reason] += 1
+            else:
+                why = f"file over {limit:,} bytes ({size:,}): not diffed"
+                self._problem(change.path, why, "file over the size cap")
+        diff = [*opts, "--full-index", f"-U{self.context}", *self._range(), *paths]
+        stream = DiffStream(self.repo, *diff)
         blobs = Blobs(self.repo)
         try:
             for change in changes:
@@ -524,6 +546,26 @@ class GitChanges:
         finally:
             blobs.close()
             stream.close()
+
+    def _over(self, changes: list[Change], limit: int) -> dict[Change, int]:
+        """The changes (not deletions) with a side over ``limit`` bytes, and that size."""
+        ids = {i for c in changes if c.status != "D" for i in (c.object_id, c.old_id)}
+        ids = {i for i in ids if i.strip("0")}  # no side: the all-zero id
+        if not ids:
+            return {}
+        raw = git(self.repo, "cat-file", "--batch-check", stdin="\n".join(sorted(ids)).encode())
+        sizes: dict[str, int] = {}
+        for line in raw.decode().splitlines():
+            object_id, _, rest = line.partition(" ")
+            kind, _, size = rest.partition(" ")
+            if kind == "blob" and size.isdigit():
+                sizes[object_id] = int(size)
+        found: dict[Change, int] = {}
+        for c in changes:
+            biggest = max(sizes.get(c.object_id, 0), sizes.get(c.old_id, 0))
+            if c.status != "D" and c.mode != SUBMODULE and biggest > limit:
+                found[c] = biggest
+        return found
 
     def _range(self) -> list[str]:
         return [f"{self.base}...{self.head}"] if self.merge_base else [self.base, self.head]

@@ -43,10 +43,10 @@ def test_raw_diff_entries_follow_renames_and_copies() -> None:
         f"new name.py\0:100644 000000 {a} {z} D\0gone.txt\0:100644 120000 {z} {a} C100\0x\0y\0"
     ).encode()
     assert parse_raw(raw) == [
-        Change("M", "a.py", None, "100644", a),
-        Change("R", "new name.py", "old name.py", "100644", b),
-        Change("D", "gone.txt", None, "000000", z),
-        Change("C", "y", "x", "120000", a),
+        Change("M", "a.py", None, "100644", a, z),
+        Change("R", "new name.py", "old name.py", "100644", b, z),
+        Change("D", "gone.txt", None, "000000", z, a),
+        Change("C", "y", "x", "120000", a, z),
     ]
 
 

@@ -124,11 +124,11 @@ def test_submodules_odd_names_and_a_huge_file_are_counted_never_a_crash(
     assert not missing and all("print(" in records[n].prompt for n in odd)
     skipped = {"submodule": 1, "name not UTF-8": 1}
     assert counted == {"skipped": skipped, "problems": ["huge.txt"]}, counted
-    assert "diff over" in problems[0].reason
+    assert "file over 8,000,000 bytes (20,000,000)" in problems[0].reason
 
 
 _MEASURE = """
-import json, sys
+import json, resource, sys
 from pathlib import Path
 from duet.intake.git import GitChanges
 
@@ -141,7 +141,8 @@ before = rss("VmRSS:")
 problems = []
 ids = [r.id for r in GitChanges(Path(sys.argv[1]), "main..pr", max_prompt_chars=200_000,
                                 on_problem=problems.append)]
-print(json.dumps({"before": before, "peak": rss("VmHWM:"), "ids": ids,
+git_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"before": before, "peak": rss("VmHWM:"), "git_peak": git_peak, "ids": ids,
                   "problems": [p.id for p in problems]}))
 """
 
@@ -167,12 +168,13 @@ def test_a_20_mb_change_is_read_in_memory_bounded_by_the_caps(
         fault="a 20 MB changed file (every line changed) under `duet review --git`",
         load=f"{size / 1e6:.1f} MB at base and at head; the prompt cap 200,000 characters",
         lost=f"nothing; the intake process grew {grown / 1e6:.1f} MB (from "
-        f"{got['before'] / 1e6:.0f} MB to a peak of {got['peak'] / 1e6:.0f} MB); the file is "
-        "an input problem with its reason",
+        f"{got['before'] / 1e6:.0f} MB to a peak of {got['peak'] / 1e6:.0f} MB), git peaked at "
+        f"{got['git_peak'] / 1e6:.0f} MB; the file is an input problem with its reason",
         before="1.45 GB RSS (~70 MB per MB changed)",
     )
     assert got["problems"] == ["huge.txt"] and got["ids"] == []
     assert grown < 2 * size / 5, f"grew {grown / 1e6:.1f} MB for a {size / 1e6:.1f} MB change"
+    assert got["git_peak"] < 2 * size, f"git peaked at {got['git_peak'] / 1e6:.0f} MB"
 
 
 def test_a_hunk_fix_patches_the_lines_the_intake_showed(repo: Path) -> None:
