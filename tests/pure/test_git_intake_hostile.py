@@ -206,3 +206,15 @@ def test_since_a_branch_commit_takes_no_rules_from_that_commit(repo: Path) -> No
     assert changes.spec == f"{since}..pr" and not changes.notes
     assert {r.id for r in changes} == {"evil.py"}
     assert dict(changes.skipped_by) == {"gitignored": 1}  # gen.py: the base's own rule
+
+
+def test_a_symlink_is_reviewed_as_a_link_never_through_its_target(repo: Path) -> None:
+    with (repo / ".git" / "config").open("a") as config:
+        config.write("[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0\n")
+    (repo / "gitcfg.py").symlink_to(".git/config")
+    _git(repo, "add", "gitcfg.py")
+    _git(repo, "commit", "-qm", "link")
+    [record] = list(GitChanges(repo, "main..pr"))
+    assert record.id == "gitcfg.py" and record.metadata["symlink"] is True
+    assert "a symbolic link" in record.prompt and "+.git/config" in record.prompt
+    assert "AUTHORIZATION" not in record.prompt
