@@ -4,6 +4,7 @@ revoke tasks and shut workers down)."""
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import sys
@@ -64,6 +65,8 @@ def flower(
 ) -> None:
     """Start Flower for the cluster in DUET_REDIS_URL, with the login in FLOWER_BASIC_AUTH
     (user:password; or Flower's OAuth in FLOWER_AUTH). A placeholder password is refused."""
+    if importlib.util.find_spec("flower") is None:
+        raise ConfigError("Flower is not installed here: pip install 'duet-review[flower]'")
     if not os.environ.get("FLOWER_AUTH"):
         check_logins(os.environ.get("FLOWER_BASIC_AUTH", ""))
     if not _loopback(address):
