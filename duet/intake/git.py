@@ -320,6 +320,17 @@ class Hunk:
         return b"".join(out)
 
 
+_INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
+
+
+def check_in_step(header: bytes, change: Change) -> None:
+    """Check that a file's part of the streamed diff is the change ``--raw`` listed in
+    its place (its ``index OLD..NEW`` line names the same objects)."""
+    found = _INDEX.search(header)
+    if found is not None and found[2].decode() != change.object_id:
+        raise GitError(f"git diff: its output is out of step with its file list at {change.path!r}")
+
+
 def _lines(data: bytes) -> list[bytes]:
     """``data`` split after each newline only."""
     return re.findall(rb"[^\n]*\n|[^\n]+$", data)
@@ -532,6 +543,7 @@ class GitChanges:
                     self._problem(change.path, why, "diff over the size cap")
                     continue
                 header, hunks = split_hunks(part)
+                check_in_step(header, change)
                 if not hunks:
                     self.skipped_by["unchanged text"] += 1
                     continue

@@ -218,3 +218,12 @@ def test_a_symlink_is_reviewed_as_a_link_never_through_its_target(repo: Path) ->
     assert record.id == "gitcfg.py" and record.metadata["symlink"] is True
     assert "a symbolic link" in record.prompt and "+.git/config" in record.prompt
     assert "AUTHORIZATION" not in record.prompt
+
+
+def test_a_diff_out_of_step_with_its_file_list_is_an_error_not_a_wrong_review() -> None:
+    from duet.intake.git import Change, GitError, check_in_step
+
+    header = b"diff --git a/a.py b/a.py\nindex " + b"1" * 40 + b".." + b"2" * 40 + b" 100644\n"
+    check_in_step(header, Change("M", "a.py", object_id="2" * 40))
+    with pytest.raises(GitError, match="out of step"):
+        check_in_step(header, Change("M", "b.py", object_id="3" * 40))
