@@ -816,7 +816,7 @@ class _RecordsWithProgress:
 
 
 # The other commands register themselves on the app as their modules are imported.
-from duet.commands import inspect, worker  # noqa: E402,F401  (after run..results: help order)
+from duet.commands import flower, inspect, worker  # noqa: E402,F401  (after run..results: help order)
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -203,14 +204,30 @@ def category_of(records: list[dict[str, Any]]) -> str:
     return DEFAULT_CATEGORY
 
 
-def _reader(root: Path) -> Any:
+def reviewed_reader(root: Path) -> Callable[[str], str | None]:
+    """Read a reviewed file by its repository path under ``root``, following no symlink
+    on the way (OSError ``ELOOP``): a link is never read through its target."""
+    from duet.formats.outputs import read_inside
+
     def read(path: str) -> str | None:
-        file = (root / path).resolve()
-        if not file.is_relative_to(root.resolve()) or not file.is_file():
+        try:
+            return read_inside(root, path)
+        except FileNotFoundError:
             return None
-        return file.read_text(encoding="utf-8", errors="surrogateescape")
 
     return read
+
+
+def _lenient(read: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``read``, with a file it cannot read treated as absent (for checking lines)."""
+
+    def lenient(path: str) -> str | None:
+        try:
+            return read(path)
+        except (OSError, ValueError):
+            return None
+
+    return lenient
 
 
 def write_findings(
@@ -239,11 +256,12 @@ def write_findings(
     if patch and fmt is not None:
         raise ConfigError("give --patch or --format, not both")
     records = records_of(batch, timeout)
-    found = list(in_files(findings(records, everything=everything), _reader(root)))
+    read = reviewed_reader(root)
+    found = list(in_files(findings(records, everything=everything), _lenient(read)))
     models = critics(records)
     sim = any(simulated(m) for m in models)
     if patch:
-        made = build_patch(records, _reader(root))
+        made = build_patch(records, read)
         text = made.text
         for why, n in sorted(made.left_out.items()):
             note(f"left out of the patch: {n} approved input(s): {why}")
@@ -257,7 +275,7 @@ def write_findings(
             category=category or category_of(records),
             critics=models,
             simulated=sim,
-            read=_reader(root),
+            read=_lenient(read),
         )
         text = json.dumps(log, indent=1) + "\n"
     elif fmt == "rdjson":

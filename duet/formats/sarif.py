@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import quote
 
 from duet.formats.findings import SEVERITIES, Finding
 
@@ -33,7 +34,20 @@ MAX_MESSAGE_CHARS = 4_000
 #: how it is computed gets a new key rather than new alerts under the old one).
 FINGERPRINT_KEY = "duetFindingHash/v1"
 _LEVEL = {"error": "error", "warning": "warning", "note": "note"}
+_DRIVE = re.compile(r"[A-Za-z]:")
 _SLUG = re.compile(r"[^a-z0-9._/-]+")
+
+
+def artifact_uri(path: str) -> str | None:
+    """``path`` as a relative URI reference under the repository root, percent-encoded;
+    None for anything else (absolute, ``..``, ``.`` or empty segments, a drive, a
+    backslash, a NUL), so a finding cannot point a viewer outside the repository."""
+    parts = path.split("/")
+    if "\0" in path or "\\" in path or _DRIVE.match(path):
+        return None
+    if any(part in ("", ".", "..") for part in parts):
+        return None  # also "/abs", "a//b" and every "scheme://..."
+    return quote(path, safe="/", errors="surrogateescape")
 
 
 def rule_id(rule: str) -> str:
@@ -57,7 +71,10 @@ def _uri(f: Finding) -> str:
 
 
 def _location(f: Finding) -> list[dict[str, Any]]:
-    physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(f), "uriBaseId": "%SRCROOT%"}}
+    uri = artifact_uri(_uri(f))
+    if uri is None:
+        return []
+    physical: dict[str, Any] = {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"}}
     if f.line is not None:
         region: dict[str, Any] = {"startLine": f.line}
         if f.end_line is not None:

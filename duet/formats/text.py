@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from duet.formats.findings import SEVERITIES, Finding
+from orchestration.logjson import escape_unsafe
 
 _RD_SEVERITY = {"error": "ERROR", "warning": "WARNING", "note": "INFO"}
 _GH_COMMAND = {"error": "error", "warning": "warning", "note": "notice"}
@@ -35,8 +36,9 @@ def rdjson(found: Iterable[Finding]) -> dict[str, Any]:
 
 
 def escape_data(text: str) -> str:
-    """A workflow command's message, escaped as the runner requires."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message, escaped as the runner requires, with every other
+    control character a terminal acts on shown as a visible escape (``\\x1b``)."""
+    return escape_unsafe(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:
@@ -78,13 +80,36 @@ def reviewed_sha(comment: str) -> str | None:
     return found[1] if found else None
 
 
-def _cell(text: str) -> str:
-    """Model text as one table cell: one line, no HTML, no table breaks, no @-mentions."""
+#: What opens a link, an image or a code span (and the backslash): shown as is, escaped.
+_MARKUP = re.compile(r"([\\`\[\]!])")
+#: Text a renderer would make a link or a mention of; a zero-width space after its first
+#: character breaks it.
+_LINKLIKE = re.compile(r"(?i)://|www\.|@")
+
+
+def _flat(text: str) -> str:
+    """One line, cut at :data:`MAX_CELL_CHARS`, with no control character a terminal acts on."""
     flat = " ".join(text.split())
     if len(flat) > MAX_CELL_CHARS:
         flat = flat[: MAX_CELL_CHARS - 1] + "…"
-    flat = flat.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-    return flat.replace("@", "@\u200b")
+    return escape_unsafe(flat)
+
+
+def _cell(text: str) -> str:
+    """Model text as one table cell: one line, no HTML, no image, no link (nor text a
+    renderer would make one), no table break, no @-mention: every character shown as is."""
+    flat = _MARKUP.sub(r"\\\1", _flat(text))
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _LINKLIKE.sub(lambda m: m[0][:1] + "\u200b" + m[0][1:], flat.replace("|", "\\|"))
+
+
+def _code(text: str) -> str:
+    """Text as one code span no backtick inside can end: its fence is longer than any
+    backtick run in it (and padded where the text starts or ends with one)."""
+    flat = _flat(text).replace("|", "\\|")
+    ticks = "`" * (max((len(r) for r in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat[:1] == "`" or flat[-1:] == "`" or (flat[:1] == flat[-1:] == " ") else ""
+    return f"{ticks}{pad}{flat}{pad}{ticks}"
 
 
 def merged(found: Iterable[Finding]) -> list[tuple[Finding, int]]:
@@ -113,7 +138,7 @@ def markdown_summary(
     those that do not fit are counted, with a pointer to the full list."""
     statuses = Counter(str(r.get("status")) for r in records)
     counts = Counter(f.severity for f in found)
-    head = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "nothing reviewed"
+    head = ", ".join(f"{n} {_cell(s)}" for s, n in sorted(statuses.items())) or "nothing reviewed"
     out = [MARKER]
     sha, reviewed = _reviewed(records)
     if sha:
@@ -126,7 +151,7 @@ def markdown_summary(
             "",
         ]
     if reviewed:
-        out.append(f"Reviewed `{_cell(reviewed)}`.")
+        out.append(f"Reviewed {_code(reviewed)}.")
     out += [
         f"{len(records)} input(s) reviewed: {head}.",
         f"Findings: {counts['error']} error(s), {counts['warning']} warning(s), "
@@ -146,7 +171,7 @@ def markdown_summary(
         if f.line is not None:
             where += f":{f.line}"
         times = f" (×{n})" if n > 1 else ""
-        row = f"| {f.severity} | `{_cell(where)}` | {_cell(f.message)}{times} |"
+        row = f"| {f.severity} | {_code(where)} | {_cell(f.message)}{times} |"
         if size + len(row) + 1 + reserve > limit:
             break
         out.append(row)

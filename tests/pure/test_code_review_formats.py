@@ -15,7 +15,7 @@ from duet.formats.findings import DEFAULT_RULE, at_least, findings, in_files
 from duet.formats.patch import build_patch, fenced_file
 from duet.formats.sarif import sarif_log
 from duet.formats.text import escape_property, github_annotations, markdown_summary, rdjson
-from duet.intake.git import Change, binary, fence, parse_name_status, split_range, vendored
+from duet.intake.git import Change, binary, fence, parse_raw, split_range, vendored
 from orchestration.core.errors import ConfigError
 from orchestration.core.review_templates import review_config
 from tests.reliability import MODEL_OUTPUT
@@ -36,13 +36,17 @@ def _record(**fields: object) -> dict:
     return {**base, **fields}
 
 
-def test_name_status_follows_renames_and_copies() -> None:
-    raw = b"M\0a.py\0R087\0old name.py\0new name.py\0D\0gone.txt\0C100\0x\0y\0"
-    assert parse_name_status(raw) == [
-        Change("M", "a.py"),
-        Change("R", "new name.py", "old name.py"),
-        Change("D", "gone.txt"),
-        Change("C", "y", "x"),
+def test_raw_diff_entries_follow_renames_and_copies() -> None:
+    z, a, b = "0" * 40, "a" * 40, "b" * 40
+    raw = (
+        f":100644 100644 {z} {a} M\0a.py\0:100644 100644 {z} {b} R087\0old name.py\0"
+        f"new name.py\0:100644 000000 {a} {z} D\0gone.txt\0:100644 120000 {z} {a} C100\0x\0y\0"
+    ).encode()
+    assert parse_raw(raw) == [
+        Change("M", "a.py", None, "100644", a),
+        Change("R", "new name.py", "old name.py", "100644", b),
+        Change("D", "gone.txt", None, "000000", z),
+        Change("C", "y", "x", "120000", a),
     ]
 
 
@@ -186,8 +190,8 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
     made = build_patch(records, read)
     assert made.files == 2
     assert made.left_out == {
-        "not a whole file (no fenced code block)": 1,
-        "hunk inputs": 1,
+        "not a fix (no fenced code block)": 1,
+        "a hunk without its lines": 1,
         "reviewed file not found": 1,
     }
     assert made.not_approved == 1  # the rejected input never ran: not counted
