@@ -52,6 +52,7 @@ from duet.commands.batch import (
 from duet.commands.budget import budget_app
 from duet.commands.cache import cache_app
 from duet.commands.dead import dead_app
+from duet.commands.intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.commands.limits import limits_app
 from duet.commands.progress import LOG_EVERY_S, ProgressView, follow
 from duet.commands.results import (
@@ -85,7 +86,9 @@ from duet.commands.support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
+    JsonOpt,
     connect,
+    emit_json,
     err,
     error,
     fails_cleanly,
@@ -96,7 +99,6 @@ from duet.commands.support import (
     warn,
 )
 from duet.formats.outputs import write_outputs
-from duet.intake.batch import Reading, load_checked, print_dry_run, submit_reading
 from duet.report.records import (
     Summary,
     by_index,
@@ -254,7 +256,7 @@ def run_loaded(
     if not dry_run:
         if not embedded:
             connect()  # the cluster's cache is in its Redis
-        from duet.embedded.run_cache import RunCache
+        from duet.commands.run_cache import RunCache
 
         run_cache = RunCache.of(cfg.build_architecture().to_spec())
     intake = Intake(finished, limit, run_cache)
@@ -395,8 +397,8 @@ def review(
     and files holding keys or credentials, are skipped and counted; renames are followed.
     Exit codes as for ``duet run``.
     """
+    from duet.commands.intake import check_loaded
     from duet.config import parse_config
-    from duet.intake.batch import check_loaded
     from orchestration.core import review_templates
 
     if staged and git_range:
@@ -603,7 +605,7 @@ def submit(
 
 @app.command(epilog="Example: duet watch 4c9e34663fac4c9d8513fd84d3ff8b17")
 @fails_cleanly
-def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
+def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S, as_json: JsonOpt = False) -> None:
     """Show a batch's progress until it finishes: done/total, outcomes, spend, rate, ETA,
     and what it waits on (a rate limit, a spent budget, no worker on a queue).
 
@@ -612,6 +614,8 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
     """
     connect()
     handle = batch_handle(batch)
+    if as_json:
+        raise exit_for_progress(_watch_json(handle, log_every))
 
     def finished(p: dict[str, Any], wait_s: float) -> bool:
         if p["done"] >= p["total"]:
@@ -629,6 +633,22 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
         if workers is not None:
             workers.stop()
     raise exit_for_progress(p)
+
+
+def _watch_json(handle: Any, log_every: float) -> dict[str, Any]:
+    """``duet watch --json``: the batch's progress as a JSON line whenever it changes (at
+    most once a second) and at least every ``log_every`` seconds, the last when it is done."""
+    shown: dict[str, Any] | None = None
+    at = -float("inf")
+    while True:
+        p = handle.progress()
+        done = p["done"] >= p["total"]
+        if done or p != shown or time.monotonic() - at >= log_every:
+            emit_json({"batch_id": handle.batch_id, **p})
+            shown, at = p, time.monotonic()
+        if done:
+            return p
+        time.sleep(min(1.0, log_every))  # the polling interval
 
 
 @app.command(
@@ -663,6 +683,12 @@ def results(
     root: RootOpt = Path("."),
     category: CategoryOpt = None,
     link: LinkOpt = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="JSON lines on stdout, one record each (the default without -o)."
+        ),
+    ] = False,
 ) -> None:
     """Stream a batch's records in input order (rejected inputs in their places), each as
     soon as it (and those before it) finished; with --status and no --output, each match
@@ -675,6 +701,8 @@ def results(
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
     check_results_file(batch)
+    if as_json and (output is not None or format is not None or patch):
+        raise ConfigError("--json prints JSON lines on stdout: leave out -o, -f and --patch")
     if format is not None or patch:
         write_findings(
             batch,

@@ -115,7 +115,7 @@ class GitSource:
     with_sarif: tuple[Path, ...] = ()
 
     def reader(self, cfg: ReviewConfig, intake: Intake) -> GitChanges:
-        from duet.intake.batch import prompt_limit
+        from duet.commands.intake import prompt_limit
         from duet.intake.context import analyser_findings
         from duet.intake.git import GitChanges
         from duet.intake.skips import SkipRules

@@ -109,13 +109,16 @@ def sarif_log(
         read: a reviewed file's text by path (None when absent), for fingerprints.
     """
     items = worst_first(found)
-    kept, omitted = items[:MAX_RESULTS], items[MAX_RESULTS:]
+    # GitHub refuses a result with no location: one whose path is no place in the
+    # repository (``../x``, ``/etc``) is left out of the log and counted; the comment,
+    # annotations and report still show it.
+    placed = [f for f in items if artifact_uri(_uri(f)) is not None]
+    kept, omitted = placed[:MAX_RESULTS], placed[MAX_RESULTS:]
     critic_names = sorted(set(critics) | {f.critic for f in kept})
-    return {
-        "$schema": SCHEMA,
-        "version": VERSION,
-        "runs": [_run(kept, omitted, version, category, critic_names, simulated, read)],
-    }
+    run = _run(kept, omitted, version, category, critic_names, simulated, read)
+    if len(placed) < len(items):
+        run["tool"]["driver"]["properties"]["unlocatedResults"] = len(items) - len(placed)
+    return {"$schema": SCHEMA, "version": VERSION, "runs": [run]}
 
 
 def _run(

@@ -157,6 +157,13 @@ def test_a_clean_review_still_uploads_one_run_with_a_stable_category() -> None:
     assert ids == {"security/"}  # a new critic model orphans no alert
 
 
+def test_a_finding_placed_outside_the_repository_is_counted_not_uploaded() -> None:
+    log = sarif_log([_finding(1, path="../../etc/passwd"), _finding(2)], category="duet")
+    assert upload_problems(log) == []
+    (run,) = log["runs"]
+    assert len(run["results"]) == 1 and run["tool"]["driver"]["properties"]["unlocatedResults"] == 1
+
+
 def test_fingerprints_follow_the_code_when_lines_move() -> None:
     before = {"app.py": "import os\n\nquery = 'x' + name\n"}
     after = {"app.py": "import os\nimport sys\n\n\nquery = 'x' + name\n"}

@@ -34,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]  # a pip install and two pushes
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = ROOT / "examples/github/duet-review.yml"

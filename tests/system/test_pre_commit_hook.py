@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.timeout(400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
