@@ -23,6 +23,8 @@ the agent's place when it is left out. Options (any role):
 ``refuse``       ...with this outcome: ``refusal`` (default; the text is the refusal),
                  ``content_filter`` or ``context_window`` (the text is cut in half)
 ``issue``        critic: this issue text instead of the generated ones (while unapproved)
+``when``         critic: approve (score 1.0, no issue) unless the output it reviews (between
+                 its markers) holds this text: a finding only where the flaw is
 ``echo``         actor (``1``): reply with the last non-diff fenced block of the prompt, fenced
 ``replace``      actor with ``echo``: ``OLD=>NEW`` replaced in the echoed text (a scripted fix)
 ``call``         with tools offered: the tools its first turn calls, comma-separated, all at
@@ -99,6 +101,7 @@ class SimOptions:
     refuse_at: int | None = None
     refuse: str = "refusal"
     issue: str = ""
+    when: str = ""
     echo: bool = False
     replace: tuple[str, str] | None = None
     call: tuple[str, ...] | None = None
@@ -137,7 +140,7 @@ def parse_sim_model(model: str) -> SimOptions:
                 if value not in _FAILURES:
                     raise ValueError(f"one of {', '.join(_FAILURES)}")
                 opts[key] = value
-            elif key == "issue":
+            elif key in ("issue", "when"):
                 opts[key] = value
             elif key == "echo":
                 opts[key] = value in ("1", "true", "yes")
@@ -268,14 +271,13 @@ def _quoted_between_markers(prompt: str) -> str:
     return f"\nThe output reads:\n{found[0]}\n{lines}\n{found[0].replace('<<<', '<<<END-')}\n"
 
 
-def _reviewed(prompt: str) -> str:
-    """The text between the prompt's first pair of markers (the output under review), or
-    the whole prompt."""
+def _reviewed_output(prompt: str) -> str:
+    """The output a critic's prompt fences between its markers (the whole prompt without)."""
     found = _MARKER.search(prompt)
     if found is None:
         return prompt
     end = prompt.find(found[0].replace("<<<", "<<<END-"), found.end())
-    return prompt[found.end() : end if end >= 0 else len(prompt)].strip("\n")
+    return prompt[found.end() : end if end >= 0 else None]
 
 
 def _default_arguments(schema: dict[str, Any], prompt: str) -> dict[str, Any]:
@@ -283,7 +285,7 @@ def _default_arguments(schema: dict[str, Any], prompt: str) -> dict[str, Any]:
     string, a neutral value for the rest."""
     props = schema.get("properties") or {}
     values: dict[str, Any] = {
-        "string": _reviewed(prompt),
+        "string": _reviewed_output(prompt).strip("\n"),
         "integer": 1,
         "number": 1,
         "boolean": False,
@@ -328,7 +330,10 @@ def _quotes(results: list[Message]) -> list[str]:
     """What each tool result says, in a line: the first lines of its data."""
     quoted = []
     for m in results:
-        lines = [" ".join(ln.strip("=-_ ").split()) for ln in _reviewed(m["content"]).splitlines()]
+        lines = [
+            " ".join(ln.strip("=-_ ").split())
+            for ln in _reviewed_output(m["content"]).strip("\n").splitlines()
+        ]
         head = " | ".join([ln for ln in lines if ln][:_QUOTED_LINES])[:_QUOTED_CHARS]
         quoted.append(f"Tool {m.get('name', '?')} reports: {head}")
     return quoted
@@ -368,7 +373,8 @@ def simulate(
         )
     quotes = _quotes(results)
     if opts.role == "critic":
-        score = _critic_score(opts, last, revision)
+        clean = bool(opts.when) and opts.when not in _reviewed_output(last)
+        score = 1.0 if clean else _critic_score(opts, last, revision)
         text = _critic_reply(opts, score, revision, quotes)
         if opts.quote == "before":
             text = _quoted(opts, last) + text
