@@ -63,6 +63,16 @@ _SCORE_BEFORE_WORD = re.compile(
 )
 
 _SCORE_KEYS = ("score", "rating")
+# A score key as a JSON object writes it: what makes an undecodable object a verdict.
+_SCORE_KEY_WRITTEN = re.compile(r"""["'](?:score|rating)["']\s*:""", re.IGNORECASE)
+# Inline code: text between single backticks on one line.
+_CODE_SPAN = re.compile(r"`[^`\n]+`")
+#: The one issue of a reply whose JSON verdict does not decode (read as 0.0, never as an
+#: object quoted inside it).
+UNPARSEABLE_VERDICT = (
+    "unparseable verdict: the critic's JSON verdict is not valid JSON (a quote inside a "
+    "string not escaped?); read as 0.0"
+)
 _SUMMARY_MAX_CHARS = 200
 
 
@@ -197,19 +207,20 @@ def _read(reply: str) -> Reading:
     notes = list(found.skipped)
     # What was too deep or too long to decode is no verdict, nor is a score written in it.
     reply = _blanked(reply, found.ignored)
-    verdicts = [(loc, v) for loc in found.objects if (v := _scored(loc.value)) is not None]
+    broken = [b for b in found.undecodable if _SCORE_KEY_WRITTEN.search(reply, b[0], b[1])]
+    # An object quoted inline (`...`) or inside a verdict that did not decode is no verdict.
+    quoted = [*_code_spans(reply), *broken]
+    objects = tuple(o for o in found.objects if not _inside(o, quoted))
+    verdicts = [(loc, v) for loc in objects if (v := _scored(loc.value)) is not None]
+    if broken and (not verdicts or broken[-1][0] > verdicts[-1][0].start):
+        return Reading(CriticOutput(score=0.0, issues=[UNPARSEABLE_VERDICT, *notes]), False)
     if not verdicts:
-        with_issues = [o.value for o in found.objects if _key(o.value, ("issues",)) is not None]
+        with_issues = [o.value for o in objects if _key(o.value, ("issues",)) is not None]
         critique = _from_object(with_issues[-1], reply) if with_issues else _from_prose(reply)
         return Reading(_with_notes(critique, notes), False)
     last, verdict = verdicts[-1]
     scores = [read_score(v[_key(v, _SCORE_KEYS) or ""]) for _, v in verdicts]
-    critique, complete = _from_object(verdict, reply), True
-    after = _after(reply, last, found.objects)
-    prose = _last_prose_score(after)
-    if prose is not None and read_score(prose) != scores[-1]:
-        critique, complete = _from_prose(reply, score_text=after), False
-        scores.append(read_score(prose))
+    critique = _from_object(verdict, reply)
     shown = list(dict.fromkeys(f"{s:g}" for s in scores if s is not None))
     if len(shown) > 1:
         notes.insert(
@@ -217,7 +228,27 @@ def _read(reply: str) -> Reading:
             f"the reply held conflicting scores ({', '.join(shown)}); the "
             f"critic's last one, {critique.score:g}, was read as its verdict",
         )
-    return Reading(_with_notes(critique, notes), complete)
+    # Prose after the verdict never changes it ("...and the score would be 0.95").
+    prose = read_score(_last_prose_score(_after(reply, last, objects)))
+    if prose is not None and prose != critique.score:
+        notes.append(
+            f"a score written after the critic's JSON verdict ({prose:g}) was not read; "
+            f"the verdict's {critique.score:g} stands"
+        )
+    return Reading(_with_notes(critique, notes), True)
+
+
+def _code_spans(reply: str) -> list[tuple[int, int]]:
+    """Where ``reply`` quotes inline, between backticks on one line."""
+    return [m.span() for m in _CODE_SPAN.finditer(reply)]
+
+
+def _inside(obj: Located, spans: list[tuple[int, int]]) -> bool:
+    """Whether ``obj`` lies within one of ``spans`` (and is not that span itself)."""
+    return any(
+        start <= obj.start and obj.end <= end and (start, end) != (obj.start, obj.end)
+        for start, end in spans
+    )
 
 
 def _scored(value: dict[str, Any]) -> dict[str, Any] | None:

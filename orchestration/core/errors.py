@@ -43,3 +43,7 @@ class ProviderError(DuetError):
 
 class RunTimeout(DuetError, TimeoutError):
     """A run or batch did not finish within the time the caller was willing to wait."""
+
+
+class SpecTampered(DuetError):
+    """A stored spec does not match the content hash it is stored under (rewritten in Redis)."""

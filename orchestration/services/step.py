@@ -41,7 +41,7 @@ from orchestration.state.budgets import LIMIT_LOST, LimitLost
 from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.conversations import keeps, messages_from, own_turns, turn_json
 from orchestration.state.events import event_json
-from orchestration.state.runs import Outgoing, RunStore
+from orchestration.state.runs import Outgoing, RunStore, StepStart
 from orchestration.state.scripts import ScriptCall
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,58 @@ class StepService:
         handover = Handover(run_id, step_index(phase, round_) + 1)
         if start.outcome in ("done", "cancelled"):
             return handover
+        try:
+            return self._prepare_and_answer(
+                run_id, key, phase, round_, claimant, start, handover, failures
+            )
+        except INFRA_ERRORS:
+            raise  # Redis or the broker away: the task retries it
+        except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bad spec
+            return self._failed_to_prepare(run_id, key, phase, round_, claimant, handover, exc)
+
+    def _failed_to_prepare(
+        self,
+        run_id: str,
+        key: str,
+        phase: str,
+        round_: int,
+        claimant: str,
+        handover: Handover,
+        exc: Exception,
+    ) -> Handover:
+        """Store the step as failed by ``exc`` (raised while its call was made ready: a bad
+        spec, a refused key, a URL no client takes), scrubbed, and hand the run on: its
+        coordinator ends it ``failed``, never leaving it ``running``."""
+        message = self.scrub(f"{type(exc).__name__}: {exc}")
+        log.error("run %s step %s failed before its call: %s", run_id, key, message)
+        result = _failure(key, "error", message, time.time(), calls=0)
+        send = self.handover_message(run_id, handover.seq) if self.handover_message else None
+        self._keep_trying(
+            lambda: self.store.complete_step(
+                run_id,
+                key,
+                result,
+                _completed_event(run_id, phase, round_, result),
+                claimant,
+                send=send,
+            ),
+            f"run {run_id} step {key}: storing its failure",
+        )
+        return replace(handover, sent=True) if send is not None else handover
+
+    def _prepare_and_answer(
+        self,
+        run_id: str,
+        key: str,
+        phase: str,
+        round_: int,
+        claimant: str,
+        start: StepStart,
+        handover: Handover,
+        failures: int,
+    ) -> StepOutcome:
+        """Make the step's call ready (its seat, messages, hold) and answer it."""
+        store = self.store
         assert start.input is not None and start.spec_id is not None
         role = ROLE_OF[phase]
         seat = self.seat(start.spec_id, role)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestration.core import events as ev
-from orchestration.core.architecture import LoopSpec
+from orchestration.core.architecture import LoopSpec, stored_spec
 from orchestration.core.errors import RunTimeout
 from orchestration.core.events import Event
 from orchestration.core.loop import ROLE_OF, StepOutcome, parse_step_key, rerun_point, step_index
@@ -254,13 +254,19 @@ class RunStore:
         return spec_id
 
     def load_spec(self, spec_id: str) -> LoopSpec:
-        """A spec by id; cached for the life of the process, as specs never change."""
+        """A spec by id, checked against its content hash; cached for the life of the
+        process, as specs never change.
+
+        Raises:
+            SpecTampered: the stored JSON does not hash to ``spec_id``.
+            ConfigError: it is no valid spec (the message quotes none of its values).
+        """
         spec = self._specs.get(spec_id)
         if spec is None:
             raw = self.r.get(keys.spec(spec_id))
             if raw is None:
                 raise LookupError(f"loop spec {spec_id} not found in Redis (expired?)")
-            spec = self._specs[spec_id] = LoopSpec.model_validate_json(raw)
+            spec = self._specs[spec_id] = stored_spec(spec_id, raw)
         return spec
 
     # --- creating runs ----------------------------------------------------
