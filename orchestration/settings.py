@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from orchestration.core.key_policy import KeyPolicy, checked_key_hosts, parse_key_hosts
 from orchestration.state.keys import (
     DEFAULT_FINISHED_TTL_S,
     DEFAULT_PROCESS_TTL_S,
@@ -100,6 +101,12 @@ class Settings(BaseSettings):
     vendor_batch_max_requests: int = Field(default=1000, ge=1, le=50_000)
     #: ...the longest wait between two checks of a submitted vendor batch, seconds.
     vendor_batch_poll_max_s: float = Field(default=60.0, gt=0)
+    #: Key variables a worker may send beyond the vendors' own, and the hosts each may go to
+    #: (the vendors' keys go to their API hosts: hosts added here extend those). JSON
+    #: (``{"TEAM_B_API_KEY": ["gw.b.example"]}``) or ``NAME=host,host;NAME=host``; a host is
+    #: ``host``, ``host:port`` or ``http(s)://host[:port]`` (``https`` when unsaid). See
+    #: :mod:`orchestration.core.key_policy`.
+    key_hosts: Annotated[dict[str, list[str]], NoDecode] = Field(default_factory=dict)
     #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
 
@@ -115,6 +122,17 @@ class Settings(BaseSettings):
                 )
             return names
         return value
+
+    @field_validator("key_hosts", mode="before")
+    @classmethod
+    def _key_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return parse_key_hosts(value)
+        return checked_key_hosts(value)
+
+    def key_policy(self) -> KeyPolicy:
+        """The key variables this process's workers send, and where (defaults included)."""
+        return KeyPolicy.with_extra(self.key_hosts)
 
 
 @lru_cache(maxsize=1)

@@ -24,6 +24,7 @@ from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.liveness import Liveness
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
+from orchestration.state import keypolicies
 from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
@@ -108,8 +109,15 @@ def get_liveness() -> Liveness:
     if _liveness is None:
         with _lock:
             if _liveness is None:
-                _liveness = Liveness(get_store().r, get_settings().process_ttl_s)
+                _liveness = Liveness(
+                    get_store().r, get_settings().process_ttl_s, also=publish_key_policy
+                )
     return _liveness
+
+
+def publish_key_policy(client: Any, ttl_s: int) -> None:
+    """Publish this worker's key policy beside its liveness (clients check it at submit)."""
+    keypolicies.publish(client, get_settings().key_policy().to_json(), ttl_s)
 
 
 def stop_liveness() -> None:

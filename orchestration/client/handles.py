@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from orchestration.core.architecture import LoopSpec
-from orchestration.core.errors import RunTimeout
+from orchestration.core.errors import ConfigError, RunTimeout
 from orchestration.core.events import Event
+from orchestration.core.key_policy import KeyPolicy
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
-from orchestration.state import batches, connection, keys, replicas
+from orchestration.state import batches, connection, keypolicies, keys, replicas
 from orchestration.state.broker import broker_config
 from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
@@ -73,6 +74,7 @@ def enqueue(
     at its gate (:mod:`orchestration.state.gates`) and sent as places free.
     """
     st = store()
+    check_key_policies(spec, st.r)
     limit = limit_of(batch) if batch is not None else 0
     for start in range(0, max(len(records), 1), SUBMIT_CHUNK):
         chunk = records[start : start + SUBMIT_CHUNK]
@@ -95,6 +97,22 @@ def enqueue(
             BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
         replicas.execute(pipe)  # on a replica too, when one is asked for
         send_coordinate(r.run_id for r in sent)
+
+
+def check_key_policies(spec: LoopSpec, client: Any) -> None:
+    """Refuse a spec whose keys the fleet's workers would not send where it sends them:
+    every policy live workers publish must allow it (this process's own settings when none
+    is published yet: a fleet not started).
+
+    Raises:
+        ConfigError: naming the role and the variable (:mod:`orchestration.core.key_policy`).
+    """
+    published = [KeyPolicy.from_json(text) for text in keypolicies.published(client)]
+    for policy in published or [get_settings().key_policy()]:
+        for role, agent in (("actor", spec.actor), ("critic", spec.critic)):
+            problem = policy.agent_problem(agent)
+            if problem is not None:
+                raise ConfigError(f"{role}: {problem}")
 
 
 def ledger() -> BudgetLedger:

@@ -121,6 +121,17 @@ def process(process_id: str) -> str:
     return f"{PREFIX}:proc:{process_id}"
 
 
+def key_policy(digest: str) -> str:
+    """String with a short TTL: a key policy live workers hold (JSON of variable -> hosts,
+    :mod:`orchestration.core.key_policy`), under its digest; renewed with their liveness."""
+    return f"{PREFIX}:keypolicy:{digest}"
+
+
+def key_policies() -> str:
+    """Set: the digests of the key policies workers published (a gone key is dropped)."""
+    return f"{PREFIX}:keypolicies"
+
+
 def processes_since() -> str:
     """String with a short TTL: since when (epoch ms) worker processes have been renewing
     their liveness keys without a break. Gone after a Redis outage (every liveness key

@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec, stored_spec
-from orchestration.core.errors import RunTimeout
+from orchestration.core.errors import ConfigError, RunTimeout, SpecTampered
 from orchestration.core.events import Event
 from orchestration.core.loop import ROLE_OF, StepOutcome, parse_step_key, rerun_point, step_index
 from orchestration.core.memory import CHARS_PER_TOKEN
@@ -855,8 +855,9 @@ class RunStore:
 
     def _keep_of(self, spec_id: str) -> str:
         """The ``keep`` setting of a spec. A spec outlives its runs (it is stored for twice
-        their TTL at each submit); one gone anyway leaves the run's result as stored."""
+        their TTL at each submit); one gone, or one that fails its checks (rewritten in
+        Redis: the run failed for it), leaves the run's result as stored."""
         try:
             return self.load_spec(spec_id).keep
-        except LookupError:
+        except (LookupError, SpecTampered, ConfigError):
             return "last"
