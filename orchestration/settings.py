@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestration.core.key_policy import KeyPolicy, checked_key_hosts, parse_key_hosts
@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     #: ``host``, ``host:port`` or ``http(s)://host[:port]`` (``https`` when unsaid). See
     #: :mod:`orchestration.core.key_policy`.
     key_hosts: Annotated[dict[str, list[str]], NoDecode] = Field(default_factory=dict)
+    #: The key of the cache entries' integrity tags, the same on every worker and
+    #: submitter of a fleet (an entry without a valid tag is never served). Unset: a key
+    #: kept in ``fleet.key`` (0600) beside the embedded default's cache, made on first use.
+    fleet_key: SecretStr | None = None
     #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
 
@@ -129,6 +133,10 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return parse_key_hosts(value)
         return checked_key_hosts(value)
+
+    def fleet_key_value(self) -> str | None:
+        """The fleet key (:attr:`fleet_key`), or ``None`` when unset."""
+        return self.fleet_key.get_secret_value() if self.fleet_key else None
 
     def key_policy(self) -> KeyPolicy:
         """The key variables this process's workers send, and where (defaults included)."""

@@ -31,6 +31,7 @@ TEST_KEY_VARIABLES = (
     "DUET_TEST_OWN_KEY_VAR",
     "DUET_TEST_CRITIC_TOKEN",
     "DUET_TEST_GW_PASSWORD",
+    "DUET_TEST_GW_UNSET_PASSWORD",
     "DUET_TEST_GW_PASS",
     "DUET_TEST_STORED_GW_PASS",
     "DUET_TEST_RERUN_KEY",
@@ -41,9 +42,16 @@ TEST_KEY_VARIABLES = (
     "DUET_TEST_UC_ADAPTER_PASS",
     "TENANT_B_KEY",
 )
-LOOPBACK_HOSTS = ["http://127.0.0.1", "http://localhost"]
+#: The stand-in's hosts, and the vendors' (an agent with no base_url is checked as calling
+#: its vendor; the tests' workers point OPENAI_BASE_URL / ANTHROPIC_BASE_URL at the stand-in).
+TEST_KEY_HOSTS = [
+    "http://127.0.0.1",
+    "http://localhost",
+    "https://api.openai.com",
+    "https://api.anthropic.com",
+]
 os.environ.setdefault(
-    "DUET_KEY_HOSTS", json.dumps({name: LOOPBACK_HOSTS for name in TEST_KEY_VARIABLES})
+    "DUET_KEY_HOSTS", json.dumps({name: TEST_KEY_HOSTS for name in TEST_KEY_VARIABLES})
 )
 
 #: Tests keep their data apart from anything else on the server: their own db number.

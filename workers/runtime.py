@@ -25,7 +25,7 @@ from orchestration.services.liveness import Liveness
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
 from orchestration.state import keypolicies
-from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
+from orchestration.state.callcache import open_call_store
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
@@ -43,12 +43,6 @@ _store: RunStore | None = None
 _coordinator: Coordinator | None = None
 _steps: StepService | None = None
 _liveness: Liveness | None = None
-
-
-def open_call_store(client: Any) -> CallStore:
-    """The model-call cache's store: the cluster's Redis when DUET_REDIS_URL is set, else
-    the disk file (the embedded Redis lives only as long as one command)."""
-    return RedisCallStore(client) if get_settings().redis_url else DiskCallStore()
 
 
 def get_store() -> RunStore:
@@ -89,7 +83,10 @@ def _build() -> tuple[Coordinator, StepService]:
                 scrub_output=scrub_output,
                 handover_message=handover_message,
                 cache=CallCache(
-                    open_call_store(store.r), tuple(m.StepObserver() for m in watchers)
+                    open_call_store(
+                        store.r, get_settings().redis_url, get_settings().fleet_key_value()
+                    ),
+                    tuple(m.StepObserver() for m in watchers),
                 ),
             )
         return _coordinator, _steps

@@ -97,9 +97,9 @@ def problem(url: str) -> str | None:
 
 
 def _shape_problem(url: str) -> str | None:
-    """Why ``url`` is no ``http(s)://host[:port]/path`` a client can be made for, or hides
-    credentials past its host (``user:pa/ss@host``: the ``/`` ends the host, so the
-    password would be read as a port and kept in the path); never quotes the URL."""
+    """Why ``url`` hides credentials past its host (``user:pa/ss@host``: the ``/`` ends the
+    host, so the password would be read as a port and kept in the path) or has a port no
+    client takes; never quotes the URL."""
     authority_and_rest = url.partition("://")[2]
     authority = re.split(r"[/?#]", authority_and_rest, maxsplit=1)[0]
     if "@" in authority_and_rest[len(authority) :]:
@@ -113,8 +113,6 @@ def _shape_problem(url: str) -> str | None:
         parts.port  # noqa: B018 - raises ValueError for a port that is not 0-65535
     except ValueError:
         return "not a URL with a valid host and port"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "not an http:// or https:// URL with a host"
     return None
 
 
