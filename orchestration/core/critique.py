@@ -3,9 +3,11 @@
 Critic models are asked for strict JSON, but they wrap it in prose, put it in a code fence,
 write the score on a 10-point scale, quote the output they review, or return no JSON at
 all. :func:`parse_critique` reads all of those and never raises, so a sloppy critic costs
-one round, not the whole run. The verdict is the critic's *last* word: text it quotes
-comes before it (or between the run's markers, see :mod:`orchestration.core.quoting`), so
-nothing in the reviewed output can stand in for it. See docs/verdicts.md.
+one round, not the whole run. The verdict is the critic's *last* JSON object: text it quotes
+comes before it (or between the run's markers, see :mod:`orchestration.core.quoting`, or
+between backticks), so nothing in the reviewed output can stand in for it. It is read
+strictly: prose after it never changes its score, and a verdict that does not decode is an
+unparseable verdict (0.0), never an object quoted inside it. See docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -172,9 +174,12 @@ def parse_critique(text: object, boundary: str | None = None) -> CriticOutput:
 
     The verdict is the *last* complete JSON object in the reply with a ``"score"`` or
     ``"rating"`` key (at its top or nested in a wrapper), fenced or not: a critic quotes
-    the output it reviews before it gives its verdict. A prose score after that object
-    (``Score: 2/10``) that says otherwise is the verdict instead, read as prose. Text
-    between the run's ``boundary`` markers is quoted and never read. Objects with
+    the output it reviews before it gives its verdict. Prose after that object never
+    changes its score (an issue notes a different score it names). An object between
+    backticks on one line is quoted, and text between the run's ``boundary`` markers is
+    quoted and never read. A JSON verdict that does not decode (a string holding an
+    unescaped quote) is an unparseable verdict: score 0.0 and the issue
+    :data:`UNPARSEABLE_VERDICT`, never an object found inside it. Objects with
     different scores add an issue saying so; an object nested too deep or too long is
     not decoded, and an issue says so. Trailing commas and Python-style single quotes are
     tolerated. With no scored object the whole reply becomes the single issue, the
@@ -207,9 +212,14 @@ def _read(reply: str) -> Reading:
     notes = list(found.skipped)
     # What was too deep or too long to decode is no verdict, nor is a score written in it.
     reply = _blanked(reply, found.ignored)
-    broken = [b for b in found.undecodable if _SCORE_KEY_WRITTEN.search(reply, b[0], b[1])]
+    inline = _code_spans(reply)
+    broken = [
+        b
+        for b in found.undecodable
+        if _SCORE_KEY_WRITTEN.search(reply, b[0], b[1]) and not _inside_any(b, inline)
+    ]
     # An object quoted inline (`...`) or inside a verdict that did not decode is no verdict.
-    quoted = [*_code_spans(reply), *broken]
+    quoted = [*inline, *broken]
     objects = tuple(o for o in found.objects if not _inside(o, quoted))
     verdicts = [(loc, v) for loc in objects if (v := _scored(loc.value)) is not None]
     if broken and (not verdicts or broken[-1][0] > verdicts[-1][0].start):
@@ -245,10 +255,12 @@ def _code_spans(reply: str) -> list[tuple[int, int]]:
 
 def _inside(obj: Located, spans: list[tuple[int, int]]) -> bool:
     """Whether ``obj`` lies within one of ``spans`` (and is not that span itself)."""
-    return any(
-        start <= obj.start and obj.end <= end and (start, end) != (obj.start, obj.end)
-        for start, end in spans
-    )
+    return _inside_any((obj.start, obj.end), spans)
+
+
+def _inside_any(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    """Whether ``span`` lies within one of ``spans`` (and is not that span itself)."""
+    return any(start <= span[0] and span[1] <= end and (start, end) != span for start, end in spans)
 
 
 def _scored(value: dict[str, Any]) -> dict[str, Any] | None:
