@@ -318,6 +318,9 @@ class StepService:
             turns = own_turns(run_id, start.own, seat.turns)
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
         if seat.agent.execution == "vendor_batch":
+            # The adapter (and so the worker's key policy) before the call is parked: a
+            # refusal fails the run here, not the vendor batch it would have joined.
+            self.providers(seat.agent)
             return Park(
                 run_id,
                 key,
