@@ -40,6 +40,7 @@ TEST_KEY_VARIABLES = (
     "DUET_TEST_UC_PASSWORD",
     "DUET_TEST_UC_UNSET",
     "DUET_TEST_UC_ADAPTER_PASS",
+    "DUET_TEST_UNSET_KEY",
     "TENANT_B_KEY",
 )
 #: The stand-in's hosts, and the vendors' (an agent with no base_url is checked as calling
