@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from duet.embedded.run_cache import RunCache
+from duet.commands.run_cache import RunCache
 from orchestration import Agent, Team
 from orchestration.core.callcache import CacheSpec, call_key, entry_json
 from orchestration.core.completion import Completion
