@@ -2,8 +2,9 @@
 its own workers (issue 33). Real redis-server, real worker processes, real clients.
 
 Each team's user may touch only its own prefix (``~team-a:*`` for run state, ``~team-a.*``
-for the broker's keys, ``&team-a.*`` for its channels); both teams' runs finish, and team
-A's credentials cannot read, write or delete one key of team B's.
+for the broker's keys, ``&team-a.*`` for its channels) and run no dangerous command but
+the few Duet needs; both teams' runs finish, and team A's credentials cannot read, write or
+delete one key of team B's, flush the server or widen their own ACL.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ print(json.dumps({"status": result.status, "run": keys.run(result.run_id),
 
 
 def acl_rule(team: str, password: str, db: int = 0) -> list[str]:
-    """The ACL of one team's user: its own keys and channels, every command Duet needs.
+    """The ACL of one team's user: its own keys and channels, every command Duet needs and
+    none of the dangerous ones (``FLUSHALL``, ``ACL``, ``CONFIG SET``...) but ``INFO`` and
+    ``CONFIG GET`` (the start-up checks) and ``RESTORE`` (on its own keys: a transition
+    script restores a run's events).
     Celery's remote control subscribes with the pattern ``<prefix>./<db>.celery.pidbox``
     (``PSUBSCRIBE``: Redis allows a pattern only when the ACL names it as written). ``~``
     alone allows the empty key name, which Duet's scripts are given for "no such key"."""
@@ -57,6 +61,10 @@ def acl_rule(team: str, password: str, db: int = 0) -> list[str]:
         f"&{team}.*",
         f"&{team}./{db}.celery.pidbox",
         "+@all",
+        "-@dangerous",
+        "+info",
+        "+config|get",
+        "+restore",
     ]
 
 
@@ -130,6 +138,9 @@ def test_a_team_cannot_read_another_teams_keys(
             "EVAL reading team B's run": lambda: as_a.eval(
                 "return redis.call('HGETALL', KEYS[1])", 1, b["run"]
             ),
+            "FLUSHALL": lambda: as_a.flushall(),
+            "ACL SETUSER to widen itself": lambda: as_a.acl_setuser("team-a", keys=["*"]),
+            "CONFIG SET": lambda: as_a.config_set("maxmemory-policy", "allkeys-lru"),
         }
         allowed = [name for name, attempt in attempts.items() if not _denied(attempt)]
         own = as_a.hgetall(a["run"])
@@ -142,7 +153,8 @@ def test_a_team_cannot_read_another_teams_keys(
         section=CLIENTS,
         fault="Two teams on one Redis, each a key prefix (`DUET_KEY_PREFIX`) and an ACL user "
         "limited to it (`~team:* ~team.* &team.*`) with its own workers: team A's "
-        "credentials try to read, overwrite, delete and enqueue into team B's keys",
+        "credentials try to read, overwrite, delete and enqueue into team B's keys, to flush "
+        "the server and to widen their own ACL",
         load=f"1 run per team on its own worker; {len(attempts)} attempts by team A",
         lost=f"{len(allowed)} of {len(attempts)} attempts allowed"
         + (f" ({', '.join(allowed)})" if allowed else ""),
