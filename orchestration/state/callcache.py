@@ -262,6 +262,13 @@ class SealedStore:
     def key(self) -> bytes:
         if self._fleet_key is None:
             self._fleet_key = local_fleet_key(default_path().parent)
+            if isinstance(self.store, RedisCallStore):
+                log.warning(
+                    "DUET_FLEET_KEY is unset: the cluster's cache entries are tagged with "
+                    "this machine's key (%s), so other machines' entries are misses; set "
+                    "the same DUET_FLEET_KEY on every worker and submitter",
+                    default_path().parent / KEY_FILE,
+                )
         return self._fleet_key
 
     def _open(self, name: str, stored: str | None) -> str | None:
