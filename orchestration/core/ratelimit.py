@@ -39,7 +39,7 @@ class VendorLimits:
 
     #: Requests per minute (``x-ratelimit-limit-requests``, ``anthropic-ratelimit-requests-limit``).
     rpm: int | None = None
-    #: Tokens per minute (``x-ratelimit-limit-tokens``; Anthropic's input + output limits).
+    #: Tokens per minute (``x-ratelimit-limit-tokens``, ``anthropic-ratelimit-tokens-limit``).
     tpm: int | None = None
 
 

@@ -31,8 +31,10 @@ def read_limits(headers: Mapping[str, str] | None) -> VendorLimits | None:
     """The limits an answer's headers state (both None: it states none, so the server
     sets none); None when there are no headers to read.
 
-    Anthropic's token limit is its input and output limits together when it sends both
-    (Duet paces input + output tokens as one rate), else ``-tokens-limit``.
+    Anthropic counts input and output tokens apart; Duet paces their sum, by the most
+    restrictive of its limits (``-tokens-limit``, else the lower of ``-input-tokens-limit``
+    and ``-output-tokens-limit``): safe, if slower than the account allows when input
+    dominates.
     """
     if headers is None:
         return None
@@ -41,12 +43,11 @@ def read_limits(headers: Mapping[str, str] | None) -> VendorLimits | None:
     tpm = _int(lower, "x-ratelimit-limit-tokens")
     if rpm is None and tpm is None:
         rpm = _int(lower, "anthropic-ratelimit-requests-limit")
-        split = (
-            _int(lower, "anthropic-ratelimit-input-tokens-limit"),
-            _int(lower, "anthropic-ratelimit-output-tokens-limit"),
-        )
-        if split[0] is not None and split[1] is not None:
-            tpm = split[0] + split[1]
-        else:
-            tpm = _int(lower, "anthropic-ratelimit-tokens-limit")
+        tpm = _int(lower, "anthropic-ratelimit-tokens-limit")
+        if tpm is None:
+            split = [
+                _int(lower, f"anthropic-ratelimit-{kind}-tokens-limit")
+                for kind in ("input", "output")
+            ]
+            tpm = min((v for v in split if v is not None), default=None)
     return VendorLimits(rpm=rpm, tpm=tpm)
