@@ -36,16 +36,18 @@ def show() -> None:
     r = connection.get_redis()
     configured = stored_rate_limits(r)
     names = limit_names(r)
-    if not names:
-        out.print("no rate limits: every model runs as fast as the workers and vendors allow")
-        return
     table = Table(title="Fleet rate limits", title_justify="left")
     for column in ("limit", "configured", "learned", "paced at", "now", "set by"):
         table.add_column(column, no_wrap=column not in ("set by", "limit"))
     now = time.time()
+    rows = 0
     for name in names:
         limit = configured.get(name)
         state = limit_state(r, name)
+        stated = state.learned_rpm or state.learned_tpm
+        if limit is None and not (stated or state.permits or state.paused_s):
+            continue  # a vendor that states no limit, nothing held: nothing paces it
+        rows += 1
         per = 60.0 / limit.window_s if limit else 1.0
         rpm = round(limit.rpm * per) if limit and limit.rpm else None
         tpm = round(limit.tpm * per) if limit and limit.tpm else None
@@ -69,6 +71,9 @@ def show() -> None:
             used,
             plain(limit.source or "-") if limit else "-",
         )
+    if not rows:
+        out.print("no rate limits: every model runs as fast as the workers and vendors allow")
+        return
     print_whole(table)
 
 

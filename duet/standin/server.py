@@ -46,7 +46,8 @@ Admin API (JSON):
     to this path or for this model are counted and faulted; ``latency_ms`` (number)
     changes the base latency of every request (kept when left out).
 ``GET /_admin/stats``    counts per path, per model and per status, connections accepted,
-    faulted / dropped counts, arrival log ``[{t, path, model}]`` (``time.time()``),
+    faulted / dropped / rate-limited counts, arrival log ``[{t, path, model}]``
+    (``time.time()``; ``rate_limited: true`` on those the rate limit refused),
     usage totals sent (cache reads and writes included), the last requests (``path``,
     ``model``, ``body`` and the ``authorization`` header received), the current plan.
 ``POST /_admin/batches`` how vendor batches behave: ``delay_s``, ``fail_match``,
@@ -213,6 +214,9 @@ class _Decision:
     echo_key_in_reply: bool = False
     echo_key_in_issues: bool = False
     echo_url: bool = False
+    #: This request's entry in the arrival log (``rate_limited`` is set on it when the
+    #: rate limit refuses it).
+    arrival: dict[str, Any] = field(default_factory=dict)
 
 
 class _State:
@@ -301,14 +305,15 @@ class _State:
             self.requests += 1
             self.by_path[path] += 1
             self.by_model[model] += 1
-            self.arrivals.append({"t": time.time(), "path": path, "model": model})
+            arrival = {"t": time.time(), "path": path, "model": model}
+            self.arrivals.append(arrival)
             self.last_requests.append(
                 {"path": path, "model": model, "body": body, "authorization": authorization}
             )
             plan = self.plan
             delay = self.latency_ms
             if plan.get("path", path) != path or plan.get("model", model) != model:
-                return _Decision(delay / 1000)
+                return _Decision(delay / 1000, arrival=arrival)
             self.plan_seen += 1
             n = self.plan_seen
             if self.delays_left:
@@ -350,6 +355,7 @@ class _State:
                 bool(plan.get("echo_key_in_reply")),
                 bool(plan.get("echo_key_in_issues")),
                 bool(plan.get("echo_url")),
+                arrival,
             )
 
     def record_response(
@@ -592,6 +598,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not verdict.admitted:  # refused at once, as a vendor's front end does
                 with state.lock:
                     state.rate_limited += 1
+                    fate.arrival["rate_limited"] = True
                 self._error(anthropic, 429, "Rate limit reached for requests", limits)
                 return
         drop = fate.drop

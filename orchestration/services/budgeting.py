@@ -272,18 +272,23 @@ class Budgets:
             return None
         return self.limiter.settle_call(name, permit, tokens=tokens, learned=learned)
 
-    def rate_give_back(
+    def rate_refused(
         self, agent: AgentSpec, permit: str, learned: VendorLimits | None, pause_s: float = 0.0
     ) -> bool:
-        """Give back a permit whose request was answered 429 or never sent, note what the
-        answer's headers said, pause the limit ``pause_s``; whether the model is paced
-        (a configured or learned limit) — if not, a 429 pauses it fleet-wide instead."""
+        """Release the permit of a request the vendor answered 429, note what the answer's
+        headers said, pause the limit ``pause_s``; whether the model is paced (a
+        configured or learned limit) — if not, a 429 pauses it fleet-wide instead.
+
+        The permit is held no longer, and its tokens are given back; its request slot
+        stays spent, as the request reached the vendor at that slot: given back too, the
+        next call would be booked into the instant the vendor had just refused, and the
+        refusals would come back each time the queue of booked calls came round."""
         name = rate_name(agent)
         configured = self._rate_table().get(name) is not None
         news = self._news(name, learned)
         if not permit and news is None and not pause_s:
             return configured or bool(learned and (learned.rpm or learned.tpm))
-        _, limited = self.limiter.settle(name, permit, tokens=None, learned=news, pause_s=pause_s)
+        _, limited = self.limiter.settle(name, permit, tokens=0, learned=news, pause_s=pause_s)
         return configured or limited
 
     def _news(self, name: str, learned: VendorLimits | None) -> VendorLimits | None:

@@ -662,13 +662,13 @@ class StepService:
         failures: int,
         message: str,
     ) -> RetryLater:
-        """A 429, which is a wait and no failed attempt: the permit is given back, the
+        """A 429, which is a wait and no failed attempt: the permit is released, the
         call waits the vendor's Retry-After (or a backoff growing with what it waited so
         far), spread. A model the limiter paces keeps pacing the others (a long
         Retry-After pauses its limit); one with no limit to pace by is paused fleet-wide."""
         after = exc.retry_after
         pause_s = after if after is not None and after >= PAUSE_ALL_S else 0.0
-        paced = self.budgets.rate_give_back(agent, permit[1] if permit else "", exc.limits, pause_s)
+        paced = self.budgets.rate_refused(agent, permit[1] if permit else "", exc.limits, pause_s)
         if after and not paced:
             self.budgets.pause(agent, after)
         settings = self.settings

@@ -72,10 +72,18 @@ def set_rate_limits(
 
 
 def clear_rate_limits(redis_client: Any, models: list[str] | None = None) -> int:
-    """Remove the limits of ``models`` (model strings, or names as stored), or every
-    limit when None; how many were removed."""
+    """Remove the limits of ``models`` (names as stored, or model strings: that model's
+    limit on every endpoint), or every limit when None; how many were removed."""
     stored = {_field(k) for k in redis_client.hkeys(keys.rate_limits())}
-    fields = stored if models is None else {m if m in stored else rate_key(m) for m in models}
+    fields = stored
+    if models is not None:
+        fields = set()
+        for model in models:
+            if model in stored:
+                fields.add(model)
+                continue
+            name = rate_key(model)
+            fields.update(f for f in stored if f == name or f.startswith(f"{name}@"))
     return int(redis_client.hdel(keys.rate_limits(), *fields)) if fields else 0
 
 
