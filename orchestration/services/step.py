@@ -742,6 +742,7 @@ class StepService:
             cache_key is not None
             and (hit := self._from_cache(seat, cache_key, key, began, boundary)) is not None
         ):
+            self._give_back(step.permit)  # a slot booked before the answer was cached
             return hit  # before any rate-limit grant or budget hold: a hit costs neither
         worst = budgets.estimate(agent, messages, seat.structured)
         provider = self.providers(agent)

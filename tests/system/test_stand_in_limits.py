@@ -143,3 +143,50 @@ def test_fake_llm_command_enforces_rpm() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_fleet_learns_the_limit_and_limits_show_says_so(
+    worker, system_redis_url: str, fake_llm, tmp_path
+) -> None:
+    """A model nobody configured a limit for: after one run against a vendor stating 600
+    requests a minute, the fleet paces at that and ``duet limits show`` says what it
+    learned, for which endpoint, and how long ago."""
+    import os
+
+    from orchestration import Team
+    from orchestration.core.ratelimit import limit_name
+    from orchestration.state.ratelimits import limit_state
+    from tests.support import client_pointed_at
+
+    model = "openai:learned-limit-model"  # its own name: the state touches no other test
+    fake_llm.set_limits(rpm=600)
+    try:
+        with client_pointed_at(system_redis_url):
+            team = Team.actor_critic(
+                actor=Agent("Fix.", model=model, base_url=fake_llm.url),
+                critic=Agent(
+                    "Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url
+                ),
+                max_rounds=1,
+            )
+            assert team.submit("a snippet").result(timeout=60).status == "approved"
+            from orchestration.client.handles import store
+
+            state = limit_state(
+                store().r, limit_name("openai", "learned-limit-model", fake_llm.url)
+            )
+    finally:
+        fake_llm.set_limits()
+    assert (state.learned_rpm, state.learned_tpm, state.permits) == (600, None, 0)
+    shown = subprocess.run(
+        [sys.executable, "-m", "duet", "limits", "show"],
+        env={**os.environ, "DUET_REDIS_URL": system_redis_url, "COLUMNS": "250"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if "learned-limit-model" in line)
+    assert f"learned-limit-model@{fake_llm.url}" in row
+    assert "600 rpm (" in row and "s ago)" in row, row
