@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.commands.support import connect, fails_cleanly, out, plain, print_whole
+from duet.commands.support import (
+    JsonOpt,
+    connect,
+    emit_json,
+    fails_cleanly,
+    out,
+    plain,
+    print_whole,
+)
 
 limits_app = typer.Typer(
     help="Fleet-wide rate limits per model: show, set, clear. They stay in Redis until "
@@ -23,7 +31,7 @@ ModelArg = Annotated[
 
 @limits_app.command("show", epilog="Example: duet limits show")
 @fails_cleanly
-def show() -> None:
+def show(as_json: JsonOpt = False) -> None:
     """Every limit: configured (and by whom), learned from the vendor's headers (and
     when), the rate paced at, and the slots booked now."""
     connect()
@@ -51,6 +59,25 @@ def show() -> None:
         per = 60.0 / limit.window_s if limit else 1.0
         rpm = round(limit.rpm * per) if limit and limit.rpm else None
         tpm = round(limit.tpm * per) if limit and limit.tpm else None
+        if as_json:
+            emit_json(
+                {
+                    "model": name,
+                    "rpm": limit.rpm if limit else None,
+                    "tpm": limit.tpm if limit else None,
+                    "window_s": limit.window_s if limit else None,
+                    "set_by": limit.source if limit else None,
+                    "learned_rpm": state.learned_rpm,
+                    "learned_tpm": state.learned_tpm,
+                    "learned_at": state.learned_at,
+                    "paced_rpm": effective(rpm, state.learned_rpm),
+                    "paced_tpm": effective(tpm, state.learned_tpm),
+                    "permits": state.permits,
+                    "next_slot_s": state.next_slot_s,
+                    "paused_s": state.paused_s,
+                }
+            )
+            continue
         learned = "-"
         if state.learned_at is not None:
             said = _describe_rates(state.learned_rpm, state.learned_tpm) or "no limits sent"
@@ -71,6 +98,8 @@ def show() -> None:
             used,
             plain(limit.source or "-") if limit else "-",
         )
+    if as_json:
+        return
     if not rows:
         out.print("no rate limits: every model runs as fast as the workers and vendors allow")
         return
