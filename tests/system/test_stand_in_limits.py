@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 
 import anthropic
 import openai
 import pytest
 
+from duet.standin.server import FakeLLM
 from orchestration.core.agents import Agent
 from orchestration.core.errors import ProviderError
 from orchestration.core.ratelimit import VendorLimits
@@ -25,14 +27,25 @@ pytestmark = pytest.mark.system
 KEY = "sk-test-not-a-secret"
 
 
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    """A stand-in of the test's own: the 429s it sends count in no other test's. Its
+    request schemas are built first, so no answer waits for them while a bucket refills."""
+    from duet.standin.schemas import warm
+
+    warm()
+    with FakeLLM() as server:
+        yield server
+
+
 def _fresh(llm) -> None:
     """A full bucket: 2 requests (120 a minute is 2 a second)."""
     llm.set_limits(rpm=120, tpm=600_000)
 
 
-def test_openai_style_429_and_headers(fake_llm) -> None:
-    _fresh(fake_llm)
-    client = openai.OpenAI(base_url=fake_llm.url, api_key=KEY, max_retries=0)
+def test_openai_style_429_and_headers(llm) -> None:
+    _fresh(llm)
+    client = openai.OpenAI(base_url=llm.url, api_key=KEY, max_retries=0)
     ask = lambda: client.chat.completions.with_raw_response.create(  # noqa: E731
         model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], max_tokens=50
     )
@@ -49,14 +62,14 @@ def test_openai_style_429_and_headers(fake_llm) -> None:
         assert headers["retry-after"] == "1"
         assert 0 < int(headers["retry-after-ms"]) <= 1000
         assert headers["x-ratelimit-remaining-requests"] == "0"
-        assert fake_llm.stats()["rate_limited"] >= 1
+        assert llm.stats()["rate_limited"] >= 1
     finally:
-        fake_llm.set_limits()
+        llm.set_limits()
 
 
-def test_anthropic_style_429_and_headers(fake_llm) -> None:
-    _fresh(fake_llm)
-    client = anthropic.Anthropic(base_url=fake_llm.anthropic_url, api_key=KEY, max_retries=0)
+def test_anthropic_style_429_and_headers(llm) -> None:
+    _fresh(llm)
+    client = anthropic.Anthropic(base_url=llm.anthropic_url, api_key=KEY, max_retries=0)
     ask = lambda: client.messages.with_raw_response.create(  # noqa: E731
         model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}], max_tokens=50
     )
@@ -74,24 +87,24 @@ def test_anthropic_style_429_and_headers(fake_llm) -> None:
         assert refused.value.response.headers["retry-after"] == "1"
         assert "retry-after-ms" not in refused.value.response.headers
     finally:
-        fake_llm.set_limits()
+        llm.set_limits()
 
 
 @pytest.mark.parametrize("vendor", ["openai", "anthropic"])
-def test_the_adapters_learn_the_limit_from_every_answer(fake_llm, vendor: str) -> None:
+def test_the_adapters_learn_the_limit_from_every_answer(llm, vendor: str) -> None:
     if vendor == "openai":
-        agent = Agent("x", model="openai:gpt-4.1", base_url=fake_llm.url, api_key_env="K").spec
+        agent = Agent("x", model="openai:gpt-4.1", base_url=llm.url, api_key_env="K").spec
         adapter = OpenAIProvider(base_url=agent.base_url, api_key_env="K")
     else:
         agent = Agent(
             "x",
             model="anthropic:claude-sonnet-4-5",
-            base_url=fake_llm.anthropic_url,
+            base_url=llm.anthropic_url,
             api_key_env="K",
         ).spec
         adapter = AnthropicProvider(base_url=agent.base_url, api_key_env="K")
     messages = [{"role": "user", "content": "hi"}]
-    _fresh(fake_llm)
+    _fresh(llm)
     try:
         with environment({"K": KEY}):
             # the first call goes through the SDK, the second on the endpoint it showed
@@ -101,10 +114,10 @@ def test_the_adapters_learn_the_limit_from_every_answer(fake_llm, vendor: str) -
                 adapter.complete(agent, messages)
             assert refused.value.kind == "rate_limited" and refused.value.retry_after
             assert refused.value.limits == VendorLimits(rpm=120, tpm=600_000)
-            fake_llm.set_limits()  # no limit: the answer states none
+            llm.set_limits()  # no limit: the answer states none
             assert adapter.complete(agent, messages).limits == VendorLimits()
     finally:
-        fake_llm.set_limits()
+        llm.set_limits()
         adapter.close()
 
 
@@ -146,7 +159,7 @@ def test_fake_llm_command_enforces_rpm() -> None:
 
 
 def test_the_fleet_learns_the_limit_and_limits_show_says_so(
-    worker, system_redis_url: str, fake_llm, tmp_path
+    worker, system_redis_url: str, llm, tmp_path
 ) -> None:
     """A model nobody configured a limit for: after one run against a vendor stating 600
     requests a minute, the fleet paces at that and ``duet limits show`` says what it
@@ -159,24 +172,20 @@ def test_the_fleet_learns_the_limit_and_limits_show_says_so(
     from tests.support import client_pointed_at
 
     model = "openai:learned-limit-model"  # its own name: the state touches no other test
-    fake_llm.set_limits(rpm=600)
+    llm.set_limits(rpm=600)
     try:
         with client_pointed_at(system_redis_url):
             team = Team.actor_critic(
-                actor=Agent("Fix.", model=model, base_url=fake_llm.url),
-                critic=Agent(
-                    "Review.", model="openai:sim:critic?scores=0.95", base_url=fake_llm.url
-                ),
+                actor=Agent("Fix.", model=model, base_url=llm.url),
+                critic=Agent("Review.", model="openai:sim:critic?scores=0.95", base_url=llm.url),
                 max_rounds=1,
             )
             assert team.submit("a snippet").result(timeout=60).status == "approved"
             from orchestration.client.handles import store
 
-            state = limit_state(
-                store().r, limit_name("openai", "learned-limit-model", fake_llm.url)
-            )
+            state = limit_state(store().r, limit_name("openai", "learned-limit-model", llm.url))
     finally:
-        fake_llm.set_limits()
+        llm.set_limits()
     assert (state.learned_rpm, state.learned_tpm, state.permits) == (600, None, 0)
     shown = subprocess.run(
         [sys.executable, "-m", "duet", "limits", "show"],
@@ -188,5 +197,5 @@ def test_the_fleet_learns_the_limit_and_limits_show_says_so(
     )
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if "learned-limit-model" in line)
-    assert f"learned-limit-model@{fake_llm.url}" in row
+    assert f"learned-limit-model@{llm.url}" in row
     assert "600 rpm (" in row and "s ago)" in row, row
