@@ -677,6 +677,19 @@ class StepService:
         wait = spread(after, random.random())
         for observer in self.observers:
             observer.call_failed(agent, step.phase, exc.kind, retried=True)
+        retry = event_json(
+            ev.STEP_RETRY,
+            step.run_id,
+            step.round_,
+            phase=step.phase,
+            kind=exc.kind,
+            status_code=exc.status_code,
+            attempt=failures + 1,
+            counted=False,  # a wait: not one of the step's max_attempts
+            wait=round(wait, 3),
+        )
+        with contextlib.suppress(*INFRA_ERRORS):  # only the event is lost to a Redis blip
+            self.store.add_event(step.run_id, retry)
         reason = f"{exc.kind}: {message}"
         return self._retry(wait, failures, reason, waited=step.waited + wait)
 
