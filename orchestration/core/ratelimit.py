@@ -12,6 +12,7 @@ burst tolerance, is not in the future. :func:`gcra_slot` is the rule;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 from orchestration.core import url_credentials
 
@@ -82,9 +83,12 @@ def rate_limited_reason(waited_s: float) -> str:
 
 def limit_name(provider: str, model_name: str, base_url: str | None = None) -> str:
     """The name one rate limit is kept under: ``provider:model`` on the vendor's own
-    endpoint, ``provider:model@URL`` on another (credentials left out, no trailing
-    slash), so one team's limit on its server never paces another team's on theirs."""
+    endpoint, ``provider:model@URL`` on another (scheme, host, port and path: no
+    credentials, query or trailing slash), so one team's limit on its server never paces
+    another team's on theirs."""
     name = f"{provider}:{model_name}"
     if not base_url:
         return name
-    return f"{name}@{url_credentials.without_credentials(base_url).rstrip('/')}"
+    parts = urlsplit(url_credentials.without_credentials(base_url))
+    endpoint = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    return f"{name}@{endpoint}"

@@ -58,7 +58,8 @@ def test_a_limit_is_named_by_model_and_endpoint() -> None:
     a = limit_name("openai", "gpt-4.1", "http://h/a/v1/")
     b = limit_name("openai", "gpt-4.1", "http://h/b/v1")
     assert a == "openai:gpt-4.1@http://h/a/v1" and a != b
-    # the same server whatever credentials the URL names
+    # the same server whatever credentials (or query) the URL names
+    assert limit_name("openai", "m", "https://h/v1?api-key=k#x") == "openai:m@https://h/v1"
     assert limit_name("openai", "m", "http://u:${P}@h/v1") == limit_name(
         "openai", "m", "http://h/v1"
     )
