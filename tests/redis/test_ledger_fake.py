@@ -486,6 +486,21 @@ def test_a_permit_given_back_frees_its_slot_once(limiter):
     assert limiter.permits("p:m") == 2
 
 
+def test_a_refused_request_keeps_its_slot_but_not_its_tokens(limiter):
+    """A 429 (settled at 0 tokens): the permit is no longer held and its tokens come back,
+    but the request reached the vendor at its slot, which stays spent."""
+    go = lambda: limiter.try_acquire(  # noqa: E731
+        "p:m", rpm=60, tpm=6000, tokens=100, burst_s=0.0
+    )
+    assert go().granted
+    second = go()
+    assert second.wait_s == pytest.approx(1.0, abs=0.05)
+    assert limiter.settle("p:m", second.permit, tokens=0)[0] is True
+    assert limiter.permits("p:m") == 1
+    third = go()
+    assert slot_us(third) - slot_us(second) == pytest.approx(1_000_000, abs=2)
+
+
 def test_tokens_are_charged_at_the_estimate_and_settled_at_the_real_usage(limiter):
     """6,000 tokens a minute is 100 a second: a 100-token estimate takes a second of the
     rate; settled at 10 real tokens, the next request's slot moves 0.9 s earlier."""
