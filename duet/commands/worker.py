@@ -232,11 +232,13 @@ def fake_llm(
     """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
     import importlib.util
 
+    from workers.providers.sdk import install_hint
+
     missing = [sdk for sdk in ("openai", "anthropic") if importlib.util.find_spec(sdk) is None]
     if missing:
         raise ConfigError(
             "the stand-in checks every request against the vendors' SDK types: "
-            f"pip install 'duet-review[{','.join(missing)}]'"
+            + install_hint(",".join(missing))
         )
     from duet.standin.server import serve
 
