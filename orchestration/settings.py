@@ -77,8 +77,12 @@ class Settings(BaseSettings):
     #: here within this at most (a call in between may get a 429 itself, which pauses it
     #: as before); a pause this process sets is known at once. 0: read on every call.
     pause_recheck_s: float = Field(default=1.0, ge=0)
-    #: Attempts for a transient provider failure before the agent is interrupted.
+    #: Attempts for a transient provider failure before the agent is interrupted. A 429
+    #: or a wait for the fleet's rate limit is no failed attempt (see rate_wait_max_s).
     max_attempts: int = Field(default=6, ge=1)
+    #: Seconds one step may wait in all for rate limits (the limiter's slots, a vendor's
+    #: 429s) before its run is interrupted with ``rate_limited:waited_<N>s``.
+    rate_wait_max_s: float = Field(default=1800.0, gt=0)
     #: Base of the exponential retry backoff, seconds.
     retry_base_s: float = Field(default=1.0, gt=0)
     #: Cap of one retry wait, seconds.

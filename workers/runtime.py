@@ -237,6 +237,10 @@ FAILURES_HEADER = "duet_failures"
 CLAIM_HEADER = "duet_claim"
 #: Message header counting a task's retries after Redis or broker errors in a row.
 INFRA_HEADER = "duet_infra"
+#: Message header with the seconds a step has waited for rate limits so far.
+WAITED_HEADER = "duet_waited"
+#: Message header with the rate slot a re-scheduled step booked: ``[limit name, permit]``.
+PERMIT_HEADER = "duet_permit"
 #: Errors of the broker and of Redis that mean "not now": the task is retried, not dropped.
 INFRA_ERRORS: tuple[type[BaseException], ...] = (
     *REDIS_INFRA_ERRORS,
@@ -266,6 +270,19 @@ class StepWait(StepRetry, Waiting):
 def failures_of(task: Any) -> int:
     """The step's failed provider attempts so far (carried in a message header)."""
     return int((task.request.headers or {}).get(FAILURES_HEADER, 0))
+
+
+def waited_of(task: Any) -> float:
+    """The step's seconds of rate-limit waits so far (carried in a message header)."""
+    return float((task.request.headers or {}).get(WAITED_HEADER) or 0.0)
+
+
+def permit_of(task: Any) -> tuple[str, str] | None:
+    """The rate slot the delivery that re-scheduled this one booked for it, or None."""
+    value = (task.request.headers or {}).get(PERMIT_HEADER)
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return str(value[0]), str(value[1])
+    return None
 
 
 def claim_of(task: Any) -> str:
@@ -341,6 +358,8 @@ def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> No
             FAILURES_HEADER: outcome.failures,
             CLAIM_HEADER: outcome.claim,
             INFRA_HEADER: None,
+            WAITED_HEADER: round(outcome.waited, 3) or None,
+            PERMIT_HEADER: list(outcome.permit) if outcome.permit else None,
         }
         why = StepRetry if outcome.failed else StepWait
         raise retry(task, outcome.delay_s, why(outcome.reason or "waiting"), headers)

@@ -149,38 +149,30 @@ def list_budgets(prefix: str = "") -> list[str]:
     return ledger().list_scopes(prefix)
 
 
-#: A rate window this full is shown as a wait (a step waits when its worst case does not fit).
-RATE_WAIT_SHARE = 0.9
+#: Seconds ahead the next rate slot must be for a limit to be shown as a wait.
+RATE_WAIT_SHOWN_S = 1.0
 
 
 def rate_limit_waits(spec: LoopSpec) -> list[str]:
-    """The spec's models that are at their fleet-wide rate limit or paused now, in words,
-    each naming who set the limit (a limit outlives the batch that set it)."""
-    from orchestration.state.ratelimits import stored_rate_limits, window_use
+    """The spec's models that wait on their fleet-wide rate limit or are paused now, in
+    words, each naming who set the limit (a limit outlives the batch that set it)."""
+    from orchestration.core.ratelimit import limit_name
+    from orchestration.state.ratelimits import limit_state, stored_rate_limits
 
     r = connection.get_redis()
     table = stored_rate_limits(r)
     waits = []
     for agent in dict.fromkeys((spec.actor, spec.critic)):
-        name = f"{agent.provider}:{agent.model_name}"
+        name = limit_name(agent.provider, agent.model_name, agent.base_url)
         limit = table.get(name)
-        window_s = limit.window_s if limit else 60.0
-        requests, tokens, paused_s = window_use(r, agent.provider, agent.model_name, window_s)
-        window = f"{window_s:g}s"
-        origin = (
-            f" (set by {limit.source or 'an earlier config'}; duet limits show)" if limit else ""
-        )
-        if paused_s > 0:
-            waits.append(f"{name} paused by the vendor (429): {paused_s:.0f}s left")
-        elif limit and limit.tpm and tokens >= RATE_WAIT_SHARE * limit.tpm:
+        state = limit_state(r, name)
+        origin = f"set by {limit.source or 'an earlier config'}" if limit else "learned"
+        if state.paused_s > 0:
+            waits.append(f"{name} paused by the vendor (429): {state.paused_s:.0f}s left")
+        elif state.next_slot_s >= RATE_WAIT_SHOWN_S:
             waits.append(
-                f"rate limit {name}: {tokens:,} of {limit.tpm:,} tokens in the last {window}"
-                + origin
-            )
-        elif limit and limit.rpm and requests >= RATE_WAIT_SHARE * limit.rpm:
-            waits.append(
-                f"rate limit {name}: {requests:,} of {limit.rpm:,} requests in the last {window}"
-                + origin
+                f"rate limit {name}: next slot in {state.next_slot_s:.0f}s, "
+                f"{state.permits:,} booked ({origin}; duet limits show)"
             )
     return waits
 
