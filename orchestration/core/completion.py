@@ -7,6 +7,7 @@ from typing import Any, Literal, TypedDict
 
 from typing_extensions import NotRequired
 
+from orchestration.core.ratelimit import VendorLimits
 from orchestration.core.tools import ToolCall
 
 #: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent, and so
@@ -73,3 +74,6 @@ class Completion:
     structured: dict[str, Any] | None = None
     #: The tool calls the model asked for (an agent with tools), in its order.
     tool_calls: tuple[ToolCall, ...] = ()
+    #: The account's rate limits as the answer's headers said them (None: not read, or
+    #: none sent): the fleet's limiter learns them.
+    limits: VendorLimits | None = None
