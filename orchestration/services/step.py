@@ -288,7 +288,7 @@ class StepService:
             return handover
         try:
             return self._prepare_and_answer(
-                run_id, key, phase, round_, claimant, start, handover, failures
+                run_id, key, phase, round_, claimant, start, handover, failures, waited, permit
             )
         except INFRA_ERRORS:
             raise  # Redis or the broker away: the task retries it
@@ -335,6 +335,8 @@ class StepService:
         start: StepStart,
         handover: Handover,
         failures: int,
+        waited: float,
+        permit: tuple[str, str] | None,
     ) -> StepOutcome:
         """Make the step's call ready (its seat, messages, hold) and answer it."""
         store = self.store
