@@ -8,6 +8,10 @@ that dies loses its turn after two intervals; another takes it. ``duet sweep`` r
 same sweep once, or as a process of its own (``--every``), for deployments that want the
 sweeper apart from the workers; it takes turns with them.
 
+Every :data:`RESTART_CHECK_S` the thread also looks for worker processes whose liveness
+key lapsed (killed, lost) and sends the steps they had claimed on at once
+(:class:`~orchestration.services.sweeper.Healer`; each death is handled by one process).
+
 The thread also asks Redis every :data:`RESTART_CHECK_S` which server it is (``INFO
 server``'s ``run_id``): after a restart (or a failover) it sweeps, :data:`RESTART_GRACE_S`
 after the server came back, the runs that have not moved since, whatever
@@ -27,7 +31,7 @@ from collections.abc import Callable
 from celery.signals import worker_ready
 
 from orchestration.services.coordinator import Dispatch
-from orchestration.services.sweeper import RestartWatch, Sweeper, Transition
+from orchestration.services.sweeper import Healer, RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
 from orchestration.state.fleet import take_sweeper_turn
 from workers.runtime import INFRA_ERRORS, coordinator_send, dispatch, get_store
@@ -89,7 +93,14 @@ def sweep_every(
     next_sweep = time.monotonic() + interval
     with _quietly("the first check of the Redis server"):
         _check_server(watch)
+    healer = Healer(get_store(), process_ttl_s=get_settings().process_ttl_s)
     while not stop.wait(tick):
+        with _quietly("the look for dead worker processes"):
+            _, steps = healer.heal()
+            for step in steps:
+                dispatch(step)
+            if steps and sent is not None:
+                sent(list(steps))
         with _quietly("the check of the Redis server"):
             back = _check_server(watch)
             if back is not None:

@@ -129,6 +129,12 @@ def processes_since() -> str:
     return f"{PREFIX}:procs:since"
 
 
+def processes() -> str:
+    """Sorted set: worker process id -> its last sign of life (epoch ms), so that one whose
+    liveness key lapsed is noticed (and its claims sent on) at once, not by the sweep."""
+    return f"{PREFIX}:procs"
+
+
 def runs_moved() -> str:
     """Sorted set: ids of runs not finished, scored by when they were last seen to move
     (created, resumed, sent on by the sweep); a transition notes its time in the record

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -47,9 +48,30 @@ def mark_alive(client: Any, process_id: str, ttl_s: int) -> None:
     """Note that ``process_id`` is alive for the next ``ttl_s`` seconds (and that the
     fleet's signs of life go on: :func:`orchestration.state.keys.processes_since`)."""
     scripts.register(client, "process_beat")(
-        keys=[keys.process(process_id), keys.processes_since()],
-        args=[max(1, int(ttl_s * 1000))],
+        keys=[keys.process(process_id), keys.processes_since(), keys.processes()],
+        args=[max(1, int(ttl_s * 1000)), process_id],
     )
+
+
+def lapsed(client: Any, ttl_s: int, limit: int = 100) -> list[str]:
+    """The processes that stopped saying they are alive (their liveness key gone), each
+    returned to one caller only (taken off the fleet's index); none right after a Redis
+    outage (see :func:`orchestration.state.keys.processes_since`)."""
+    ttl_ms = max(1, int(ttl_s * 1000))
+    now_ms = int(time.time() * 1000)
+    old = client.zrangebyscore(keys.processes(), "-inf", now_ms - ttl_ms, start=0, num=limit)
+    if not old:
+        return []
+    ids = [_text(p) for p in old]
+    gone = scripts.register(client, "process_lapsed")(
+        keys=[keys.processes(), keys.processes_since(), *(keys.process(p) for p in ids)],
+        args=[ttl_ms, *ids],
+    )
+    return [_text(p) for p in gone]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def alive(client: Any, claims: Sequence[str]) -> list[bool]:
@@ -66,4 +88,12 @@ def alive(client: Any, claims: Sequence[str]) -> list[bool]:
     return [True if p is None else bool(next(found)) for p in procs]
 
 
-__all__ = ["MARK", "alive", "mark_alive", "new_claimant", "new_process_id", "process_of"]
+__all__ = [
+    "MARK",
+    "alive",
+    "lapsed",
+    "mark_alive",
+    "new_claimant",
+    "new_process_id",
+    "process_of",
+]
