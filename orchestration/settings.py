@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     #: Replicas a write that must survive a failover (a stored step answer and its
     #: budget settlement, a transition, a budget hold, a submission) waits for (``WAIT``);
     #: fewer in time: the write is not acknowledged, an outage retried. 0: no wait.
-    redis_min_replicas: int = Field(default=0, ge=0)
+    #: ``auto``: one when the primary has a replica connected (read every few seconds),
+    #: else none, so a standalone server pays nothing.
+    redis_min_replicas: int | Literal["auto"] = "auto"
     #: Such writes also wait until the primary and those replicas have them in their
     #: append-only files on disk (``WAITAOF``: Redis 7.2+ or Valkey, ``appendonly yes``).
     redis_wait_aof: bool = False
@@ -102,6 +104,13 @@ class Settings(BaseSettings):
     vendor_batch_poll_max_s: float = Field(default=60.0, gt=0)
     #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
+
+    @field_validator("redis_min_replicas")
+    @classmethod
+    def _replicas(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("a number of replicas (0 or more), or auto")
+        return value
 
     @field_validator("preload_providers", mode="before")
     @classmethod

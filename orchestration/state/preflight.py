@@ -191,7 +191,11 @@ def check_server(url: str, variable: str) -> list[str]:
         client.close()
     where = f"the Redis at {variable}={hide_password(url)}"
     refusal, warnings = judge(
-        facts, where, settings.allow_eviction, settings.redis_min_replicas, settings.redis_wait_aof
+        facts,
+        where,
+        settings.allow_eviction,
+        0 if settings.redis_min_replicas == "auto" else settings.redis_min_replicas,
+        settings.redis_wait_aof,
     )
     if refusal is not None:
         raise Refused(refusal)

@@ -74,18 +74,20 @@ def llm() -> Iterator[FakeLLM]:
         (1, False),
         (0, False),
         (1, True),
+        (None, False),
     ],
-    ids=["wait", "no-wait", "wait-primary-killed"],
+    ids=["wait", "no-wait", "wait-primary-killed", "defaults"],
 )
 def test_sentinel_failover_mid_batch(
     sentinels: SentinelSet,
     llm: FakeLLM,
-    min_replicas: int,
+    min_replicas: int | None,
     kill: bool,
     reliability: Reliability,
 ) -> None:
+    """``min_replicas`` None: the shipped default (``auto``: one, as a replica is there)."""
     shared = {
-        "DUET_REDIS_MIN_REPLICAS": str(min_replicas),
+        **({} if min_replicas is None else {"DUET_REDIS_MIN_REPLICAS": str(min_replicas)}),
         "DUET_REDIS_WAIT_TIMEOUT_S": "1",
         "DUET_REDIS_SENTINEL_MASTER": SentinelSet.MASTER,
     }
@@ -147,8 +149,11 @@ def test_sentinel_failover_mid_batch(
     twice = max(requests - stored, 0)
     uncharged = max(requests - charged, 0)
     outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
-    setting = f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`" + (
-        " (writes wait for the replica)" if min_replicas else " (no wait)"
+    setting = (
+        "shipped defaults (`DUET_REDIS_MIN_REPLICAS=auto`: writes wait for the replica)"
+        if min_replicas is None
+        else f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`"
+        + (" (writes wait for the replica)" if min_replicas else " (no wait)")
     )
     print(
         f"min_replicas={min_replicas} kill={kill}: failover {old}->{new} after {in_flight} requests; "
@@ -189,7 +194,7 @@ def test_sentinel_failover_mid_batch(
     assert exited == 0
     assert progress["done"] == RUNS, progress
     assert set(progress["counts"]) <= {"approved", "max_rounds_reached"}, progress["counts"]
-    if min_replicas:  # without a wait a failover may repeat calls and lose charges
+    if min_replicas != 0:  # without a wait a failover may repeat calls and lose charges
         assert requests == stored, (requests, stored)
         assert charged == requests, (charged, requests)
 
