@@ -150,7 +150,13 @@ def sweeper_lock() -> str:
 
 def run_keys(run_id: str) -> tuple[str, ...]:
     """Every long-lived key of one run (for TTLs and deletion)."""
-    return (run(run_id), run_steps(run_id), run_inputs(run_id), run_events(run_id))
+    return (
+        run(run_id),
+        run_steps(run_id),
+        run_inputs(run_id),
+        run_events(run_id),
+        run_settled(run_id),
+    )
 
 
 def batch(batch_id: str) -> str:
@@ -220,8 +226,15 @@ def budget_holds(scope: str) -> str:
 
 
 def budget_settled(step_id: str) -> str:
-    """Marker that a step's usage was settled (so a redelivered step is charged once)."""
-    return f"{PREFIX}:settled:{step_id}"
+    """Hash: the model calls (hold ids, ``<run id>:<step key>:<claim>``) of one run whose
+    usage was settled, so a store tried again charges once. Without a TTL while the run
+    is open (a ``volatile-*`` policy cannot evict it); given the finished TTL with it."""
+    return run_settled(step_id.partition(":")[0])
+
+
+def run_settled(run_id: str) -> str:
+    """See :func:`budget_settled`."""
+    return f"{PREFIX}:run:{{{run_id}}}:settled"
 
 
 def rate_limit(provider: str, model: str) -> str:
