@@ -2,7 +2,7 @@
 stopped moving (:mod:`orchestration.services.sweeper`).
 
 Every worker runs it in a daemon thread started when the worker is ready
-(``worker_ready``; ``DUET_SWEEP_IN_WORKER=false`` turns that off): every
+(``worker_ready``; ``DUET_SWEEP_IN_WORKER=false`` turns the sweep off, not the rest): every
 ``DUET_SWEEP_INTERVAL_S`` it takes or keeps its turn, and, holding it, sweeps. A process
 that dies loses its turn after two intervals; another takes it. ``duet sweep`` runs the
 same sweep once, or as a process of its own (``--every``), for deployments that want the
@@ -34,6 +34,7 @@ from orchestration.services.coordinator import Dispatch
 from orchestration.services.sweeper import Healer, RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
 from orchestration.state.fleet import take_sweeper_turn
+from workers import serverwatch
 from workers.runtime import INFRA_ERRORS, coordinator_send, dispatch, get_store
 
 log = logging.getLogger(__name__)
@@ -82,10 +83,12 @@ def sweep_every(
     interval_s: float | None = None,
     after_s: float | None = None,
     sent: Callable[[Sends], None] | None = None,
+    sweeping: bool = True,
 ) -> None:
-    """Sweep on ``holder``'s turns every ``interval_s`` seconds until ``stop`` is set, and
-    after a Redis restart (see the module's docstring); ``sent`` is told what each sweep
-    sent on. Redis or the broker away skips a sweep."""
+    """Sweep on ``holder``'s turns every ``interval_s`` seconds until ``stop`` is set (not
+    at all unless ``sweeping``), after a Redis restart, for dead processes, and watch the
+    server's settings (see the module's docstring); ``sent`` is told what each sweep sent
+    on. Redis or the broker away skips a turn."""
     interval = get_settings().sweep_interval_s if interval_s is None else interval_s
     tick = min(interval, RESTART_CHECK_S)
     watch = RestartWatch()
@@ -94,7 +97,12 @@ def sweep_every(
     with _quietly("the first check of the Redis server"):
         _check_server(watch)
     healer = Healer(get_store(), process_ttl_s=get_settings().process_ttl_s)
+    next_watch = time.monotonic()
     while not stop.wait(tick):
+        if time.monotonic() >= next_watch:
+            next_watch = time.monotonic() + serverwatch.WATCH_S
+            with _quietly("the check of the Redis server's settings"):
+                _watch_settings()
         with _quietly("the look for dead worker processes"):
             _, steps = healer.heal()
             for step in steps:
@@ -110,19 +118,27 @@ def sweep_every(
                     RESTART_GRACE_S,
                 )
                 came_back = back
+                next_watch = time.monotonic()  # a new server: read its settings now
         if came_back is not None and time.time() >= came_back + RESTART_GRACE_S:
             with _quietly("the sweep after a restart"):
                 sends = sweep_once(None, after_s=max(0.0, time.time() - came_back))
                 came_back = None
                 if sends and sent is not None:
                     sent(sends)
-        if time.monotonic() < next_sweep:
+        if not sweeping or time.monotonic() < next_sweep:
             continue
         next_sweep = time.monotonic() + interval
         with _quietly("sweep"):
             sends = sweep_once(holder, after_s=after_s, interval_s=interval)
             if sends and sent is not None:
                 sent(sends)
+
+
+def _watch_settings() -> None:
+    """Read the Redis's settings (:mod:`workers.serverwatch`)."""
+    url = get_settings().redis_url
+    if url:  # the embedded Redis is this process's own
+        serverwatch.check(get_store().r, url)
 
 
 def _check_server(watch: RestartWatch) -> float | None:
@@ -164,6 +180,7 @@ def start() -> None:
         _thread = threading.Thread(
             target=sweep_every,
             args=(holder_id(), threading.Event()),
+            kwargs={"sweeping": get_settings().sweep_in_worker},
             name="duet-sweep",
             daemon=True,
         )
@@ -172,5 +189,4 @@ def start() -> None:
 
 @worker_ready.connect(weak=False)
 def _start_with_worker(**_: object) -> None:
-    if get_settings().sweep_in_worker:
-        start()
+    start()
