@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import kombu.exceptions
+import redis
 from celery import current_task
 from celery.exceptions import Reject, Retry
 from celery.signals import worker_ready
@@ -48,6 +49,22 @@ def open_call_store(client: Any) -> CallStore:
     """The model-call cache's store: the cluster's Redis when DUET_REDIS_URL is set, else
     the disk file (the embedded Redis lives only as long as one command)."""
     return RedisCallStore(client) if get_settings().redis_url else DiskCallStore()
+
+
+def yield_cache() -> int:
+    """Run state met ``OOM``: the model-call cache gives its room back (entries evicted;
+    0 when the cache is not in this Redis)."""
+    calls = open_call_store(get_store().r)
+    if not isinstance(calls, RedisCallStore):
+        return 0
+    try:
+        evicted = calls.make_room()
+    except REDIS_INFRA_ERRORS as exc:
+        log.warning("the model-call cache could not give room back: %s", exc)
+        return 0
+    if evicted:
+        log.warning("Redis is full: %d model-call cache entries evicted for run state", evicted)
+    return evicted
 
 
 def get_store() -> RunStore:
@@ -311,6 +328,8 @@ def infra_retry(task: Any, error: BaseException, claim: str | None = None) -> Ex
     (with jitter), not counted as a failed attempt; a step hands its claim on."""
     attempt = int((task.request.headers or {}).get(INFRA_HEADER, 0))
     wait = random.uniform(0.5, 1.0) * min(30.0, 2.0**attempt)
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        yield_cache()
     log.warning(
         "%s %s: %s: %s; retry in %.1fs",
         task.name,

@@ -43,3 +43,8 @@ class ProviderError(DuetError):
 
 class RunTimeout(DuetError, TimeoutError):
     """A run or batch did not finish within the time the caller was willing to wait."""
+
+
+class StoreFull(DuetError):
+    """Redis refused a write at its ``maxmemory`` (OOM): nothing was submitted; try again
+    once it has room (raise ``maxmemory``, or clear old results)."""
