@@ -144,6 +144,22 @@ def _setup_task_logs(logger: logging.Logger, **_: object) -> None:
         logs.use_terminal_safe_text(logger)
 
 
+#: Why a worker without a cluster refuses to start: ``duet worker``, ``celery -A workers
+#: worker`` and the image alike (Celery would try ``amqp://guest@localhost`` instead).
+NO_CLUSTER = "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
+
+
+def check_cluster() -> None:
+    """Refuse a worker with no broker configured (no ``DUET_REDIS_URL`` or
+    ``DUET_BROKER_URL``, and not pointed at one by :func:`configure`).
+
+    Raises:
+        ConfigError: :data:`NO_CLUSTER`.
+    """
+    if not app.conf.broker_url:
+        raise ConfigError(NO_CLUSTER)
+
+
 def check_visibility_timeout() -> None:
     """Refuse a worker whose broker would hand a step to another worker before a model
     call of the default timeout (``Agent(timeout_s=...)``, 120 s) ends.
@@ -166,6 +182,7 @@ def _check_at_start(**_: object) -> None:
     # httpx2 is imported here, not by every process importing this module: ~0.14 s).
     # Celery logs and ignores what a signal handler raises: exit (code 2) instead.
     try:
+        check_cluster()  # before anything connects
         check_visibility_timeout()
         fastpaths.enabled("endpoint")
         check_servers()

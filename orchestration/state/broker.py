@@ -104,7 +104,10 @@ def _examine(text: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 class QoS(kombu_redis.QoS):
-    """kombu's ack emulation, with each unacknowledged message one member of one sorted set.
+    """Duet's unacknowledged-message format, with each message one member of one sorted set:
+    every channel notes, acks and restores messages through it (Duet's transport, kombu's
+    stock one and the Sentinel one alike), so a message any worker died holding is put
+    back by any other, whatever ``DUET_FAST_PATHS`` says on either machine.
 
     kombu notes a delivered message with two writes (ZADD of its tag to the unacked index,
     HSET of the message under its tag) and removes it with two (ZREM, HDEL): four commands
@@ -119,12 +122,18 @@ class QoS(kombu_redis.QoS):
     or script), the wait after an empty pop, the channel's close or a full batch
     (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
     come back after the visibility timeout, as a message of a task that was running
-    would, and Duet's tasks find their step done or their transition made.
+    would, and Duet's tasks find their step done or their transition made. On kombu's
+    stock channels (no pop notes) each delivered message is noted by one ZADD
+    (:meth:`append`) and each ack removed at once (:attr:`ack_batch` 1).
     The restore of messages unacknowledged past the visibility timeout reads the members
     older than it and puts each back on its queue in a transaction (WATCH, ZREM, push), as
     kombu's does. Messages noted the kombu way (by a worker of an earlier Duet during a
     rolling upgrade) are still restored and acked the kombu way.
     """
+
+    #: Acks gathered before one ZREM removes them (:meth:`ack`): 1 (at once) on a channel
+    #: that does not flush them itself; :class:`Channel`'s pops and close do.
+    ack_batch = 1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -241,7 +250,7 @@ class QoS(kombu_redis.QoS):
             return
         with self._acked_lock:
             self._acked.append(member)
-            full = len(self._acked) >= ACK_BATCH
+            full = len(self._acked) >= self.ack_batch
         virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
         if full:
             self.flush_acks()
@@ -366,6 +375,12 @@ class QoS(kombu_redis.QoS):
         client.transaction(restore, key)
 
 
+class BatchingQoS(QoS):
+    """:class:`QoS` for :class:`Channel`, whose pops carry the acks gathered meanwhile."""
+
+    ack_batch = ACK_BATCH
+
+
 class LostConnectionGuard:
     """Mixed into a kombu Redis channel (Duet's, and the Sentinel one): its pool, or a
     connection error once its broker connection is gone (see :meth:`_get_pool`)."""
@@ -400,7 +415,7 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
     """A kombu Redis channel that reuses its synchronous client and takes up to
     :data:`POP_MAX` messages a pop."""
 
-    QoS = QoS
+    QoS = BatchingQoS
     _duet_client: Any = None
     #: Queues consumed without acks (their messages are not noted as unacknowledged).
     _no_ack_queues: frozenset[str] = frozenset()
@@ -692,10 +707,11 @@ class Transport(kombu_redis.Transport):
 
 
 class StockChannel(kombu_redis.Channel):
-    """kombu's stock Redis channel, restoring unacknowledged messages on Duet's schedule
-    (:mod:`~orchestration.state.restores`), as kombu 5.7's does itself."""
+    """kombu's stock Redis channel, noting unacknowledged messages in Duet's format
+    (:class:`QoS`), so workers on either transport restore each other's; on kombu before
+    5.7 restoring them on Duet's schedule (:mod:`~orchestration.state.restores`)."""
 
-    QoS = restores.ScheduledQoS
+    QoS = QoS
     from_transport_options = restores.channel_options(kombu_redis.Channel.from_transport_options)
     unacked_restore_interval = restores.KOMBU_INTERVAL_S
     unacked_restore_throttle = restores.KOMBU_THROTTLE
@@ -709,10 +725,10 @@ class StockTransport(kombu_redis.Transport):
     popped text that is not JSON (or not UTF-8), which kombu's read raises in the event
     loop: the consumer reconnects past it (it is gone, the error logged), as kombu's
     read already does for JSON without ``properties`` (a ``KeyError``). Dead-lettering
-    needs Duet's read (:class:`Channel`). On kombu before 5.7 its channel is
-    :class:`StockChannel`, restoring unacknowledged messages on Duet's schedule."""
+    needs Duet's read (:class:`Channel`). Its channel is :class:`StockChannel`: kombu's,
+    its unacknowledged messages in Duet's format."""
 
-    Channel = kombu_redis.Channel if restores.KOMBU_SCHEDULES else StockChannel
+    Channel = StockChannel
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
@@ -724,9 +740,9 @@ class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel, a lost connection's close a connection error (which
     ended a worker after a primary was killed: kombu's rebuild of the closed channel's
     pool, ``'NoneType' object has no attribute 'hostname'``); unacknowledged messages
-    restored on Duet's schedule, as :class:`StockChannel` does."""
+    in Duet's format, as :class:`StockChannel`'s."""
 
-    QoS = restores.ScheduledQoS
+    QoS = QoS
     from_transport_options = restores.channel_options(
         kombu_redis.SentinelChannel.from_transport_options
     )

@@ -83,7 +83,7 @@ FAST_PATHS: dict[str, FastPath] = {
                 )
             )
             + ("kombu:Connection.resolve_aliases",),
-            "kombu's per-message unacked bookkeeping (4 commands a task, here 1 batched) "
+            "a ZREM per ack (here batched; the unacked format is Duet's either way) "
             "and one BRPOP per message (here up to 16 a pop); its client rebuilt per command",
         ),
         FastPath(

@@ -14,7 +14,7 @@ from celery.signals import after_task_publish, before_task_publish
 from kombu.transport import redis as kombu_redis
 
 from orchestration.settings import Settings, get_settings
-from orchestration.state import broker, connection, fastpaths, restores
+from orchestration.state import broker, connection, fastpaths
 from orchestration.state.pinned import PinnedPool
 from workers import celery_ext
 
@@ -49,9 +49,11 @@ def test_off_the_broker_is_kombus_stock_redis_transport(switch: Any, value: str)
     switch(value)
     config = broker.broker_config(URL, Settings())
     assert config["broker_transport"] == broker.STOCK_TRANSPORT
-    # kombu before 5.7 ignores the restore schedule's options: a subclass takes them.
-    stock = kombu_redis.Channel if restores.KOMBU_SCHEDULES else broker.StockChannel
-    assert _channel_class(config["broker_transport"]) is stock
+    # kombu's channel, its unacknowledged messages in Duet's format (as a fast-path
+    # worker's): either restores what the other died holding.
+    channel = _channel_class(config["broker_transport"])
+    assert channel is broker.StockChannel and channel.__bases__ == (kombu_redis.Channel,)
+    assert channel.QoS is broker.QoS
     # The same key names as a fast-path process: one deployment, one set of queues.
     assert config["broker_transport_options"]["global_keyprefix"] == "duet."
     # Shown as redis:// still (Flower picks its broker client by the scheme).

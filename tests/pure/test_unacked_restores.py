@@ -11,7 +11,7 @@ import fakeredis
 import pytest
 
 from orchestration.state import restores
-from orchestration.state.broker import SentinelChannel, StockChannel
+from orchestration.state.broker import QoS, SentinelChannel, StockChannel
 
 
 class _Channel:
@@ -45,7 +45,7 @@ def test_the_qos_scans_every_throttle_looks_of_its_channel(throttle: int, scans:
 def test_the_stock_channels_take_the_schedule_from_the_transport_options() -> None:
     for channel in (StockChannel, SentinelChannel):
         assert set(restores.OPTIONS) <= set(channel.from_transport_options)
-        assert channel.QoS is restores.ScheduledQoS
+        assert channel.QoS is QoS
 
 
 class _Timer:
