@@ -125,8 +125,24 @@ def get_liveness() -> Liveness:
     if _liveness is None:
         with _lock:
             if _liveness is None:
-                _liveness = Liveness(get_store().r, get_settings().process_ttl_s)
+                _liveness = Liveness(
+                    get_store().r, get_settings().process_ttl_s, held=held_messages
+                )
     return _liveness
+
+
+def held_messages() -> dict[str, str]:
+    """The broker messages this worker process holds (received, not yet acknowledged:
+    waiting, running or scheduled for later), delivery tag -> run id."""
+    from celery.worker import state
+
+    held = {}
+    for request in list(state.requests.values()):
+        tag = getattr(request.message, "delivery_tag", None)
+        args = request.args
+        if tag and args:
+            held[str(tag)] = str(args[0])
+    return held
 
 
 def stop_liveness() -> None:

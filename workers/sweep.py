@@ -33,8 +33,10 @@ from celery.signals import worker_ready
 from orchestration.services.coordinator import Dispatch
 from orchestration.services.sweeper import Healer, RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
+from orchestration.state.broker import is_redis, restore_delivered
 from orchestration.state.fleet import take_sweeper_turn
 from workers import serverwatch
+from workers.app import app
 from workers.runtime import INFRA_ERRORS, coordinator_send, dispatch, get_store
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,8 @@ def sweep_every(
             with _quietly("the check of the Redis server's settings"):
                 _watch_settings()
         with _quietly("the look for dead worker processes"):
-            _, steps = healer.heal()
+            healing = healer.heal()
+            steps = healing.rest(_put_back(healing.held)) if healing.dead else []
             for step in steps:
                 dispatch(step)
             if steps and sent is not None:
@@ -132,6 +135,19 @@ def sweep_every(
             sends = sweep_once(holder, after_s=after_s, interval_s=interval)
             if sends and sent is not None:
                 sent(sends)
+
+
+def _put_back(held: dict[str, str]) -> set[str]:
+    """Put the messages a dead worker held back on their queues (a Redis broker: AMQP
+    brokers do it themselves); the tags put back."""
+    if not held or not is_redis(app.conf.broker_url):
+        return set()
+    with app.connection_for_write() as conn:
+        back = restore_delivered(conn.default_channel, held)
+    log.warning(
+        "put %d of %d message(s) a dead worker held back on their queues", len(back), len(held)
+    )
+    return back
 
 
 def _watch_settings() -> None:

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -353,6 +353,10 @@ class QoS(kombu_redis.QoS):
             with self.channel.conn_or_acquire(client) as conn:
                 yield conn.pipeline(transaction=False)
 
+    def restore_member(self, client: Any, member: Any) -> None:
+        """Put one noted message back at the front of its queue (its worker died)."""
+        self._restore_member(client, member, leftmost=True)
+
     def _restore_member(self, client: Any, member: Any, leftmost: bool) -> None:
         """Put one noted message back on its queue, unless it is gone (acked or restored
         by another), in one transaction."""
@@ -373,6 +377,27 @@ class QoS(kombu_redis.QoS):
                 self.channel._do_restore_message(raw, exchange, routing_key, pipe, leftmost)
 
         client.transaction(restore, key)
+
+
+def restore_delivered(channel: Any, tags: Collection[str]) -> set[str]:
+    """Put back on their queues the unacknowledged messages with delivery ``tags`` (a dead
+    worker held them), at the front, whoever noted them; the tags put back. Reads the
+    whole unacknowledged set once (a death is rare)."""
+    qos = channel.qos
+    if not tags or not isinstance(qos, QoS):
+        return set()
+    wanted, back = set(tags), set()
+    with channel.conn_or_acquire() as client:
+        for member in client.zrange(qos.unacked_messages_key, 0, -1):
+            try:
+                raw = loads(bytes_to_str(member))[0]  # type: ignore[no-untyped-call]
+                tag = raw["properties"]["delivery_tag"]
+            except (ValueError, LookupError, TypeError):
+                continue  # no worker can take it: the visibility timeout's restore dead-letters it
+            if tag in wanted:
+                qos.restore_member(client, member)
+                back.add(tag)
+    return back
 
 
 class BatchingQoS(QoS):

@@ -129,6 +129,13 @@ def processes_since() -> str:
     return f"{PREFIX}:procs:since"
 
 
+def process_held(process_id: str) -> str:
+    """Hash: the broker messages worker process ``process_id`` holds (delivered, not yet
+    acknowledged), delivery tag -> run id, as of its last sign of life: put back on their
+    queues as soon as it is found dead (it outlives the liveness key a while)."""
+    return f"{PREFIX}:proc:{process_id}:held"
+
+
 def processes() -> str:
     """Sorted set: worker process id -> its last sign of life (epoch ms), so that one whose
     liveness key lapsed is noticed (and its claims sent on) at once, not by the sweep."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from orchestration.state import keys, scripts
@@ -51,6 +51,33 @@ def mark_alive(client: Any, process_id: str, ttl_s: int) -> None:
         keys=[keys.process(process_id), keys.processes_since(), keys.processes()],
         args=[max(1, int(ttl_s * 1000)), process_id],
     )
+
+
+def note_held(client: Any, process_id: str, held: Mapping[str, str], keep_s: int) -> None:
+    """Replace ``process_id``'s note of the messages it holds (tag -> run id), kept
+    ``keep_s`` seconds (one transaction)."""
+    key = keys.process_held(process_id)
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(key)
+    if held:
+        pipe.hset(key, mapping=dict(held))
+        pipe.expire(key, max(1, int(keep_s)))
+    pipe.execute()
+
+
+def take_held(client: Any, process_ids: Sequence[str]) -> dict[str, str]:
+    """The messages the (dead) processes held as of their last sign of life, tag -> run
+    id; their notes are dropped."""
+    if not process_ids:
+        return {}
+    pipe = client.pipeline(transaction=True)
+    for p in process_ids:
+        pipe.hgetall(keys.process_held(p))
+    pipe.delete(*(keys.process_held(p) for p in process_ids))
+    held: dict[str, str] = {}
+    for found in pipe.execute()[:-1]:
+        held.update({_text(k): _text(v) for k, v in found.items()})
+    return held
 
 
 def lapsed(client: Any, ttl_s: int, limit: int = 100) -> list[str]:
@@ -93,6 +120,8 @@ __all__ = [
     "alive",
     "lapsed",
     "mark_alive",
+    "note_held",
+    "take_held",
     "new_claimant",
     "new_process_id",
     "process_of",

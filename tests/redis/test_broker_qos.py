@@ -30,6 +30,7 @@ from orchestration.state.broker import (
     STOCK_TRANSPORT,
     TRANSPORT,
     UNACKED_SUFFIX,
+    restore_delivered,
 )
 from tests.support import wait_for
 
@@ -506,3 +507,28 @@ def test_kombus_half_open_pop_check_drops_a_pop_never_answered(
         assert channel.client.connection._sock is None  # dropped: the loop reconnects
         channel._in_poll = None
         conn.transport.cycle._unregister(channel, channel.client, "BRPOP")
+
+
+@pytest.mark.parametrize("died", [TRANSPORT, STOCK_TRANSPORT])
+def test_a_dead_workers_messages_go_back_by_tag_at_once(url: str, client: Any, died: str) -> None:
+    """The healer's restore: the messages a dead worker noted it held (by delivery tag)
+    go back to the front of their queues at once, well inside the visibility timeout;
+    another worker's are left."""
+    queue = _queue()
+    with _connection(url, transport=died) as conn:
+        _publish(conn, queue, "held")
+        _publish(conn, queue, "other's")
+        held, other = _take(conn, queue), _take(conn, queue)
+        conn.default_channel.qos._delivered.clear()  # the consumer dies
+        conn.default_channel.qos._members.clear()
+    assert client.llen(queue.name) == 0 and client.zcard(MESSAGES) == 2
+    with _connection(url) as conn:
+        back = restore_delivered(conn.default_channel, {held.delivery_tag, "gone-tag"})
+        assert back == {held.delivery_tag}
+        assert client.zcard(MESSAGES) == 1 and client.llen(queue.name) == 1
+        again = _take(conn, queue)
+        assert again.payload == "held" and again.delivery_tag == held.delivery_tag
+        again.ack()
+        assert restore_delivered(conn.default_channel, {other.delivery_tag}) == {other.delivery_tag}
+        _take(conn, queue).ack()
+        conn.default_channel.qos.flush_acks()
