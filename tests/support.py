@@ -72,8 +72,10 @@ def celery_worker(
     name: str = "w1",
     broker_url: str | None = None,
     loglevel: str = "WARNING",
+    gossip: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``celery -A workers worker`` subprocess, ready when this yields.
+    """A ``celery -A workers worker`` subprocess, ready when this yields (``gossip``:
+    with Celery's heartbeat, mingle and gossip on, as a worker runs by default).
 
     Its log (stdout and stderr) is the file ``proc.log_path`` (removed afterwards).
     """
@@ -94,9 +96,7 @@ def celery_worker(
             queues,
             "--loglevel",
             loglevel,
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
+            *([] if gossip else ["--without-heartbeat", "--without-mingle", "--without-gossip"]),
             "-n",
             f"{name}-{os.getpid()}@%h",
         ],

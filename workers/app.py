@@ -128,6 +128,7 @@ def _setup_logs(logger: logging.Logger, **_: object) -> None:
     settings = get_settings()
     if not settings.log_tasks:
         logs.quiet_task_lines()
+    logs.quiet_reconnects(logger)
     if settings.log_format == "json":
         logs.use_json(logger)
     else:

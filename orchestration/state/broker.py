@@ -704,9 +704,10 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         if self._qos is not None and not self.closed:
             try:
                 self._qos.flush_acks()
-            except self.connection_errors:  # they come back after the visibility timeout
+            except self.connection_errors as exc:  # back after the visibility timeout
                 log.warning(
-                    "could not remove acked messages from the unacked set on close", exc_info=True
+                    "could not remove acked messages from the unacked set on close: %s",
+                    connection.first_line(exc),
                 )
         super().close()  # type: ignore[no-untyped-call]
 
