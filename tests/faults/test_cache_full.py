@@ -19,7 +19,6 @@ import redis
 from duet.embedded.server import EmbeddedRedis
 from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
-from orchestration.core.errors import StoreFull
 from tests.reliability import ENGINE, Reliability, lost_of
 from tests.support import celery_worker, client_pointed_at, wait_for
 
@@ -74,16 +73,3 @@ def test_a_full_cache_leaves_the_next_batch_room(llm: FakeLLM, reliability: Reli
         "`OutOfMemoryError`",
     )
     assert progress["done"] == RUNS, progress
-
-
-def test_a_submission_redis_refuses_for_memory_raises_dueterror() -> None:
-    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
-        r = stack.enter_context(redis.Redis(port=server.port, decode_responses=True))
-        stack.enter_context(client_pointed_at(server.url))
-        r.config_set("maxmemory", 1)  # every write refused with OOM
-        team = Team.actor_critic(
-            actor=Agent("Fix.", model="sim"), critic=Agent("Review.", model="sim")
-        )
-        with pytest.raises(StoreFull, match="maxmemory"):
-            team.submit_batch(["a", "b"])
-        r.config_set("maxmemory", 0)
