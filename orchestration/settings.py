@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestration.state.keys import (
@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     #: The name Sentinel monitors the primary under, for a ``sentinel://`` URL.
     redis_sentinel_master: str = Field(default="mymaster", min_length=1)
+    #: The sentinels' own password (their ``requirepass``), for sentinels that have one;
+    #: the primary's is the URL's. Unset: the sentinels are asked without one.
+    redis_sentinel_password: SecretStr | None = None
     #: Replicas a write that must survive a failover (a stored step answer and its
     #: budget settlement, a transition, a budget hold, a submission) waits for (``WAIT``);
     #: fewer in time: the write is not acknowledged, an outage retried. 0: no wait.

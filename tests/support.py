@@ -118,6 +118,10 @@ def celery_worker(
         probe.conf.broker_transport_options["master_name"] = full_env.get(
             "DUET_REDIS_SENTINEL_MASTER", "mymaster"
         )
+        if full_env.get("DUET_REDIS_SENTINEL_PASSWORD"):  # the sentinels' own
+            probe.conf.broker_transport_options["sentinel_kwargs"] = {
+                "password": full_env["DUET_REDIS_SENTINEL_PASSWORD"]
+            }
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis

@@ -840,6 +840,12 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             **({"global_keyprefix": keys.BROKER_PREFIX} if is_redis(broker_url) else {}),
             # The primary's name, for a Sentinel URL (kombu's and Flower's option).
             **({"master_name": name} if (name := sentinel_master(broker_url, settings)) else {}),
+            # The sentinels' own password, when they have one (kombu's option).
+            **(
+                {"sentinel_kwargs": sentinel.sentinel_login()}
+                if name and sentinel.sentinel_login()
+                else {}
+            ),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },

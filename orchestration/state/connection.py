@@ -246,10 +246,7 @@ def check_broker_reachable(url: str, variable: str) -> None:
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
     """The one-line error for ``what`` at ``url`` (from ``variable``) failing with ``exc``."""
     if isinstance(exc, MasterNotFoundError):  # its message lists every sentinel's repr
-        why = (
-            f"no sentinel named a primary {get_settings().redis_sentinel_master!r} "
-            "(DUET_REDIS_SENTINEL_MASTER): all down, or they watch another name"
-        )
+        why = sentinel.why_no_primary(str(exc), get_settings().redis_sentinel_master)
     elif isinstance(exc, redis.TimeoutError):
         why = "did not answer in time"
     else:
