@@ -17,6 +17,7 @@ from celery.signals import (
     after_setup_task_logger,
     after_task_publish,
     before_task_publish,
+    celeryd_init,
     worker_init,
     worker_process_shutdown,
     worker_shutdown,
@@ -175,6 +176,26 @@ def check_visibility_timeout() -> None:
             DEFAULT_TIMEOUT_S,
             visibility,
         )
+
+
+@celeryd_init.connect(weak=False)
+def _check_schemes(**_: object) -> None:
+    """Refuse a Redis URL scheme Duet does not serve before Celery builds its broker
+    connection (kombu's error there is a traceback): one line, exit 2."""
+    from orchestration.state import preflight
+
+    settings = get_settings()
+    urls = {"DUET_REDIS_URL": settings.redis_url}
+    broker = settings.broker_url or ""
+    if "redis" in broker.partition("://")[0] or "sentinel" in broker.partition("://")[0]:
+        urls["DUET_BROKER_URL"] = broker
+    try:
+        for variable, url in urls.items():
+            if url:
+                preflight.check_scheme(url, variable)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 @worker_init.connect(weak=False)
