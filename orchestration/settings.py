@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     #: Seconds one Redis or broker command may wait for its reply. Longer than the
     #: blocking reads Duet issues (5 s).
     redis_socket_timeout_s: float = Field(default=15.0, gt=5)
+    #: Seconds a worker may go without reaching its Redis (every primary the sentinels
+    #: name, or the one server) before it exits (code 3) for its supervisor to start it
+    #: again. Unset: it waits for Redis however long it takes.
+    redis_unreachable_exit_s: float | None = Field(default=None, gt=0)
     #: Threads per worker process: calls in flight at once (they wait on the model).
     worker_concurrency: int = Field(default=200, ge=1)
     #: Seconds a worker process trusts what it last learned of a model's fleet-wide pause

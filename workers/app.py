@@ -218,9 +218,10 @@ def check_servers() -> None:
     one that cannot be reached now is checked by nothing more (the worker waits for it).
 
     Raises:
-        ConfigError: the URL's scheme, the server's eviction policy, a cluster.
+        ConfigError: the URL's scheme, the server's eviction policy, a cluster, a password
+            the server (or its sentinels) refused.
     """
-    from orchestration.state import preflight
+    from orchestration.state import connection, preflight
 
     settings = get_settings()
     servers = {settings.redis_url: "DUET_REDIS_URL"}
@@ -234,6 +235,9 @@ def check_servers() -> None:
             for warning in preflight.check_server(url, variable):
                 log.warning("%s", warning)
         except (redis.RedisError, OSError) as exc:
+            refused = connection.refused_login(url, variable, exc)
+            if refused is not None:  # a wrong password does not get better by waiting
+                raise refused from None
             log.warning(
                 "%s not checked at start (%s): Duet needs maxmemory-policy "
                 "noeviction and no cluster",

@@ -100,6 +100,7 @@ def sweep_every(
         _check_server(watch)
     healer = Healer(get_store(), process_ttl_s=get_settings().process_ttl_s)
     next_watch = time.monotonic()
+    reached = time.monotonic()  # when Redis last answered
     while not stop.wait(tick):
         if time.monotonic() >= next_watch:
             next_watch = time.monotonic() + serverwatch.WATCH_S
@@ -114,6 +115,7 @@ def sweep_every(
                 sent(list(steps))
         with _quietly("the check of the Redis server"):
             back = _check_server(watch)
+            reached = time.monotonic()
             if back is not None:
                 log.warning(
                     "Redis came back (a new server process): sweeping the runs that "
@@ -122,6 +124,7 @@ def sweep_every(
                 )
                 came_back = back
                 next_watch = time.monotonic()  # a new server: read its settings now
+        _give_up_after(reached)
         if came_back is not None and time.time() >= came_back + RESTART_GRACE_S:
             with _quietly("the sweep after a restart"):
                 sends = sweep_once(None, after_s=max(0.0, time.time() - came_back))
@@ -135,6 +138,23 @@ def sweep_every(
             sends = sweep_once(holder, after_s=after_s, interval_s=interval)
             if sends and sent is not None:
                 sent(sends)
+
+
+def _give_up_after(reached: float) -> None:
+    """Exit (code 3) once Redis has not answered for ``DUET_REDIS_UNREACHABLE_EXIT_S``
+    (unset: never), for the supervisor to start the worker again; its unacknowledged
+    messages go back to their queues as after any death."""
+    limit = get_settings().redis_unreachable_exit_s
+    away = time.monotonic() - reached
+    if limit is not None and away > limit:
+        log.error(
+            "Redis not reached for %.0fs (DUET_REDIS_UNREACHABLE_EXIT_S=%g): exiting for the "
+            "supervisor to start this worker again",
+            away,
+            limit,
+        )
+        logging.shutdown()
+        os._exit(3)
 
 
 def _put_back(held: dict[str, str]) -> set[str]:

@@ -179,6 +179,10 @@ class Unreachable(DuetError):
     """Redis (or the broker) at a configured URL cannot be used: down, frozen, refusing."""
 
 
+class LoginRefused(Unreachable, ConfigError):
+    """Redis (or its sentinels) refused the password given: a setting to fix."""
+
+
 def hide_password(url: str) -> str:
     """``url`` with its password (in the authority or a ``password=`` query parameter)
     replaced by ``***``; a URL that cannot be taken apart is not shown at all."""
@@ -241,6 +245,17 @@ def check_broker_reachable(url: str, variable: str) -> None:
         raise unreachable(url, variable, exc, what="the broker") from None
     finally:
         conn.release()  # type: ignore[no-untyped-call]
+
+
+def refused_login(url: str, variable: str, exc: BaseException) -> LoginRefused | None:
+    """The one-line error when ``exc`` is Redis (or its sentinels) refusing the password
+    given: a setting to fix, not an outage to wait out; None for any other error."""
+    said = str(unreachable(url, variable, exc))
+    if isinstance(exc, redis.exceptions.AuthenticationError) or (
+        isinstance(exc, MasterNotFoundError) and "refused the password" in said
+    ):
+        return LoginRefused(said)
+    return None
 
 
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
