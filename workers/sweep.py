@@ -108,7 +108,11 @@ def sweep_every(
                 _watch_settings()
         with _quietly("the look for dead worker processes"):
             healing = healer.heal()
-            steps = healing.rest(_put_back(healing.held)) if healing.dead else []
+            put_back: set[str] = set()
+            if healing.held:
+                with _quietly("putting a dead worker's messages back"):
+                    put_back = _put_back(healing.held)
+            steps = healing.rest(put_back)  # all of them if none went back
             for step in steps:
                 dispatch(step)
             if steps and sent is not None:
