@@ -29,7 +29,7 @@ from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import Outgoing, RunStore
-from workers import metrics, publish, tracing
+from workers import metrics, publish, spec_keys, tracing
 from workers.app import SEND_OPTIONS, app, direct_push
 from workers.celery_ext import Waiting
 from workers.logs import BATCH_HEADER
@@ -86,6 +86,7 @@ def _build() -> tuple[Coordinator, StepService]:
                 redact,
                 observers=tuple(m.StepObserver() for m in watchers),
                 scrub_output=scrub_output,
+                spec_seen=spec_keys.register,
                 handover_message=handover_message,
                 cache=CallCache(
                     open_call_store(store.r), tuple(m.StepObserver() for m in watchers)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
+from orchestration.core.architecture import LoopSpec
 from orchestration.core.budget import Amount, Refusal
 from orchestration.core.callcache import CacheSpec
 from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Message, refusal_error
@@ -194,8 +195,12 @@ class StepService:
         scrub_output: Scrub | None = None,
         handover_message: HandoverMessage | None = None,
         cache: CallCache | None = None,
+        spec_seen: Callable[[LoopSpec], None] | None = None,
     ) -> None:
         self.store = store
+        #: Told of a spec before the first call of it here (``workers.spec_keys.register``:
+        #: every key variable the spec names, both roles', is a secret from its first step).
+        self.spec_seen = spec_seen
         #: The model-call cache's store (None: no call is ever cached).
         self.cache = cache
         self.handover_message = handover_message
@@ -544,6 +549,8 @@ class StepService:
         seat = self._seats.get((spec_id, role))
         if seat is None:
             spec = self.store.load_spec(spec_id)
+            if self.spec_seen is not None:
+                self.spec_seen(spec)
             agent = spec.actor if role == "actor" else spec.critic
             turns = spec.conversation_turns if spec.persistent_subagents else 0
             structured = role == "critic" and structured_critique(agent)
