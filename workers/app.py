@@ -28,13 +28,11 @@ from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 from orchestration.state import fastpaths, keys
 from orchestration.state.broker import broker_config, is_redis, visibility_timeout_of
-from workers import celery_ext, hub_waker, publish
+from workers import celery_ext, publish
 
 log = logging.getLogger(__name__)
 
 app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.amqp())
-# Late acks from the threads pool reach the broker at once on kombu before 5.7 too.
-app.steps["consumer"].add(hub_waker.WakeHub)
 
 
 def _config(broker_url: str | None) -> dict[str, object]:

@@ -29,7 +29,6 @@ from orchestration.state import (
     deadletters,
     fastpaths,
     keys,
-    restores,
     scripts,
     sentinel,
 )
@@ -708,13 +707,9 @@ class Transport(kombu_redis.Transport):
 
 class StockChannel(kombu_redis.Channel):
     """kombu's stock Redis channel, noting unacknowledged messages in Duet's format
-    (:class:`QoS`), so workers on either transport restore each other's; on kombu before
-    5.7 restoring them on Duet's schedule (:mod:`~orchestration.state.restores`)."""
+    (:class:`QoS`), so workers on either transport restore each other's."""
 
     QoS = QoS
-    from_transport_options = restores.channel_options(kombu_redis.Channel.from_transport_options)
-    unacked_restore_interval = restores.KOMBU_INTERVAL_S
-    unacked_restore_throttle = restores.KOMBU_THROTTLE
 
 
 class StockTransport(kombu_redis.Transport):
@@ -731,10 +726,6 @@ class StockTransport(kombu_redis.Transport):
     Channel = StockChannel
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
 
-    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
-        restores.schedule(self, loop)
-
 
 class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel, a lost connection's close a connection error (which
@@ -743,11 +734,6 @@ class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     in Duet's format, as :class:`StockChannel`'s."""
 
     QoS = QoS
-    from_transport_options = restores.channel_options(
-        kombu_redis.SentinelChannel.from_transport_options
-    )
-    unacked_restore_interval = restores.KOMBU_INTERVAL_S
-    unacked_restore_throttle = restores.KOMBU_THROTTLE
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
@@ -761,10 +747,6 @@ class SentinelTransport(kombu_redis.SentinelTransport):
         *kombu_redis.SentinelTransport.connection_errors,
         *StockTransport.connection_errors,
     )
-
-    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
-        restores.schedule(self, loop)
 
 
 class Connection(kombu.Connection):
