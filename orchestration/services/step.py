@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from orchestration.backoff import IN_PLACE, vendor_backoff
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.architecture import LoopSpec
@@ -348,20 +349,13 @@ class StepService:
         return replace(handover, sent=True) if send is not None else handover
 
     def _keep_trying(self, write: Callable[[], object], what: str) -> None:
-        """Run ``write`` until Redis takes it: backoff 0.2 s doubling to 5 s, for up to
-        :data:`STORE_PATIENCE_S`; then the error goes up (the task retries)."""
-        deadline = time.monotonic() + STORE_PATIENCE_S
-        wait = 0.2
-        while True:
-            try:
-                write()
-                return
-            except INFRA_ERRORS as exc:
-                if time.monotonic() + wait > deadline:
-                    raise
-                log.warning("%s: %s; again in %.1fs", what, type(exc).__name__, wait)
-                time.sleep(wait)
-                wait = min(wait * 2, 5.0)
+        """Run ``write`` until Redis takes it (:data:`~orchestration.backoff.IN_PLACE`), for
+        up to :data:`STORE_PATIENCE_S`; then the error goes up (the task retries)."""
+
+        def waiting(exc: BaseException, wait: float) -> None:
+            log.warning("%s: %s; again in %.1fs", what, type(exc).__name__, wait)
+
+        IN_PLACE.retrying(INFRA_ERRORS, STORE_PATIENCE_S, waiting)(write)
 
     def _reserve(
         self,
@@ -565,9 +559,9 @@ class StepService:
         return seat
 
     def backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        """Exponential backoff with full jitter; a vendor's Retry-After is honoured as a floor."""
-        cap = min(self.settings.retry_max_s, self.settings.retry_base_s * 2**attempt)
-        wait = random.uniform(0, cap)
+        """The vendor backoff's wait (full jitter); a vendor's Retry-After is a floor."""
+        policy = vendor_backoff(self.settings.retry_base_s, self.settings.retry_max_s)
+        wait = policy.delay(attempt)
         return max(wait, retry_after) if retry_after is not None else wait
 
     def check_s(self) -> float:

@@ -22,6 +22,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from orchestration.backoff import OUTAGE
 from orchestration.core.envelope import envelope_problem, examine
 from orchestration.settings import Settings
 from orchestration.state import (
@@ -42,9 +43,6 @@ STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
 #: The value selecting kombu's stock Sentinel transport, outages counted as connection
 #: errors (:class:`SentinelTransport`), for a ``sentinel://`` broker.
 SENTINEL_TRANSPORT = "orchestration.state.broker:SentinelTransport"
-#: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
-#: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
-OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
 #: Seconds between two warnings while it lasts.
 OOM_WARN_EVERY_S = 30.0
 #: Appended to kombu's unacked index key (``unacked_index``) to name the sorted set of
@@ -207,7 +205,7 @@ class QoS(kombu_redis.QoS):
     ) -> None:
         """ZADD ``members`` (after a ZREM of ``acked``, in the same round trip), waiting
         with backoff while Redis refuses the ZADD in an outage (OOM, MISCONF ...)."""
-        delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
+        attempt, waited, warned = 0, 0.0, 0.0
         key = self.unacked_messages_key
         while True:
             try:
@@ -235,9 +233,10 @@ class QoS(kombu_redis.QoS):
                         delivery_tag,
                         waited,
                     )
+                delay = OUTAGE.delay(attempt)
                 time.sleep(delay)
                 waited += delay
-                delay = min(delay * 2, OOM_MAX_WAIT_S)
+                attempt += 1
         if waited:
             log.warning("Redis accepts writes again after %.1fs", waited)
 
@@ -426,9 +425,9 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
     _pop_noting: bool = False
     #: How many messages the pop in flight asked for.
     _pop_count: int = 0
-    #: The wait before the next pop while Redis refuses pops (an outage), and when the
-    #: last warning of it was logged (``time.monotonic``).
-    _outage_delay: float = 0.0
+    #: Pauses in a row while Redis refuses pops (an outage; :data:`OUTAGE` backoff), and
+    #: when the last warning of it was logged (``time.monotonic``).
+    _outage_pauses: int = 0
     _outage_warned: float = float("-inf")
     #: The script pop in flight: the acks it removes and the queue of each key it pops.
     _popping: tuple[list[str], list[str]] | None = None
@@ -537,7 +536,7 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
                     raise
                 self._pop_refused(exc, popping[0])
                 raise kombu_redis.Empty() from None
-            self._outage_delay = 0.0
+            self._outage_pauses = 0
             if not reply:
                 self._pop_noting = self._acks_go_with_note = False
                 raise kombu_redis.Empty()
@@ -661,9 +660,8 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         with backoff, before the next (the event loop has nothing else to do), and warn
         at most every :data:`OOM_WARN_EVERY_S`."""
         now = time.monotonic()
-        delay = self._outage_delay = min(
-            max(self._outage_delay * 2, OOM_FIRST_WAIT_S), OOM_MAX_WAIT_S
-        )
+        delay = OUTAGE.delay(self._outage_pauses)
+        self._outage_pauses += 1
         if now - self._outage_warned >= OOM_WARN_EVERY_S:
             self._outage_warned = now
             log.warning(
