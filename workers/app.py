@@ -55,7 +55,6 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,
-        "worker_consumer": celery_ext.consumer(),
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
         # On a lost broker connection, tasks in flight run to their end (a step's model
