@@ -29,13 +29,11 @@ from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 from orchestration.state import fastpaths, keys
 from orchestration.state.broker import broker_config, is_redis, visibility_timeout_of
-from workers import celery_ext, hub_waker, publish
+from workers import celery_ext, publish
 
 log = logging.getLogger(__name__)
 
 app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.amqp())
-# Late acks from the threads pool reach the broker at once on kombu before 5.7 too.
-app.steps["consumer"].add(hub_waker.WakeHub)
 
 
 def _config(broker_url: str | None) -> dict[str, object]:
@@ -58,7 +56,6 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,
-        "worker_consumer": celery_ext.consumer(),
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
         # On a lost broker connection, tasks in flight run to their end (a step's model

@@ -22,6 +22,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from orchestration.backoff import OUTAGE
 from orchestration.core.envelope import envelope_problem, examine
 from orchestration.settings import Settings
 from orchestration.state import (
@@ -29,7 +30,6 @@ from orchestration.state import (
     deadletters,
     fastpaths,
     keys,
-    restores,
     scripts,
     sentinel,
 )
@@ -43,9 +43,6 @@ STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
 #: The value selecting kombu's stock Sentinel transport, outages counted as connection
 #: errors (:class:`SentinelTransport`), for a ``sentinel://`` broker.
 SENTINEL_TRANSPORT = "orchestration.state.broker:SentinelTransport"
-#: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
-#: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
-OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
 #: Seconds between two warnings while it lasts.
 OOM_WARN_EVERY_S = 30.0
 #: Appended to kombu's unacked index key (``unacked_index``) to name the sorted set of
@@ -208,7 +205,7 @@ class QoS(kombu_redis.QoS):
     ) -> None:
         """ZADD ``members`` (after a ZREM of ``acked``, in the same round trip), waiting
         with backoff while Redis refuses the ZADD in an outage (OOM, MISCONF ...)."""
-        delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
+        attempt, waited, warned = 0, 0.0, 0.0
         key = self.unacked_messages_key
         while True:
             try:
@@ -236,9 +233,10 @@ class QoS(kombu_redis.QoS):
                         delivery_tag,
                         waited,
                     )
+                delay = OUTAGE.delay(attempt)
                 time.sleep(delay)
                 waited += delay
-                delay = min(delay * 2, OOM_MAX_WAIT_S)
+                attempt += 1
         if waited:
             log.warning("Redis accepts writes again after %.1fs", waited)
 
@@ -452,9 +450,9 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
     _pop_noting: bool = False
     #: How many messages the pop in flight asked for.
     _pop_count: int = 0
-    #: The wait before the next pop while Redis refuses pops (an outage), and when the
-    #: last warning of it was logged (``time.monotonic``).
-    _outage_delay: float = 0.0
+    #: Pauses in a row while Redis refuses pops (an outage; :data:`OUTAGE` backoff), and
+    #: when the last warning of it was logged (``time.monotonic``).
+    _outage_pauses: int = 0
     _outage_warned: float = float("-inf")
     #: The script pop in flight: the acks it removes and the queue of each key it pops.
     _popping: tuple[list[str], list[str]] | None = None
@@ -563,7 +561,7 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
                     raise
                 self._pop_refused(exc, popping[0])
                 raise kombu_redis.Empty() from None
-            self._outage_delay = 0.0
+            self._outage_pauses = 0
             if not reply:
                 self._pop_noting = self._acks_go_with_note = False
                 raise kombu_redis.Empty()
@@ -687,9 +685,8 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         with backoff, before the next (the event loop has nothing else to do), and warn
         at most every :data:`OOM_WARN_EVERY_S`."""
         now = time.monotonic()
-        delay = self._outage_delay = min(
-            max(self._outage_delay * 2, OOM_FIRST_WAIT_S), OOM_MAX_WAIT_S
-        )
+        delay = OUTAGE.delay(self._outage_pauses)
+        self._outage_pauses += 1
         if now - self._outage_warned >= OOM_WARN_EVERY_S:
             self._outage_warned = now
             log.warning(
@@ -734,13 +731,9 @@ class Transport(kombu_redis.Transport):
 
 class StockChannel(kombu_redis.Channel):
     """kombu's stock Redis channel, noting unacknowledged messages in Duet's format
-    (:class:`QoS`), so workers on either transport restore each other's; on kombu before
-    5.7 restoring them on Duet's schedule (:mod:`~orchestration.state.restores`)."""
+    (:class:`QoS`), so workers on either transport restore each other's."""
 
     QoS = QoS
-    from_transport_options = restores.channel_options(kombu_redis.Channel.from_transport_options)
-    unacked_restore_interval = restores.KOMBU_INTERVAL_S
-    unacked_restore_throttle = restores.KOMBU_THROTTLE
 
 
 class StockTransport(kombu_redis.Transport):
@@ -757,10 +750,6 @@ class StockTransport(kombu_redis.Transport):
     Channel = StockChannel
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
 
-    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
-        restores.schedule(self, loop)
-
 
 class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel, a lost connection's close a connection error (which
@@ -769,11 +758,6 @@ class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     in Duet's format, as :class:`StockChannel`'s."""
 
     QoS = QoS
-    from_transport_options = restores.channel_options(
-        kombu_redis.SentinelChannel.from_transport_options
-    )
-    unacked_restore_interval = restores.KOMBU_INTERVAL_S
-    unacked_restore_throttle = restores.KOMBU_THROTTLE
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
@@ -787,10 +771,6 @@ class SentinelTransport(kombu_redis.SentinelTransport):
         *kombu_redis.SentinelTransport.connection_errors,
         *StockTransport.connection_errors,
     )
-
-    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
-        restores.schedule(self, loop)
 
 
 class Connection(kombu.Connection):

@@ -20,9 +20,8 @@ from redis.sentinel import MasterNotFoundError
 
 from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import Settings, get_settings
-from orchestration.state import fastpaths, sentinel
+from orchestration.state import sentinel
 from orchestration.state.outages import OUTAGE_ERRORS
-from orchestration.state.pinned import PinnedPool
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None
@@ -59,10 +58,8 @@ def redis_url() -> str:
 
 
 def get_redis() -> Any:
-    """The process-wide client: a blocking pool sized for a threaded worker, in which each
-    thread keeps a connection (:class:`~orchestration.state.pinned.PinnedPool`: up to
-    the worker's threads and 16 more keep one, 16 more are shared) while the ``pool``
-    fast path is on, else redis-py's stock ``BlockingConnectionPool``.
+    """The process-wide client: redis-py's ``BlockingConnectionPool``, sized for a threaded
+    worker (its threads and 32 more connections).
 
     Typed ``Any``: it decodes responses to ``str``, which redis-py's annotations
     (``bytes | str`` everywhere) cannot express.
@@ -88,9 +85,7 @@ def get_redis() -> Any:
                 )
                 _notice_sentinel()
             else:
-                pinned = fastpaths.enabled("pool")
-                pool_class = PinnedPool if pinned else redis.BlockingConnectionPool
-                pool = pool_class.from_url(url, timeout=30, **options)
+                pool = redis.BlockingConnectionPool.from_url(url, timeout=30, **options)
                 _client = redis.Redis(connection_pool=pool)
         return _client
 
@@ -100,13 +95,13 @@ _noticed = False
 
 def _notice_sentinel() -> None:
     """Say once per process that a Sentinel URL runs redis-py's and kombu's stock Sentinel
-    clients (Duet's pool and transport fast paths are for ``redis://`` / ``rediss://``)."""
+    clients (Duet's transport fast path is for ``redis://`` / ``rediss://``)."""
     global _noticed
     if not _noticed:
         _noticed = True
         logging.getLogger(__name__).info(
             "DUET_REDIS_URL is a Sentinel URL: redis-py's Sentinel pool and kombu's Sentinel "
-            "transport run (Duet's pool and transport fast paths are for redis:// URLs)"
+            "transport run (Duet's transport fast path is for redis:// URLs)"
         )
 
 

@@ -348,6 +348,7 @@ LAYERS = {
     "orchestration.settings": "settings",
     "orchestration.prices": "prices",
     "orchestration.logjson": "logjson",
+    "orchestration.backoff": "backoff",
     "orchestration": "orchestration",  # the package's public face (re-exports)
     "workers": "workers",
     "duet": "duet",
@@ -360,18 +361,21 @@ ORCHESTRATION = {
     "settings",
     "prices",
     "logjson",
+    "backoff",
     "orchestration",
 }
 MAY_IMPORT = {
     "core": {"core"},
-    "state": {"core", "state", "settings"},
+    "state": {"core", "state", "settings", "backoff"},
     # The environment's defaults (finished TTL, step lease) live with the keys.
     "settings": {"core", "state"},
     # The price database, read into core Price values (a package the core may not import).
     "prices": {"core"},
     # The JSON log line format, shared by workers and the command line: imports none of ours.
     "logjson": set(),
-    "services": {"core", "state", "settings", "prices", "services"},
+    # The one backoff policy (tenacity's loop): imports none of ours.
+    "backoff": set(),
+    "services": {"core", "state", "settings", "prices", "services", "backoff"},
     "client": {"core", "state", "settings", "prices", "client"},
     "orchestration": ORCHESTRATION,
     "workers": ORCHESTRATION | {"workers"},
