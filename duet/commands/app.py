@@ -22,7 +22,7 @@ from orchestration.core.errors import ConfigError
 app = typer.Typer(
     name="duet",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.commands.support import connect, fails_cleanly, out, plain
+from duet.commands.support import JsonOpt, connect, emit_json, fails_cleanly, out, plain
 from orchestration.core.budget import UNITS, Budget, parse_scope
 
 budget_app = typer.Typer(
@@ -38,17 +38,30 @@ def show(
     scope: Annotated[
         str, typer.Argument(help="A scope, or a prefix such as 'user:'; all when left out.")
     ] = "",
+    as_json: JsonOpt = False,
 ) -> None:
     """Limit, spent, reserved and remaining per unit, for one scope or all that match."""
     connect()
     from orchestration.client.handles import get_budget, list_budgets
 
     names = [scope] if scope.count(":") == 1 and scope.split(":")[1] else list_budgets(scope)
-    if not names:
+    if not names and not as_json:
         out.print(plain("no budgets" + (f" matching {scope!r}" if scope else "")))
         return
     for name in names:
         state = get_budget(name)
+        if as_json:
+            units = {
+                unit: {
+                    "limit": state.limits.get(unit),
+                    "spent": state.spent.value(unit),
+                    "reserved": state.reserved.value(unit),
+                    "remaining": state.remaining.get(unit),
+                }
+                for unit in UNITS
+            }
+            emit_json({"scope": name, "warn_at": state.warn_at, "units": units})
+            continue
         table = Table(title=plain(f"{name}  (warn at {state.warn_at:.0%})"), title_justify="left")
         for column in ("unit", "limit", "spent", "reserved", "remaining"):
             table.add_column(column, justify="left" if column == "unit" else "right")

@@ -23,8 +23,10 @@ from duet.commands.results import (
 )
 from duet.commands.support import (
     SOME_FAILED,
+    JsonOpt,
     clean,
     connect,
+    emit_json,
     err,
     error,
     fails_cleanly,
@@ -57,9 +59,7 @@ def ls(
         bool,
         typer.Option("--wide", help="Whole batch ids instead of their shortest unique prefix."),
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per batch (whole ids), no table.")
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List the newest batches: when, counts by outcome, rejected inputs, spend.
 
@@ -74,7 +74,7 @@ def ls(
     if as_json:
         for batch_id, rec in found:
             row = _ls_row(r, batch_id, rec)
-            out.print_json(data={"batch_id": batch_id, **row}, indent=None)
+            emit_json({"batch_id": batch_id, **row})
         return
     if not found:
         out.print("no batches")
@@ -131,6 +131,7 @@ def _outcomes(counts: dict[str, int]) -> Text:
 def show(
     run_id: RunArg,
     full: Annotated[bool, typer.Option("--full", help="Show the final output in full.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
@@ -138,6 +139,9 @@ def show(
     from orchestration.client.handles import store
 
     result = store().result(ids.run_id(run_id))
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+        return
     out.print(_run_header(result))
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:

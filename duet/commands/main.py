@@ -51,6 +51,7 @@ from duet.commands.batch import (
 from duet.commands.budget import budget_app
 from duet.commands.cache import cache_app
 from duet.commands.dead import dead_app
+from duet.commands.intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.commands.limits import limits_app
 from duet.commands.progress import LOG_EVERY_S, ProgressView, follow
 from duet.commands.results import (
@@ -78,7 +79,9 @@ from duet.commands.support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
+    JsonOpt,
     connect,
+    emit_json,
     err,
     error,
     fails_cleanly,
@@ -89,7 +92,6 @@ from duet.commands.support import (
     warn,
 )
 from duet.formats.outputs import write_outputs
-from duet.intake.batch import Reading, load_checked, print_dry_run, submit_reading
 from duet.report.records import (
     Summary,
     by_index,
@@ -244,7 +246,7 @@ def run_loaded(
     if not dry_run:
         if not embedded:
             connect()  # the cluster's cache is in its Redis
-        from duet.embedded.run_cache import RunCache
+        from duet.commands.run_cache import RunCache
 
         run_cache = RunCache.of(cfg.build_architecture().to_spec())
     intake = Intake(finished, limit, run_cache)
@@ -346,8 +348,8 @@ def review(
     Deleted, binary, vendored and .gitignored files are skipped and counted; renames are
     followed. Exit codes as for ``duet run``.
     """
+    from duet.commands.intake import check_loaded
     from duet.config import parse_config
-    from duet.intake.batch import check_loaded
     from orchestration.core import review_templates
 
     if not git_range:
@@ -518,7 +520,7 @@ def submit(
 
 @app.command(epilog="Example: duet watch 4c9e34663fac4c9d8513fd84d3ff8b17")
 @fails_cleanly
-def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
+def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S, as_json: JsonOpt = False) -> None:
     """Show a batch's progress until it finishes: done/total, outcomes, spend, rate, ETA,
     and what it waits on (a rate limit, a spent budget, no worker on a queue).
 
@@ -527,6 +529,8 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
     """
     connect()
     handle = batch_handle(batch)
+    if as_json:
+        raise exit_for_progress(_watch_json(handle, log_every))
 
     def finished(p: dict[str, Any], wait_s: float) -> bool:
         if p["done"] >= p["total"]:
@@ -544,6 +548,22 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
         if workers is not None:
             workers.stop()
     raise exit_for_progress(p)
+
+
+def _watch_json(handle: Any, log_every: float) -> dict[str, Any]:
+    """``duet watch --json``: the batch's progress as a JSON line whenever it changes (at
+    most once a second) and at least every ``log_every`` seconds, the last when it is done."""
+    shown: dict[str, Any] | None = None
+    at = -float("inf")
+    while True:
+        p = handle.progress()
+        done = p["done"] >= p["total"]
+        if done or p != shown or time.monotonic() - at >= log_every:
+            emit_json({"batch_id": handle.batch_id, **p})
+            shown, at = p, time.monotonic()
+        if done:
+            return p
+        time.sleep(min(1.0, log_every))  # the polling interval
 
 
 @app.command(
@@ -576,6 +596,12 @@ def results(
     fail_on: FailOnOpt = "never",
     patch: PatchOpt = False,
     root: RootOpt = Path("."),
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="JSON lines on stdout, one record each (the default without -o)."
+        ),
+    ] = False,
 ) -> None:
     """Stream a batch's records in input order (rejected inputs in their places), each as
     soon as it (and those before it) finished; with --status and no --output, each match
@@ -585,6 +611,8 @@ def results(
     (or when the timeout passed).
     """
     check_status(status)
+    if as_json and (output is not None or format is not None or patch):
+        raise ConfigError("--json prints JSON lines on stdout: leave out -o, -f and --patch")
     if format is not None or patch:
         write_findings(
             batch,

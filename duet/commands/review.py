@@ -87,7 +87,7 @@ class GitSource:
     context: int = 10
 
     def reader(self, cfg: ReviewConfig, intake: Intake) -> GitChanges:
-        from duet.intake.batch import prompt_limit
+        from duet.commands.intake import prompt_limit
         from duet.intake.git import GitChanges
 
         assert self.spec is not None

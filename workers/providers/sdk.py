@@ -6,11 +6,13 @@ JSON body, also used in vendor batches) and :meth:`SDKProvider.read` (a reply).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
@@ -46,6 +48,19 @@ _AUTH_STATUSES = (401, 403)
 
 #: What reading an unexpected reply shape raises (a missing key, a wrong type...).
 REPLY_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+
+
+def vendor_sdk(name: str) -> ModuleType:
+    """The vendor's SDK (``openai``, ``anthropic``), imported on first use; a worker
+    installed without it fails the call for good, naming the extra that brings it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ProviderError(
+            f"the {name} SDK is not installed on this worker: pip install 'duet-review[{name}]'",
+            kind="missing_sdk",
+            transient=False,
+        ) from exc
 
 
 class SDKProvider(Provider):
