@@ -31,7 +31,7 @@ from collections.abc import Callable
 from celery.signals import worker_ready
 
 from orchestration.services.coordinator import Dispatch
-from orchestration.services.sweeper import Healer, RestartWatch, Sweeper, Transition
+from orchestration.services.sweeper import Healer, Healing, RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
 from orchestration.state.broker import is_redis, restore_delivered
 from orchestration.state.fleet import take_sweeper_turn
@@ -107,7 +107,8 @@ def sweep_every(
             with _quietly("the check of the Redis server's settings"):
                 _watch_settings()
         with _quietly("the look for dead worker processes"):
-            healing = healer.heal()
+            # A server that evicts may have dropped live processes' keys: trust none.
+            healing = healer.heal() if serverwatch.refused() is None else Healing([], {}, [])
             put_back: set[str] = set()
             if healing.held:
                 with _quietly("putting a dead worker's messages back"):
