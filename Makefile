@@ -63,9 +63,9 @@ bench-aio: $(STAMP)
 worker: $(STAMP)
 	$(BIN)/duet worker
 
-## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL (loopback only; deploy/ adds a login)
+## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL (loopback; login in FLOWER_BASIC_AUTH)
 flower: $(STAMP)
-	$(BIN)/celery -A workers flower --port=5555 --address=127.0.0.1
+	$(BIN)/duet flower --port=5555
 
 ## lock: re-resolve deploy/constraints.txt, the versions the image, `make test` and CI
 ## install, from pyproject.toml's ranges (every extra; Python 3.10 to 3.13)

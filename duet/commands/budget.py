@@ -49,6 +49,7 @@ def show(
         out.print(plain("no budgets" + (f" matching {scope!r}" if scope else "")))
         return
     for name in names:
+        name = _whole_batch_id(name)
         state = get_budget(name)
         if as_json:
             units = {
@@ -77,7 +78,33 @@ def show(
                 _fmt(unit, reserved),
                 _fmt(unit, state.remaining.get(unit)),
             )
+        if not table.rows and name.startswith("batch:"):
+            _batch_spend(table, name.split(":", 1)[1])
         out.print(table)
+
+
+def _whole_batch_id(scope: str) -> str:
+    """``batch:PREFIX`` (the short id ``duet ls`` shows) as ``batch:WHOLE-ID``."""
+    kind, _, typed = scope.partition(":")
+    if kind != "batch" or not typed:
+        return scope
+    from duet.commands import ids
+
+    try:
+        return f"batch:{ids.batch_id(typed)}"
+    except LookupError:
+        return scope
+
+
+def _batch_spend(table: Table, batch_id: str) -> None:
+    """A batch with no budget limit keeps no ledger: its spend is its record's, the number
+    ``duet ls`` shows."""
+    from orchestration.state import batches, connection
+
+    rec = batches.record(connection.get_redis(), batch_id)
+    if rec:
+        table.caption = "no limit set: spent is what the batch's runs cost (as duet ls shows)"
+        table.add_row("usd", "-", _fmt("usd", float(rec.get("usd") or 0)), "-", "-")
 
 
 @budget_app.command(

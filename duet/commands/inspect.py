@@ -80,24 +80,35 @@ def ls(
         out.print("no batches")
         return
     short = {} if wide else shortest_unique(lookup.batch_ids(r))
+    rows = [(short.get(batch_id, batch_id), _ls_row(r, batch_id, rec)) for batch_id, rec in found]
+    print_whole(ls_table(rows))
+
+
+#: The outcomes column wraps at this width, so `duet ls` fits an 80-column terminal.
+_OUTCOMES_WIDTH = 26
+
+
+def ls_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    """``duet ls``'s table of (shown id, row) pairs: 80 columns wide with 8-character ids
+    (submitted to the minute, rejected inputs among the outcomes, which wrap)."""
     table = Table(title="Batches, newest first", title_justify="left")
     table.add_column("batch", no_wrap=True)
     table.add_column("submitted", no_wrap=True)
     table.add_column("done", justify="right", no_wrap=True)
-    table.add_column("outcomes", overflow="fold")
-    table.add_column("rejected", justify="right", no_wrap=True)
+    table.add_column("outcomes", max_width=_OUTCOMES_WIDTH)
     table.add_column("cost", justify="right", no_wrap=True)
-    for batch_id, rec in found:
-        row = _ls_row(r, batch_id, rec)
+    for shown, row in rows:
+        outcomes = _outcomes(row["outcomes"])
+        if row["rejected"] and not row["outcomes"].get("rejected"):
+            outcomes.append(f"rejected {row['rejected']}", style=COLOURS["rejected"])
         table.add_row(
-            plain(short.get(batch_id, batch_id)),
-            row["submitted"],
+            plain(shown),
+            row["submitted"][5:16],  # MM-DD HH:MM; --json has the whole time
             f"{row['done']}/{row['total']}",
-            _outcomes(row["outcomes"]),
-            str(row["rejected"]),
+            outcomes,
             f"${row['usd']:.4f}",
         )
-    print_whole(table)
+    return table
 
 
 def _ls_row(r: Any, batch_id: str, rec: dict[str, str]) -> dict[str, Any]:

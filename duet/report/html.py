@@ -83,6 +83,7 @@ def render_report(
             css=_CSS,
             accent=ACCENT,
             summary=_summary_items(summary, ran),
+            simulated=summary.simulated,
             worst=[triage.ref_of(r) for r in triage.worst[:WORST_LINKED]],
             worst_total=len(triage.worst),
             inputs=[input_view(triage, r) for r in triage.worst],

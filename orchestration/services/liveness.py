@@ -30,10 +30,17 @@ class Liveness:
     """The liveness key of this process (a new id after a fork)."""
 
     def __init__(
-        self, client: Any, ttl_s: int, held: Callable[[], Mapping[str, str]] | None = None
+        self,
+        client: Any,
+        ttl_s: int,
+        also: Callable[[Any, int], None] | None = None,
+        held: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.client = client
         self.ttl_s = ttl_s
+        #: Said with every sign of life (client, TTL): what the process publishes beside
+        #: it (its key policy, :mod:`orchestration.state.keypolicies`).
+        self.also = also
         #: The broker messages this process holds (tag -> run id), noted with each beat.
         self.held = held
         self._lock = threading.Lock()
@@ -48,7 +55,7 @@ class Liveness:
             with self._lock:
                 if self._pid != os.getpid():
                     process_id = new_process_id()
-                    mark_alive(self.client, process_id, self.ttl_s)
+                    self._beat(process_id)
                     self._id = process_id
                     self._pid = os.getpid()
                     threading.Thread(
@@ -68,11 +75,16 @@ class Liveness:
         """Stop renewing (the key lapses within ``ttl_s``)."""
         self._stop.set()
 
+    def _beat(self, process_id: str) -> None:
+        mark_alive(self.client, process_id, self.ttl_s)
+        if self.also is not None:
+            self.also(self.client, self.ttl_s)
+
     def _loop(self, process_id: str) -> None:
         noted = True  # a note left by an earlier beat of this id is replaced
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                mark_alive(self.client, process_id, self.ttl_s)
+                self._beat(process_id)
                 held = self.held() if self.held is not None else {}
                 if held or noted:  # nothing held twice in a row: nothing to write
                     keep = self.ttl_s * HELD_KEEP_TTLS

@@ -46,7 +46,7 @@ KEY_VARS = (
 #: Every setting Duet reads from the environment: the Settings fields, and the key prefix.
 DUET_SETTINGS = {f"DUET_{name.upper()}" for name in Settings.model_fields} | {"DUET_KEY_PREFIX"}
 #: Settings that hold a password when they hold one at all: in a Secret on Kubernetes.
-SECRET_SETTINGS = {"DUET_BROKER_URL", "DUET_REDIS_SENTINEL_PASSWORD"}
+SECRET_SETTINGS = {"DUET_BROKER_URL", "DUET_FLEET_KEY", "DUET_REDIS_SENTINEL_PASSWORD"}
 #: The Kubernetes release the manifests are validated against.
 K8S_VERSION = "1.31.0"
 #: The port every worker serves Prometheus metrics on in deploy/.
@@ -299,7 +299,7 @@ def test_compose_env_passes_keys_through_without_values(yaml: Any) -> None:
 def test_compose_flower_and_fake_llm(yaml: Any) -> None:
     services = load_all(yaml, DEPLOY / "compose.yaml")[0]["services"]
     flower = " ".join(services["flower"]["command"])
-    assert "--broker" in flower and "DUET_REDIS_URL" in flower and "flower" in flower
+    assert "duet flower --address=0.0.0.0" in flower
     assert any(str(p).endswith("5555") for p in services["flower"]["ports"])
     fake = services["fake-llm"]
     assert fake.get("profiles"), "the fake LLM only starts under a profile"
@@ -405,7 +405,8 @@ def test_configmap_holds_duet_settings_only(yaml: Any) -> None:
     assert all(k.startswith("DUET_") for k in data)
     assert all(isinstance(v, str) for v in data.values()), "ConfigMap values are strings"
     assert not any(
-        re.search(r"KEY|PASSWORD|SECRET|TOKEN", k) for k in set(data) - {"DUET_KEY_PREFIX"}
+        re.search(r"KEY|PASSWORD|SECRET|TOKEN", k)
+        for k in set(data) - {"DUET_KEY_PREFIX", "DUET_KEY_HOSTS"}  # names, not values
     )
 
 
@@ -413,8 +414,7 @@ def test_flower_deployment_and_service(yaml: Any) -> None:
     dep = deployments(yaml)["duet-flower"]
     container = dep["spec"]["template"]["spec"]["containers"][0]
     line = " ".join([*container.get("command", []), *container.get("args", [])])
-    assert "-A workers" in line and "--broker" in line and "DUET_REDIS_URL" in line
-    assert "flower --port=5555" in line
+    assert "duet flower --address=0.0.0.0 --port=5555" in line
     (svc,) = [
         d
         for _, d in k8s_docs(yaml)

@@ -189,4 +189,4 @@ def test_a_worker_without_the_vendor_sdk_fails_the_call_naming_the_extra(
     with pytest.raises(ProviderError) as raised:
         vendor_sdk("anthropic")
     assert raised.value.kind == "missing_sdk" and not raised.value.transient
-    assert "pip install 'duet-review[anthropic]'" in str(raised.value)
+    assert "pip install 'duet-review[anthropic] @ git+https://" in str(raised.value)
