@@ -57,7 +57,7 @@ def test_a_redis_restart_logs_no_traceback(
         durable_redis.kill()
         time.sleep(DOWN_S)
         durable_redis.start()
-        wait_for(lambda: batch.progress()["done"] >= 20, 90, "every run", interval=0.5)
+        wait_for(lambda: batch.progress()["done"] >= 20, 180, "every run", interval=0.5)
         log = Path(worker.log_path).read_text(errors="replace")
     lines = log.splitlines()
     # A log record with a traceback: its line, then the traceback's first line.
