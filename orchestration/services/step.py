@@ -341,8 +341,8 @@ class StepService:
         start: StepStart,
         handover: Handover,
         failures: int,
-        waited: float = 0.0,
-        permit: tuple[str, str] | None = None,
+        waited: float,
+        permit: tuple[str, str] | None,
     ) -> StepOutcome:
         """Make the step's call ready (its seat, messages, hold) and answer it."""
         store = self.store
