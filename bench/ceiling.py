@@ -10,7 +10,7 @@ no design in the mission's shape can remove:
   (``OpenAIProvider.complete`` on the stand-in at 0 ms, one thread, after a warm-up:
   the thinnest path Duet has, without the SDK's typed layers);
 * **the two tasks**: every call is a Celery task and is followed by a coordinator task
-  (``bench.celery_floor``: two chained no-op tasks with Duet's transport, consumer and
+  (``bench.celery_floor``: two chained no-op tasks with Duet's transport and
   task events);
 * **the run state**: the round trips to Redis every call makes at the least
   (:data:`STATE_ROUND_TRIPS`: the step's begin and store scripts, the coordinator's read
@@ -62,7 +62,7 @@ def post_cpu_ms(base_url: str, calls: int, warmup: int = 30) -> float:
 
 
 def round_trip_cpu_ms(calls: int = 2000) -> float:
-    """CPU ms of one ``PING`` round trip on Duet's run-state client (its pinned pool and
+    """CPU ms of one ``PING`` round trip on Duet's run-state client (its pool and
     hiredis), to an embedded Redis, from this thread."""
     from duet.embedded.server import EmbeddedRedis
     from orchestration.state import connection

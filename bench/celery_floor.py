@@ -14,9 +14,8 @@ Compare the figure with ``bench.overhead``'s *Duet total* minus its SDK referenc
 difference is Duet's own logic and Redis state. Variants:
 
 - ``--events 1``: worker task events on (what Flower needs; Duet's default), ``0`` off;
-- ``--transport duet``: :mod:`orchestration.state.broker` (one Redis client per channel, plain
-  pipelines for the unacked bookkeeping) and Duet's worker consumer (task events
-  published at most every 50 ms); ``kombu``: kombu's stock transport and consumer.
+- ``--transport duet``: :mod:`orchestration.state.broker` (one Redis client per channel,
+  batched pops and acks); ``kombu``: kombu's stock transport.
 
 Sends from inside task ``a`` are pushed by :mod:`workers.publish` when the transport is
 ``duet``, like the real tasks' sends.
@@ -59,8 +58,6 @@ def floor(
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
     )
-    if transport == "duet":  # Duet's consumer: task events published at most every 50 ms
-        app.conf.worker_consumer = "workers.celery_ext:Consumer"
     direct = transport == "duet"  # sends pushed by workers.publish, as the tasks do
     if direct:
         from workers import publish

@@ -666,7 +666,7 @@ def loop_section(r: dict[str, Any]) -> list[str]:
         f"model call the stand-in answered; medians of {r['repeat']} interleaved repetitions."
         + (
             " `DUET_FAST_PATHS=off`: the worker process runs the stock libraries (kombu's "
-            "transport, Celery's publish and consumer, redis-py's pool, the SDK's per-request "
+            "transport, Celery's publish, the SDK's per-request "
             "layers); the submitting client is as in the other columns."
             if "1x50-off" in cols
             else ""

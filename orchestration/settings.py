@@ -28,10 +28,15 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     #: The name Sentinel monitors the primary under, for a ``sentinel://`` URL.
     redis_sentinel_master: str = Field(default="mymaster", min_length=1)
+    #: The sentinels' own password (their ``requirepass``), for sentinels that have one;
+    #: the primary's is the URL's. Unset: the sentinels are asked without one.
+    redis_sentinel_password: SecretStr | None = None
     #: Replicas a write that must survive a failover (a stored step answer and its
     #: budget settlement, a transition, a budget hold, a submission) waits for (``WAIT``);
     #: fewer in time: the write is not acknowledged, an outage retried. 0: no wait.
-    redis_min_replicas: int = Field(default=0, ge=0)
+    #: ``auto``: one when the primary has a replica connected (read every few seconds),
+    #: else none, so a standalone server pays nothing.
+    redis_min_replicas: int | Literal["auto"] = "auto"
     #: Such writes also wait until the primary and those replicas have them in their
     #: append-only files on disk (``WAITAOF``: Redis 7.2+ or Valkey, ``appendonly yes``).
     redis_wait_aof: bool = False
@@ -69,6 +74,10 @@ class Settings(BaseSettings):
     #: Seconds one Redis or broker command may wait for its reply. Longer than the
     #: blocking reads Duet issues (5 s).
     redis_socket_timeout_s: float = Field(default=15.0, gt=5)
+    #: Seconds a worker may go without reaching its Redis (every primary the sentinels
+    #: name, or the one server) before it exits (code 3) for its supervisor to start it
+    #: again. Unset: it waits for Redis however long it takes.
+    redis_unreachable_exit_s: float | None = Field(default=None, gt=0)
     #: Threads per worker process: calls in flight at once (they wait on the model).
     worker_concurrency: int = Field(default=200, ge=1)
     #: Seconds a worker process trusts what it last learned of a model's fleet-wide pause
@@ -129,6 +138,13 @@ class Settings(BaseSettings):
     def _module_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("redis_min_replicas")
+    @classmethod
+    def _replicas(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("a number of replicas (0 or more), or auto")
         return value
 
     @field_validator("preload_providers", mode="before")

@@ -88,8 +88,10 @@ def celery_worker(
     name: str = "w1",
     broker_url: str | None = None,
     loglevel: str = "WARNING",
+    gossip: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``celery -A workers worker`` subprocess, ready when this yields.
+    """A ``celery -A workers worker`` subprocess, ready when this yields (``gossip``:
+    with Celery's heartbeat, mingle and gossip on, as a worker runs by default).
 
     Its log (stdout and stderr) is the file ``proc.log_path`` (removed afterwards).
     """
@@ -110,9 +112,7 @@ def celery_worker(
             queues,
             "--loglevel",
             loglevel,
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
+            *([] if gossip else ["--without-heartbeat", "--without-mingle", "--without-gossip"]),
             "-n",
             f"{name}-{os.getpid()}@%h",
         ],
@@ -135,6 +135,10 @@ def celery_worker(
         probe.conf.broker_transport_options["master_name"] = full_env.get(
             "DUET_REDIS_SENTINEL_MASTER", "mymaster"
         )
+        if full_env.get("DUET_REDIS_SENTINEL_PASSWORD"):  # the sentinels' own
+            probe.conf.broker_transport_options["sentinel_kwargs"] = {
+                "password": full_env["DUET_REDIS_SENTINEL_PASSWORD"]
+            }
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis

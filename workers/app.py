@@ -17,6 +17,7 @@ from celery.signals import (
     after_setup_task_logger,
     after_task_publish,
     before_task_publish,
+    celeryd_init,
     worker_init,
     worker_process_shutdown,
     worker_shutdown,
@@ -28,13 +29,11 @@ from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 from orchestration.state import fastpaths, keys
 from orchestration.state.broker import broker_config, is_redis, visibility_timeout_of
-from workers import celery_ext, hub_waker, publish
+from workers import celery_ext, publish
 
 log = logging.getLogger(__name__)
 
 app = Celery("duet", include=["workers.tasks"], amqp=celery_ext.amqp())
-# Late acks from the threads pool reach the broker at once on kombu before 5.7 too.
-app.steps["consumer"].add(hub_waker.WakeHub)
 
 
 def _config(broker_url: str | None) -> dict[str, object]:
@@ -57,7 +56,6 @@ def _config(broker_url: str | None) -> dict[str, object]:
         # Flower and `celery events` see every task; arguments are ids, so nothing leaks.
         # (No task-sent events: they cost a publish per message and Flower needs none.)
         "worker_send_task_events": True,
-        "worker_consumer": celery_ext.consumer(),
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
         # On a lost broker connection, tasks in flight run to their end (a step's model
@@ -128,6 +126,7 @@ def _setup_logs(logger: logging.Logger, **_: object) -> None:
     settings = get_settings()
     if not settings.log_tasks:
         logs.quiet_task_lines()
+    logs.quiet_reconnects(logger)
     if settings.log_format == "json":
         logs.use_json(logger)
     else:
@@ -142,6 +141,22 @@ def _setup_task_logs(logger: logging.Logger, **_: object) -> None:
         logs.use_json(logger)
     else:
         logs.use_terminal_safe_text(logger)
+
+
+#: Why a worker without a cluster refuses to start: ``duet worker``, ``celery -A workers
+#: worker`` and the image alike (Celery would try ``amqp://guest@localhost`` instead).
+NO_CLUSTER = "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
+
+
+def check_cluster() -> None:
+    """Refuse a worker with no broker configured (no ``DUET_REDIS_URL`` or
+    ``DUET_BROKER_URL``, and not pointed at one by :func:`configure`).
+
+    Raises:
+        ConfigError: :data:`NO_CLUSTER`.
+    """
+    if not app.conf.broker_url:
+        raise ConfigError(NO_CLUSTER)
 
 
 def check_visibility_timeout() -> None:
@@ -160,12 +175,33 @@ def check_visibility_timeout() -> None:
         )
 
 
+@celeryd_init.connect(weak=False)
+def _check_schemes(**_: object) -> None:
+    """Refuse a Redis URL scheme Duet does not serve before Celery builds its broker
+    connection (kombu's error there is a traceback): one line, exit 2."""
+    from orchestration.state import preflight
+
+    settings = get_settings()
+    urls = {"DUET_REDIS_URL": settings.redis_url}
+    broker = settings.broker_url or ""
+    if "redis" in broker.partition("://")[0] or "sentinel" in broker.partition("://")[0]:
+        urls["DUET_BROKER_URL"] = broker
+    try:
+        for variable, url in urls.items():
+            if url:
+                preflight.check_scheme(url, variable)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 @worker_init.connect(weak=False)
 def _check_at_start(**_: object) -> None:
     # The timeouts, and whether the endpoint fast path runs (its notice, if off, at start;
     # httpx2 is imported here, not by every process importing this module: ~0.14 s).
     # Celery logs and ignores what a signal handler raises: exit (code 2) instead.
     try:
+        check_cluster()  # before anything connects
         check_visibility_timeout()
         fastpaths.enabled("endpoint")
         check_servers()
@@ -179,9 +215,10 @@ def check_servers() -> None:
     one that cannot be reached now is checked by nothing more (the worker waits for it).
 
     Raises:
-        ConfigError: the URL's scheme, the server's eviction policy, a cluster.
+        ConfigError: the URL's scheme, the server's eviction policy, a cluster, a password
+            the server (or its sentinels) refused.
     """
-    from orchestration.state import preflight
+    from orchestration.state import connection, preflight
 
     settings = get_settings()
     servers = {settings.redis_url: "DUET_REDIS_URL"}
@@ -195,6 +232,9 @@ def check_servers() -> None:
             for warning in preflight.check_server(url, variable):
                 log.warning("%s", warning)
         except (redis.RedisError, OSError) as exc:
+            refused = connection.refused_login(url, variable, exc)
+            if refused is not None:  # a wrong password does not get better by waiting
+                raise refused from None
             log.warning(
                 "%s not checked at start (%s): Duet needs maxmemory-policy "
                 "noeviction and no cluster",

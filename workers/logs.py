@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import kombu.exceptions
+import redis
 from celery import current_task
 
 from orchestration.logjson import JsonFormatter as BaseJsonFormatter
@@ -56,6 +58,55 @@ def use_terminal_safe_text(logger: logging.Logger) -> None:
     for handler in logger.handlers:
         if not any(isinstance(f, TerminalSafeFilter) for f in handler.filters):
             handler.addFilter(TerminalSafeFilter())
+
+
+#: What a lost Redis or broker connection raises, as a log record's exception or its cause.
+_AWAY = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    kombu.exceptions.OperationalError,
+    ConnectionError,
+)
+#: Celery's messages about a connection being collected or a step being restarted after
+#: the broker went away, where its exception is not one of :data:`_AWAY` (the connection
+#: object was already dropped: ``'NoneType' object has no attribute ...``).
+_RECONNECT_MESSAGES = ("Error on restarting", "Error on stopping")
+
+
+class ReconnectFilter(logging.Filter):
+    """An expected reconnect (Redis restarted, failed over) as one line: a record whose
+    exception is a lost connection (or Celery restarting a step meanwhile) keeps its
+    message and the exception's first line, without the traceback, at WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not _expected(exc, str(record.msg)):
+            return True
+        record.msg = f"{record.getMessage()} [{type(exc).__name__}: {str(exc)[:200]}; reconnecting]"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _expected(exc: BaseException, message: str) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(10):  # the exception and its causes
+        if seen is None:
+            break
+        if isinstance(seen, _AWAY):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return message.startswith(_RECONNECT_MESSAGES) and isinstance(exc, AttributeError)
+
+
+def quiet_reconnects(logger: logging.Logger) -> None:
+    """Give every handler of ``logger`` a :class:`ReconnectFilter` (once)."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, ReconnectFilter) for f in handler.filters):
+            handler.addFilter(ReconnectFilter())
 
 
 def quiet_task_lines() -> None:

@@ -31,6 +31,7 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     start_http_server,
@@ -121,6 +122,12 @@ WAIT_SECONDS = Counter(
     "duet_step_wait_seconds_total",
     "Seconds steps were told to wait, by provider, model and reason.",
     ["provider", "model", "reason"],
+)
+
+REDIS_REFUSED = Gauge(
+    "duet_redis_refused",
+    "1 while this worker has stopped new work: its Redis would evict keys (or is a "
+    "cluster node); 0 otherwise.",
 )
 
 _ROUND = re.compile(r":round_\d+")

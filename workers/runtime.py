@@ -8,16 +8,16 @@ sends the messages they ask for.
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 from typing import Any
 
 import kombu.exceptions
+import redis
 from celery import current_task
 from celery.exceptions import Reject, Retry
 from celery.signals import worker_ready
 
+from orchestration.backoff import IN_PLACE, INFRA
 from orchestration.services.budgeting import Budgets
 from orchestration.services.callcaching import CallCache
 from orchestration.services.coordinator import Coordinator, Dispatch
@@ -27,12 +27,12 @@ from orchestration.services.step import Handover, RetryLater, StepOutcome, StepS
 from orchestration.services.tools import ToolService
 from orchestration.settings import get_settings
 from orchestration.state import keypolicies
-from orchestration.state.callcache import open_call_store
+from orchestration.state.callcache import RedisCallStore, open_call_store
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
 from orchestration.state.runs import Outgoing, RunStore
-from workers import metrics, publish, tracing
+from workers import metrics, publish, spec_keys, tracing
 from workers.app import SEND_OPTIONS, app, direct_push
 from workers.celery_ext import Waiting
 from workers.logs import BATCH_HEADER
@@ -46,6 +46,21 @@ _coordinator: Coordinator | None = None
 _steps: StepService | None = None
 _liveness: Liveness | None = None
 _tools: ToolService | None = None
+
+
+def yield_cache() -> int:
+    """Run state met ``OOM``: the model-call cache gives its room back (entries evicted;
+    0 when the cache is not in this Redis)."""
+    if not get_settings().redis_url:  # the embedded default's cache is a disk file
+        return 0
+    try:
+        evicted = RedisCallStore(get_store().r).make_room()
+    except REDIS_INFRA_ERRORS as exc:
+        log.warning("the model-call cache could not give room back: %s", exc)
+        return 0
+    if evicted:
+        log.warning("Redis is full: %d model-call cache entries evicted for run state", evicted)
+    return evicted
 
 
 def get_store() -> RunStore:
@@ -88,6 +103,7 @@ def _build() -> tuple[Coordinator, StepService]:
                 redact,
                 observers=tuple(m.StepObserver() for m in watchers),
                 scrub_output=scrub_output,
+                spec_seen=spec_keys.register,
                 handover_message=handover_message,
                 list_mcp=_list_mcp,
                 cache=CallCache(
@@ -142,9 +158,26 @@ def get_liveness() -> Liveness:
         with _lock:
             if _liveness is None:
                 _liveness = Liveness(
-                    get_store().r, get_settings().process_ttl_s, also=publish_key_policy
+                    get_store().r,
+                    get_settings().process_ttl_s,
+                    also=publish_key_policy,
+                    held=held_messages,
                 )
     return _liveness
+
+
+def held_messages() -> dict[str, str]:
+    """The broker messages this worker process holds (received, not yet acknowledged:
+    waiting, running or scheduled for later), delivery tag -> run id."""
+    from celery.worker import state
+
+    held = {}
+    for request in list(state.requests.values()):
+        tag = getattr(request.message, "delivery_tag", None)
+        args = request.args
+        if tag and args:
+            held[str(tag)] = str(args[0])
+    return held
 
 
 def publish_key_policy(client: Any, ttl_s: int) -> None:
@@ -335,11 +368,10 @@ def retry(task: Any, countdown: float, exc: Exception, headers: dict[str, Any]) 
     # The retry's headers replace the message's: keep the others (batch id, trace).
     merged = {**(task.request.headers or {}), **headers}
     merged = {k: v for k, v in merged.items() if v is not None}
-    deadline = time.monotonic() + PUBLISH_PATIENCE_S
-    wait = 0.2
-    while True:
+
+    def publish() -> Exception:
         try:
-            return task.retry(
+            return task.retry(  # type: ignore[no-any-return]
                 countdown=countdown,
                 exc=exc,
                 max_retries=None,
@@ -348,27 +380,28 @@ def retry(task: Any, countdown: float, exc: Exception, headers: dict[str, Any]) 
             )
         except Retry as signal:
             return signal
-        except (Reject, *INFRA_ERRORS) as failed:
+        except Reject as failed:
             # Celery turns a failed publish into Reject(requeue=False): the message would
             # be acked away. A full Redis refuses at once (kombu retries lost connections
             # only). Either way: try again, then give the message back.
-            error = failed.reason if isinstance(failed, Reject) else failed
-            if not isinstance(error, INFRA_ERRORS):
-                raise
-            if time.monotonic() + wait > deadline:
-                log.warning(
-                    "could not re-schedule %s (%s); giving its message back", task.name, error
-                )
-                return Reject(f"broker unavailable: {type(error).__name__}", requeue=True)
-            time.sleep(wait)
-            wait = min(wait * 2, 5.0)
+            if isinstance(failed.reason, INFRA_ERRORS):
+                raise failed.reason from None
+            raise
+
+    try:
+        return IN_PLACE.retrying(INFRA_ERRORS, PUBLISH_PATIENCE_S, lambda *_: None)(publish)
+    except INFRA_ERRORS as error:
+        log.warning("could not re-schedule %s (%s); giving its message back", task.name, error)
+        return Reject(f"broker unavailable: {type(error).__name__}", requeue=True)
 
 
 def infra_retry(task: Any, error: BaseException, claim: str | None = None) -> Exception:
-    """The retry of a task that met a Redis or broker error: backoff 1, 2, 4 ... 30 s
-    (with jitter), not counted as a failed attempt; a step hands its claim on."""
+    """The retry of a task that met a Redis or broker error (:data:`~orchestration.backoff.INFRA`),
+    not counted as a failed attempt; a step hands its claim on."""
     attempt = int((task.request.headers or {}).get(INFRA_HEADER, 0))
-    wait = random.uniform(0.5, 1.0) * min(30.0, 2.0**attempt)
+    wait = INFRA.delay(attempt)
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        yield_cache()
     log.warning(
         "%s %s: %s: %s; retry in %.1fs",
         task.name,

@@ -2,7 +2,7 @@
 
 A spec names the variable holding its key (``api_key_env``), and those holding the
 credentials of its ``base_url`` (``https://USER:${VARIABLE}@host``); a worker registers
-them when it makes the spec's adapter, before the spec's first call. At start it also
+every variable of a spec, both roles', before its first step of it (:func:`register`). At start it also
 registers every variable any spec stored in Redis names, so their values are scrubbed from everything it
 lets out from its first task on, whichever spec that task runs.
 """
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestration.core import url_credentials
+from orchestration.core.architecture import LoopSpec
 from orchestration.state import keys
 from workers import secrets
 
@@ -42,6 +43,13 @@ def _named(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for item in node:
             yield from _named(item)
+
+
+def register(spec: LoopSpec) -> None:
+    """Register the variables ``spec`` names (both roles'), before a step of it calls a
+    model: a vendor error of the actor's call may echo the critic's key."""
+    for name in _named(spec.model_dump(mode="json")):
+        secrets.register_key_variable(name)
 
 
 def register_stored(client: Any) -> int:

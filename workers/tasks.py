@@ -13,7 +13,7 @@ from celery import Task
 from orchestration.services.step import FanOut, Park
 from orchestration.services.tools import CheckLater, NextTurn
 from orchestration.state import keys
-from workers import celery_ext, metrics, tracing
+from workers import celery_ext, metrics, serverwatch, tracing
 from workers import sweep as _sweep  # noqa: F401 - the periodic sweep starts with the worker
 from workers.app import app
 from workers.runtime import (
@@ -61,6 +61,9 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
     task's message is acked: the run would be stranded).
     """
     claimant: str | None = None
+    why = serverwatch.refused()
+    if why is not None:  # Redis would evict: no model call until it keeps every key
+        raise retry(task, serverwatch.WAIT_S, StepWait(f"new work stopped: {why}"), {})
     try:
         claimant = get_liveness().claimant()
         outcome = get_steps().run(

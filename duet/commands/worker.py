@@ -70,14 +70,10 @@ def worker(
 ) -> None:
     """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
     from orchestration.state import keys
+    from workers.app import check_cluster, check_visibility_timeout
 
-    if not (get_settings().redis_url or get_settings().broker_url):
-        raise ConfigError(
-            "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
-        )
-    from workers.app import check_visibility_timeout
-
-    check_visibility_timeout()  # a clear one-line refusal here, before Celery starts
+    check_cluster()  # clear one-line refusals here, before Celery starts
+    check_visibility_timeout()
     chosen = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(chosen) - set(keys.ALL_QUEUES))
     if not chosen or unknown:

@@ -6,16 +6,18 @@ process that can reach Redis (and the broker) can submit work.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
 from celery import Celery
 
 from orchestration.core.architecture import LoopSpec
-from orchestration.core.errors import ConfigError, RunTimeout
+from orchestration.core.errors import ConfigError, RunTimeout, StoreFull
 from orchestration.core.events import Event
 from orchestration.core.key_policy import KeyPolicy
 from orchestration.core.loop import parse_step_key
@@ -24,6 +26,7 @@ from orchestration.core.tools import unknown_tools
 from orchestration.settings import get_settings
 from orchestration.state import batches, connection, keypolicies, keys, replicas
 from orchestration.state.broker import broker_config
+from orchestration.state.callcache import RedisCallStore
 from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
 from orchestration.state.turns import Turn, TurnStore, published_tools
@@ -67,6 +70,26 @@ def send_coordinate(run_ids: Iterable[str], seq: int = 0) -> None:
             app.send_task(keys.TASK_COORDINATE, args=(run_id, seq), producer=prod)
 
 
+@contextlib.contextmanager
+def room_for_runs() -> Iterator[None]:
+    """Turn Redis's ``OOM`` during a submission into :class:`StoreFull`, after the
+    model-call cache gave its room back (so the next submission may fit)."""
+    try:
+        yield
+    except redis.exceptions.OutOfMemoryError as exc:
+        evicted = 0
+        with contextlib.suppress(redis.exceptions.RedisError):
+            evicted = RedisCallStore(store().r).make_room()
+        raise StoreFull(
+            "Redis is at its maxmemory (OOM) and refused the submission"
+            + (
+                f"; the model-call cache gave back {evicted} entries: submit again"
+                if evicted
+                else ": raise maxmemory, or clear old results, then submit again"
+            )
+        ) from exc
+
+
 def enqueue(
     spec: LoopSpec, records: Sequence[RunRecord], *, batch: dict[str, Any] | None = None
 ) -> None:
@@ -75,7 +98,15 @@ def enqueue(
     A batch with ``max_in_flight`` N sends only its first N runs; the others are queued
     at its gate (:mod:`orchestration.state.gates`) and sent as places free. A record
     ``served`` from the cache is written finished instead, and neither sent nor gated.
+
+    Raises:
+        StoreFull: Redis refused the writes at its ``maxmemory``.
     """
+    with room_for_runs():
+        _enqueue(spec, records, batch)
+
+
+def _enqueue(spec: LoopSpec, records: Sequence[RunRecord], batch: dict[str, Any] | None) -> None:
     st = store()
     check_key_policies(spec, st.r)
     limit = limit_of(batch) if batch is not None else 0
@@ -171,8 +202,9 @@ def set_budgets(limits: Mapping[str, Budget]) -> None:
     """
     if limits:
         book = ledger()
-        for scope_name, budget in limits.items():
-            book.set_limits(scope_name, budget)
+        with room_for_runs():
+            for scope_name, budget in limits.items():
+                book.set_limits(scope_name, budget)
 
 
 def get_budget(scope: str) -> ScopeState:

@@ -54,5 +54,10 @@ class RunTimeout(DuetError, TimeoutError):
     """A run or batch did not finish within the time the caller was willing to wait."""
 
 
+class StoreFull(DuetError):
+    """Redis refused a write at its ``maxmemory`` (OOM): nothing was submitted; try again
+    once it has room (raise ``maxmemory``, or clear old results)."""
+
+
 class SpecTampered(DuetError):
     """A stored spec does not match the content hash it is stored under (rewritten in Redis)."""

@@ -5,7 +5,9 @@ While the process lives, :class:`Liveness` renews its key every third of ``ttl_s
 ``SET`` per process, whatever the number of calls in flight); once it dies, its key is
 gone within ``ttl_s`` and its claims are taken over at once instead of after their lease.
 The key is written (synchronously) before the first claim is made, so a claim never
-names a process that has not said it is alive.
+names a process that has not said it is alive. Each beat also notes the broker messages
+the process holds (``held``), so that they go back on their queues as soon as it is found
+dead, not after the visibility timeout.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestration.state.processes import mark_alive, new_claimant, new_process_id
+from orchestration.state.processes import mark_alive, new_claimant, new_process_id, note_held
+
+#: How many process TTLs the note of a process's held messages outlives its liveness key.
+HELD_KEEP_TTLS = 6
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +30,19 @@ class Liveness:
     """The liveness key of this process (a new id after a fork)."""
 
     def __init__(
-        self, client: Any, ttl_s: int, also: Callable[[Any, int], None] | None = None
+        self,
+        client: Any,
+        ttl_s: int,
+        also: Callable[[Any, int], None] | None = None,
+        held: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.client = client
         self.ttl_s = ttl_s
         #: Said with every sign of life (client, TTL): what the process publishes beside
         #: it (its key policy, :mod:`orchestration.state.keypolicies`).
         self.also = also
+        #: The broker messages this process holds (tag -> run id), noted with each beat.
+        self.held = held
         self._lock = threading.Lock()
         self._pid = -1
         self._id = ""
@@ -70,9 +81,15 @@ class Liveness:
             self.also(self.client, self.ttl_s)
 
     def _loop(self, process_id: str) -> None:
+        noted = True  # a note left by an earlier beat of this id is replaced
         while not self._stop.wait(self.ttl_s / 3):
             try:
                 self._beat(process_id)
+                held = self.held() if self.held is not None else {}
+                if held or noted:  # nothing held twice in a row: nothing to write
+                    keep = self.ttl_s * HELD_KEEP_TTLS
+                    note_held(self.client, process_id, held, keep)
+                noted = bool(held)
             except Exception as exc:  # noqa: BLE001 - Redis away: try again next beat
                 log.warning("renewing this process's liveness key failed: %s", exc)
 

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from orchestration.backoff import IN_PLACE, vendor_backoff
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
+from orchestration.core.architecture import LoopSpec
 from orchestration.core.budget import Amount, Refusal
 from orchestration.core.callcache import CacheSpec
 from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Message, refusal_error
@@ -224,12 +226,16 @@ class StepService:
         cache: CallCache | None = None,
         turns: TurnStore | None = None,
         list_mcp: ListMcp | None = None,
+        spec_seen: Callable[[LoopSpec], None] | None = None,
     ) -> None:
         self.store = store
         #: Turns and tool results of agents with tools.
         self.turns = turns or TurnStore(store.r)
         #: Lists an MCP server's tools (``workers.tools.runner.list_mcp``).
         self.list_mcp = list_mcp
+        #: Told of a spec before the first call of it here (``workers.spec_keys.register``:
+        #: every key variable the spec names, both roles', is a secret from its first step).
+        self.spec_seen = spec_seen
         #: The model-call cache's store (None: no call is ever cached).
         self.cache = cache
         self.handover_message = handover_message
@@ -569,20 +575,13 @@ class StepService:
         return FanOut(run_id, key, refs)
 
     def _keep_trying(self, write: Callable[[], object], what: str) -> None:
-        """Run ``write`` until Redis takes it: backoff 0.2 s doubling to 5 s, for up to
-        :data:`STORE_PATIENCE_S`; then the error goes up (the task retries)."""
-        deadline = time.monotonic() + STORE_PATIENCE_S
-        wait = 0.2
-        while True:
-            try:
-                write()
-                return
-            except INFRA_ERRORS as exc:
-                if time.monotonic() + wait > deadline:
-                    raise
-                log.warning("%s: %s; again in %.1fs", what, type(exc).__name__, wait)
-                time.sleep(wait)
-                wait = min(wait * 2, 5.0)
+        """Run ``write`` until Redis takes it (:data:`~orchestration.backoff.IN_PLACE`), for
+        up to :data:`STORE_PATIENCE_S`; then the error goes up (the task retries)."""
+
+        def waiting(exc: BaseException, wait: float) -> None:
+            log.warning("%s: %s; again in %.1fs", what, type(exc).__name__, wait)
+
+        IN_PLACE.retrying(INFRA_ERRORS, STORE_PATIENCE_S, waiting)(write)
 
     def _reserve(
         self,
@@ -770,6 +769,8 @@ class StepService:
         seat = self._seats.get((spec_id, role))
         if seat is None:
             spec = self.store.load_spec(spec_id)
+            if self.spec_seen is not None:
+                self.spec_seen(spec)
             agent = spec.actor if role == "actor" else spec.critic
             turns = spec.conversation_turns if spec.persistent_subagents else 0
             structured = role == "critic" and structured_critique(agent)
@@ -784,9 +785,9 @@ class StepService:
         return seat
 
     def backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        """Exponential backoff with full jitter; a vendor's Retry-After is honoured as a floor."""
-        cap = min(self.settings.retry_max_s, self.settings.retry_base_s * 2**attempt)
-        wait = random.uniform(0, cap)
+        """The vendor backoff's wait (full jitter); a vendor's Retry-After is a floor."""
+        policy = vendor_backoff(self.settings.retry_base_s, self.settings.retry_max_s)
+        wait = policy.delay(attempt)
         return max(wait, retry_after) if retry_after is not None else wait
 
     def check_s(self) -> float:

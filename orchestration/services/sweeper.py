@@ -25,6 +25,7 @@ from orchestration.core.results import FINISHED_STATUSES
 from orchestration.services.coordinator import Dispatch
 from orchestration.state.gates import BatchGate
 from orchestration.state.keys import TASK_BY_PHASE
+from orchestration.state.processes import lapsed, take_held
 from orchestration.state.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,62 @@ class Sweeper:
         return sends + placed
 
 
+@dataclass(frozen=True, slots=True)
+class Healing:
+    """What to do for the processes found dead: put ``held`` back on their queues (broker
+    delivery tag -> run id), then send the ``steps`` of the runs none of them was for."""
+
+    dead: list[str]
+    held: dict[str, str]
+    steps: list[Dispatch]
+
+    def rest(self, restored: set[str]) -> list[Dispatch]:
+        """The steps to send once the messages ``restored`` (tags) are back on their queues."""
+        back = {self.held[tag] for tag in restored if tag in self.held}
+        return [s for s in self.steps if s.run_id not in back]
+
+
+class Healer:
+    """Sends on, at once, the steps a dead worker process had claimed (its liveness key
+    lapsed): each is taken over by its next delivery (the claim names a dead process), so
+    its run moves again seconds after the death, not ``after_s`` later. Holds only the
+    store."""
+
+    def __init__(self, store: RunStore, *, process_ttl_s: int) -> None:
+        self.store = store
+        self.process_ttl_s = process_ttl_s
+
+    def heal(self) -> Healing:
+        """The processes found dead now (each by one caller only), the broker messages they
+        held and the steps they had claimed."""
+        dead = lapsed(self.store.r, self.process_ttl_s)
+        if not dead:
+            return Healing([], {}, [])
+        held = take_held(self.store.r, dead)
+        sends = [
+            Dispatch(
+                TASK_BY_PHASE[parse_step_key(run.current_step)[0]],
+                run.run_id,
+                run.current_step,
+                run.seq,
+                run.batch_id,
+            )
+            for run in self.store.claimed_by(dead)
+            if run.current_step
+        ]
+        for send in sends:
+            self.store.touch(send.run_id)
+        log.warning(
+            "worker process(es) %s stopped saying they are alive: %s message(s) they held "
+            "to put back, %s step(s) they had claimed%s",
+            ", ".join(dead[:5]),
+            len(held),
+            len(sends),
+            (": " + ", ".join(s.run_id for s in sends[:10])) if sends else "",
+        )
+        return Healing(dead, held, sends)
+
+
 class RestartWatch:
     """Tells when the Redis server became a new process (a new ``run_id`` in ``INFO
     server``: restarted, failed over): the time it came back, so the runs that have not
@@ -109,4 +166,4 @@ class RestartWatch:
         return max(now - uptime_s, last_seen)
 
 
-__all__ = ["RestartWatch", "Sweeper", "Transition"]
+__all__ = ["Healer", "Healing", "RestartWatch", "Sweeper", "Transition"]

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -22,6 +22,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from orchestration.backoff import OUTAGE
 from orchestration.core.envelope import envelope_problem, examine
 from orchestration.settings import Settings
 from orchestration.state import (
@@ -29,7 +30,6 @@ from orchestration.state import (
     deadletters,
     fastpaths,
     keys,
-    restores,
     scripts,
     sentinel,
 )
@@ -43,9 +43,6 @@ STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
 #: The value selecting kombu's stock Sentinel transport, outages counted as connection
 #: errors (:class:`SentinelTransport`), for a ``sentinel://`` broker.
 SENTINEL_TRANSPORT = "orchestration.state.broker:SentinelTransport"
-#: Backoff while Redis refuses writes (out of memory, unable to persist, a replica: an
-#: outage, see :mod:`~orchestration.state.outages`), seconds: first wait and cap.
-OOM_FIRST_WAIT_S, OOM_MAX_WAIT_S = 0.05, 1.0
 #: Seconds between two warnings while it lasts.
 OOM_WARN_EVERY_S = 30.0
 #: Appended to kombu's unacked index key (``unacked_index``) to name the sorted set of
@@ -104,7 +101,10 @@ def _examine(text: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 class QoS(kombu_redis.QoS):
-    """kombu's ack emulation, with each unacknowledged message one member of one sorted set.
+    """Duet's unacknowledged-message format, with each message one member of one sorted set:
+    every channel notes, acks and restores messages through it (Duet's transport, kombu's
+    stock one and the Sentinel one alike), so a message any worker died holding is put
+    back by any other, whatever ``DUET_FAST_PATHS`` says on either machine.
 
     kombu notes a delivered message with two writes (ZADD of its tag to the unacked index,
     HSET of the message under its tag) and removes it with two (ZREM, HDEL): four commands
@@ -119,12 +119,18 @@ class QoS(kombu_redis.QoS):
     or script), the wait after an empty pop, the channel's close or a full batch
     (:meth:`flush_acks`). A worker that dies in between leaves acked messages noted: they
     come back after the visibility timeout, as a message of a task that was running
-    would, and Duet's tasks find their step done or their transition made.
+    would, and Duet's tasks find their step done or their transition made. On kombu's
+    stock channels (no pop notes) each delivered message is noted by one ZADD
+    (:meth:`append`) and each ack removed at once (:attr:`ack_batch` 1).
     The restore of messages unacknowledged past the visibility timeout reads the members
     older than it and puts each back on its queue in a transaction (WATCH, ZREM, push), as
     kombu's does. Messages noted the kombu way (by a worker of an earlier Duet during a
     rolling upgrade) are still restored and acked the kombu way.
     """
+
+    #: Acks gathered before one ZREM removes them (:meth:`ack`): 1 (at once) on a channel
+    #: that does not flush them itself; :class:`Channel`'s pops and close do.
+    ack_batch = 1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -199,7 +205,7 @@ class QoS(kombu_redis.QoS):
     ) -> None:
         """ZADD ``members`` (after a ZREM of ``acked``, in the same round trip), waiting
         with backoff while Redis refuses the ZADD in an outage (OOM, MISCONF ...)."""
-        delay, waited, warned = OOM_FIRST_WAIT_S, 0.0, 0.0
+        attempt, waited, warned = 0, 0.0, 0.0
         key = self.unacked_messages_key
         while True:
             try:
@@ -227,9 +233,10 @@ class QoS(kombu_redis.QoS):
                         delivery_tag,
                         waited,
                     )
+                delay = OUTAGE.delay(attempt)
                 time.sleep(delay)
                 waited += delay
-                delay = min(delay * 2, OOM_MAX_WAIT_S)
+                attempt += 1
         if waited:
             log.warning("Redis accepts writes again after %.1fs", waited)
 
@@ -241,7 +248,7 @@ class QoS(kombu_redis.QoS):
             return
         with self._acked_lock:
             self._acked.append(member)
-            full = len(self._acked) >= ACK_BATCH
+            full = len(self._acked) >= self.ack_batch
         virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
         if full:
             self.flush_acks()
@@ -344,6 +351,10 @@ class QoS(kombu_redis.QoS):
             with self.channel.conn_or_acquire(client) as conn:
                 yield conn.pipeline(transaction=False)
 
+    def restore_member(self, client: Any, member: Any) -> None:
+        """Put one noted message back at the front of its queue (its worker died)."""
+        self._restore_member(client, member, leftmost=True)
+
     def _restore_member(self, client: Any, member: Any, leftmost: bool) -> None:
         """Put one noted message back on its queue, unless it is gone (acked or restored
         by another), in one transaction."""
@@ -364,6 +375,33 @@ class QoS(kombu_redis.QoS):
                 self.channel._do_restore_message(raw, exchange, routing_key, pipe, leftmost)
 
         client.transaction(restore, key)
+
+
+def restore_delivered(channel: Any, tags: Collection[str]) -> set[str]:
+    """Put back on their queues the unacknowledged messages with delivery ``tags`` (a dead
+    worker held them), at the front, whoever noted them; the tags put back. Reads the
+    whole unacknowledged set once (a death is rare)."""
+    qos = channel.qos
+    if not tags or not isinstance(qos, QoS):
+        return set()
+    wanted, back = set(tags), set()
+    with channel.conn_or_acquire() as client:
+        for member in client.zrange(qos.unacked_messages_key, 0, -1):
+            try:
+                raw = loads(bytes_to_str(member))[0]  # type: ignore[no-untyped-call]
+                tag = raw["properties"]["delivery_tag"]
+            except (ValueError, LookupError, TypeError):
+                continue  # no worker can take it: the visibility timeout's restore dead-letters it
+            if tag in wanted:
+                qos.restore_member(client, member)
+                back.add(tag)
+    return back
+
+
+class BatchingQoS(QoS):
+    """:class:`QoS` for :class:`Channel`, whose pops carry the acks gathered meanwhile."""
+
+    ack_batch = ACK_BATCH
 
 
 class LostConnectionGuard:
@@ -400,7 +438,7 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
     """A kombu Redis channel that reuses its synchronous client and takes up to
     :data:`POP_MAX` messages a pop."""
 
-    QoS = QoS
+    QoS = BatchingQoS
     _duet_client: Any = None
     #: Queues consumed without acks (their messages are not noted as unacknowledged).
     _no_ack_queues: frozenset[str] = frozenset()
@@ -412,9 +450,9 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
     _pop_noting: bool = False
     #: How many messages the pop in flight asked for.
     _pop_count: int = 0
-    #: The wait before the next pop while Redis refuses pops (an outage), and when the
-    #: last warning of it was logged (``time.monotonic``).
-    _outage_delay: float = 0.0
+    #: Pauses in a row while Redis refuses pops (an outage; :data:`OUTAGE` backoff), and
+    #: when the last warning of it was logged (``time.monotonic``).
+    _outage_pauses: int = 0
     _outage_warned: float = float("-inf")
     #: The script pop in flight: the acks it removes and the queue of each key it pops.
     _popping: tuple[list[str], list[str]] | None = None
@@ -523,7 +561,7 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
                     raise
                 self._pop_refused(exc, popping[0])
                 raise kombu_redis.Empty() from None
-            self._outage_delay = 0.0
+            self._outage_pauses = 0
             if not reply:
                 self._pop_noting = self._acks_go_with_note = False
                 raise kombu_redis.Empty()
@@ -647,9 +685,8 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         with backoff, before the next (the event loop has nothing else to do), and warn
         at most every :data:`OOM_WARN_EVERY_S`."""
         now = time.monotonic()
-        delay = self._outage_delay = min(
-            max(self._outage_delay * 2, OOM_FIRST_WAIT_S), OOM_MAX_WAIT_S
-        )
+        delay = OUTAGE.delay(self._outage_pauses)
+        self._outage_pauses += 1
         if now - self._outage_warned >= OOM_WARN_EVERY_S:
             self._outage_warned = now
             log.warning(
@@ -664,9 +701,10 @@ class Channel(LostConnectionGuard, kombu_redis.Channel):
         if self._qos is not None and not self.closed:
             try:
                 self._qos.flush_acks()
-            except self.connection_errors:  # they come back after the visibility timeout
+            except self.connection_errors as exc:  # back after the visibility timeout
                 log.warning(
-                    "could not remove acked messages from the unacked set on close", exc_info=True
+                    "could not remove acked messages from the unacked set on close: %s",
+                    connection.first_line(exc),
                 )
         super().close()  # type: ignore[no-untyped-call]
 
@@ -692,13 +730,10 @@ class Transport(kombu_redis.Transport):
 
 
 class StockChannel(kombu_redis.Channel):
-    """kombu's stock Redis channel, restoring unacknowledged messages on Duet's schedule
-    (:mod:`~orchestration.state.restores`), as kombu 5.7's does itself."""
+    """kombu's stock Redis channel, noting unacknowledged messages in Duet's format
+    (:class:`QoS`), so workers on either transport restore each other's."""
 
-    QoS = restores.ScheduledQoS
-    from_transport_options = restores.channel_options(kombu_redis.Channel.from_transport_options)
-    unacked_restore_interval = restores.KOMBU_INTERVAL_S
-    unacked_restore_throttle = restores.KOMBU_THROTTLE
+    QoS = QoS
 
 
 class StockTransport(kombu_redis.Transport):
@@ -709,29 +744,20 @@ class StockTransport(kombu_redis.Transport):
     popped text that is not JSON (or not UTF-8), which kombu's read raises in the event
     loop: the consumer reconnects past it (it is gone, the error logged), as kombu's
     read already does for JSON without ``properties`` (a ``KeyError``). Dead-lettering
-    needs Duet's read (:class:`Channel`). On kombu before 5.7 its channel is
-    :class:`StockChannel`, restoring unacknowledged messages on Duet's schedule."""
+    needs Duet's read (:class:`Channel`). Its channel is :class:`StockChannel`: kombu's,
+    its unacknowledged messages in Duet's format."""
 
-    Channel = kombu_redis.Channel if restores.KOMBU_SCHEDULES else StockChannel
+    Channel = StockChannel
     connection_errors = (*Transport.connection_errors, json.JSONDecodeError, UnicodeDecodeError)
-
-    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
-        restores.schedule(self, loop)
 
 
 class SentinelChannel(LostConnectionGuard, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel, a lost connection's close a connection error (which
     ended a worker after a primary was killed: kombu's rebuild of the closed channel's
     pool, ``'NoneType' object has no attribute 'hostname'``); unacknowledged messages
-    restored on Duet's schedule, as :class:`StockChannel` does."""
+    in Duet's format, as :class:`StockChannel`'s."""
 
-    QoS = restores.ScheduledQoS
-    from_transport_options = restores.channel_options(
-        kombu_redis.SentinelChannel.from_transport_options
-    )
-    unacked_restore_interval = restores.KOMBU_INTERVAL_S
-    unacked_restore_throttle = restores.KOMBU_THROTTLE
+    QoS = QoS
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
@@ -745,10 +771,6 @@ class SentinelTransport(kombu_redis.SentinelTransport):
         *kombu_redis.SentinelTransport.connection_errors,
         *StockTransport.connection_errors,
     )
-
-    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        super().register_with_event_loop(connection, loop)  # type: ignore[no-untyped-call]
-        restores.schedule(self, loop)
 
 
 class Connection(kombu.Connection):
@@ -798,6 +820,12 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             **({"global_keyprefix": keys.BROKER_PREFIX} if is_redis(broker_url) else {}),
             # The primary's name, for a Sentinel URL (kombu's and Flower's option).
             **({"master_name": name} if (name := sentinel_master(broker_url, settings)) else {}),
+            # The sentinels' own password, when they have one (kombu's option).
+            **(
+                {"sentinel_kwargs": sentinel.sentinel_login()}
+                if name and sentinel.sentinel_login()
+                else {}
+            ),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
             **connection.socket_options(broker_url, settings),
         },

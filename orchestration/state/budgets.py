@@ -119,6 +119,11 @@ def _check_step(step_id: str) -> None:
         raise ConfigError(f"step_id must be a non-empty string, got {step_id!r}")
 
 
+def _settled_keys(step_id: str) -> list[str]:
+    """The settle script's last keys: the call's run's settled hash and its record."""
+    return [keys.budget_settled(step_id), keys.run(step_id.partition(":")[0])]
+
+
 def _scope_keys(scopes: list[str]) -> list[str]:
     out: list[str] = []
     for item in scopes:
@@ -356,7 +361,7 @@ class BudgetLedger:
         _check_step(step_id)
         scopes = _check_scopes(scopes)
         reply = self._settle(
-            keys=[*_scope_keys(scopes), keys.budget_settled(step_id)],
+            keys=[*_scope_keys(scopes), *_settled_keys(step_id)],
             args=[step_id, int(marker_ttl_s), _wire(actual), len(scopes)],
         )
         return bool(int(reply))
@@ -375,7 +380,7 @@ class BudgetLedger:
         scopes = _check_scopes(scopes)
         return ScriptCall(
             self._settle,
-            [*_scope_keys(scopes), keys.budget_settled(step_id)],
+            [*_scope_keys(scopes), *_settled_keys(step_id)],
             [step_id, int(marker_ttl_s), _wire(actual), len(scopes)],
         )
 

@@ -1,7 +1,8 @@
 """Where the model-call cache keeps its entries: one interface, two backends.
 
 :class:`RedisCallStore` on a cluster (shared by the fleet; LRU over its own keys only, in
-Lua, so it never competes with run state), :class:`DiskCallStore` on the embedded default
+Lua; under a ``maxmemory`` it keeps :data:`RESERVE_SHARE` of it free for run state and
+gives room back when run state meets ``OOM``, so it never competes with run state), :class:`DiskCallStore` on the embedded default
 (a SQLite file under the user's cache dir, so a rerun on a laptop is free too).
 """
 
@@ -29,6 +30,11 @@ KEY_FILE = "fleet.key"
 KEY_BYTES = 32
 #: Default size cap of a store, bytes of answers.
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+#: Share of a Redis's ``maxmemory`` the cache leaves to run state: it never grows the
+#: server past the rest, and shrinks when run state needs the room (:meth:`make_room`).
+RESERVE_SHARE = 0.2
+#: Most entries one :meth:`RedisCallStore.make_room` evicts.
+YIELD_MAX = 10_000
 _PARTS = ("entries", "used", "stored", "stats")
 
 
@@ -63,13 +69,22 @@ class RedisCallStore:
         self._get = register(client, "cache_get")
         self._put = register(client, "cache_put")
         self._clear = register(client, "cache_clear")
+        self._yield = register(client, "cache_yield")
 
     def get(self, key: str, ttl_s: float) -> str | None:
         found = self._get(keys=self._keys, args=[key, time.time(), ttl_s])
         return found.decode() if isinstance(found, bytes) else found
 
     def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
-        self._put(keys=self._keys, args=[key, time.time(), value, max_entries, max_bytes])
+        self._put(
+            keys=self._keys,
+            args=[key, time.time(), value, max_entries, max_bytes, RESERVE_SHARE],
+        )
+
+    def make_room(self) -> int:
+        """Evict the cache's oldest entries until the server is :data:`RESERVE_SHARE` of
+        its ``maxmemory`` below it (run state met ``OOM``); how many went."""
+        return int(self._yield(keys=self._keys, args=[RESERVE_SHARE, YIELD_MAX]))
 
     def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]:
         """:meth:`get` of each key, in one round trip."""
@@ -82,7 +97,9 @@ class RedisCallStore:
         """:meth:`put` of each ``(key, value)``, in one round trip."""
         now = time.time()
         calls = [
-            ScriptCall(self._put, self._keys, [key, now, value, max_entries, max_bytes])
+            ScriptCall(
+                self._put, self._keys, [key, now, value, max_entries, max_bytes, RESERVE_SHARE]
+            )
             for key, value in entries
         ]
         if calls:

@@ -20,9 +20,8 @@ from redis.sentinel import MasterNotFoundError
 
 from orchestration.core.errors import ConfigError, DuetError
 from orchestration.settings import Settings, get_settings
-from orchestration.state import fastpaths, sentinel
+from orchestration.state import sentinel
 from orchestration.state.outages import OUTAGE_ERRORS
-from orchestration.state.pinned import PinnedPool
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None
@@ -59,10 +58,8 @@ def redis_url() -> str:
 
 
 def get_redis() -> Any:
-    """The process-wide client: a blocking pool sized for a threaded worker, in which each
-    thread keeps a connection (:class:`~orchestration.state.pinned.PinnedPool`: up to
-    the worker's threads and 16 more keep one, 16 more are shared) while the ``pool``
-    fast path is on, else redis-py's stock ``BlockingConnectionPool``.
+    """The process-wide client: redis-py's ``BlockingConnectionPool``, sized for a threaded
+    worker (its threads and 32 more connections).
 
     Typed ``Any``: it decodes responses to ``str``, which redis-py's annotations
     (``bytes | str`` everywhere) cannot express.
@@ -88,9 +85,7 @@ def get_redis() -> Any:
                 )
                 _notice_sentinel()
             else:
-                pinned = fastpaths.enabled("pool")
-                pool_class = PinnedPool if pinned else redis.BlockingConnectionPool
-                pool = pool_class.from_url(url, timeout=30, **options)
+                pool = redis.BlockingConnectionPool.from_url(url, timeout=30, **options)
                 _client = redis.Redis(connection_pool=pool)
         return _client
 
@@ -100,13 +95,13 @@ _noticed = False
 
 def _notice_sentinel() -> None:
     """Say once per process that a Sentinel URL runs redis-py's and kombu's stock Sentinel
-    clients (Duet's pool and transport fast paths are for ``redis://`` / ``rediss://``)."""
+    clients (Duet's transport fast path is for ``redis://`` / ``rediss://``)."""
     global _noticed
     if not _noticed:
         _noticed = True
         logging.getLogger(__name__).info(
             "DUET_REDIS_URL is a Sentinel URL: redis-py's Sentinel pool and kombu's Sentinel "
-            "transport run (Duet's pool and transport fast paths are for redis:// URLs)"
+            "transport run (Duet's transport fast path is for redis:// URLs)"
         )
 
 
@@ -179,6 +174,10 @@ class Unreachable(DuetError):
     """Redis (or the broker) at a configured URL cannot be used: down, frozen, refusing."""
 
 
+class LoginRefused(Unreachable, ConfigError):
+    """Redis (or its sentinels) refused the password given: a setting to fix."""
+
+
 def hide_password(url: str) -> str:
     """``url`` with its password (in the authority or a ``password=`` query parameter)
     replaced by ``***``; a URL that cannot be taken apart is not shown at all."""
@@ -243,13 +242,21 @@ def check_broker_reachable(url: str, variable: str) -> None:
         conn.release()  # type: ignore[no-untyped-call]
 
 
+def refused_login(url: str, variable: str, exc: BaseException) -> LoginRefused | None:
+    """The one-line error when ``exc`` is Redis (or its sentinels) refusing the password
+    given: a setting to fix, not an outage to wait out; None for any other error."""
+    said = str(unreachable(url, variable, exc))
+    if isinstance(exc, redis.exceptions.AuthenticationError) or (
+        isinstance(exc, MasterNotFoundError) and "refused the password" in said
+    ):
+        return LoginRefused(said)
+    return None
+
+
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
     """The one-line error for ``what`` at ``url`` (from ``variable``) failing with ``exc``."""
     if isinstance(exc, MasterNotFoundError):  # its message lists every sentinel's repr
-        why = (
-            f"no sentinel named a primary {get_settings().redis_sentinel_master!r} "
-            "(DUET_REDIS_SENTINEL_MASTER): all down, or they watch another name"
-        )
+        why = sentinel.why_no_primary(str(exc), get_settings().redis_sentinel_master)
     elif isinstance(exc, redis.TimeoutError):
         why = "did not answer in time"
     else:

@@ -5,7 +5,7 @@ does not document. Each declares the package it touches, the releases it was tes
 with and the private names it needs; every other case runs the stock library.
 
 ``DUET_FAST_PATHS`` (default ``auto``), a mode and optional per-path changes, e.g.
-``auto,-endpoint`` or ``off,+pool``:
+``auto,-endpoint`` or ``off,+transport``:
 
 * ``auto``: a fast path is on when the installed release is in its tested range and its
   names exist; otherwise the stock library runs, with one line logged (INFO) saying why;
@@ -83,7 +83,7 @@ FAST_PATHS: dict[str, FastPath] = {
                 )
             )
             + ("kombu:Connection.resolve_aliases",),
-            "kombu's per-message unacked bookkeeping (4 commands a task, here 1 batched) "
+            "a ZREM per ack (here batched; the unacked format is Duet's either way) "
             "and one BRPOP per message (here up to 16 a pop); its client rebuilt per command",
         ),
         FastPath(
@@ -93,28 +93,6 @@ FAST_PATHS: dict[str, FastPath] = {
             ("celery.app.base:Celery.thread_oid", "celery.app.base:Celery.current_worker_task"),
             "send_task: routing, producer pool, kombu's ensure/retry wrapper, queue "
             "declaration, the before/after_task_publish signals (on while none is connected)",
-        ),
-        FastPath(
-            "consumer",
-            "celery",
-            ">=5.7,<5.8",
-            (
-                "celery.worker.consumer.consumer:Consumer._flush_events",
-                "celery.worker.consumer.consumer:Consumer.on_send_event_buffered",
-            ),
-            "Celery's task-event flush on every loop turn: events go out at most every 50 ms",
-        ),
-        FastPath(
-            "pool",
-            "redis",
-            ">=8.1,<8.3",
-            (
-                "redis:BlockingConnectionPool.get_connection",
-                "redis:BlockingConnectionPool.release",
-                "redis:Connection.can_read",
-            ),
-            "redis-py's pool queue, pid checks and hooks per command (maintenance "
-            "notifications, client-side cache, pool metrics of redis-py 8)",
         ),
         FastPath(
             "endpoint",

@@ -145,6 +145,19 @@ def processes_since() -> str:
     return f"{PREFIX}:procs:since"
 
 
+def process_held(process_id: str) -> str:
+    """Hash: the broker messages worker process ``process_id`` holds (delivered, not yet
+    acknowledged), delivery tag -> run id, as of its last sign of life: put back on their
+    queues as soon as it is found dead (it outlives the liveness key a while)."""
+    return f"{PREFIX}:proc:{process_id}:held"
+
+
+def processes() -> str:
+    """Sorted set: worker process id -> its last sign of life (epoch ms), so that one whose
+    liveness key lapsed is noticed (and its claims sent on) at once, not by the sweep."""
+    return f"{PREFIX}:procs"
+
+
 def runs_moved() -> str:
     """Sorted set: ids of runs not finished, scored by when they were last seen to move
     (created, resumed, sent on by the sweep); a transition notes its time in the record
@@ -180,6 +193,7 @@ def run_keys(run_id: str) -> tuple[str, ...]:
         run_inputs(run_id),
         run_events(run_id),
         run_turns(run_id),
+        run_settled(run_id),
     )
 
 
@@ -250,8 +264,15 @@ def budget_holds(scope: str) -> str:
 
 
 def budget_settled(step_id: str) -> str:
-    """Marker that a step's usage was settled (so a redelivered step is charged once)."""
-    return f"{PREFIX}:settled:{step_id}"
+    """Hash: the model calls (hold ids, ``<run id>:<step key>:<claim>``) of one run whose
+    usage was settled, so a store tried again charges once. Without a TTL while the run
+    is open (a ``volatile-*`` policy cannot evict it); given the finished TTL with it."""
+    return run_settled(step_id.partition(":")[0])
+
+
+def run_settled(run_id: str) -> str:
+    """See :func:`budget_settled`."""
+    return f"{PREFIX}:run:{{{run_id}}}:settled"
 
 
 def rate_limit(name: str) -> str:

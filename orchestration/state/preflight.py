@@ -56,6 +56,11 @@ class ServerFacts:
     version: tuple[int, int] | None = None
     #: Whether its append-only file is on (``INFO persistence``).
     aof_enabled: bool | None = None
+    #: Its ``maxmemory`` in bytes (0: none) and memory in use (``INFO memory``).
+    maxmemory: int | None = None
+    used_memory: int | None = None
+    #: Keys it has evicted since it started (``INFO stats``).
+    evicted_keys: int | None = None
 
 
 def check_scheme(url: str, variable: str) -> None:
@@ -101,6 +106,12 @@ def judge(
             f"{min_replicas}: the writes that wait for replicas are retried until that many "
             "are connected"
         )
+    if facts.evicted_keys:
+        warnings.append(
+            f"{where} has evicted {facts.evicted_keys} key(s) since it started "
+            "(INFO stats evicted_keys): runs, batches, queued messages or budget limits may "
+            f"be lost, and not listed; keep maxmemory-policy {NO_EVICTION}"
+        )
     policy = facts.maxmemory_policy
     if policy is None:
         warnings.append(
@@ -127,8 +138,10 @@ def read_facts(client: redis.Redis) -> ServerFacts:
     (``INFO cluster``) of the server behind ``client``; None for what it refuses."""
     policy: str | None = None
     cluster: bool | None = None
+    memory: dict[str, object] = {}
     with contextlib.suppress(redis.exceptions.ResponseError):
-        policy = client.info("memory").get("maxmemory_policy")
+        memory = client.info("memory")
+        policy = memory.get("maxmemory_policy")  # type: ignore[assignment]
     if policy is None:
         with contextlib.suppress(redis.exceptions.ResponseError):
             policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
@@ -144,12 +157,34 @@ def read_facts(client: redis.Redis) -> ServerFacts:
         version = (int(major), int(minor))
     with contextlib.suppress(redis.exceptions.ResponseError):
         aof = bool(int(client.info("persistence").get("aof_enabled", 0)))
+    evicted: int | None = None
+    with contextlib.suppress(redis.exceptions.ResponseError):
+        evicted = int(client.info("stats").get("evicted_keys", 0))
     return ServerFacts(
         maxmemory_policy=_text(policy),
         cluster_enabled=cluster,
         replicas=replicas,
         version=version,
         aof_enabled=aof,
+        maxmemory=_int(memory.get("maxmemory")),
+        used_memory=_int(memory.get("used_memory")),
+        evicted_keys=evicted,
+    )
+
+
+def _int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+def verdict(facts: ServerFacts, where: str) -> tuple[str | None, list[str]]:
+    """:func:`judge` with this process's settings."""
+    settings = get_settings()
+    return judge(
+        facts,
+        where,
+        settings.allow_eviction,
+        0 if settings.redis_min_replicas == "auto" else settings.redis_min_replicas,
+        settings.redis_wait_aof,
     )
 
 
@@ -189,10 +224,7 @@ def check_server(url: str, variable: str) -> list[str]:
         facts = read_facts(client)
     finally:
         client.close()
-    where = f"the Redis at {variable}={hide_password(url)}"
-    refusal, warnings = judge(
-        facts, where, settings.allow_eviction, settings.redis_min_replicas, settings.redis_wait_aof
-    )
+    refusal, warnings = verdict(facts, f"the Redis at {variable}={hide_password(url)}")
     if refusal is not None:
         raise Refused(refusal)
     with _lock:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from orchestration.state import keys, scripts
@@ -47,9 +48,57 @@ def mark_alive(client: Any, process_id: str, ttl_s: int) -> None:
     """Note that ``process_id`` is alive for the next ``ttl_s`` seconds (and that the
     fleet's signs of life go on: :func:`orchestration.state.keys.processes_since`)."""
     scripts.register(client, "process_beat")(
-        keys=[keys.process(process_id), keys.processes_since()],
-        args=[max(1, int(ttl_s * 1000))],
+        keys=[keys.process(process_id), keys.processes_since(), keys.processes()],
+        args=[max(1, int(ttl_s * 1000)), process_id],
     )
+
+
+def note_held(client: Any, process_id: str, held: Mapping[str, str], keep_s: int) -> None:
+    """Replace ``process_id``'s note of the messages it holds (tag -> run id), kept
+    ``keep_s`` seconds (one transaction)."""
+    key = keys.process_held(process_id)
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(key)
+    if held:
+        pipe.hset(key, mapping=dict(held))
+        pipe.expire(key, max(1, int(keep_s)))
+    pipe.execute()
+
+
+def take_held(client: Any, process_ids: Sequence[str]) -> dict[str, str]:
+    """The messages the (dead) processes held as of their last sign of life, tag -> run
+    id; their notes are dropped."""
+    if not process_ids:
+        return {}
+    pipe = client.pipeline(transaction=True)
+    for p in process_ids:
+        pipe.hgetall(keys.process_held(p))
+    pipe.delete(*(keys.process_held(p) for p in process_ids))
+    held: dict[str, str] = {}
+    for found in pipe.execute()[:-1]:
+        held.update({_text(k): _text(v) for k, v in found.items()})
+    return held
+
+
+def lapsed(client: Any, ttl_s: int, limit: int = 100) -> list[str]:
+    """The processes that stopped saying they are alive (their liveness key gone), each
+    returned to one caller only (taken off the fleet's index); none right after a Redis
+    outage (see :func:`orchestration.state.keys.processes_since`)."""
+    ttl_ms = max(1, int(ttl_s * 1000))
+    now_ms = int(time.time() * 1000)
+    old = client.zrangebyscore(keys.processes(), "-inf", now_ms - ttl_ms, start=0, num=limit)
+    if not old:
+        return []
+    ids = [_text(p) for p in old]
+    gone = scripts.register(client, "process_lapsed")(
+        keys=[keys.processes(), keys.processes_since(), *(keys.process(p) for p in ids)],
+        args=[ttl_ms, *ids],
+    )
+    return [_text(p) for p in gone]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def alive(client: Any, claims: Sequence[str]) -> list[bool]:
@@ -66,4 +115,14 @@ def alive(client: Any, claims: Sequence[str]) -> list[bool]:
     return [True if p is None else bool(next(found)) for p in procs]
 
 
-__all__ = ["MARK", "alive", "mark_alive", "new_claimant", "new_process_id", "process_of"]
+__all__ = [
+    "MARK",
+    "alive",
+    "lapsed",
+    "mark_alive",
+    "note_held",
+    "take_held",
+    "new_claimant",
+    "new_process_id",
+    "process_of",
+]

@@ -1,6 +1,7 @@
 """Writes that must survive a failover: acknowledged only once a replica has them.
 
-With ``DUET_REDIS_MIN_REPLICAS`` = n > 0, a stored step answer with its budget
+With ``DUET_REDIS_MIN_REPLICAS`` = n > 0 (``auto``, the default: 1 while the primary has had
+a replica connected within :data:`AUTO_KEEP_S`, read every :data:`RECHECK_S` s; else 0), a stored step answer with its budget
 settlement, a transition, a budget hold, a step's claim and a submission are sent with
 ``WAIT n timeout`` right after them, in the same pipeline (one round trip, the same
 connection: ``WAIT`` counts the replicas that have every write that connection made; a Lua
@@ -14,6 +15,8 @@ replicas' disks (append-only file fsynced), so losing them all at once loses non
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +55,73 @@ class Ask:
         return int(reply) >= self.replicas
 
 
-def asked() -> Ask | None:
-    """What this process's settings ask such writes to wait for; None: nothing."""
+#: Seconds ``DUET_REDIS_MIN_REPLICAS=auto`` trusts the replica count it last read.
+RECHECK_S = 5.0
+#: Seconds ``auto`` keeps waiting for one replica after it last saw one connected: in a
+#: failover the old primary loses its replica seconds before it is demoted, and writes it
+#: acknowledged then would be lost.
+AUTO_KEEP_S = 60.0
+#: Per connection pool (one per server, or per Sentinel-watched primary): its replica count
+#: as last read (``INFO replication``), when, and when one was last seen (monotonic).
+_seen: dict[int, tuple[int, float, float]] = {}
+_seen_lock = threading.Lock()
+
+
+def asked(client: Any = None) -> Ask | None:
+    """What this process's settings ask such writes (on ``client``) to wait for; None:
+    nothing. ``auto`` reads whether the primary has a replica at most every
+    :data:`RECHECK_S` seconds (a server that will not say counts as none)."""
     settings = get_settings()
-    if not (settings.redis_min_replicas or settings.redis_wait_aof):
+    wanted = settings.redis_min_replicas
+    if wanted == "auto":
+        wanted = 1 if client is not None and _had_replica(client) else 0
+    if not (wanted or settings.redis_wait_aof):
         return None
-    return Ask(settings.redis_min_replicas, settings.redis_wait_aof)
+    return Ask(int(wanted), settings.redis_wait_aof)
+
+
+def _had_replica(client: Any) -> bool:
+    """Whether the server behind ``client`` had a replica within :data:`AUTO_KEEP_S`."""
+    connected_replicas(client)
+    with _seen_lock:
+        _, _, last = _seen.get(id(getattr(client, "connection_pool", None)), (0, 0.0, NEVER))
+    return time.monotonic() - last < AUTO_KEEP_S
+
+
+#: A time long past (``time.monotonic``).
+NEVER = float("-inf")
+
+
+def connected_replicas(client: Any) -> int:
+    """The replicas connected to the server behind ``client`` (a client or a pipeline),
+    as read within the last :data:`RECHECK_S` seconds."""
+    pool = getattr(client, "connection_pool", None)
+    where = id(pool)
+    now = time.monotonic()
+    with _seen_lock:
+        count, at, last = _seen.get(where, (0, NEVER, NEVER))
+        if now - at < RECHECK_S:
+            return count
+        _seen[where] = (count, now, last)  # one reader at a time; the others use the last
+    reader = redis.Redis(connection_pool=pool) if pool is not None else client
+    try:
+        count = int(reader.info("replication").get("connected_slaves", 0))
+    except redis.exceptions.ResponseError:  # INFO refused: as standalone
+        count = 0
+    except BaseException:
+        with _seen_lock:
+            _seen.pop(where, None)  # read again next time
+        raise
+    now = time.monotonic()
+    with _seen_lock:
+        _seen[where] = (count, now, now if count else last)
+    return count
+
+
+def forget_replicas() -> None:
+    """Read the replica counts again on the next writes, as if never read (tests)."""
+    with _seen_lock:
+        _seen.clear()
 
 
 def execute(pipe: Any) -> list[Any]:
@@ -67,7 +131,7 @@ def execute(pipe: Any) -> list[Any]:
     Raises:
         NotReplicated: the writes were not acknowledged as asked in time.
     """
-    ask = asked()
+    ask = asked(pipe)
     if ask is None:
         return list(pipe.execute())
     _wait(pipe, ask)
@@ -87,7 +151,7 @@ def run_durable(client: Any, calls: list[ScriptCall]) -> list[Any]:
     Raises:
         NotReplicated: the writes were not acknowledged as asked in time.
     """
-    ask = asked()
+    ask = asked(client)
     if ask is None:
         return run_scripts(client, calls)
     replies = _send(client, calls, ask)

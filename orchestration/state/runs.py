@@ -770,6 +770,35 @@ class RunStore:
             for n, (run_id, (status, seq, current, batch, _)) in enumerate(stale)
         ]
 
+    def claimed_by(self, process_ids: Iterable[str], chunk: int = 500) -> list[StaleRun]:
+        """The unfinished runs whose current step is claimed by one of ``process_ids``
+        (dead processes: the steps to send again at once) and not stored yet. Reads the
+        whole index of unfinished runs, ``chunk`` at a time: a death is rare."""
+        dead = set(process_ids)
+        found: list[StaleRun] = []
+        start = 0
+        while True:
+            ids: list[str] = self.r.zrange(keys.runs_moved(), start, start + chunk - 1)
+            if not ids:
+                return found
+            start += chunk
+            pipe = self.r.pipeline(transaction=False)
+            for run_id in ids:
+                pipe.hmget(keys.run(run_id), "status", "seq", "current_step", "batch_id")
+            records = pipe.execute()
+            for run_id, (_, _, current, _) in zip(ids, records, strict=True):
+                pipe.get(keys.step_claim(run_id, current or ""))
+                pipe.hexists(keys.run_steps(run_id), current or "")
+            claims = pipe.execute()
+            for n, (run_id, (status, seq, current, batch)) in enumerate(
+                zip(ids, records, strict=True)
+            ):
+                claim, stored = claims[2 * n], claims[2 * n + 1]
+                if current and claim and not stored and process_of(claim) in dead:
+                    found.append(
+                        StaleRun(run_id, status, int(seq or 0), current, False, False, batch)
+                    )
+
     def touch(self, run_id: str, at: float | None = None) -> None:
         """Note that the run moved now (or at ``at``): the sweep leaves it alone a while."""
         self.r.zadd(keys.runs_moved(), {run_id: time.time() if at is None else at})

@@ -98,6 +98,38 @@ def hide_password(url: str) -> str:
     return ";".join(shown)
 
 
+def sentinel_login() -> dict[str, str]:
+    """How the sentinels are asked: with ``DUET_REDIS_SENTINEL_PASSWORD`` when it is set
+    (managed sentinels with a ``requirepass``), else without a password."""
+    from orchestration.settings import get_settings
+
+    secret = get_settings().redis_sentinel_password
+    return {"password": secret.get_secret_value()} if secret is not None else {}
+
+
+def why_no_primary(message: str, master: str) -> str:
+    """The cause of redis-py's ``MasterNotFoundError`` (its ``message`` lists each
+    sentinel's error), in words: the password refused, TLS, none answering, or none
+    watching ``master``."""
+    text = message.lower()
+    if any(w in text for w in ("authentication", "wrongpass", "noauth", "invalid password")):
+        return (
+            "the sentinels refused the password (set DUET_REDIS_SENTINEL_PASSWORD to the "
+            "sentinels' requirepass; the URL's password is the primary's)"
+        )
+    if "ssl" in text or "tls" in text or "certificate" in text:
+        return f"TLS with the sentinels failed: {message[:200]}"
+    if " : " not in message:  # every sentinel answered; none named it
+        return (
+            f"the sentinels answered, but none watches a primary named {master!r} "
+            "(DUET_REDIS_SENTINEL_MASTER)"
+        )
+    return (
+        f"no sentinel answered about a primary named {master!r} "
+        "(DUET_REDIS_SENTINEL_MASTER): all down or unreachable"
+    )
+
+
 def master_client(url: str, master: str, **kwargs: Any) -> Any:
     """A ``redis.Redis`` of the primary Sentinel names ``master``: ``kwargs`` are its
     connection's (and pool's); the sentinels are asked with the same socket timeouts and
@@ -106,6 +138,7 @@ def master_client(url: str, master: str, **kwargs: Any) -> Any:
 
     parsed = parse(url)
     asking = {k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"}
+    asking.update(sentinel_login())
     sentinel = Sentinel(list(parsed.sentinels), sentinel_kwargs=asking)
     return sentinel.master_for(
         master, username=parsed.username, password=parsed.password, db=parsed.db, **kwargs

@@ -151,10 +151,12 @@ class SentinelSet:
         "10000",
     )
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, password: str | None = None) -> None:
         from duet.embedded.server import free_port
 
         self.dir = directory
+        #: The sentinels' own ``requirepass`` (None: none).
+        self.password = password
         self.ports = [free_port(), free_port()]  # primary, replica (they swap roles)
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -196,12 +198,21 @@ class SentinelSet:
                     f"sentinel down-after-milliseconds {self.MASTER} {self.DOWN_AFTER_MS}\n"
                     f"sentinel failover-timeout {self.MASTER} 10000\n"
                 )
+                if self.password:  # and the others are asked with it too
+                    f.write(
+                        f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n"
+                    )
             self._spawn(f"sentinel{n}", [conf, "--sentinel"])
         wait_for(lambda: self._replicating(primary), 30, "the replica to be in sync")
         wait_for(self._sentinels_ready, 60, "every sentinel to see the others and the replica")
 
     def sentinel(self, n: int = 0) -> redis.Redis:
-        return redis.Redis(port=self.sentinel_ports[n], socket_timeout=2, decode_responses=True)
+        return redis.Redis(
+            port=self.sentinel_ports[n],
+            socket_timeout=2,
+            decode_responses=True,
+            password=self.password,
+        )
 
     def primary_port(self) -> int:
         """The port of the primary the first sentinel names now."""
@@ -283,9 +294,10 @@ class SentinelSet:
 
 
 @pytest.fixture
-def sentinels(tmp_path) -> Iterator[SentinelSet]:  # type: ignore[no-untyped-def]
-    """A primary, a replica and three sentinels, started; killed afterwards."""
-    group = SentinelSet(str(tmp_path))
+def sentinels(tmp_path, request) -> Iterator[SentinelSet]:  # type: ignore[no-untyped-def]
+    """A primary, a replica and three sentinels, started; killed afterwards. Indirect
+    parametrization gives the sentinels' own password (default: none)."""
+    group = SentinelSet(str(tmp_path), getattr(request, "param", None))
     try:
         group.start()
         yield group

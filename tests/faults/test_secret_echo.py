@@ -33,7 +33,7 @@ import redis
 from duet.embedded.server import EmbeddedRedis
 from duet.report.html import render_report
 from duet.report.records import csv_row, result_record
-from duet.standin.server import FakeLLM
+from duet.standin.server import OPENAI_PATH, FakeLLM
 from orchestration import Agent, Team
 from orchestration.core import events as ev
 from tests.faults.conftest import Monitor
@@ -377,3 +377,96 @@ def _team(llm: FakeLLM, **critic: Any) -> Team:
         ),
         max_rounds=3,
     )
+
+
+#: Variables two critics' specs name, and their values: a fresh worker reads them only
+#: when a spec names them (not key-shaped names, so no scan of the environment finds them).
+LATE_KEYS = {
+    "DUET_TEST_LATE_CRITIC_A": "cred.late.a.83f1d0c4e9",
+    "DUET_TEST_LATE_CRITIC_B": "cred.late.b.27c6a4e1b8",
+}
+
+
+def test_a_critics_key_echoed_in_the_actors_step_reaches_nothing(
+    private_redis: EmbeddedRedis, reliability: Reliability
+) -> None:
+    """A run's key variables are secrets from its first step: the vendor's error for the
+    actor's call echoes the key of the run's critic (whose adapter this worker has not made
+    yet, and whose spec it had not seen when it started), transient (retried) in one run
+    and permanent in another. Looked for in every command Redis received, every key and
+    value left in it, the worker's log, the results and Flower's task pages."""
+    url = private_redis.url
+    monitor = Monitor(private_redis.port)
+    env = {"OPENAI_API_KEY": OPENAI_KEY, **LATE_KEYS, "DUET_RETRY_BASE_S": "0.05"}
+    (var_a, key_a), (var_b, key_b) = LATE_KEYS.items()
+    with (
+        FakeLLM() as llm,
+        celery_worker(url, env=env, loglevel="INFO", name="latekeys") as worker,
+        client_pointed_at(url),
+        flower_on(url) as flower_port,
+    ):
+
+        def team(variable: str) -> Team:
+            return Team.actor_critic(
+                actor=Agent(
+                    "Fix.", model="openai:sim", base_url=llm.url, api_key_env="OPENAI_API_KEY"
+                ),
+                critic=Agent(
+                    "Review.",
+                    model="anthropic:sim:critic?scores=0.95",
+                    base_url=llm.anthropic_url,
+                    api_key_env=variable,
+                ),
+                max_rounds=1,
+            )
+
+        # The actor's first call fails with the critic's key in the message; its retry
+        # succeeds.
+        llm.set_faults(status=500, times=1, path=OPENAI_PATH, message=f"upstream: {key_a}")
+        retried = team(var_a).run_sync("Write a parser.", timeout=60)
+        assert retried.status == "approved", (retried.status, retried.error)
+        # Permanent, in a run of another spec (another critic's key): the run ends there.
+        llm.set_faults(status=401, path=OPENAI_PATH, message=f"upstream: {key_b}")
+        failed = team(var_b).run_sync("Write a lexer.", timeout=60)
+        assert failed.status == "interrupted", (failed.status, failed.error)
+        faulted = llm.stats()["faulted"]
+
+        def flower_saw_both() -> str | None:
+            dump = json.dumps(_get(flower_port, "/api/tasks"))
+            return dump if retried.run_id in dump and failed.run_id in dump else None
+
+        flower = wait_for(flower_saw_both, 30, "Flower to see both runs")
+        pages = "".join(
+            json.dumps(_get(flower_port, f"/api/task/info/{task_id}"))
+            for task_id in json.loads(flower)
+        )
+        log = Path(worker.log_path).read_text(errors="replace")
+    captured = monitor.stop().decode("utf-8", errors="replace")
+    results = json.dumps([result_record(retried), result_record(failed)])
+    results += retried.model_dump_json() + failed.model_dump_json()
+    places = {
+        "MONITOR capture": captured,
+        "Redis keys and values": redis_values(url),
+        "worker log": log,
+        "results": results,
+        "Flower /api/tasks": flower,
+        "Flower task pages": pages,
+    }
+    leaks = leaks_in(places, (key_a, key_b))
+    reliability.record(
+        section=SECRETS,
+        fault="The vendor's error for the actor's call echoes the key of the run's critic "
+        "(a variable only the critic's spec names, its adapter not yet made): a 500 then a "
+        "successful retry in one run, a 401 in a run of another spec",
+        load=f"2 runs on 1 fresh worker at `--loglevel INFO`, {faulted} faulted calls, Flower "
+        "watching",
+        lost=f"{len(leaks)} leaks: {'; '.join(leaks)}"
+        if leaks
+        else "nothing: neither critic's key (as written, escaped, encoded or in base64) in "
+        f"the {', the '.join(places)}",
+        before="the worker learned the critic's variable only when it made the critic's "
+        "adapter: the actor's retry event carried the key to Flower and through Redis",
+    )
+    assert faulted == 2
+    assert failed.error is not None and "[REDACTED]" in failed.error
+    assert leaks == []

@@ -74,18 +74,20 @@ def llm() -> Iterator[FakeLLM]:
         (1, False),
         (0, False),
         (1, True),
+        (None, False),
     ],
-    ids=["wait", "no-wait", "wait-primary-killed"],
+    ids=["wait", "no-wait", "wait-primary-killed", "defaults"],
 )
 def test_sentinel_failover_mid_batch(
     sentinels: SentinelSet,
     llm: FakeLLM,
-    min_replicas: int,
+    min_replicas: int | None,
     kill: bool,
     reliability: Reliability,
 ) -> None:
+    """``min_replicas`` None: the shipped default (``auto``: one, as a replica is there)."""
     shared = {
-        "DUET_REDIS_MIN_REPLICAS": str(min_replicas),
+        **({} if min_replicas is None else {"DUET_REDIS_MIN_REPLICAS": str(min_replicas)}),
         "DUET_REDIS_WAIT_TIMEOUT_S": "1",
         "DUET_REDIS_SENTINEL_MASTER": SentinelSet.MASTER,
     }
@@ -147,8 +149,11 @@ def test_sentinel_failover_mid_batch(
     twice = max(requests - stored, 0)
     uncharged = max(requests - charged, 0)
     outcomes = ", ".join(f"{n} {status}" for status, n in sorted(progress["counts"].items()))
-    setting = f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`" + (
-        " (writes wait for the replica)" if min_replicas else " (no wait)"
+    setting = (
+        "shipped defaults (`DUET_REDIS_MIN_REPLICAS=auto`: writes wait for the replica)"
+        if min_replicas is None
+        else f"`DUET_REDIS_MIN_REPLICAS={min_replicas}`"
+        + (" (writes wait for the replica)" if min_replicas else " (no wait)")
     )
     print(
         f"min_replicas={min_replicas} kill={kill}: failover {old}->{new} after {in_flight} requests; "
@@ -189,7 +194,7 @@ def test_sentinel_failover_mid_batch(
     assert exited == 0
     assert progress["done"] == RUNS, progress
     assert set(progress["counts"]) <= {"approved", "max_rounds_reached"}, progress["counts"]
-    if min_replicas:  # without a wait a failover may repeat calls and lose charges
+    if min_replicas != 0:  # without a wait a failover may repeat calls and lose charges
         assert requests == stored, (requests, stored)
         assert charged == requests, (charged, requests)
 
@@ -214,14 +219,14 @@ def _done(batch) -> int:  # type: ignore[no-untyped-def]
         return 0
 
 
-def duet_ls(url: str) -> subprocess.CompletedProcess[str]:
+def duet_ls(url: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "duet", "ls"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "DUET_REDIS_URL": url},
+        env={**os.environ, "DUET_REDIS_URL": url, **env},
     )
 
 
@@ -272,3 +277,54 @@ def test_worker_cli_and_flower_through_sentinel(
     assert_flower_shows_empty_queues((lengths_status, lengths), (broker_status, page))
     assert gone.returncode == 2 and len(gone.stderr.strip().splitlines()) == 1, gone.stderr
     assert "DUET_REDIS_SENTINEL_MASTER" in gone.stderr
+
+
+SENTINEL_PASSWORD = "sentinel-pass-5x"
+
+
+@pytest.mark.parametrize("sentinels", [SENTINEL_PASSWORD], indirect=True)
+def test_sentinels_with_a_password(sentinels: SentinelSet, reliability: Reliability) -> None:
+    """Sentinels with a ``requirepass`` (as managed services run them): a worker and
+    ``duet ls`` given ``DUET_REDIS_SENTINEL_PASSWORD``; without it, or with a wrong one,
+    one line naming the refused password, exit 2."""
+    url = sentinels.url
+    login = {"DUET_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD}
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.95"),
+        max_rounds=1,
+    )
+    with (
+        environment(dict(login)),
+        client_pointed_at(url),
+        celery_worker(url, env=login, concurrency=8, name="sentinelpw") as worker,
+    ):
+        batch = team.submit_batch([f"task {n}" for n in range(5)])
+        statuses = [r.status for r in batch.results(timeout=90)]
+        listed = duet_ls(url, **login)
+        worker_log = Path(worker.log_path).read_text(errors="replace")
+    without = duet_ls(url)
+    wrong = duet_ls(url, DUET_REDIS_SENTINEL_PASSWORD="not-it")
+    print(
+        f"sentinels with a password: {statuses}; duet ls exit {listed.returncode}; without "
+        f"it exit {without.returncode}: {without.stderr.strip()}; wrong: {wrong.stderr.strip()}"
+    )
+    reliability.record(
+        section=CLIENTS,
+        fault="Sentinels with a `requirepass` (`DUET_REDIS_SENTINEL_PASSWORD`), then `duet ls` "
+        "without it and with a wrong one",
+        load="5 one-round runs on 1 worker × 8 threads",
+        lost=f"{lost_of(5 - statuses.count('approved'), 5, 'runs unfinished')}: `duet ls` exit "
+        f"{listed.returncode}; without the password exit {without.returncode}, with a wrong "
+        f"one {wrong.returncode}, each one line naming the refused password",
+        before="every command blamed 'no sentinel named a primary ... all down'; the "
+        "password was never sent to sentinels",
+    )
+    assert statuses == ["approved"] * 5, worker_log[-3000:]
+    assert listed.returncode == 0, listed.stderr
+    for refused in (without, wrong):
+        assert refused.returncode == 2, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "refused the password" in refused.stderr
+        assert SENTINEL_PASSWORD not in refused.stderr + refused.stdout
+    assert SENTINEL_PASSWORD not in worker_log

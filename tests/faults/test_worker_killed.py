@@ -356,3 +356,57 @@ def test_a_worker_killed_between_a_change_and_its_message(
         # Without the fix the run waits for the visibility timeout (an hour) or the sweep.
         assert status == "approved" and took < 120
         assert requests == stored == 2
+
+
+FROZEN_S = 20.0
+
+
+def test_a_worker_frozen_longer_than_its_liveness_ttl(
+    llm: FakeLLM, reliability: Reliability
+) -> None:
+    """Shipped defaults (process TTL 10 s): a worker frozen (``SIGSTOP``) for 20 s mid-call
+    counts as dead; its claimed steps are taken over and called again (the documented
+    repeat), and once it runs again its own answers are not stored twice. Measured: how
+    many calls were repeated, and what the budgets charged against the stand-in's bill."""
+    env = {"OPENAI_API_KEY": "sk-test-frozen"}
+    runs = 6
+    with EmbeddedRedis() as server, contextlib.ExitStack() as stack:
+        _, frozen, team = _fleet(stack, server.url, llm, env, concurrency=8)
+        heir = stack.enter_context(
+            celery_worker(server.url, env=env, concurrency=8, name="heir", queues="critic")
+        )
+        handles = [team.submit(f"task {n}") for n in range(runs)]
+        wait_for(lambda: llm.stats()["requests"] >= runs, 60, "the drafts to be in flight")
+        frozen.send_signal(signal.SIGSTOP)
+        # Another worker takes the steps sent on (the frozen one holds its calls).
+        extra = stack.enter_context(celery_worker(server.url, env=env, concurrency=8, name="x"))
+        time.sleep(FROZEN_S)  # the fault itself
+        frozen.send_signal(signal.SIGCONT)
+        statuses = [h.result(timeout=120).status for h in handles]
+        served = llm.stats()
+        ledger = BudgetLedger(store().r)
+        spent = [ledger.get(f"run:{h.run_id}").spent for h in handles]
+        stored = stored_calls(server.url, [h.run_id for h in handles])
+        alive = [w.poll() is None for w in (frozen, heir, extra)]
+    usage = served["usage"]
+    billed = usage["input_tokens"] + usage["output_tokens"]
+    tokens = sum(s.tokens for s in spent)
+    repeated = served["requests"] - stored
+    print(
+        f"SIGSTOP {FROZEN_S:.0f}s mid-call: {statuses.count('approved')}/{runs} approved; "
+        f"{served['requests']} requests for {stored} stored calls ({repeated} repeated); "
+        f"charged {tokens:,} tokens for {billed:,} billed; alive {alive}"
+    )
+    reliability.record(
+        section=ENGINE,
+        fault=f"A worker frozen (`SIGSTOP`) for {FROZEN_S:.0f} s with a call in flight on "
+        f"each of {runs} runs, shipped defaults (process TTL 10 s), another worker up",
+        load=f"{runs} runs, 2 s calls, a budget each",
+        lost=f"{lost_of(runs - statuses.count('approved'), runs, 'runs not approved')}: "
+        f"{repeated} calls repeated (the frozen worker's, taken over as dead); the budgets "
+        f"charged {tokens:,} tokens for the {billed:,} billed",
+        before="not measured",
+    )
+    assert statuses == ["approved"] * runs
+    assert all(alive)
+    assert tokens >= billed  # never under the bill

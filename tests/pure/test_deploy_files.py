@@ -48,7 +48,7 @@ KEY_VARS = (
 #: Every setting Duet reads from the environment: the Settings fields, and the key prefix.
 DUET_SETTINGS = {f"DUET_{name.upper()}" for name in Settings.model_fields} | {"DUET_KEY_PREFIX"}
 #: Settings that hold a password when they hold one at all: in a Secret on Kubernetes.
-SECRET_SETTINGS = {"DUET_BROKER_URL", "DUET_FLEET_KEY"}
+SECRET_SETTINGS = {"DUET_BROKER_URL", "DUET_FLEET_KEY", "DUET_REDIS_SENTINEL_PASSWORD"}
 #: The Kubernetes release the manifests are validated against.
 K8S_VERSION = "1.31.0"
 #: The port every worker serves Prometheus metrics on in deploy/.

@@ -1,5 +1,5 @@
 """Each fast path, switched off, leaves the stock library class in its place: kombu's
-Redis channel, Celery's consumer and AMQP, redis-py's pool, Celery's ``send_task``."""
+Redis channel, Celery's AMQP, Celery's ``send_task``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from celery.signals import after_task_publish, before_task_publish
 from kombu.transport import redis as kombu_redis
 
 from orchestration.settings import Settings, get_settings
-from orchestration.state import broker, connection, fastpaths, restores
-from orchestration.state.pinned import PinnedPool
+from orchestration.state import broker, connection, fastpaths
 from workers import celery_ext
 
 URL = "redis://cache:6379/0"
@@ -49,9 +48,11 @@ def test_off_the_broker_is_kombus_stock_redis_transport(switch: Any, value: str)
     switch(value)
     config = broker.broker_config(URL, Settings())
     assert config["broker_transport"] == broker.STOCK_TRANSPORT
-    # kombu before 5.7 ignores the restore schedule's options: a subclass takes them.
-    stock = kombu_redis.Channel if restores.KOMBU_SCHEDULES else broker.StockChannel
-    assert _channel_class(config["broker_transport"]) is stock
+    # kombu's channel, its unacknowledged messages in Duet's format (as a fast-path
+    # worker's): either restores what the other died holding.
+    channel = _channel_class(config["broker_transport"])
+    assert channel is broker.StockChannel and channel.__bases__ == (kombu_redis.Channel,)
+    assert channel.QoS is broker.QoS
     # The same key names as a fast-path process: one deployment, one set of queues.
     assert config["broker_transport_options"]["global_keyprefix"] == "duet."
     # Shown as redis:// still (Flower picks its broker client by the scheme).
@@ -79,32 +80,16 @@ def test_an_untested_kombu_runs_the_stock_transport(
     assert broker.broker_config(URL, Settings())["broker_transport"] == broker.STOCK_TRANSPORT
 
 
-@pytest.mark.parametrize(
-    ("value", "consumer"), [("off", celery_ext.STOCK_CONSUMER), ("on", celery_ext.CONSUMER)]
-)
-def test_the_consumer_is_celerys_own_when_off(switch: Any, value: str, consumer: str) -> None:
-    needs("consumer")
-    switch(value)
-    assert celery_ext.consumer() == consumer
+def test_the_consumer_and_the_run_state_pool_are_the_stock_ones(switch: Any) -> None:
+    """The ``consumer`` and ``pool`` fast paths saved nothing measurable: gone."""
+    switch("on")
+    from workers.app import app
 
-
-@pytest.mark.parametrize(
-    ("value", "pool"),
-    [
-        ("off", redis.BlockingConnectionPool),
-        ("auto,-pool", redis.BlockingConnectionPool),
-        ("on", PinnedPool),
-    ],
-)
-def test_the_run_state_pool_is_redis_pys_own_when_off(
-    switch: Any, monkeypatch: pytest.MonkeyPatch, value: str, pool: type[Any]
-) -> None:
-    needs("pool")
-    switch(value)
+    assert app.conf.worker_consumer == "celery.worker.consumer:Consumer"
     connection.reset()
     connection.use_redis(URL)  # no connection is made until a command
     try:
-        assert type(connection.get_redis().connection_pool) is pool
+        assert type(connection.get_redis().connection_pool) is redis.BlockingConnectionPool
     finally:
         connection.reset()
 

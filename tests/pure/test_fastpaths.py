@@ -79,8 +79,8 @@ def test_off_runs_the_stock_path_without_a_notice() -> None:
         ("auto,-endpoint", False),
         ("on,-endpoint", False),
         ("off,+endpoint", True),
-        ("auto,-pool", True),
-        ("off,+pool", False),
+        ("auto,-transport", True),
+        ("off,+transport", False),
         (" auto , -endpoint ", False),
         ("auto,-endpoint,+endpoint", True),
         ("", True),
@@ -141,7 +141,5 @@ def test_enabled_decides_once_and_logs_the_notice_once(
 
 
 def test_every_fast_path_says_what_it_skips() -> None:
-    assert sorted(fastpaths.FAST_PATHS) == sorted(
-        ["transport", "publish", "consumer", "pool", "endpoint"]
-    )
+    assert sorted(fastpaths.FAST_PATHS) == sorted(["transport", "publish", "endpoint"])
     assert all(path.skips and path.names for path in fastpaths.FAST_PATHS.values())

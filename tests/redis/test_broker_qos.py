@@ -24,7 +24,14 @@ from kombu.utils.json import dumps
 
 from bench.harness import monitored
 from orchestration.state import scripts
-from orchestration.state.broker import ACK_BATCH, POP_MAX, TRANSPORT, UNACKED_SUFFIX
+from orchestration.state.broker import (
+    ACK_BATCH,
+    POP_MAX,
+    STOCK_TRANSPORT,
+    TRANSPORT,
+    UNACKED_SUFFIX,
+    restore_delivered,
+)
 from tests.support import wait_for
 
 MESSAGES = f"unacked_index{UNACKED_SUFFIX}"
@@ -45,9 +52,9 @@ def client(url: str) -> Iterator[Any]:
         yield plain
 
 
-def _connection(url: str, visibility_s: int = 3600) -> kombu.Connection:
+def _connection(url: str, visibility_s: int = 3600, transport: str = TRANSPORT) -> kombu.Connection:
     return kombu.Connection(
-        url, transport=TRANSPORT, transport_options={"visibility_timeout": visibility_s}
+        url, transport=transport, transport_options={"visibility_timeout": visibility_s}
     )
 
 
@@ -401,6 +408,44 @@ def test_a_message_left_unacked_past_the_visibility_timeout_is_restored(
         again.ack()
 
 
+def test_the_stock_transport_notes_in_the_same_set_and_acks_at_once(url: str, client: Any) -> None:
+    queue = _queue()
+    with _connection(url, transport=STOCK_TRANSPORT) as conn:
+        _publish_many(conn, queue, 2)
+        first, second = _take(conn, queue), _take(conn, queue)
+        assert client.zcard(MESSAGES) == 2 and client.zcard("unacked_index") == 0
+        first.ack()  # no pop of Duet's to carry it: written at once
+        assert client.zcard(MESSAGES) == 1
+        second.ack()
+        assert client.zcard(MESSAGES) == 0 and client.hlen("unacked") == 0
+
+
+@pytest.mark.parametrize(
+    ("died", "restorer"),
+    [(TRANSPORT, STOCK_TRANSPORT), (STOCK_TRANSPORT, TRANSPORT)],
+    ids=["fast-died", "stock-died"],
+)
+def test_either_transport_restores_what_the_other_died_holding(
+    url: str, client: Any, died: str, restorer: str
+) -> None:
+    queue = _queue()
+    with _connection(url, transport=died) as conn:
+        _publish(conn, queue, "held")
+        assert _take(conn, queue).payload == "held"
+        # The consumer dies: nothing acks or restores it.
+        conn.default_channel.qos._delivered.clear()
+        conn.default_channel.qos._members.clear()
+    assert client.llen(queue.name) == 0 and client.zcard(MESSAGES) == 1
+
+    with _connection(url, visibility_s=1, transport=restorer) as conn:
+        time.sleep(1.1)
+        conn.default_channel.qos.restore_visible(num=None, interval=1)
+        assert client.zcard(MESSAGES) == 0
+        again = _take(conn, queue)
+        assert again.payload == "held"
+        again.ack()
+
+
 def test_a_message_noted_the_kombu_way_is_still_restored(url: str, client: Any) -> None:
     queue = _queue()
     with _connection(url) as conn:
@@ -462,3 +507,28 @@ def test_kombus_half_open_pop_check_drops_a_pop_never_answered(
         assert channel.client.connection._sock is None  # dropped: the loop reconnects
         channel._in_poll = None
         conn.transport.cycle._unregister(channel, channel.client, "BRPOP")
+
+
+@pytest.mark.parametrize("died", [TRANSPORT, STOCK_TRANSPORT])
+def test_a_dead_workers_messages_go_back_by_tag_at_once(url: str, client: Any, died: str) -> None:
+    """The healer's restore: the messages a dead worker noted it held (by delivery tag)
+    go back to the front of their queues at once, well inside the visibility timeout;
+    another worker's are left."""
+    queue = _queue()
+    with _connection(url, transport=died) as conn:
+        _publish(conn, queue, "held")
+        _publish(conn, queue, "other's")
+        held, other = _take(conn, queue), _take(conn, queue)
+        conn.default_channel.qos._delivered.clear()  # the consumer dies
+        conn.default_channel.qos._members.clear()
+    assert client.llen(queue.name) == 0 and client.zcard(MESSAGES) == 2
+    with _connection(url) as conn:
+        back = restore_delivered(conn.default_channel, {held.delivery_tag, "gone-tag"})
+        assert back == {held.delivery_tag}
+        assert client.zcard(MESSAGES) == 1 and client.llen(queue.name) == 1
+        again = _take(conn, queue)
+        assert again.payload == "held" and again.delivery_tag == held.delivery_tag
+        again.ack()
+        assert restore_delivered(conn.default_channel, {other.delivery_tag}) == {other.delivery_tag}
+        _take(conn, queue).ack()
+        conn.default_channel.qos.flush_acks()

@@ -119,10 +119,28 @@ def test_a_batch_gate_place_is_acknowledged_only_on_a_replica(
         gate.pass_on("b1", 2)
 
 
-def test_with_no_replica_asked_for_nothing_waits(primary: redis.Redis) -> None:
-    assert get_settings().redis_min_replicas == 0
+def _waits(primary: redis.Redis) -> int:
+    return int(primary.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+def test_by_default_a_standalone_server_pays_nothing(primary: redis.Redis) -> None:
+    assert get_settings().redis_min_replicas == "auto"
+    replicas.forget_replicas()
     ledger = BudgetLedger(primary)
     assert ledger.reserve("step-1", ["global:x"], Amount(calls=1), lease_s=30) is None
+    assert _waits(primary) == 0
+
+
+def test_by_default_a_primary_with_a_replica_waits_for_it(
+    primary: redis.Redis, replica: redis.Redis
+) -> None:
+    """``auto``: one replica waited for while one is connected, so a failover loses no
+    acknowledged write out of the box."""
+    replicas.forget_replicas()
+    ledger = BudgetLedger(primary)
+    assert ledger.reserve("step-1", ["global:x"], Amount(calls=1), lease_s=30) is None
+    assert _waits(primary) >= 1  # (twice: the script was not loaded yet)
+    assert replica.hget(keys.budget_holds("global:x"), "step-1") is not None
 
 
 def test_too_few_replicas_is_a_warning_at_start(primary: redis.Redis, wait_for_one: None) -> None:

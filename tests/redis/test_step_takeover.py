@@ -19,10 +19,16 @@ import redis
 
 from orchestration.core.budget import Amount, Budget
 from orchestration.services.liveness import Liveness
-from orchestration.services.sweeper import Sweeper
+from orchestration.services.sweeper import Healer, Healing, Sweeper
 from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger
-from orchestration.state.processes import mark_alive, new_claimant, new_process_id, process_of
+from orchestration.state.processes import (
+    mark_alive,
+    new_claimant,
+    new_process_id,
+    note_held,
+    process_of,
+)
 from orchestration.state.runs import RunRecord, RunStore
 
 KEY = "r0.generate"
@@ -164,3 +170,32 @@ def test_a_dead_calls_hold_is_charged(store: RunStore) -> None:
     assert state.reserved.tokens == 0 and state.open_reservations == 0
     assert not ledger.charge_hold("x|r0.generate:dead", ["run:x"])  # once
     store.r.delete(*keys.budget_keys("run:x"))
+
+
+def test_a_dead_process_is_noticed_once_and_its_claimed_steps_sent_on(store: RunStore) -> None:
+    """The healer: a process whose liveness key lapsed is reported to one caller only,
+    with the messages it held and the steps it had claimed; a live process's are left."""
+    dead, live = new_process_id(), new_process_id()
+    for process_id in (dead, live):
+        mark_alive(store.r, process_id, TTL_S)
+        note_held(store.r, process_id, {f"tag-{process_id}": "r9"}, 60)
+    for run_id, process_id in (("r0", dead), ("r1", live)):
+        _running(store, run_id)
+        start = store.begin_step(run_id, KEY, new_claimant(process_id), 60, "{}")
+        assert start.outcome == "go"
+    healer = Healer(store, process_ttl_s=TTL_S)
+    assert not healer.heal().dead  # both alive
+    store.r.delete(keys.process(dead))
+    store.r.zadd(keys.processes(), {dead: (time.time() - TTL_S - 1) * 1000})
+    store.r.delete(keys.processes_since())  # right after an outage: nobody is presumed dead
+    assert not healer.heal().dead
+    _fleet_alive_for(store.r, TTL_S + 1)
+    healing = healer.heal()
+    assert healing.dead == [dead]
+    assert healing.held == {f"tag-{dead}": "r9"}
+    assert [(s.run_id, s.step_key) for s in healing.steps] == [("r0", KEY)]
+    # A message of the run put back: its step is not sent a second time.
+    assert healing.rest(set()) == healing.steps
+    assert Healing([dead], {"t": "r0"}, healing.steps).rest({"t"}) == []
+    assert not healer.heal().dead  # noticed once
+    assert store.r.exists(keys.process_held(live))

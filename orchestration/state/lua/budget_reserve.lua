@@ -1,8 +1,8 @@
 --! include budget_common
--- KEYS: (budget, leases, holds) per scope, then the step's settled marker.
+-- KEYS: (budget, leases, holds) per scope, then the run's settled hash (keys.budget_settled).
 -- ARGV: step_id, lease_ms, amount, scope count.
 local step, lease, amount, n = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-if redis.call('EXISTS', KEYS[3 * n + 1]) == 1 then return {'settled'} end
+if redis.call('HEXISTS', KEYS[3 * n + 1], step) == 1 then return {'settled'} end
 local now = now_ms()
 local est = split(amount)
 local est_n = {tonumber(est[1]), tonumber(est[2]), tonumber(est[3]), tonumber(est[4])}
