@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from orchestration.state.keys import (
+from orchestration.defaults import (
     DEFAULT_FINISHED_TTL_S,
     DEFAULT_PROCESS_TTL_S,
     DEFAULT_STEP_LEASE_S,

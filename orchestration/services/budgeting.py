@@ -30,6 +30,7 @@ from orchestration.core.completion import Message
 from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_bytes
 from orchestration.core.pricing import cost_usd, rates_for
 from orchestration.core.structured import CRITIQUE_SCHEMA
+from orchestration.defaults import RATE_TABLE_TTL_S
 from orchestration.prices import price_for
 from orchestration.services.pauses import PauseMemory
 from orchestration.state import keys
@@ -49,9 +50,6 @@ from orchestration.state.scripts import ScriptCall
 from orchestration.state.tokenratio import TokenRatios
 
 log = logging.getLogger(__name__)
-
-#: How long the per-process copy of the fleet's rate-limit table is trusted.
-RATE_TABLE_TTL_S = 5.0
 
 
 def step_id(run_id: str, key: str) -> str:

@@ -34,6 +34,7 @@ from orchestration.core.loop import (
 from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
 from orchestration.core.structured import read_structured, structured_critique
+from orchestration.defaults import STORE_PATIENCE_S
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, step_id
 from orchestration.services.callcaching import CallCache, hit_result
@@ -50,8 +51,6 @@ log = logging.getLogger(__name__)
 
 #: Times a call's output limit is lowered to fit a budget (one per scope and unit in the way).
 _FITS = 4
-#: Seconds a step keeps trying to store a model's answer while Redis is away.
-STORE_PATIENCE_S = 120.0
 
 
 class ModelClient(Protocol):

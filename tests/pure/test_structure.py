@@ -349,6 +349,7 @@ LAYERS = {
     "orchestration.prices": "prices",
     "orchestration.logjson": "logjson",
     "orchestration.backoff": "backoff",
+    "orchestration.defaults": "defaults",
     "orchestration": "orchestration",  # the package's public face (re-exports)
     "workers": "workers",
     "duet": "duet",
@@ -362,21 +363,24 @@ ORCHESTRATION = {
     "prices",
     "logjson",
     "backoff",
+    "defaults",
     "orchestration",
 }
 MAY_IMPORT = {
     "core": {"core"},
-    "state": {"core", "state", "settings", "backoff"},
+    "state": {"core", "state", "settings", "backoff", "defaults"},
     # The environment's defaults (finished TTL, step lease) live with the keys.
-    "settings": {"core", "state"},
+    "settings": {"core", "state", "defaults"},
     # The price database, read into core Price values (a package the core may not import).
     "prices": {"core"},
     # The JSON log line format, shared by workers and the command line: imports none of ours.
     "logjson": set(),
     # The one backoff policy (tenacity's loop): imports none of ours.
     "backoff": set(),
-    "services": {"core", "state", "settings", "prices", "services", "backoff"},
-    "client": {"core", "state", "settings", "prices", "client"},
+    # The tunables that are not settings, with their units: imports none of ours.
+    "defaults": set(),
+    "services": {"core", "state", "settings", "prices", "services", "backoff", "defaults"},
+    "client": {"core", "state", "settings", "prices", "client", "defaults"},
     "orchestration": ORCHESTRATION,
     "workers": ORCHESTRATION | {"workers"},
     "duet": ORCHESTRATION | {"workers", "duet"},
