@@ -3,13 +3,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+## The tested set of every dependency (make lock writes it from pyproject.toml's ranges).
+LOCK   := deploy/constraints.txt
 
-.PHONY: demo test test-fast reliability lint bench bench-aio worker flower clean
+.PHONY: lock demo test test-fast reliability lint bench bench-aio worker flower clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e '.[test]'
 	touch $(STAMP)
 
 ## demo: review the example batch on the embedded default (no Redis, no API keys needed)
@@ -18,7 +20,8 @@ demo: $(STAMP)
 
 ## test: the whole suite, TEST_WORKERS processes at a time (pytest-xdist); each starts its
 ## own Redis servers on free ports and never touches one it did not start
-TEST_WORKERS ?= 4
+## (two per core: the suite mostly waits on servers and subprocesses)
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(max(2, 2 * (os.cpu_count() or 1)))')
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
@@ -36,6 +39,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check orchestration workers duet tests bench
 	$(BIN)/ruff format --check orchestration workers duet tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## bench: every benchmark in one run (~15 min), written to bench/RESULTS.md; the in-process
 ## reference (loomflow) goes in its own venv, bench/.venv-ref (the run says so if it cannot)
@@ -59,9 +63,16 @@ bench-aio: $(STAMP)
 worker: $(STAMP)
 	$(BIN)/duet worker
 
-## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL (loopback only; deploy/ adds a login)
+## flower: the Celery dashboard on http://localhost:5555 for DUET_REDIS_URL (loopback; login in FLOWER_BASIC_AUTH)
 flower: $(STAMP)
-	$(BIN)/celery -A workers flower --port=5555 --address=127.0.0.1
+	$(BIN)/duet flower --port=5555
+
+## lock: re-resolve deploy/constraints.txt, the versions the image, `make test` and CI
+## install, from pyproject.toml's ranges (every extra; Python 3.10 to 3.13)
+lock: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'uv>=0.5'
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra otel --extra docs --extra all \
+	  --universal --python-version 3.10 --no-header --annotation-style line -o $(LOCK)
 
 clean:
 	rm -rf $(VENV) bench/.venv-ref bench/.venv-aio results.jsonl .pytest_cache .ruff_cache .mypy_cache .reliability

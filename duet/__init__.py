@@ -2,6 +2,7 @@
 the embedded default and the stand-in LLM server. It sits on top of ``orchestration`` and
 ``workers``; nothing below imports it."""
 
-#: The name Duet is published under on the package index (``pip install duet-review``);
-#: ``duet`` there is another project. The import packages keep their names.
+#: The distribution's name (``duet`` on the index is another project). Not published on
+#: the index yet: Duet installs from its repository at a tag (README). The import packages
+#: keep their names.
 DISTRIBUTION = "duet-review"

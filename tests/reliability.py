@@ -52,7 +52,8 @@ EMBEDDED = "The embedded default"
 PACKAGING = "Packaging"
 MODEL_OUTPUT = "Untrusted model output"
 ENGINE = "The engine: runs, steps, model calls, budgets"
-SECTIONS = (SECRETS, CLIENTS, EMBEDDED, PACKAGING, MODEL_OUTPUT, ENGINE)
+FILES = "Files, patches and output"
+SECTIONS = (SECRETS, CLIENTS, EMBEDDED, PACKAGING, MODEL_OUTPUT, FILES, ENGINE)
 
 
 def out_path() -> Path:

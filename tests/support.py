@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -41,6 +42,21 @@ def pings(client: redis.Redis) -> bool:
         return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
+
+
+@functools.cache
+def cli_start_s() -> float:
+    """Seconds ``python -m duet --version`` takes here and now (the slower of two): how long
+    starting the interpreter and importing the CLI costs on this machine under its load, so
+    a bound on a command's wall time allows for it instead of guessing."""
+    taken = []
+    for _ in range(2):
+        started = time.monotonic()
+        subprocess.run(
+            [sys.executable, "-m", "duet", "--version"], capture_output=True, timeout=120
+        )
+        taken.append(time.monotonic() - started)
+    return max(taken)
 
 
 def wait_for(condition, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces of runs, optional: ``pip install 'duet-review[otel]'`` and ``DUET_OTEL=1``.
+"""OpenTelemetry traces of runs, optional: Duet's ``otel`` extra and ``DUET_OTEL=1``.
 
 One trace per run. The run's first coordinator transition opens its root span
 (``invoke_agent actor_critic``); its W3C trace context travels in a ``traceparent``
@@ -67,7 +67,8 @@ def enable_from_environment() -> None:
         except ImportError as exc:
             raise RuntimeError(
                 "DUET_OTEL=1 needs the OpenTelemetry SDK and OTLP exporter: "
-                "pip install 'duet-review[otel]'"
+                "install Duet with its otel extra, or pip install opentelemetry-sdk "
+                "opentelemetry-exporter-otlp-proto-http"
             ) from exc
         provider = TracerProvider(resource=Resource.create({"service.name": "duet-worker"}))
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,10 +22,23 @@ from orchestration.core.errors import ConfigError
 app = typer.Typer(
     name="duet",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def flags_take_no_value(command: Any, parent: Any = None) -> Any:
+    """``command`` and its subcommands with no type shown after a flag: Typer 0.29 writes
+    ``--version <bool>`` in help, as if the flag took a value. (Typer vendors its own
+    click, so parameters are told by what they have, not by class.)"""
+    ctx = command.context_class(command, parent=parent, **command.context_settings)
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        flags_take_no_value(sub, ctx)
+    return command
 
 
 def _version(value: bool) -> None:
@@ -99,12 +112,21 @@ IncludeOpt = Annotated[
 ]
 
 
+IncludeSecretsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--include-secrets",
+        help="Send files holding keys or credentials to the models too (by default they "
+        "are skipped and counted: detect-secrets finds them).",
+    ),
+]
 ExcludeOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--exclude",
         metavar="GLOB",
-        help="Directory input: leave out files or folders matching this glob (repeatable).",
+        help="Directory or --git input: leave out files or folders matching this glob "
+        "(repeatable; adds to [inputs] exclude).",
     ),
 ]
 

@@ -109,6 +109,12 @@ def summary_table(summary: Summary, wall_s: float | None = None) -> Table:
     table = Table(title="Summary", title_justify="left", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
+    if summary.simulated:
+        table.add_row(
+            "SIMULATED",
+            plain(f"{summary.simulated} run(s) on the offline sim model: no real model read them"),
+            style="yellow",
+        )
     for outcome in OUTCOMES:
         table.add_row(LABELS[outcome], Text(str(summary.counts[outcome]), style=COLOURS[outcome]))
     table.add_row("inputs", str(summary.total))

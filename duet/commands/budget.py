@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.commands.support import connect, fails_cleanly, out, plain
+from duet.commands.support import JsonOpt, connect, emit_json, fails_cleanly, out, plain
 from orchestration.core.budget import UNITS, Budget, parse_scope
 
 budget_app = typer.Typer(
@@ -38,17 +38,31 @@ def show(
     scope: Annotated[
         str, typer.Argument(help="A scope, or a prefix such as 'user:'; all when left out.")
     ] = "",
+    as_json: JsonOpt = False,
 ) -> None:
     """Limit, spent, reserved and remaining per unit, for one scope or all that match."""
     connect()
     from orchestration.client.handles import get_budget, list_budgets
 
     names = [scope] if scope.count(":") == 1 and scope.split(":")[1] else list_budgets(scope)
-    if not names:
+    if not names and not as_json:
         out.print(plain("no budgets" + (f" matching {scope!r}" if scope else "")))
         return
     for name in names:
+        name = _whole_batch_id(name)
         state = get_budget(name)
+        if as_json:
+            units = {
+                unit: {
+                    "limit": state.limits.get(unit),
+                    "spent": state.spent.value(unit),
+                    "reserved": state.reserved.value(unit),
+                    "remaining": state.remaining.get(unit),
+                }
+                for unit in UNITS
+            }
+            emit_json({"scope": name, "warn_at": state.warn_at, "units": units})
+            continue
         table = Table(title=plain(f"{name}  (warn at {state.warn_at:.0%})"), title_justify="left")
         for column in ("unit", "limit", "spent", "reserved", "remaining"):
             table.add_column(column, justify="left" if column == "unit" else "right")
@@ -64,7 +78,33 @@ def show(
                 _fmt(unit, reserved),
                 _fmt(unit, state.remaining.get(unit)),
             )
+        if not table.rows and name.startswith("batch:"):
+            _batch_spend(table, name.split(":", 1)[1])
         out.print(table)
+
+
+def _whole_batch_id(scope: str) -> str:
+    """``batch:PREFIX`` (the short id ``duet ls`` shows) as ``batch:WHOLE-ID``."""
+    kind, _, typed = scope.partition(":")
+    if kind != "batch" or not typed:
+        return scope
+    from duet.commands import ids
+
+    try:
+        return f"batch:{ids.batch_id(typed)}"
+    except LookupError:
+        return scope
+
+
+def _batch_spend(table: Table, batch_id: str) -> None:
+    """A batch with no budget limit keeps no ledger: its spend is its record's, the number
+    ``duet ls`` shows."""
+    from orchestration.state import batches, connection
+
+    rec = batches.record(connection.get_redis(), batch_id)
+    if rec:
+        table.caption = "no limit set: spent is what the batch's runs cost (as duet ls shows)"
+        table.add_row("usd", "-", _fmt("usd", float(rec.get("usd") or 0)), "-", "-")
 
 
 @budget_app.command(

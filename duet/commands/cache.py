@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.commands.support import connect, fails_cleanly, out, plain
+from duet.commands.support import JsonOpt, connect, emit_json, fails_cleanly, out, plain
 from orchestration.core.callcache import parse_ttl
 from orchestration.settings import get_settings
 from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
@@ -33,9 +33,22 @@ def cache_store() -> CallStore:
 
 @cache_app.command("stats", epilog="Example: duet cache stats")
 @fails_cleanly
-def stats() -> None:
+def stats(as_json: JsonOpt = False) -> None:
     """Entries, bytes, hits and misses, and the least recently used entry's age."""
     s = cache_store().stats()
+    if as_json:
+        emit_json(
+            {
+                "backend": s.backend,
+                "where": s.where,
+                "entries": s.entries,
+                "bytes": s.bytes,
+                "hits": s.hits,
+                "misses": s.misses,
+                "oldest": s.oldest,
+            }
+        )
+        return
     table = Table(title=f"model-call cache ({s.backend}: {s.where})", show_header=False)
     oldest = (
         "-"

@@ -9,7 +9,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from duet.commands.support import connect, fails_cleanly, out, plain, print_whole
+from duet.commands.support import (
+    JsonOpt,
+    connect,
+    emit_json,
+    fails_cleanly,
+    out,
+    plain,
+    print_whole,
+)
 from orchestration.core.errors import ConfigError
 
 dead_app = typer.Typer(
@@ -46,12 +54,17 @@ def _client() -> Any:
 @fails_cleanly
 def ls(
     limit: Annotated[int, typer.Option(min=1, help="Show at most this many, newest first.")] = 100,
+    as_json: JsonOpt = False,
 ) -> None:
     """The dead letters, newest first: id, queue, reason, and the start of the text."""
     from orchestration.state import deadletters
 
     client = _client()
     letters = deadletters.newest(client, limit)
+    if as_json:
+        for d in letters:
+            emit_json(_letter_json(d))
+        return
     if not letters:
         out.print("no dead letters")
         return
@@ -68,6 +81,7 @@ def ls(
 @fails_cleanly
 def show(
     letter_id: Annotated[str, typer.Argument(help="A letter's id, from duet dead ls.")],
+    as_json: JsonOpt = False,
 ) -> None:
     """One dead letter in full: its queue, the reason and the text as it was popped."""
     from orchestration.state import deadletters
@@ -77,6 +91,9 @@ def show(
     letter = deadletters.get(_client(), letter_id)
     if letter is None:
         raise ConfigError(f"no dead letter {letter_id!r} (duet dead ls lists them)")
+    if as_json:
+        emit_json(_letter_json(letter))
+        return
     out.print(plain(f"id:     {letter.id}"))
     out.print(plain(f"queue:  {letter.queue}"))
     out.print(plain(f"reason: {letter.reason}"))
@@ -103,3 +120,14 @@ def purge(
         raise ConfigError(f"{bad[0]!r} is not a dead letter's id (as 1733150000000-0)")
     n = deadletters.purge(_client(), None if all_ else list(letter_ids or []))
     out.print(f"deleted {n} dead letter{'s' if n != 1 else ''}")
+
+
+def _letter_json(letter: Any) -> dict[str, Any]:
+    """A dead letter as ``--json`` prints it: its id, queue, reason, size and kept text."""
+    return {
+        "id": letter.id,
+        "queue": letter.queue,
+        "reason": letter.reason,
+        "size": letter.size,
+        "text": letter.text,
+    }

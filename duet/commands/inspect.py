@@ -23,8 +23,10 @@ from duet.commands.results import (
 )
 from duet.commands.support import (
     SOME_FAILED,
+    JsonOpt,
     clean,
     connect,
+    emit_json,
     err,
     error,
     fails_cleanly,
@@ -57,9 +59,7 @@ def ls(
         bool,
         typer.Option("--wide", help="Whole batch ids instead of their shortest unique prefix."),
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per batch (whole ids), no table.")
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List the newest batches: when, counts by outcome, rejected inputs, spend.
 
@@ -74,30 +74,41 @@ def ls(
     if as_json:
         for batch_id, rec in found:
             row = _ls_row(r, batch_id, rec)
-            out.print_json(data={"batch_id": batch_id, **row}, indent=None)
+            emit_json({"batch_id": batch_id, **row})
         return
     if not found:
         out.print("no batches")
         return
     short = {} if wide else shortest_unique(lookup.batch_ids(r))
+    rows = [(short.get(batch_id, batch_id), _ls_row(r, batch_id, rec)) for batch_id, rec in found]
+    print_whole(ls_table(rows))
+
+
+#: The outcomes column wraps at this width, so `duet ls` fits an 80-column terminal.
+_OUTCOMES_WIDTH = 26
+
+
+def ls_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    """``duet ls``'s table of (shown id, row) pairs: 80 columns wide with 8-character ids
+    (submitted to the minute, rejected inputs among the outcomes, which wrap)."""
     table = Table(title="Batches, newest first", title_justify="left")
     table.add_column("batch", no_wrap=True)
     table.add_column("submitted", no_wrap=True)
     table.add_column("done", justify="right", no_wrap=True)
-    table.add_column("outcomes", overflow="fold")
-    table.add_column("rejected", justify="right", no_wrap=True)
+    table.add_column("outcomes", max_width=_OUTCOMES_WIDTH)
     table.add_column("cost", justify="right", no_wrap=True)
-    for batch_id, rec in found:
-        row = _ls_row(r, batch_id, rec)
+    for shown, row in rows:
+        outcomes = _outcomes(row["outcomes"])
+        if row["rejected"] and not row["outcomes"].get("rejected"):
+            outcomes.append(f"rejected {row['rejected']}", style=COLOURS["rejected"])
         table.add_row(
-            plain(short.get(batch_id, batch_id)),
-            row["submitted"],
+            plain(shown),
+            row["submitted"][5:16],  # MM-DD HH:MM; --json has the whole time
             f"{row['done']}/{row['total']}",
-            _outcomes(row["outcomes"]),
-            str(row["rejected"]),
+            outcomes,
             f"${row['usd']:.4f}",
         )
-    print_whole(table)
+    return table
 
 
 def _ls_row(r: Any, batch_id: str, rec: dict[str, str]) -> dict[str, Any]:
@@ -131,6 +142,7 @@ def _outcomes(counts: dict[str, int]) -> Text:
 def show(
     run_id: RunArg,
     full: Annotated[bool, typer.Option("--full", help="Show the final output in full.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one run: each round's score, issues and summary, and what each revision changed."""
     connect()
@@ -138,6 +150,9 @@ def show(
     from orchestration.client.handles import store
 
     result = store().result(ids.run_id(run_id))
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+        return
     out.print(_run_header(result))
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:

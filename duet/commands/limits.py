@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from duet.commands.support import connect, fails_cleanly, out, plain, print_whole
+from duet.commands.support import (
+    JsonOpt,
+    connect,
+    emit_json,
+    fails_cleanly,
+    out,
+    plain,
+    print_whole,
+)
 
 limits_app = typer.Typer(
     help="Fleet-wide rate limits per model: show, set, clear. They stay in Redis until "
@@ -23,7 +31,7 @@ ModelArg = Annotated[
 
 @limits_app.command("show", epilog="Example: duet limits show")
 @fails_cleanly
-def show() -> None:
+def show(as_json: JsonOpt = False) -> None:
     """Every model's limit, who set it, and what the fleet used of its window just now."""
     connect()
     from orchestration.state import connection
@@ -31,6 +39,23 @@ def show() -> None:
 
     r = connection.get_redis()
     limits = stored_rate_limits(r)
+    if as_json:
+        for name, limit in sorted(limits.items()):
+            provider, model = name.split(":", 1)
+            requests, tokens, paused_s = window_use(r, provider, model, limit.window_s)
+            emit_json(
+                {
+                    "model": name,
+                    "rpm": limit.rpm,
+                    "tpm": limit.tpm,
+                    "window_s": limit.window_s,
+                    "used_requests": requests,
+                    "used_tokens": tokens,
+                    "paused_s": paused_s,
+                    "set_by": limit.source,
+                }
+            )
+        return
     if not limits:
         out.print("no rate limits: every model runs as fast as the workers and vendors allow")
         return

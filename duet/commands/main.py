@@ -29,6 +29,7 @@ from duet.commands.app import (
     ConfigArg,
     ExcludeOpt,
     IncludeOpt,
+    IncludeSecretsOpt,
     LogEveryOpt,
     MaxInFlightOpt,
     StatusOpt,
@@ -51,6 +52,7 @@ from duet.commands.batch import (
 from duet.commands.budget import budget_app
 from duet.commands.cache import cache_app
 from duet.commands.dead import dead_app
+from duet.commands.intake import Reading, load_checked, print_dry_run, submit_reading
 from duet.commands.limits import limits_app
 from duet.commands.progress import LOG_EVERY_S, ProgressView, follow
 from duet.commands.results import (
@@ -61,24 +63,32 @@ from duet.commands.results import (
     read_records,
 )
 from duet.commands.review import (
+    FAIL_ON,
     AllOpt,
+    CategoryOpt,
     ContextOpt,
     FailOnOpt,
     FormatOpt,
     GitOpt,
     GitSource,
+    LinkOpt,
     PatchOpt,
     RepoOpt,
     RootOpt,
     UnitOpt,
+    check_results_file,
+    fails,
     input_source,
+    records_of,
     write_findings,
 )
 from duet.commands.support import (
     INTERRUPTED,
     OK,
     SOME_FAILED,
+    JsonOpt,
     connect,
+    emit_json,
     err,
     error,
     fails_cleanly,
@@ -89,7 +99,6 @@ from duet.commands.support import (
     warn,
 )
 from duet.formats.outputs import write_outputs
-from duet.intake.batch import Reading, load_checked, print_dry_run, submit_reading
 from duet.report.records import (
     Summary,
     by_index,
@@ -138,6 +147,7 @@ def run(
     strict: StrictOpt = False,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
+    include_secrets: IncludeSecretsOpt = False,
     resume_from: Annotated[
         Path | None,
         typer.Option(
@@ -213,7 +223,8 @@ def run(
         dry_run=dry_run,
         output_dir=output_dir,
         log_every=log_every,
-        git=GitSource(git_range, repo, unit, context),
+        include_secrets=include_secrets,
+        git=GitSource(git_range, repo, unit, context, tuple(exclude or ()), include_secrets),
     )
 
 
@@ -230,6 +241,7 @@ def run_loaded(
     dry_run: bool = False,
     output_dir: Path | None = None,
     log_every: float = LOG_EVERY_S,
+    include_secrets: bool = False,
     git: GitSource | None = None,
 ) -> None:
     """``duet run`` once its config is loaded (``duet review`` comes in here too)."""
@@ -244,11 +256,16 @@ def run_loaded(
     if not dry_run:
         if not embedded:
             connect()  # the cluster's cache is in its Redis
-        from duet.embedded.run_cache import RunCache
+        from duet.commands.run_cache import RunCache
 
         run_cache = RunCache.of(cfg.build_architecture().to_spec())
     intake = Intake(finished, limit, run_cache)
-    options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    options: dict[str, Any] = {
+        "strict": strict,
+        "include": include or (),
+        "exclude": exclude or (),
+        "include_secrets": include_secrets,
+    }
     if git is not None and git.spec:
         # A change with nothing to review (only docs in vendor/, say) is not a failure.
         options = {"reader": git.reader(cfg, intake), "empty_ok": True}
@@ -320,6 +337,15 @@ def review(
     git_range: Annotated[
         str, typer.Option("--git", metavar="BASE..HEAD", help="The change to review.")
     ] = "",
+    staged: Annotated[
+        bool,
+        typer.Option(
+            "--staged",
+            help="Review the staged changes instead of --git: the index against HEAD (the "
+            "empty tree before the first commit), as the pre-commit hook does. Results go to "
+            "GIT_DIR/duet-review.jsonl unless -o says.",
+        ),
+    ] = False,
     repo: RepoOpt = Path("."),
     unit: UnitOpt = "file",
     context: ContextOpt = 10,
@@ -339,19 +365,54 @@ def review(
         bool, typer.Option("--dry-run", help="Print the worst case; send nothing.")
     ] = False,
     log_every: LogEveryOpt = LOG_EVERY_S,
+    exclude: ExcludeOpt = None,
+    include_secrets: IncludeSecretsOpt = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="SHA",
+            show_default=False,
+            help="Review only what changed after SHA (the last reviewed commit, e.g. from "
+            "the PR comment's marker), when it is an ancestor of HEAD.",
+        ),
+    ] = None,
+    fail_on: FailOnOpt = "never",
+    with_sarif: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--with-sarif",
+            exists=True,
+            dir_okay=False,
+            metavar="SARIF",
+            help="A static analyser's findings (e.g. ruff --output-format sarif): each is "
+            "handed to the critic with the file it is on (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Review the files a git range changed (one input per file or hunk), like
     ``duet run --git``; then ``duet results FILE -f sarif`` or ``--patch``.
 
-    Deleted, binary, vendored and .gitignored files are skipped and counted; renames are
-    followed. Exit codes as for ``duet run``.
+    Deleted, binary, vendored, .gitignored, excluded, lock, generated and minified files,
+    and files holding keys or credentials, are skipped and counted; renames are followed.
+    Exit codes as for ``duet run``.
     """
+    from duet.commands.intake import check_loaded
     from duet.config import parse_config
-    from duet.intake.batch import check_loaded
     from orchestration.core import review_templates
 
+    if staged and git_range:
+        raise ConfigError("give --git or --staged, not both")
+    if fail_on not in FAIL_ON:
+        raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
+    if staged:
+        from duet.intake.git import git_dir, staged_range
+
+        git_range = staged_range(repo)
+        output = output or git_dir(repo) / "duet-review.jsonl"
     if not git_range:
         raise ConfigError("duet review needs --git BASE..HEAD (e.g. --git main..HEAD)")
+    target = output or Path("review.results.jsonl")
     embedded = not get_settings().redis_url
     if config is None:
         data = review_templates.review_config(actor_model, critic_model)
@@ -359,14 +420,34 @@ def review(
         cfg = check_loaded(cfg, embedded=embedded)
     else:
         cfg = load_checked(config, embedded=embedded)
-    run_loaded(
-        cfg,
-        None,
-        output,
-        dry_run=dry_run,
-        log_every=log_every,
-        git=GitSource(git_range, repo, unit, context),
-    )
+    try:
+        run_loaded(
+            cfg,
+            None,
+            target,
+            dry_run=dry_run,
+            log_every=log_every,
+            git=GitSource(
+                git_range,
+                repo,
+                unit,
+                context,
+                tuple(exclude or ()),
+                include_secrets,
+                since or None,
+                tuple(with_sarif or ()),
+            ),
+        )
+    except typer.Exit as done:
+        # --fail-on: a finding at least that severe fails the review (the pre-commit hook).
+        if (
+            fail_on != "never"
+            and target.is_file()
+            and fails(records_of(str(target), None), fail_on, everything=False)
+        ):
+            error(f"a finding is at least {fail_on!r}: see {target}")
+            raise typer.Exit(SOME_FAILED) from None
+        raise done
 
 
 def _write_output_dir(records: Iterable[dict[str, Any]], folder: Path) -> None:
@@ -462,6 +543,7 @@ def submit(
     strict: StrictOpt = False,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
+    include_secrets: IncludeSecretsOpt = False,
     vendor_batch: VendorBatchOpt = False,
     git_range: GitOpt = None,
     repo: RepoOpt = Path("."),
@@ -490,9 +572,14 @@ def submit(
         max_in_flight=max_in_flight,
     )
     intake = Intake()
-    git = GitSource(git_range, repo, unit, context)
+    git = GitSource(git_range, repo, unit, context, tuple(exclude or ()), include_secrets)
     source = input_source(input, git)
-    options: dict[str, Any] = {"strict": strict, "include": include or (), "exclude": exclude or ()}
+    options: dict[str, Any] = {
+        "strict": strict,
+        "include": include or (),
+        "exclude": exclude or (),
+        "include_secrets": include_secrets,
+    }
     if git.spec:
         options = {"reader": git.reader(cfg, intake)}
     reading = Reading(cfg, source, intake, **options)
@@ -518,7 +605,7 @@ def submit(
 
 @app.command(epilog="Example: duet watch 4c9e34663fac4c9d8513fd84d3ff8b17")
 @fails_cleanly
-def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
+def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S, as_json: JsonOpt = False) -> None:
     """Show a batch's progress until it finishes: done/total, outcomes, spend, rate, ETA,
     and what it waits on (a rate limit, a spent budget, no worker on a queue).
 
@@ -527,6 +614,8 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
     """
     connect()
     handle = batch_handle(batch)
+    if as_json:
+        raise exit_for_progress(_watch_json(handle, log_every))
 
     def finished(p: dict[str, Any], wait_s: float) -> bool:
         if p["done"] >= p["total"]:
@@ -544,6 +633,22 @@ def watch(batch: BatchArg, log_every: LogEveryOpt = LOG_EVERY_S) -> None:
         if workers is not None:
             workers.stop()
     raise exit_for_progress(p)
+
+
+def _watch_json(handle: Any, log_every: float) -> dict[str, Any]:
+    """``duet watch --json``: the batch's progress as a JSON line whenever it changes (at
+    most once a second) and at least every ``log_every`` seconds, the last when it is done."""
+    shown: dict[str, Any] | None = None
+    at = -float("inf")
+    while True:
+        p = handle.progress()
+        done = p["done"] >= p["total"]
+        if done or p != shown or time.monotonic() - at >= log_every:
+            emit_json({"batch_id": handle.batch_id, **p})
+            shown, at = p, time.monotonic()
+        if done:
+            return p
+        time.sleep(min(1.0, log_every))  # the polling interval
 
 
 @app.command(
@@ -576,6 +681,14 @@ def results(
     fail_on: FailOnOpt = "never",
     patch: PatchOpt = False,
     root: RootOpt = Path("."),
+    category: CategoryOpt = None,
+    link: LinkOpt = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="JSON lines on stdout, one record each (the default without -o)."
+        ),
+    ] = False,
 ) -> None:
     """Stream a batch's records in input order (rejected inputs in their places), each as
     soon as it (and those before it) finished; with --status and no --output, each match
@@ -585,6 +698,11 @@ def results(
     (or when the timeout passed).
     """
     check_status(status)
+    if fail_on not in FAIL_ON:
+        raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
+    check_results_file(batch)
+    if as_json and (output is not None or format is not None or patch):
+        raise ConfigError("--json prints JSON lines on stdout: leave out -o, -f and --patch")
     if format is not None or patch:
         write_findings(
             batch,
@@ -595,8 +713,27 @@ def results(
             patch=patch,
             root=root,
             timeout=timeout,
+            category=category,
+            link=link,
         )
         return
+    try:
+        _results(batch, output, status, timeout, log_every)
+    except typer.Exit as done:
+        # --fail-on gates records too, not only -f: a finding at least that severe is exit 1.
+        if fail_on != "never" and fails(records_of(batch, timeout), fail_on, everything=everything):
+            raise typer.Exit(SOME_FAILED) from None
+        raise done
+
+
+def _results(
+    batch: str,
+    output: Path | None,
+    status: list[str] | None,
+    timeout: float | None,
+    log_every: float,
+) -> None:
+    """``duet results`` without -f: records in input order, to a file or stdout."""
     if Path(batch).is_file():
         records: Iterable[dict[str, Any]] = by_index(read_records(Path(batch)))
         _write_records(select_status(records, status), output)
@@ -679,7 +816,7 @@ class _RecordsWithProgress:
 
 
 # The other commands register themselves on the app as their modules are imported.
-from duet.commands import inspect, worker  # noqa: E402,F401  (after run..results: help order)
+from duet.commands import flower, inspect, worker  # noqa: E402,F401  (after run..results: help order)
 
 app.add_typer(budget_app, name="budget")
 app.add_typer(limits_app, name="limits")
@@ -689,7 +826,11 @@ app.add_typer(cache_app, name="cache")
 
 def main() -> None:
     """Console-script entry point (``duet``)."""
-    app(prog_name="duet")
+    import typer.main
+
+    from duet.commands.app import flags_take_no_value
+
+    flags_take_no_value(typer.main.get_command(app))(prog_name="duet")
 
 
 if __name__ == "__main__":

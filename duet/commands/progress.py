@@ -236,15 +236,23 @@ def follow(
             view.update(p)
             live.refresh()
         return p
-    logged = -float("inf")
+    logged, logged_state = -float("inf"), None
     while True:
         view.update(handle.progress())
         if time.monotonic() - logged >= log_every:
             log(view.line())
-            logged = time.monotonic()
+            logged, logged_state = time.monotonic(), _state(view.last)
         if finished(view.last or {}, min(REFRESH_S * 5, log_every)):
             break
     p = handle.progress()
     view.update(p)
-    log(view.line())
+    if _state(p) != logged_state:  # a batch finished at the first look: its line once
+        log(view.line())
     return p
+
+
+def _state(p: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What a progress line says, but its clock: two lines of one state are one line."""
+    if p is None:
+        return None
+    return tuple(repr(p.get(k)) for k in ("done", "total", "counts", "rejected", "usd", "tokens"))

@@ -45,7 +45,7 @@ from orchestration.core.jsonlimits import depth_reason, too_deep
 from orchestration.logjson import json_line
 
 if TYPE_CHECKING:
-    from duet.embedded.run_cache import RunCache
+    from duet.commands.run_cache import RunCache
     from orchestration.client.handles import BatchHandle
     from orchestration.core.architecture import LoopSpec
 
@@ -66,7 +66,7 @@ class Intake:
         finished: records of an earlier results file by input id; inputs found there
             finished well are not run again, their records are carried over.
         limit: submit at most this many runs (inputs served from the run cache count).
-        cache: the run cache (``duet.embedded.run_cache``): inputs it serves are not submitted.
+        cache: the run cache (``duet.commands.run_cache``): inputs it serves are not submitted.
     """
 
     def __init__(

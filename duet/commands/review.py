@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -59,7 +60,27 @@ FailOnOpt = Annotated[
     str,
     typer.Option(
         "--fail-on",
-        help="-f: exit 1 when a finding is at least this severe (error, warning, never).",
+        help="Exit 1 when a finding is at least this severe (error, warning, never), with "
+        "any output: -f, --patch or records.",
+    ),
+]
+CategoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--category",
+        show_default=False,
+        help="-f sarif: the code scanning category (automationDetails.id). Default: the "
+        "config's [loop] name, else 'duet'; never the model, so alerts outlive a model change.",
+    ),
+]
+LinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--link",
+        metavar="URL",
+        show_default=False,
+        help="-f markdown: where the findings that do not fit the comment are listed "
+        "(the code scanning page, the run's report).",
     ),
 ]
 PatchOpt = Annotated[
@@ -85,20 +106,41 @@ class GitSource:
     repo: Path = Path(".")
     unit: str = "file"
     context: int = 10
+    #: ``--exclude`` globs, added to the config's ``[inputs] exclude``.
+    exclude: tuple[str, ...] = ()
+    include_secrets: bool = False
+    #: ``--since SHA``: only what changed after the last reviewed commit.
+    since: str | None = None
+    #: ``--with-sarif``: other tools' findings, handed to the critic with their files.
+    with_sarif: tuple[Path, ...] = ()
 
     def reader(self, cfg: ReviewConfig, intake: Intake) -> GitChanges:
-        from duet.intake.batch import prompt_limit
+        from duet.commands.intake import prompt_limit
+        from duet.intake.context import analyser_findings
         from duet.intake.git import GitChanges
+        from duet.intake.skips import SkipRules
 
         assert self.spec is not None
-        return GitChanges(
+        analysed: dict[str, list[str]] = {}
+        for log in self.with_sarif:
+            for path, lines in analyser_findings(log).items():
+                analysed.setdefault(path, []).extend(lines)
+        changes = GitChanges(
             self.repo,
             self.spec,
             unit=self.unit,
             context=self.context,
             max_prompt_chars=prompt_limit(cfg),
             on_problem=intake.on_problem,
+            skips=SkipRules(
+                exclude=(*cfg.inputs.exclude, *self.exclude), include_secrets=self.include_secrets
+            ),
+            since=self.since,
+            analysed=analysed,
         )
+        for line in changes.notes:
+            note(line)
+        return changes
 
 
 def input_source(input: Path | None, git: GitSource | None) -> Path:
@@ -111,25 +153,81 @@ def input_source(input: Path | None, git: GitSource | None) -> Path:
     return input if input is not None else Path("review")
 
 
-def _records(batch: str, timeout: float | None) -> list[dict[str, Any]]:
+#: Suffixes of results files: an argument ending so is a file, never a batch id.
+RESULTS_SUFFIXES = (".jsonl", ".json", ".csv", ".ndjson")
+
+
+def check_results_file(batch: str) -> None:
+    """A results file named that is not there: "no such file", not a cluster's error (a
+    batch id is hex; a name with a folder or a results suffix is a file)."""
+    path = Path(batch)
+    if path.is_file():
+        return
+    if path.exists():
+        raise ConfigError(f"{batch}: not a file")
+    if "/" in batch or "\\" in batch or path.suffix.lower() in RESULTS_SUFFIXES:
+        raise ConfigError(f"{batch}: no such file")
+
+
+def records_of(batch: str, timeout: float | None) -> list[dict[str, Any]]:
+    """The records of a results file or a batch id, in input order."""
     from duet.commands.batch import batch_handle, batch_records
     from duet.commands.results import read_records
     from duet.report.records import by_index
 
+    check_results_file(batch)
     if Path(batch).is_file():
         return list(by_index(read_records(Path(batch))))
     connect()
     return list(batch_records(batch_handle(batch), timeout))
 
 
-def _reader(root: Path) -> Any:
+def fails(records: list[dict[str, Any]], fail_on: str, *, everything: bool) -> bool:
+    """Whether a finding of ``records`` is at least ``fail_on`` (``--fail-on``)."""
+    from duet.formats.findings import at_least, findings
+
+    if fail_on not in FAIL_ON:
+        raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
+    if fail_on == "never":
+        return False
+    return any(at_least(f.severity, fail_on) for f in findings(records, everything=everything))
+
+
+def category_of(records: list[dict[str, Any]]) -> str:
+    """The config's ``[loop] name`` the records were run with, else ``duet``."""
+    from duet.formats.sarif import DEFAULT_CATEGORY
+
+    for record in records:
+        loop = record.get("loop")
+        if isinstance(loop, dict) and isinstance(loop.get("name"), str) and loop["name"]:
+            return str(loop["name"])
+    return DEFAULT_CATEGORY
+
+
+def reviewed_reader(root: Path) -> Callable[[str], str | None]:
+    """Read a reviewed file by its repository path under ``root``, following no symlink
+    on the way (OSError ``ELOOP``): a link is never read through its target."""
+    from duet.formats.outputs import read_inside
+
     def read(path: str) -> str | None:
-        file = (root / path).resolve()
-        if not file.is_relative_to(root.resolve()) or not file.is_file():
+        try:
+            return read_inside(root, path)
+        except FileNotFoundError:
             return None
-        return file.read_text(encoding="utf-8", errors="surrogateescape")
 
     return read
+
+
+def _lenient(read: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``read``, with a file it cannot read treated as absent (for checking lines)."""
+
+    def lenient(path: str) -> str | None:
+        try:
+            return read(path)
+        except (OSError, ValueError):
+            return None
+
+    return lenient
 
 
 def write_findings(
@@ -142,9 +240,11 @@ def write_findings(
     patch: bool,
     root: Path,
     timeout: float | None,
+    category: str | None = None,
+    link: str | None = None,
 ) -> None:
     """``duet results BATCH -f FORMAT`` / ``--patch``: write, then exit by ``--fail-on``."""
-    from duet.formats.findings import at_least, findings, in_files
+    from duet.formats.findings import at_least, critics, findings, in_files, simulated
     from duet.formats.patch import build_patch
     from duet.formats.sarif import sarif_log
     from duet.formats.text import github_annotations, markdown_summary, rdjson
@@ -155,10 +255,13 @@ def write_findings(
         raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
     if patch and fmt is not None:
         raise ConfigError("give --patch or --format, not both")
-    records = _records(batch, timeout)
-    found = list(in_files(findings(records, everything=everything), _reader(root)))
+    records = records_of(batch, timeout)
+    read = reviewed_reader(root)
+    found = list(in_files(findings(records, everything=everything), _lenient(read)))
+    models = critics(records)
+    sim = any(simulated(m) for m in models)
     if patch:
-        made = build_patch(records, _reader(root))
+        made = build_patch(records, read)
         text = made.text
         for why, n in sorted(made.left_out.items()):
             note(f"left out of the patch: {n} approved input(s): {why}")
@@ -166,13 +269,21 @@ def write_findings(
             note(f"left out of the patch: {made.not_approved} input(s) not approved")
         note(f"patch: {made.files} file(s)")
     elif fmt == "sarif":
-        text = json.dumps(sarif_log(found, version=_version()), indent=2) + "\n"
+        log = sarif_log(
+            found,
+            version=_version(),
+            category=category or category_of(records),
+            critics=models,
+            simulated=sim,
+            read=_lenient(read),
+        )
+        text = json.dumps(log, indent=1) + "\n"
     elif fmt == "rdjson":
         text = json.dumps(rdjson(found), indent=2) + "\n"
     elif fmt == "github":
         text = github_annotations(found)
     else:
-        text = markdown_summary(records, found)
+        text = markdown_summary(records, found, simulated=sim, link=link)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 
 import redis
 import typer
@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from orchestration.core.errors import ConfigError
-from orchestration.logjson import JsonFormatter, escape_unsafe
+from orchestration.logjson import JsonFormatter, escape_unsafe, json_line
 from orchestration.settings import get_settings
 from orchestration.state.connection import (
     UNAVAILABLE_ERRORS,
@@ -35,6 +35,21 @@ OK, SOME_FAILED, BAD_USAGE, INTERRUPTED = 0, 1, 2, 130
 
 out = Console()
 err = Console(stderr=True)
+
+#: ``--json`` on every command that reads state: JSON lines on stdout instead of a table.
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="One JSON object per line on stdout (whole ids, raw numbers), no table."
+    ),
+]
+
+
+def emit_json(data: Mapping[str, Any]) -> None:
+    """One JSON object as a line on stdout, every character a terminal acts on escaped."""
+    sys.stdout.write(json_line(dict(data)) + "\n")
+    sys.stdout.flush()
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 

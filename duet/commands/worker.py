@@ -215,6 +215,16 @@ def fake_llm(
     latency_ms: Annotated[float, typer.Option(help="Delay added to every answer.")] = 0.0,
 ) -> None:
     """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
+    import importlib.util
+
+    from workers.providers.sdk import install_hint
+
+    missing = [sdk for sdk in ("openai", "anthropic") if importlib.util.find_spec(sdk) is None]
+    if missing:
+        raise ConfigError(
+            "the stand-in checks every request against the vendors' SDK types: "
+            + install_hint(",".join(missing))
+        )
     from duet.standin.server import serve
 
     serve(host, port, latency_ms)

@@ -52,6 +52,17 @@ def record_path(record: dict[str, Any]) -> str | None:
     return str(rid).split("#hunk", 1)[0] if rid not in (None, "") else None
 
 
+def simulated(model: str) -> bool:
+    """Whether ``model`` is the offline simulator (``sim``, ``sim:critic?...``): nothing it
+    says was read by a real model."""
+    return model == "sim" or model.startswith(("sim:", "sim?"))
+
+
+def critics(records: Iterable[dict[str, Any]]) -> list[str]:
+    """The critic models of ``records`` (rejected inputs, which ran nothing, name none)."""
+    return sorted({critic_of(r) for r in records if r.get("models")})
+
+
 def critic_of(record: dict[str, Any]) -> str:
     models = record.get("models") or {}
     return str(models.get("critic") or "unknown") if isinstance(models, dict) else "unknown"

@@ -1,4 +1,5 @@
-"""Approved outputs written as files under one folder (``duet run --output-dir DIR``).
+"""Approved outputs written as files under one folder (``duet run --output-dir DIR``), and
+reviewed files read from one (``duet results --patch --root DIR``).
 
 Each record's id is its path inside DIR (a directory input's relative path, so the
 reviewed tree is mirrored). The path is walked one folder at a time from DIR's own open
@@ -81,6 +82,43 @@ def write_outputs(records: Iterable[dict[str, Any]], folder: Path) -> tuple[int,
     return written, missed
 
 
+def read_inside(folder: Path, path: str) -> str:
+    """The text of ``path`` under ``folder``, walked one folder at a time from ``folder``'s
+    own descriptor following no symlink (OSError ``ELOOP``) and reading nothing but a
+    regular file (``ENXIO``): what a link points to is never read through it.
+
+    Raises:
+        ValueError: ``path`` is not a relative path inside a folder.
+        FileNotFoundError: nothing is there.
+    """
+    parts = path.split("/")
+    if "\0" in path or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{path!r}: not a path inside {folder}")
+    opened = [os.open(folder, _FOLDER | getattr(os, "O_CLOEXEC", 0))]
+    try:
+        for part in parts[:-1]:
+            opened.append(_open_folder(part, opened[-1]))
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NO_FOLLOW
+        fd = os.open(parts[-1], flags, dir_fd=opened[-1])
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.ENXIO, "not a regular file")
+            return file.read().decode("utf-8", "surrogateescape")
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _open_folder(part: str, at: int) -> int:
+    """The folder ``part`` under the folder open as ``at``, never through a symlink."""
+    try:
+        return os.open(part, _FOLDER | _NO_FOLLOW, dir_fd=at)
+    except NotADirectoryError:  # Linux says so for a symlink too: which is it?
+        if stat.S_ISLNK(os.stat(part, dir_fd=at, follow_symlinks=False).st_mode):
+            raise OSError(errno.ELOOP, "a symlink") from None
+        raise
+
+
 def _write_at(root: int, parts: tuple[str, ...], text: str) -> None:
     """Write ``text`` to ``parts`` under the folder open as ``root``, making its folders,
     following no symlink (O_NOFOLLOW at every step) and opening nothing but a regular file."""
@@ -90,12 +128,7 @@ def _write_at(root: int, parts: tuple[str, ...], text: str) -> None:
         for part in parts[:-1]:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, dir_fd=at)
-            try:
-                at = os.open(part, _FOLDER | _NO_FOLLOW, dir_fd=at)
-            except NotADirectoryError:  # Linux says so for a symlink too: which is it?
-                if stat.S_ISLNK(os.stat(part, dir_fd=at, follow_symlinks=False).st_mode):
-                    raise OSError(errno.ELOOP, "a symlink") from None
-                raise
+            at = _open_folder(part, at)
             opened.append(at)
         flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | _NO_FOLLOW
         data = text.encode("utf-8")  # before the file is touched

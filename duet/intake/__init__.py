@@ -1,1 +1,1 @@
-"""A batch's inputs: files, directories and git ranges read as a stream, checked against the config."""
+"""A batch's inputs: JSONL, CSV, directories and git ranges, read as a stream."""

@@ -19,8 +19,8 @@ Formats:
 - **Directory**: one input per file, the id being its path relative to the directory.
   Hidden files and directories, :data:`SKIPPED_DIRS` (``__pycache__``...), binary files
   (whatever their size), empty files and whatever a ``.gitignore`` in the tree ignores are
-  skipped, as are files left out by ``include`` / ``exclude``
-  globs. Only regular files inside the directory are read, their size checked before
+  skipped, as are files left out by ``include`` / ``exclude`` globs, and lock, minified
+  and key files (:mod:`duet.intake.skips`: counted, and a key never reaches a prompt). Only regular files inside the directory are read, their size checked before
   reading: a symlink leading out of the directory, a FIFO, a device or a socket is
   reported as a problem and never opened for reading. The prompt names the file
   (:data:`DIRECTORY_PROMPT_TEMPLATE`).
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from duet.intake.skips import SkipRules
 from orchestration.core.errors import InputError
 from orchestration.core.jsonlimits import depth_reason, too_deep
 
@@ -193,6 +194,7 @@ class InputReader:
         exclude: Sequence[str] = (),
         gitignore: bool = True,
         prompt_template: str | None = None,
+        skips: SkipRules | None = None,
     ) -> None:
         self.path = Path(path)
         self.source = str(path)
@@ -219,8 +221,10 @@ class InputReader:
         self.problem_count = 0
         #: Valid inputs yielded so far.
         self.count = 0
-        #: Files of a directory skipped, by why: ``binary``, ``empty``.
+        #: Files of a directory skipped, by why: ``binary``, ``empty``, a lock file, a key
+        #: (:mod:`duet.intake.skips`).
         self.skipped_by: Counter[str] = Counter()
+        self.skips = skips or SkipRules()
         self.include = tuple(include)
         self.exclude = tuple(exclude)
         self.gitignore = gitignore
@@ -372,6 +376,10 @@ class InputReader:
                     continue
                 if _matches(rel, self.exclude) or _ignored(rel, ignores):
                     continue
+                reason = self.skips.by_name(rel)
+                if reason is not None:
+                    self.skipped_by[reason] += 1
+                    continue
                 record = self._file_record(Path(folder, name), rel, root)
                 if record is not None:
                     yield record
@@ -421,6 +429,10 @@ class InputReader:
             return None
         if not text.strip():
             self.skipped_by["empty"] += 1  # an empty __init__.py is nothing to review
+            return None
+        reason = self.skips.by_content(rel, text)
+        if reason is not None:
+            self.skipped_by[reason] += 1  # a key is never put in a prompt
             return None
         return self._check({"prompt": text}, rel, default_id=rel, line=None, source=source)
 

@@ -1,24 +1,22 @@
 """The HTML report of a batch: one self-contained page a reviewer triages from. Pure.
 
 The inputs that need attention come first (:mod:`duet.report.inputs`), then the batch and
-its charts (:mod:`duet.report.charts`). No script, style sheet or font is fetched, and every
-text from a record (user input, model output) is escaped.
+its charts (:mod:`duet.report.charts`). The page is rendered by Jinja2 templates with
+autoescaping on (``templates/``), so every text from a record (user input, model output)
+is escaped by the engine, never by hand; no script, style sheet or font is fetched.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from functools import cache
 from typing import Any
 
-from duet.report.charts import ACCENT, esc, hbar_svg, line_svg, vbar_svg
-from duet.report.inputs import (
-    Triage,
-    inputs_section,
-    issues_section,
-    reasons_section,
-    usd,
-)
+import jinja2
+
+from duet.report.charts import ACCENT, Chart, hbars, line, vbars
+from duet.report.inputs import Triage, input_view, issue_groups, reason_groups, usd
 from duet.report.records import LABELS, OUTCOMES, Summary, readable_date
 
 COLOURS = {
@@ -29,9 +27,21 @@ COLOURS = {
     "cancelled": "#757575",
     "rejected": "#d84315",
 }
-_TOP = 15  # rows in the cost and slowest-input charts
+#: Rows in the cost and slowest-input charts.
+TOP = 15
 #: Inputs not approved linked from the summary, worst first.
-_WORST_LINKED = 10
+WORST_LINKED = 10
+
+
+@cache
+def _templates() -> jinja2.Environment:
+    """The report's templates, autoescaping everything they are given."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("duet.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
 
 
 def render_report(
@@ -64,23 +74,33 @@ def render_report(
         summary.add(record)
     ran = [r for r in rows if r.get("status") != "rejected"]
     triage = Triage(rows, inputs or {})
-    sections = [
-        _section("Summary", _summary_html(summary, ran) + _worst_links(triage)),
-        _section("Inputs not approved", inputs_section(triage)),
-        _section("Most frequent issues", issues_section(triage)),
-        _section("Why inputs did not finish well", reasons_section(triage)),
-        _section("Batch", _batch_html(rows)),
-        _section("Outcomes", _outcomes_chart(summary)),
-        _section("Final scores", _score_histogram(ran)),
-        _section("Score by round", _score_by_round(ran)),
-        _section("Rounds to approval", _rounds_to_approval(ran)),
-        _section("Cost per input", _cost_chart(ran)),
-        _section("Slowest inputs", _slowest_table(ran)),
-    ]
+    costs = _costs(ran)
     return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{esc(title)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n"
+        _templates()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            css=_CSS,
+            accent=ACCENT,
+            summary=_summary_items(summary, ran),
+            simulated=summary.simulated,
+            worst=[triage.ref_of(r) for r in triage.worst[:WORST_LINKED]],
+            worst_total=len(triage.worst),
+            inputs=[input_view(triage, r) for r in triage.worst],
+            issue_groups=issue_groups(triage),
+            reason_groups=reason_groups(triage),
+            batch=_batch_items(rows),
+            spend=_spend(rows),
+            outcomes=hbars(
+                [(LABELS[o], summary.counts[o], COLOURS[o]) for o in OUTCOMES], str, "outcomes"
+            ),
+            scores=_score_histogram(ran),
+            by_round=_score_by_round(ran),
+            approvals=_rounds_to_approval(ran),
+            costs=hbars([(i, c, ACCENT) for i, c in costs[:TOP]], usd, "cost") if costs else None,
+            mean_cost=usd(sum(c for _, c in costs) / len(costs)) if costs else "",
+            slowest=_slowest(ran),
+        )
     )
 
 
@@ -112,40 +132,26 @@ max-height:36rem;overflow:auto;font-size:.85em}
 )
 
 
-def _section(heading: str, body: str) -> str:
-    slug = heading.lower().replace(" ", "-")
-    return f'<section id="{esc(slug)}">\n<h2>{esc(heading)}</h2>\n{body}\n</section>'
-
-
 def _num(value: float, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _worst_links(triage: Triage) -> str:
-    if not triage.worst:
-        return ""
-    links = " ".join(
-        f'<a href="#{triage.anchor(r)}">{esc(triage.ref_of(r).label)}</a>'
-        for r in triage.worst[:_WORST_LINKED]
-    )
-    more = len(triage.worst) - _WORST_LINKED
-    return (
-        f'<p><a href="#inputs-not-approved">{len(triage.worst):,} input(s) not approved</a>, '
-        f"worst first: {links}"
-        + (f' <span class="muted">and {more:,} more</span>' if more > 0 else "")
-        + "</p><nav>Also: "
-        '<a href="#most-frequent-issues">issues across inputs</a> · '
-        '<a href="#why-inputs-did-not-finish-well">reasons</a> · <a href="#batch">batch</a> · '
-        '<a href="#cost-per-input">cost</a></nav>'
-    )
-
-
-def _summary_html(summary: Summary, ran: list[Mapping[str, Any]]) -> str:
+def _summary_items(summary: Summary, ran: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
     approved = summary.counts["approved"]
     scores = [r["final_score"] for r in ran if r.get("final_score") is not None]
     durations = [r["duration_s"] for r in ran if r.get("duration_s") is not None]
     mean = summary.mean_rounds
-    items = [
+    cache_line = (
+        [
+            (
+                "model-call cache",
+                f"{summary.cached_calls:,} calls served from cache, {usd(summary.saved_usd)} saved",
+            )
+        ]
+        if summary.cached_calls
+        else []
+    )
+    return [
         ("inputs", f"{summary.total:,}"),
         ("approved", f"{approved:,} ({approved / summary.total:.0%})" if summary.total else "0"),
         ("mean rounds", _num(mean) if mean is not None else "-"),
@@ -156,107 +162,72 @@ def _summary_html(summary: Summary, ran: list[Mapping[str, Any]]) -> str:
         ),
         ("model calls", f"{summary.calls:,}"),
         ("cost", usd(summary.usd)),
-        *(
-            [
-                (
-                    "model-call cache",
-                    f"{summary.cached_calls:,} calls served from cache, "
-                    f"{usd(summary.saved_usd)} saved",
-                )
-            ]
-            if summary.cached_calls
-            else []
-        ),
+        *cache_line,
         ("mean run time", f"{sum(durations) / len(durations):.2f} s" if durations else "-"),
     ]
-    body = "".join(f'<tr><th>{esc(k)}</th><td class="n">{esc(v)}</td></tr>' for k, v in items)
-    return f"<table>{body}</table>"
 
 
-def _outcomes_chart(summary: Summary) -> str:
-    bars = [(LABELS[o], summary.counts[o], COLOURS[o]) for o in OUTCOMES]
-    return hbar_svg(bars, str, "outcomes")
-
-
-def _score_histogram(ran: list[Mapping[str, Any]]) -> str:
+def _score_histogram(ran: list[Mapping[str, Any]]) -> Chart | None:
     scores = [float(r["final_score"]) for r in ran if r.get("final_score") is not None]
     if not scores:
-        return '<p class="muted">No scores yet.</p>'
+        return None
     bins = [0] * 10
     for s in scores:
         bins[min(9, max(0, int(s * 10)))] += 1
     labels = [f"{i / 10:.1f}" for i in range(10)]
-    return vbar_svg(list(zip(labels, bins, strict=True)), "final score (bin start)", "scores")
+    return vbars(list(zip(labels, bins, strict=True)), "final score (bin start)", "scores")
 
 
-def _score_by_round(ran: list[Mapping[str, Any]]) -> str:
+def _score_by_round(ran: list[Mapping[str, Any]]) -> Chart | None:
     by_round: dict[int, list[float]] = {}
     for record in ran:
         for rnd in record.get("rounds") or []:
             if rnd.get("score") is not None:
                 by_round.setdefault(int(rnd["round"]), []).append(float(rnd["score"]))
     if not by_round:
-        return '<p class="muted">No critiques yet.</p>'
-    points = [(n, sum(v) / len(v), len(v)) for n, v in sorted(by_round.items())]
-    table = "".join(
-        f'<tr><td class="n">{n}</td><td class="n">{_num(mean)}</td><td class="n">{count}</td></tr>'
-        for n, mean, count in points
-    )
-    return line_svg(points) + (
-        '<table><tr><th class="n">round</th><th class="n">mean score</th>'
-        f'<th class="n">runs</th></tr>{table}</table>'
-    )
+        return None
+    return line([(n, sum(v) / len(v), len(v)) for n, v in sorted(by_round.items())])
 
 
-def _rounds_to_approval(ran: list[Mapping[str, Any]]) -> str:
+def _rounds_to_approval(ran: list[Mapping[str, Any]]) -> Chart | None:
     rounds = Counter(int(r.get("n_rounds") or 0) for r in ran if r.get("status") == "approved")
     if not rounds:
-        return '<p class="muted">No input was approved.</p>'
+        return None
     bars = [(str(n), rounds[n]) for n in range(1, max(rounds) + 1)]
-    return vbar_svg(bars, "rounds until approved", "approval")
+    return vbars(bars, "rounds until approved", "approval")
 
 
-def _cost_chart(ran: list[Mapping[str, Any]]) -> str:
-    costs = sorted(
+def _costs(ran: list[Mapping[str, Any]]) -> list[tuple[str, float]]:
+    return sorted(
         ((str(r.get("id")), float((r.get("usage") or {}).get("usd") or 0.0)) for r in ran),
         key=lambda item: -item[1],
     )
-    if not costs:
-        return '<p class="muted">No runs.</p>'
-    total = sum(c for _, c in costs)
-    note = (
-        f"<p>Mean {usd(total / len(costs))} per input; the {min(_TOP, len(costs))} "
-        "most expensive:</p>"
-    )
-    return note + hbar_svg([(i, c, ACCENT) for i, c in costs[:_TOP]], usd, "cost")
 
 
-def _slowest_table(ran: list[Mapping[str, Any]]) -> str:
+def _slowest(ran: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     timed = sorted(
         (r for r in ran if r.get("duration_s") is not None), key=lambda r: -float(r["duration_s"])
-    )[:_TOP]
-    if not timed:
-        return '<p class="muted">No timings.</p>'
-    rows = "".join(
-        f"<tr><td>{esc(r.get('id'))}</td><td>{esc(LABELS.get(r['status'], r['status']))}</td>"
-        f'<td class="n">{r.get("n_rounds", 0)}</td><td class="n">{float(r["duration_s"]):.2f} s</td>'
-        f'<td class="n">{usd(float((r.get("usage") or {}).get("usd") or 0))}</td></tr>'
+    )[:TOP]
+    return [
+        {
+            "id": r.get("id"),
+            "outcome": LABELS.get(r["status"], r["status"]),
+            "rounds": r.get("n_rounds", 0),
+            "time": f"{float(r['duration_s']):.2f} s",
+            "cost": usd(float((r.get("usage") or {}).get("usd") or 0)),
+        }
         for r in timed
-    )
-    return (
-        '<table><tr><th>id</th><th>outcome</th><th class="n">rounds</th>'
-        f'<th class="n">time</th><th class="n">cost</th></tr>{rows}</table>'
-    )
+    ]
 
 
-def _batch_html(rows: list[Mapping[str, Any]]) -> str:
+def _batch_items(rows: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
     def seen(get: Callable[[Mapping[str, Any]], Any]) -> str:
         values = dict.fromkeys(str(v) for v in map(get, rows) if v not in (None, ""))
         return ", ".join(values) or "-"
 
     created = [str(r["created_at"]) for r in rows if r.get("created_at")]
     finished = [str(r["finished_at"]) for r in rows if r.get("finished_at")]
-    items = [
+    return [
         ("batch", seen(lambda r: r.get("batch_id"))),
         ("actor model", seen(lambda r: (r.get("models") or {}).get("actor"))),
         ("critic model", seen(lambda r: (r.get("models") or {}).get("critic"))),
@@ -265,7 +236,9 @@ def _batch_html(rows: list[Mapping[str, Any]]) -> str:
         ("first submitted", readable_date(min(created)) if created else "-"),
         ("last finished", readable_date(max(finished)) if finished else "-"),
     ]
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items)
+
+
+def _spend(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     roles: dict[str, Counter[str]] = {}
     for record in rows:
         for role, used in ((record.get("usage") or {}).get("by_role") or {}).items():
@@ -273,16 +246,13 @@ def _batch_html(rows: list[Mapping[str, Any]]) -> str:
             for k in ("input_tokens", "output_tokens", "calls"):
                 tally[k] += int(used.get(k) or 0)
             tally["usd_micro"] += round(float(used.get("usd") or 0) * 1_000_000)
-    spend = "".join(
-        f'<tr><td>{esc(role)}</td><td class="n">{t["calls"]:,}</td>'
-        f'<td class="n">{t["input_tokens"]:,}</td><td class="n">{t["output_tokens"]:,}</td>'
-        f'<td class="n">{usd(t["usd_micro"] / 1_000_000)}</td></tr>'
+    return [
+        {
+            "role": role,
+            "calls": t["calls"],
+            "input_tokens": t["input_tokens"],
+            "output_tokens": t["output_tokens"],
+            "usd": usd(t["usd_micro"] / 1_000_000),
+        }
         for role, t in sorted(roles.items())
-    )
-    if spend:
-        spend = (
-            '<h3>Spend by role</h3><table><tr><th>role</th><th class="n">calls</th>'
-            '<th class="n">input tokens</th><th class="n">output tokens</th>'
-            f'<th class="n">cost</th></tr>{spend}</table>'
-        )
-    return f"<table>{body}</table>{spend}"
+    ]

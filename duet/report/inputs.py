@@ -1,6 +1,6 @@
-"""The triage sections of the HTML report: the inputs not approved worst first, each with
-its final-round issues, final output and diff from its input; the issues and the reasons
-grouped across inputs, linked to those inputs. Pure; every text from a record is escaped.
+"""The triage sections of the HTML report, shaped for the template: the inputs not approved
+worst first, each with its final-round issues, final output and diff from its input; the
+issues and the reasons grouped across inputs, linked to those inputs. Pure, no markup.
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from duet.report.charts import esc
 from duet.report.records import LABELS, readable_date, reason_of, record_kept_note
 from duet.report.triage import (
+    IssueGroup,
+    ReasonGroup,
     clipped,
     clipped_lines,
     final_issues,
@@ -29,6 +30,8 @@ OUTPUT_CHARS = 60_000
 DIFF_LINES = 1_500
 #: Inputs linked from one row of a group table before "and N more".
 LINKED = 12
+#: Examples of one kind of reason shown under it.
+REASON_EXAMPLES = 3
 
 
 def usd(value: float) -> str:
@@ -45,6 +48,14 @@ class Ref:
 
     label: str
     anchor: str | None
+
+
+@dataclass(frozen=True)
+class Links:
+    """The inputs a row names, worst first, and how many more it does not list."""
+
+    refs: tuple[Ref, ...]
+    more: int
 
 
 class Triage:
@@ -70,118 +81,51 @@ class Triage:
         label = str(record.get("id") if record.get("id") is not None else "(no id)")
         return Ref(f"#{rank} {label}" if rank else label, self.anchor(record))
 
-    def links(self, keys: Sequence[str]) -> str:
+    def links(self, keys: Sequence[str]) -> Links:
         """The inputs named, worst first (those not approved by rank, then the rest)."""
         ranked = sorted(
             keys, key=lambda k: self._rank.get(id(self.rows[int(k)]), len(self.rows) + 1)
         )
-        refs = [self.ref(k) for k in ranked[:LINKED]]
-        shown = ", ".join(
-            f'<a href="#{r.anchor}">{esc(r.label)}</a>' if r.anchor else esc(r.label) for r in refs
-        )
-        more = len(ranked) - len(refs)
-        return shown + (f' <span class="muted">and {more:,} more</span>' if more > 0 else "")
+        refs = tuple(self.ref(k) for k in ranked[:LINKED])
+        return Links(refs, len(ranked) - len(refs))
 
 
-def issues_section(triage: Triage) -> str:
+@dataclass(frozen=True)
+class Group:
+    """One row of a group table: what it says, its other wordings, the inputs it names."""
+
+    text: str
+    others: tuple[str, ...]
+    count: int
+    links: Links
+    more_examples: int = 0
+
+
+def issue_groups(triage: Triage) -> list[Group]:
     """The final-round issues of every input, similar wordings as one row, most inputs first."""
-    groups = group_issues(
+    groups: list[IssueGroup] = group_issues(
         (str(n), issue)
         for n, record in enumerate(triage.rows)
         if record.get("status") != "rejected"
         for issue in final_issues(record)
     )
-    if not groups:
-        return '<p class="muted">No issues raised.</p>'
-    body = "".join(
-        f"<tr><td>{esc(g.text)}{_wordings(g.wordings)}</td>"
-        f'<td class="n">{len(g.inputs):,}</td><td class="refs">{triage.links(g.inputs)}</td></tr>'
-        for g in groups
-    )
-    return (
-        '<p class="muted">Issues of each input\'s final critique round (those a later round '
-        "fixed are left out), similar wordings in one row; an input counts once a row.</p>"
-        '<table class="groups"><tr><th>issue</th><th class="n">inputs</th><th>which</th></tr>'
-        f"{body}</table>"
-    )
+    return [
+        Group(g.text, tuple(g.wordings[1:]), len(g.inputs), triage.links(g.inputs)) for g in groups
+    ]
 
 
-def _wordings(wordings: list[str]) -> str:
-    if len(wordings) < 2:
-        return ""
-    items = "".join(f"<li>{esc(w)}</li>" for w in wordings[1:])
-    return (
-        f"<details><summary>{len(wordings) - 1:,} similar wording(s)</summary>"
-        f"<ul>{items}</ul></details>"
-    )
-
-
-def reasons_section(triage: Triage) -> str:
-    """Why inputs did not finish well, one row per kind of reason."""
-    groups = group_reasons(
+def reason_groups(triage: Triage) -> list[Group]:
+    """Why inputs did not finish well, one row per kind of reason with a few examples."""
+    groups: list[ReasonGroup] = group_reasons(
         (str(n), why) for n, r in enumerate(triage.rows) if (why := reason_of(r)) is not None
     )
-    if not groups:
-        return '<p class="muted">Every input finished well.</p>'
     rows = []
     for g in groups:
-        shown = g.examples[:3]
-        examples = ""
-        if shown != [g.kind]:
-            items = "".join(f"<li>{esc(x)}</li>" for x in shown)
-            extra = len(g.examples) - len(shown)
-            more = f'<li class="muted">and {extra:,} more</li>' if extra > 0 else ""
-            examples = f'<ul class="examples">{items}{more}</ul>'
-        rows.append(
-            f"<tr><td><code>{esc(g.kind)}</code>{examples}</td>"
-            f'<td class="n">{len(g.inputs):,}</td><td class="refs">{triage.links(g.inputs)}</td></tr>'
-        )
-    return (
-        '<table class="groups"><tr><th>reason</th><th class="n">inputs</th><th>which</th></tr>'
-        f"{''.join(rows)}</table>"
-    )
-
-
-def inputs_section(triage: Triage) -> str:
-    """Every input not approved, worst first, each a collapsible block."""
-    if not triage.worst:
-        return '<p class="muted">None: every input was approved.</p>'
-    intro = (
-        f"<p>{len(triage.worst):,} input(s), worst first: no score at all, then by last score, "
-        "then by reason. Each shows its final-round issues; its final output and what it "
-        "changed from the input are folded.</p>"
-    )
-    return intro + "\n".join(_input_block(triage, r) for r in triage.worst)
-
-
-def _input_block(triage: Triage, record: Mapping[str, Any]) -> str:
-    anchor = triage.anchor(record) or ""
-    status = str(record.get("status"))
-    ident = record.get("id") if record.get("id") is not None else ""
-    why = why_line(record)
-    head = (
-        f'<span class="rank">#{anchor.removeprefix("input-")}</span> '
-        f'<span class="id">{esc(ident)}</span> '
-        f'<span class="badge {esc(status)}">{esc(LABELS.get(status, status))}</span> '
-        f'<span class="score">{"best" if record.get("keep") == "best" else "last"} score '
-        f"{esc(score(record.get('final_score')))}</span>"
-    )
-    issues = final_issues(record)
-    issues_html = (
-        '<ol class="issues">' + "".join(f"<li>{esc(i)}</li>" for i in issues) + "</ol>"
-        if issues
-        else ""
-        if status == "rejected"
-        else '<p class="muted">No issues in the final round.</p>'
-    )
-    return (
-        f'<details class="input" id="{anchor}" data-id="{esc(ident)}" open>'
-        f"<summary>{head}</summary>\n"
-        f'<div class="body">{_meta(triage, record)}'
-        + (f'<p class="why">{esc(why)}</p>' if why else "")
-        + (f'<p class="kept">Kept: {esc(kept)}.</p>' if (kept := record_kept_note(record)) else "")
-        + f"{issues_html}{_output(record)}{_diff(triage, record)}</div></details>"
-    )
+        shown = g.examples[:REASON_EXAMPLES]
+        examples = () if shown == [g.kind] else tuple(shown)
+        more = len(g.examples) - len(shown) if examples else 0
+        rows.append(Group(g.kind, examples, len(g.inputs), triage.links(g.inputs), more))
+    return rows
 
 
 def why_line(record: Mapping[str, Any]) -> str:
@@ -190,66 +134,83 @@ def why_line(record: Mapping[str, Any]) -> str:
     return refusal_line(reason, error) or str(error or reason or "")
 
 
-def _meta(triage: Triage, record: Mapping[str, Any]) -> str:
-    parts = []
-    if record.get("source"):
-        line = record.get("line")
-        parts.append(esc(f"{record['source']}:{line}" if line is not None else record["source"]))
+@dataclass(frozen=True)
+class Shown:
+    """A long text as the page shows it: the part shown and how much was cut."""
+
+    text: str
+    cut: int
+    lines: int = 0
+
+
+@dataclass(frozen=True)
+class Diff:
+    """An output's diff from its input: lines with their kind, counts, or why there is none."""
+
+    lines: tuple[tuple[str, str], ...] = ()
+    added: int = 0
+    removed: int = 0
+    cut: int = 0
+    note: str = ""
+
+
+def input_view(triage: Triage, record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page shows of one input not approved (``templates/inputs.html.j2``)."""
+    status = str(record.get("status"))
     run = record.get("run_id")
-    if run:
-        parts.append(
-            f'run <code title="{esc(run)}">{esc(triage.short_runs.get(str(run), run))}</code>'
-        )
-    if record.get("n_rounds"):
-        parts.append(f"{int(record['n_rounds'])} round(s)")
     used = (record.get("usage") or {}).get("usd")
-    if used:
-        parts.append(usd(float(used)))
-    if record.get("duration_s") is not None:
-        parts.append(f"{float(record['duration_s']):.2f} s")
-    if record.get("finished_at"):
-        parts.append("finished " + esc(readable_date(str(record["finished_at"]))))
-    parts.append('<a href="#summary">summary</a>')
-    return '<p class="meta">' + " · ".join(parts) + "</p>"
+    line = record.get("line")
+    source = record.get("source")
+    return {
+        "anchor": triage.anchor(record) or "",
+        "ident": record.get("id") if record.get("id") is not None else "",
+        "status": status,
+        "label": LABELS.get(status, status),
+        "score_kind": "best" if record.get("keep") == "best" else "last",
+        "score": score(record.get("final_score")),
+        "source": (f"{source}:{line}" if line is not None else str(source)) if source else "",
+        "run": str(run) if run else "",
+        "short_run": triage.short_runs.get(str(run), str(run)) if run else "",
+        "rounds": int(record["n_rounds"]) if record.get("n_rounds") else 0,
+        "usd": usd(float(used)) if used else "",
+        "duration": (
+            f"{float(record['duration_s']):.2f} s" if record.get("duration_s") is not None else ""
+        ),
+        "finished": readable_date(str(record["finished_at"])) if record.get("finished_at") else "",
+        "why": why_line(record),
+        "kept": record_kept_note(record) or "",
+        "issues": final_issues(record),
+        "output": _output(record),
+        "output_title": "Kept output" if record.get("keep") == "best" else "Final output",
+        "diff": _diff(triage, record),
+    }
 
 
-def _output(record: Mapping[str, Any]) -> str:
+def _output(record: Mapping[str, Any]) -> Shown | None:
     output = record.get("output")
     if output is None:
-        return "" if record.get("status") == "rejected" else '<p class="muted">No output.</p>'
+        return None
     shown, cut = clipped(str(output), OUTPUT_CHARS)
-    note = f'\n<span class="muted">… {cut:,} more characters</span>' if cut else ""
-    lines = str(output).count("\n") + 1
-    title = "Kept output" if record.get("keep") == "best" else "Final output"
-    return (
-        f"<details><summary>{title} ({lines:,} line(s))</summary>"
-        f'<pre class="text">{esc(shown)}{note}</pre></details>'
-    )
+    return Shown(shown, cut, str(output).count("\n") + 1)
 
 
-def _diff(triage: Triage, record: Mapping[str, Any]) -> str:
+def _diff(triage: Triage, record: Mapping[str, Any]) -> Diff | None:
     output, ident = record.get("output"), record.get("id")
     prompt = triage.inputs.get(str(ident)) if ident is not None else None
     if output is None:
-        return ""
+        return None
     if prompt is None:
-        return '<p class="muted">Diff from the input: the input is not at hand.</p>'
+        return Diff(note="Diff from the input: the input is not at hand.")
     lines = input_diff(prompt, str(output), None if ident is None else str(ident))
     if not lines:
-        return '<p class="muted">The output is the input unchanged.</p>'
+        return Diff(note="The output is the input unchanged.")
     added = sum(1 for x in lines[2:] if x.startswith("+"))
     removed = sum(1 for x in lines[2:] if x.startswith("-"))
     shown, cut = clipped_lines(lines, DIFF_LINES)
-    body = "".join(_diff_line(x) for x in shown)  # each line a block of its own
-    note = f'\n<span class="muted">… {cut:,} more lines</span>' if cut else ""
-    return (
-        f"<details><summary>Diff from the input (+{added:,} −{removed:,})</summary>"
-        f'<pre class="diff">{body}{note}</pre></details>'
-    )
+    return Diff(tuple((_line_kind(x), x) for x in shown), added, removed, cut)
 
 
-def _diff_line(line: str) -> str:
-    kind = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1])
+def _line_kind(line: str) -> str:
     if line.startswith(("+++", "---")):
-        kind = "file"
-    return f'<span class="{kind or "same"}">{esc(line)}</span>'
+        return "file"
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "same")

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from duet.formats.findings import simulated
+
 if TYPE_CHECKING:
     from duet.intake.files import InputProblem
     from orchestration.core.architecture import LoopSpec
@@ -116,6 +118,7 @@ def result_record(
                 "approval_threshold": spec.approval_threshold,
                 "keep": spec.keep,
                 "min_improvement": spec.min_improvement,
+                **({"name": spec.name} if spec.name else {}),
             }
             if spec
             else None
@@ -234,6 +237,8 @@ class Summary:
     saved_usd: float = 0.0
     #: Why inputs did not finish well: reason (or error) -> how many.
     reasons: Counter[str] = field(default_factory=Counter)
+    #: Runs whose critic was the offline ``sim`` model: their verdicts are made up.
+    simulated: int = 0
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Count one record."""
@@ -245,6 +250,9 @@ class Summary:
         if status == "rejected":
             return
         self.runs += 1
+        models = record.get("models")
+        if isinstance(models, Mapping) and simulated(str(models.get("critic") or "")):
+            self.simulated += 1
         self.rounds += int(record.get("n_rounds") or 0)
         usage = record.get("usage") or {}
         self.input_tokens += int(usage.get("input_tokens") or 0)

@@ -57,6 +57,11 @@ def run_positions(client: Any, batch_id: str) -> dict[str, int]:
     return positions
 
 
+def record(client: Any, batch_id: str) -> dict[str, str]:
+    """A batch's record and outcome counters (empty when there is no such batch)."""
+    return dict(client.hgetall(keys.batch(batch_id)))
+
+
 def recent(client: Any, limit: int = 20) -> list[tuple[str, dict[str, str]]]:
     """The newest batches, newest first: ``(batch id, its record)``; expired ones left out."""
     ids = client.zrevrange(keys.batches_index(), 0, max(limit, 1) - 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,6 +112,32 @@ def default_path() -> Path:
     return Path(folder) / "calls.sqlite"
 
 
+def _private_file(path: Path) -> None:
+    """Make ``path`` a file only its owner reads (0600) in a folder only they enter
+    (0700), opened without following a symlink: answers are the user's code and
+    reviews, and a link planted at the path would put the database where it points.
+    SQLite gives its journal files the database's mode."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if folder.stat().st_uid == os.getuid() and folder.stat().st_mode & 0o077:
+        os.chmod(folder, 0o700)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise OSError(
+                exc.errno, f"the cache file {path} is a symlink: not followed; remove it"
+            ) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"the cache file {path} is not a regular file")
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class DiskCallStore:
     """The embedded default's cache: a SQLite file that outlives the per-command Redis."""
 
@@ -126,7 +153,7 @@ class DiskCallStore:
     def _create(self) -> None:
         """The file and its tables, on first use (a worker with no cache touches no disk)."""
         path = self.path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _private_file(path)
         db = sqlite3.connect(path, timeout=30, isolation_level=None)
         try:
             db.execute(

@@ -26,14 +26,20 @@ from duet.embedded.server import EmbeddedRedis, free_port
 from orchestration.settings import Settings
 from orchestration.state.broker import broker_config
 from tests.reliability import CLIENTS, Reliability
-from tests.support import ROOT
+from tests.support import ROOT, cli_start_s
 
 pytestmark = pytest.mark.system
 
 #: The connect timeout the commands run with, seconds.
 TIMEOUT_S = 1.0
-#: Time to start Python and import the CLI, on a loaded 2-core machine.
-STARTUP_S = 8.0
+
+
+def startup_s() -> float:
+    """Time allowed to start Python and import the CLI: three times what it measured here
+    just now (tests.support.cli_start_s), and never under 8 s."""
+    return max(8.0, 3 * cli_start_s())
+
+
 PASSWORD = "hunter2-not-shown"
 
 CONFIG = ROOT / "examples" / "review.toml"
@@ -89,8 +95,8 @@ def check_one_line(
             ("the password printed", PASSWORD in out + err),
             ("output on stdout", out != ""),
             (
-                f"{took:.1f} s, over the {TIMEOUT_S + STARTUP_S:g} s bound",
-                took >= TIMEOUT_S + STARTUP_S,
+                f"{took:.1f} s, over the {TIMEOUT_S + startup_s():g} s bound",
+                took >= TIMEOUT_S + startup_s(),
             ),
         ]
         if bad
@@ -112,7 +118,7 @@ def check_one_line(
     assert lines[0].startswith(prefix), lines
     assert PASSWORD not in out + err
     assert out == ""
-    assert took < TIMEOUT_S + STARTUP_S, took
+    assert took < TIMEOUT_S + startup_s(), took
     return lines[0]
 
 
@@ -240,7 +246,7 @@ def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) ->
             (f"exit {code}", code != 2),
             ("a traceback", "Traceback" in text),
             (f"last line {lines[-1:]}", lines[-1:] != [expected]),
-            (f"{took:.1f} s, over the bound", took >= socket_timeout * 4 + STARTUP_S),
+            (f"{took:.1f} s, over the bound", took >= socket_timeout * 4 + startup_s()),
         ]
         if bad
     ]
@@ -260,7 +266,7 @@ def test_redis_freezing_mid_command(tmp_path: Path, reliability: Reliability) ->
         lines[-1]
         == f"error: cannot use Redis at DUET_REDIS_URL={server.url}: did not answer in time"
     )
-    assert took < socket_timeout * 4 + STARTUP_S, took
+    assert took < socket_timeout * 4 + startup_s(), took
 
 
 def _rabbit_up() -> bool:
@@ -334,7 +340,7 @@ def check_broker_line(broker: str, why: str, reliability: Reliability, load: str
     lines = proc.stderr.strip().splitlines()
     shown = broker.replace(PASSWORD, "***")
     prefix = f"error: cannot use the broker at DUET_BROKER_URL={shown}: "
-    bound = TIMEOUT_S + STARTUP_S
+    bound = TIMEOUT_S + startup_s()
     wrong = [
         what
         for what, bad in [

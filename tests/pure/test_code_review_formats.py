@@ -15,7 +15,7 @@ from duet.formats.findings import DEFAULT_RULE, at_least, findings, in_files
 from duet.formats.patch import build_patch, fenced_file
 from duet.formats.sarif import sarif_log
 from duet.formats.text import escape_property, github_annotations, markdown_summary, rdjson
-from duet.intake.git import Change, binary, fence, parse_name_status, split_range, vendored
+from duet.intake.git import Change, binary, fence, parse_raw, split_range, vendored
 from orchestration.core.errors import ConfigError
 from orchestration.core.review_templates import review_config
 from tests.reliability import MODEL_OUTPUT
@@ -36,13 +36,17 @@ def _record(**fields: object) -> dict:
     return {**base, **fields}
 
 
-def test_name_status_follows_renames_and_copies() -> None:
-    raw = b"M\0a.py\0R087\0old name.py\0new name.py\0D\0gone.txt\0C100\0x\0y\0"
-    assert parse_name_status(raw) == [
-        Change("M", "a.py"),
-        Change("R", "new name.py", "old name.py"),
-        Change("D", "gone.txt"),
-        Change("C", "y", "x"),
+def test_raw_diff_entries_follow_renames_and_copies() -> None:
+    z, a, b = "0" * 40, "a" * 40, "b" * 40
+    raw = (
+        f":100644 100644 {z} {a} M\0a.py\0:100644 100644 {z} {b} R087\0old name.py\0"
+        f"new name.py\0:100644 000000 {a} {z} D\0gone.txt\0:100644 120000 {z} {a} C100\0x\0y\0"
+    ).encode()
+    assert parse_raw(raw) == [
+        Change("M", "a.py", None, "100644", a, z),
+        Change("R", "new name.py", "old name.py", "100644", b, z),
+        Change("D", "gone.txt", None, "000000", z, a),
+        Change("C", "y", "x", "120000", a, z),
     ]
 
 
@@ -111,7 +115,7 @@ def test_lines_are_checked_against_the_reviewed_file_and_findings_never_dropped(
     assert result["level"] == "error"
 
 
-def test_sarif_validates_against_the_oasis_schema_with_a_run_per_critic() -> None:
+def test_sarif_validates_against_the_oasis_schema_with_one_run_for_every_critic() -> None:
     records = [
         _record(issues=["app.py:5: error: SQL injection"]),
         _record(id="b.py", models={"critic": "gpt-x"}, findings=[{"message": "m", "rule": "r1"}]),
@@ -119,11 +123,9 @@ def test_sarif_validates_against_the_oasis_schema_with_a_run_per_critic() -> Non
     ]
     log = sarif_log(findings(records), version="1.2.3")
     jsonschema.validate(log, SCHEMA)
-    assert [run["tool"]["driver"]["properties"]["critic"] for run in log["runs"]] == [
-        "sim:critic",
-        "gpt-x",
-    ]
-    first = log["runs"][0]["results"][0]
+    (run,) = log["runs"]
+    assert run["tool"]["driver"]["properties"]["critics"] == ["gpt-x", "sim:critic"]
+    first = run["results"][0]
     assert first["level"] == "error"
     assert first["locations"][0]["physicalLocation"]["region"] == {"startLine": 5}
     empty = sarif_log([])
@@ -188,8 +190,8 @@ def test_patch_of_approved_files_applies_and_prose_is_left_out(tmp_path: Path) -
     made = build_patch(records, read)
     assert made.files == 2
     assert made.left_out == {
-        "not a whole file (no fenced code block)": 1,
-        "hunk inputs": 1,
+        "not a fix (no fenced code block)": 1,
+        "a hunk without its lines": 1,
         "reviewed file not found": 1,
     }
     assert made.not_approved == 1  # the rejected input never ran: not counted

@@ -292,7 +292,7 @@ def test_the_vendor_example_differs_from_the_sim_one_only_where_it_says() -> Non
 def test_the_vendor_example_takes_source_files_its_models_can_hold(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from duet.intake.batch import prompt_limit
+    from duet.commands.intake import prompt_limit
     from orchestration.settings import get_settings
 
     monkeypatch.delenv("DUET_MAX_PROMPT_CHARS", raising=False)

@@ -3,7 +3,7 @@ every earlier turn, one token per byte."""
 
 from __future__ import annotations
 
-from duet.intake.batch import worst_case
+from duet.commands.intake import worst_case
 from orchestration import Agent, Team
 
 

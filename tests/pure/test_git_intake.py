@@ -3,6 +3,7 @@ repository under review runs none of its own code (external diff, textconv, hook
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -46,11 +47,19 @@ def test_a_file_prompt_has_the_diff_and_the_whole_file_under_the_cap(repo: Path)
     prompt = records["a.py"].prompt
     assert "+line three" in prompt and "line thirty" in prompt and "line 40\n" in prompt
     assert "line 10\n" in prompt  # from the whole file, not the 2-line context
-    assert records["a.py"].metadata == {
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "feature"], capture_output=True, text=True
+    ).stdout.strip()
+    meta = records["a.py"].metadata
+    assert meta == {
         "path": "a.py",
         "git_range": "main..feature",
+        "head_sha": head,
         "unit": "file",
+        "seen": "file",
+        "sha256": hashlib.sha256((repo / "a.py").read_bytes()).hexdigest(),
     }
+    assert records["big.txt"].metadata["seen"] == "diff"
     assert "only the diff is shown" in records["big.txt"].prompt
 
 

@@ -28,7 +28,19 @@ def _requirements(extra: str | None = None) -> list[Requirement]:
     return [Requirement(line) for line in raw]
 
 
-ALL = _requirements() + _requirements("test")
+def _extras() -> list[str]:
+    return list(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+
+
+#: Every requirement of the core and of each extra, less an extra's reference to others of
+#: Duet's own (``duet-review[all]``).
+ALL = [
+    req
+    for req in _requirements() + [r for extra in _extras() for r in _requirements(extra)]
+    if req.name != "duet-review"
+]
 #: The row of docs/RELIABILITY.md the pin and image checks record.
 UNPINNED = (
     "A dependency without an upper bound, or installed outside its pin; a package the image "
@@ -54,7 +66,12 @@ def test_the_installed_release_is_inside_the_pin(
 ) -> None:
     if req.marker is not None and not req.marker.evaluate():
         pytest.skip(f"{req} does not apply here")
-    version = importlib.metadata.version(req.name)
+    try:
+        version = importlib.metadata.version(req.name)
+    except importlib.metadata.PackageNotFoundError:
+        if req in _requirements():
+            raise
+        pytest.skip(f"{req.name} is in an extra not installed here")
     inside = req.specifier.contains(version, prereleases=True)
     reliability.record(
         section=PACKAGING,
@@ -141,3 +158,31 @@ def test_the_classifiers_name_every_python_the_floor_allows() -> None:
     ]
     named = sorted(int(m[1]) for m in versions if m)
     assert named == list(range(floor, 14)), named
+
+
+def _locked() -> dict[str, list[tuple[Version, str]]]:
+    """``deploy/constraints.txt``: each package's pinned versions, with their markers."""
+    pins: dict[str, list[tuple[Version, str]]] = {}
+    for line in (ROOT / "deploy" / "constraints.txt").read_text().splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if not spec:
+            continue
+        pinned, _, marker = spec.partition(";")
+        name, _, version = pinned.strip().partition("==")
+        assert version, f"deploy/constraints.txt: {line!r} pins no version"
+        pins.setdefault(_normal(name), []).append((Version(version), marker.strip()))
+    return pins
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.mark.parametrize("req", ALL, ids=lambda r: r.name)
+def test_the_lock_pins_every_dependency_inside_its_range(req: Requirement) -> None:
+    """The image, `make test` and CI install deploy/constraints.txt: every version it pins
+    is one pyproject.toml allows (`make lock` re-resolves it after a range changes)."""
+    pins = _locked().get(_normal(req.name))
+    assert pins, f"{req.name} is not in deploy/constraints.txt: run make lock"
+    outside = [str(v) for v, _ in pins if not req.specifier.contains(v, prereleases=True)]
+    assert not outside, f"deploy/constraints.txt pins {req.name} {outside}, outside {req}"

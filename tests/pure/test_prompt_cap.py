@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from duet.commands.intake import check_loaded, prompt_limit
 from duet.config import parse_config
-from duet.intake.batch import check_loaded, prompt_limit
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
 

@@ -6,6 +6,7 @@ import email.utils
 
 import pytest
 
+from orchestration.core.errors import ProviderError
 from workers.providers.errors import (
     classify_exception,
     error_for_status,
@@ -175,3 +176,17 @@ def test_messages_are_scrubbed() -> None:
         APIConnectionError("failed with custom-secret-1"), provider="x", secrets=["custom-secret-1"]
     )
     assert "custom-secret-1" not in str(err)
+
+
+def test_a_worker_without_the_vendor_sdk_fails_the_call_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from workers.providers.sdk import vendor_sdk
+
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # as if never installed
+    with pytest.raises(ProviderError) as raised:
+        vendor_sdk("anthropic")
+    assert raised.value.kind == "missing_sdk" and not raised.value.transient
+    assert "pip install 'duet-review[anthropic] @ git+https://" in str(raised.value)

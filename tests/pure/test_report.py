@@ -599,3 +599,19 @@ def test_readable_date_drops_microseconds() -> None:
 
     assert readable_date("2026-12-02T13:20:05.123456+00:00") == "2026-12-02 13:20 UTC"
     assert readable_date("not a date") == "not a date"
+
+
+def test_the_report_escapes_through_its_template_engine_only() -> None:
+    """No hand-written escaping in duet/report: the Jinja2 environment autoescapes."""
+    from pathlib import Path
+
+    room = Path(__file__).resolve().parents[2] / "duet" / "report"
+    by_hand = [
+        f"{path.name}:{n}"
+        for path in room.glob("*.py")
+        for n, text in enumerate(path.read_text().splitlines(), 1)
+        if "escape(" in text or "esc(" in text or "Markup(" in text
+    ]
+    assert not by_hand, by_hand
+    page = render_report([{"id": "<img src=x onerror=alert(1)>", "status": "failed"}])
+    assert "<img" not in page and "&lt;img src=x" in page

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from duet.embedded.run_cache import served_record, served_usage
+from duet.commands.run_cache import served_record, served_usage
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import ActorCritic, LoopSpec
 from orchestration.core.runcache import RUN_KEY_PREFIX, loop_cacheable, run_cacheable, run_key

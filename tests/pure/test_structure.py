@@ -1,40 +1,23 @@
-"""The layout's rules, read from the source with ``ast`` (nothing is imported).
+"""What the import contracts cannot see, read from the source with ``ast``.
 
-Every ``.py`` file under ``orchestration/``, ``workers/`` and ``duet/`` found on disk is
-parsed, and every import in it counts: at module level, inside functions, under
-``if TYPE_CHECKING:``, relative ones (resolved against the file's package), and
-``importlib.import_module("literal")``. ``from pkg import mod`` is an edge to ``pkg.mod``
-when ``mod`` is a module on disk, else an edge to ``pkg``. The implicit import of a parent
-package's ``__init__`` is not an edge.
+Layers, import circles and the core's imports are import-linter contracts
+(``[tool.importlinter]`` in pyproject.toml, run by ``test_import_contracts.py``). Two rules
+are about names, not imports, and stay here:
 
-The rules:
-
-- **No circle** in the module import graph. Imports under ``if TYPE_CHECKING:`` are left
-  out of *this* test: they never run, so they cannot make an import-time circle, and two
-  types that name each other in annotations (``Agent(architecture: ActorCritic)`` and
-  ``ActorCritic(actor: Agent)``) are one idea split over two files of one layer, not a
-  tangle. They still count for the layering test, so a type-only import cannot point up.
-- **Layers point down only**: core -> nothing of ours but core; state -> core and
-  ``orchestration.settings``; ``orchestration.prices`` -> core; services and client ->
-  core, state, settings, prices; workers ->
-  ``orchestration.*``; nothing in ``orchestration/`` or ``workers/`` imports ``duet``.
-- **The core is pure**: no file under ``orchestration/core/`` imports celery, kombu, redis,
-  a vendor SDK, an HTTP or socket library, reads the environment or the clock.
+- **The core reads no environment and no clock**: no ``os.environ``, ``os.getenv``,
+  ``time.time``, ``datetime.now`` ... under ``orchestration/core/``, imported or used.
 - **No private names across modules**: no ``from x import _y`` and no ``x._y`` on an
   imported module ``x`` of ours, nor ``obj._y`` where ``_y`` is private to another of our
   modules (a method or attribute that only another file defines).
 
-Each failure names the file and line. Violations on ``main`` when these tests were written
-are listed in :data:`KNOWN_TODAY`; the suite stays green with them, and fails both on a new
-violation and on a listed one that is gone (delete its line then), so the list is always
-exactly what is left to fix.
+Each failure names the file and line.
 """
 
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -43,12 +26,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("orchestration", "workers", "duet")
-
-#: What ``main`` still does wrong; emptied as the layout work lands. Each entry is
-#: ``(rule, file, what)``: ``what`` is the imported module for "layer", the private name
-#: (``module.name``) for "private", and the import edge ``a -> b`` that closes a circle
-#: for "circle" (the circle test ignores these edges and expects no other circle).
-KNOWN_TODAY: frozenset[tuple[str, str, str]] = frozenset()
 
 
 # --- reading the tree -----------------------------------------------------------------
@@ -231,208 +208,6 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-# --- the rules ------------------------------------------------------------------------
-def runtime_graph(
-    modules: dict[str, Module], ignore: Iterable[str] = ()
-) -> dict[str, dict[str, Edge]]:
-    """Module -> the modules it imports when it runs (first edge of each pair).
-
-    Type-only edges and those in ``ignore`` (written ``"a -> b"``) are left out.
-    """
-    skip = set(ignore)
-    graph: dict[str, dict[str, Edge]] = defaultdict(dict)
-    for module in modules.values():
-        for edge in module.edges:
-            if edge.type_only or edge.dst not in modules or f"{edge.src} -> {edge.dst}" in skip:
-                continue
-            graph[edge.src].setdefault(edge.dst, edge)
-    return graph
-
-
-def circles(modules: dict[str, Module], ignore: Iterable[str] = ()) -> list[list[Edge]]:
-    """One circle (as its edges) per strongly connected group of modules."""
-    graph = runtime_graph(modules, ignore)
-    found = []
-    for group in _strongly_connected(graph, sorted(modules)):
-        start = min(group)
-        if len(group) == 1 and start not in graph[start]:
-            continue
-        found.append(_cycle_through(graph, group, start))
-    return found
-
-
-def closes_a_circle(graph: dict[str, dict[str, Edge]], src: str, dst: str) -> bool:
-    """Whether the edge ``src -> dst`` exists and ``dst`` leads back to ``src``."""
-    if dst not in graph.get(src, {}):
-        return False
-    seen, todo = {dst}, [dst]
-    while todo:
-        for child in graph.get(todo.pop(), {}):
-            if child == src:
-                return True
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return False
-
-
-def _strongly_connected(graph: dict[str, dict[str, Edge]], nodes: list[str]) -> list[set[str]]:
-    """Tarjan's algorithm, iterative."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[set[str]] = []
-    for root in nodes:
-        if root in index:
-            continue
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                group = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.add(member)
-                    if member == node:
-                        break
-                groups.append(group)
-    return groups
-
-
-def _cycle_through(graph: dict[str, dict[str, Edge]], group: set[str], start: str) -> list[Edge]:
-    """The shortest path from ``start`` back to itself inside ``group``, as edges."""
-    came_from: dict[str, Edge] = {}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for node in frontier:
-            for child, edge in sorted(graph[node].items()):
-                if child not in group:
-                    continue
-                if child == start:
-                    path = [edge]
-                    while path[0].src != start:
-                        path.insert(0, came_from[path[0].src])
-                    return path
-                if child not in came_from:
-                    came_from[child] = edge
-                    nxt.append(child)
-        frontier = nxt
-    raise AssertionError(f"no circle through {start}")  # pragma: no cover
-
-
-#: Layer of each module (longest prefix wins) and the layers it may import from.
-LAYERS = {
-    "orchestration.core": "core",
-    "orchestration.state": "state",
-    "orchestration.services": "services",
-    "orchestration.client": "client",
-    "orchestration.settings": "settings",
-    "orchestration.prices": "prices",
-    "orchestration.logjson": "logjson",
-    "orchestration.backoff": "backoff",
-    "orchestration.defaults": "defaults",
-    "orchestration": "orchestration",  # the package's public face (re-exports)
-    "workers": "workers",
-    "duet": "duet",
-}
-ORCHESTRATION = {
-    "core",
-    "state",
-    "services",
-    "client",
-    "settings",
-    "prices",
-    "logjson",
-    "backoff",
-    "defaults",
-    "orchestration",
-}
-MAY_IMPORT = {
-    "core": {"core"},
-    "state": {"core", "state", "settings", "backoff", "defaults"},
-    # The environment's defaults (finished TTL, step lease) live with the keys.
-    "settings": {"core", "state", "defaults"},
-    # The price database, read into core Price values (a package the core may not import).
-    "prices": {"core"},
-    # The JSON log line format, shared by workers and the command line: imports none of ours.
-    "logjson": set(),
-    # The one backoff policy (tenacity's loop): imports none of ours.
-    "backoff": set(),
-    # The tunables that are not settings, with their units: imports none of ours.
-    "defaults": set(),
-    "services": {"core", "state", "settings", "prices", "services", "backoff", "defaults"},
-    "client": {"core", "state", "settings", "prices", "client", "defaults"},
-    "orchestration": ORCHESTRATION,
-    "workers": ORCHESTRATION | {"workers"},
-    "duet": ORCHESTRATION | {"workers", "duet"},
-}
-
-
-def layer_of(module: str) -> str | None:
-    """The layer ``module`` belongs to, or None when the layout does not place it."""
-    for prefix in sorted(LAYERS, key=len, reverse=True):
-        if module == prefix or (module.startswith(prefix + ".") and prefix != "orchestration"):
-            return LAYERS[prefix]
-    return None
-
-
-def layer_findings(modules: dict[str, Module]) -> list[Finding]:
-    found = []
-    for module in modules.values():
-        mine = layer_of(module.name)
-        for edge in module.edges:
-            if not first_party(edge.dst):
-                continue
-            theirs = layer_of(edge.dst)
-            if mine is None or theirs is None or theirs not in MAY_IMPORT[mine]:
-                found.append(
-                    Finding(
-                        "layer",
-                        module.file,
-                        edge.line,
-                        edge.dst,
-                    )
-                )
-    return found
-
-
-#: Imports the core may not make: a module and everything under it.
-IMPURE_MODULES = (
-    "celery",
-    "kombu",
-    "redis",
-    "openai",
-    "anthropic",
-    "httpx",
-    "requests",
-    "aiohttp",
-    "socket",
-    "ssl",
-    "http",
-    "urllib.request",
-    "subprocess",
-    "threading",
-    "asyncio",
-)
 #: Names the core may not touch: the environment and the clock.
 IMPURE_NAMES = (
     "os.environ",
@@ -474,7 +249,7 @@ def purity_findings(
             continue
         imported = [(e.dst, e.line) for e in module.edges] + module.bound
         for target, line in imported:
-            if _matches(target, IMPURE_MODULES + IMPURE_NAMES):
+            if _matches(target, IMPURE_NAMES):
                 found.add(Finding("pure", module.file, line, f"imports {target}"))
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Name | ast.Attribute):
@@ -564,50 +339,12 @@ def _fail(title: str, lines: Iterable[object]) -> None:
         pytest.fail(title + ":\n" + "\n".join(f"  {line}" for line in lines), pytrace=False)
 
 
-def _new(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.key not in KNOWN_TODAY]
-
-
-def test_every_module_is_found_and_placed_in_a_layer() -> None:
-    modules = tree()
-    for package in PACKAGES:
-        assert package in modules, f"{package}/__init__.py not found under {ROOT}"
-    assert "orchestration.core.loop" in modules
-    assert any(m.edges for m in modules.values())
-    _fail(
-        "modules in no layer (add them to LAYERS)",
-        [m.file for m in modules.values() if layer_of(m.name) is None],
-    )
-
-
-def test_no_import_circle() -> None:
-    known = [what for rule, _, what in KNOWN_TODAY if rule == "circle"]
-    found = circles(tree(), ignore=known)
-    _fail("import circles", ["\n  ".join(map(str, circle)) + "\n" for circle in found])
-
-
-def test_layers_point_down_only() -> None:
-    _fail("imports that point up or sideways", _new(layer_findings(tree())))
-
-
 def test_core_is_pure() -> None:
     _fail("the core touches I/O, the environment or the clock", purity_findings(tree()))
 
 
 def test_no_private_names_across_modules() -> None:
-    _fail("another module's private names used", _new(private_findings(tree())))
-
-
-def test_known_today_is_still_true() -> None:
-    """Each entry of KNOWN_TODAY still happens; a fixed one must leave the list."""
-    modules = tree()
-    present = {f.key for f in layer_findings(modules) + private_findings(modules)}
-    graph = runtime_graph(modules)
-    for rule, _, what in KNOWN_TODAY:
-        src, _, dst = what.partition(" -> ")
-        if rule == "circle" and closes_a_circle(graph, src, dst):
-            present.add((rule, modules[src].file, what))
-    _fail("fixed, so remove from KNOWN_TODAY", sorted(set(KNOWN_TODAY) - present))
+    _fail("another module's private names used", private_findings(tree()))
 
 
 # --- the checker itself, on a small planted tree ---------------------------------------
@@ -620,64 +357,6 @@ def plant(root: Path, files: dict[str, str]) -> dict[str, Module]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8")
     return discover(root)
-
-
-def test_checker_sees_a_circle_closed_inside_a_function(tmp_path: Path) -> None:
-    modules = plant(
-        tmp_path,
-        {
-            "orchestration/core/a.py": "from orchestration.core import b\n",
-            "orchestration/core/b.py": "def f():\n    from . import a\n",
-        },
-    )
-    [circle] = circles(modules)
-    assert [str(e) for e in circle] == [
-        "orchestration/core/a.py:1: orchestration.core.a -> orchestration.core.b",
-        "orchestration/core/b.py:2: orchestration.core.b -> orchestration.core.a",
-    ]
-    assert circles(modules, ignore=["orchestration.core.b -> orchestration.core.a"]) == []
-
-
-def test_checker_leaves_type_only_circles_to_the_layer_rule(tmp_path: Path) -> None:
-    modules = plant(
-        tmp_path,
-        {
-            "orchestration/core/a.py": (
-                "from typing import TYPE_CHECKING\n"
-                "if TYPE_CHECKING:\n    from ..state.s import S\n"
-                "else:\n    import json\n"
-            ),
-            "orchestration/state/s.py": "from orchestration.core.a import A\n",
-        },
-    )
-    assert circles(modules) == []
-    assert [str(f) for f in layer_findings(modules)] == [
-        "orchestration/core/a.py:3: orchestration.state.s"
-    ]
-    assert not modules["orchestration.core.a"].edges[-1].type_only  # the else branch runs
-
-
-def test_checker_sees_upward_imports_of_every_form(tmp_path: Path) -> None:
-    modules = plant(
-        tmp_path,
-        {
-            "orchestration/core/a.py": (
-                "import importlib\n"
-                "def f():\n"
-                "    importlib.import_module('orchestration.state.s')\n"
-                "    import orchestration.settings\n"
-            ),
-            "orchestration/settings.py": "",
-            "orchestration/state/s.py": "from orchestration import settings\n",
-            "workers/w.py": "def f():\n    from duet import d\n",
-            "duet/d.py": "import workers.w\nfrom orchestration.state import s\n",
-        },
-    )
-    assert sorted(str(f) for f in layer_findings(modules)) == [
-        "orchestration/core/a.py:3: orchestration.state.s",
-        "orchestration/core/a.py:4: orchestration.settings",
-        "workers/w.py:2: duet.d",
-    ]
 
 
 def test_checker_sees_io_environment_and_clock_in_any_core_file(tmp_path: Path) -> None:
@@ -698,8 +377,6 @@ def test_checker_sees_io_environment_and_clock_in_any_core_file(tmp_path: Path) 
     )
     assert sorted(str(f) for f in purity_findings(modules)) == [
         "orchestration/core/new/deep.py:2: imports time.monotonic",
-        "orchestration/core/new/deep.py:3: imports urllib.request",
-        "orchestration/core/new/deep.py:5: imports redis.client",
         "orchestration/core/new/deep.py:6: uses datetime.datetime.now",
         "orchestration/core/new/deep.py:6: uses os.environ",
         "orchestration/core/new/deep.py:6: uses time.monotonic",

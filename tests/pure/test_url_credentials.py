@@ -177,7 +177,7 @@ def test_basic_credentials_and_url_passwords_are_scrubbed_from_messages() -> Non
 def test_duet_run_with_the_embedded_worker_names_an_unset_url_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from duet.intake.batch import load_checked
+    from duet.commands.intake import load_checked
 
     monkeypatch.delenv("DUET_TEST_UC_EMBEDDED", raising=False)
     path = tmp_path / "review.toml"

@@ -46,7 +46,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _duet(
     *args: str | Path, env: dict[str, str], cwd: Path, script: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``duet`` as its own process: the console script, or ``python -m duet.commands.main``."""
+    """Run ``duet`` as its own process: the console script, or ``python -m duet``."""
     head = [str(DUET_SCRIPT)] if script else [sys.executable, "-m", "duet"]
     return subprocess.run(
         [*head, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=180
@@ -568,3 +568,74 @@ def test_short_ids_from_ls_are_whole_and_work_in_every_command(
     assert f"batch {batch}: re-enqueued 0" in resumed.stdout
     cancelled_run = _duet("cancel", run_id[:10], env=narrow, cwd=tmp_path)
     assert cancelled_run.stdout.strip() == f"run {run_id}: already finished"
+
+
+#: Every command that reads state, and so takes --json.
+READ_COMMANDS = [
+    ["ls"],
+    ["show"],
+    ["watch"],
+    ["results"],
+    ["budget", "show"],
+    ["limits", "show"],
+    ["dead", "ls"],
+    ["dead", "show"],
+    ["cache", "stats"],
+]
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=" ".join)
+def test_every_read_command_offers_json(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--json" in result.stdout
+
+
+def test_read_commands_print_json_lines_on_a_cluster(
+    cluster_env: dict[str, str], fast_config: Path, tmp_path: Path
+) -> None:
+    submitted = _duet("submit", fast_config, "-i", EXAMPLE_INPUTS, env=cluster_env, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    batch = submitted.stdout.strip()
+    assert (
+        _duet(
+            "budget", "set", "global:json-t", "--max-usd", "5", env=cluster_env, cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    assert (
+        _duet("limits", "set", "sim", "--rpm", "100000", env=cluster_env, cwd=tmp_path).returncode
+        == 0
+    )
+
+    def lines(*args: str) -> list[dict[str, Any]]:
+        done = _duet(*args, "--json", env=cluster_env, cwd=tmp_path)
+        assert done.returncode in (0, 1), (args, done.stderr)
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    watched = lines("watch", batch)
+    assert watched[-1]["batch_id"] == batch and watched[-1]["done"] == watched[-1]["total"]
+    records = lines("results", batch)
+    assert len(records) == len(_ids(EXAMPLE_INPUTS))
+    [shown] = lines("show", records[0]["run_id"])
+    assert shown["run_id"] == records[0]["run_id"] and "rounds" in shown
+    assert any(b["batch_id"] == batch for b in lines("ls"))
+    [budget] = lines("budget", "show", "global:json-t")
+    assert budget["scope"] == "global:json-t" and budget["units"]["usd"]["limit"] == 5
+    assert any(limit["rpm"] == 100000 for limit in lines("limits", "show"))
+    assert all({"id", "queue", "reason"} <= set(d) for d in lines("dead", "ls"))
+    [stats] = lines("cache", "stats")
+    assert {"entries", "hits", "misses"} <= set(stats)
+    refused = _duet(
+        "results", batch, "--json", "-o", tmp_path / "x.csv", env=cluster_env, cwd=tmp_path
+    )
+    assert refused.returncode == 2 and "--json" in refused.stderr
+    assert _duet("limits", "clear", "sim", env=cluster_env, cwd=tmp_path).returncode == 0
+
+
+def test_shell_completion_completes_commands(tmp_path: Path) -> None:
+    script = _duet("--show-completion", "bash", env=_env(), cwd=tmp_path)
+    assert script.returncode == 0 and "complete" in script.stdout, script.stderr
+    env = _env(_DUET_COMPLETE="complete_bash", COMP_WORDS="duet bu", COMP_CWORD="1")
+    completed = _duet(env=env, cwd=tmp_path)
+    assert completed.stdout.split() == ["budget"], completed.stdout

@@ -299,7 +299,9 @@ def test_rate_limited_cluster_run_shows_the_wait_and_one_ctrl_c_stops_waiting(
         code = proc.wait(timeout=20)
         took = time.monotonic() - asked
     assert code == 130, lines.text()
-    assert took < 10, f"one Ctrl-C stops waiting at once (took {took:.1f}s)"
+    # Not waiting would be the rate limit's 60 s window: half of it tells the two apart
+    # under any load a test machine has.
+    assert took < 30, f"one Ctrl-C stops waiting at once (took {took:.1f}s)"
     text = lines.text()
     assert f"keeps running on the cluster. Cancel it: duet cancel {batch}" in text
     assert "duet watch" in text and "duet results" in text

@@ -73,3 +73,26 @@ def test_budget_commands_need_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None
     result = runner.invoke(app, ["budget", "show"])
     assert result.exit_code == 2
     assert "DUET_REDIS_URL" in result.output
+
+
+def test_budget_show_of_a_batch_agrees_with_ls(cluster: Any) -> None:
+    """A batch with no limit keeps no ledger: `budget show batch:SHORT` (the id `ls`
+    shows) gives what its runs cost, the number `ls` gives, not $0."""
+    from orchestration.state import keys
+
+    batch = "4c9e34663fac4c9d8513fd84d3ff8b17"
+    cluster.hset(
+        keys.batch(batch),
+        mapping={"usd": "0.19", "created_at": "1700000000", "total": "2", "done": "2"},
+    )
+    cluster.zadd(keys.batches_index(), {batch: 1700000000})
+    try:
+        listed = runner.invoke(app, ["ls"])
+        assert listed.exit_code == 0, listed.output
+        assert "$0.1900" in listed.output
+        shown = runner.invoke(app, ["budget", "show", f"batch:{batch[:8]}"])
+        assert shown.exit_code == 0, shown.output
+        assert f"batch:{batch}" in shown.output and "$0.1900" in shown.output, shown.output
+    finally:
+        cluster.delete(keys.batch(batch))
+        cluster.zrem(keys.batches_index(), batch)

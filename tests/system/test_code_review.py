@@ -1,5 +1,6 @@
 """Code review of a git range end to end: ``duet review --git``, SARIF, the patch, CI exit
-codes, the example GitHub workflow and the pre-commit hook, on repositories made here."""
+codes, on repositories made here (the GitHub workflow: test_ci_workflow.py; the pre-commit hook:
+test_pre_commit_hook.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from urllib.parse import quote
 
 import jsonschema
 import pytest
-import yaml
 
 from tests.reliability import CLIENTS
 
@@ -257,64 +257,6 @@ def test_a_shallow_clone_without_base_says_fetch_depth(
     )
 
 
-def _workflow_script(base: str, head: str) -> str:
-    """The example workflow's run: commands, GitHub's expressions filled in, minus what
-    needs GitHub itself (pip install from the index, gh)."""
-    flow = yaml.safe_load((ROOT / "examples/github/duet-review.yml").read_text())
-    lines = ["set -e"]
-    for step in flow["jobs"]["review"]["steps"]:
-        for line in str(step.get("run", "")).splitlines():
-            if line.strip() and not line.startswith(("pip install", "gh ")):
-                lines.append(line)
-    script = "\n".join(lines)
-    script = script.replace("${{ github.event.pull_request.base.sha }}", base)
-    script = script.replace("${{ github.sha }}", head)
-    assert "${{" not in script, script
-    return script
-
-
-def test_the_example_workflow_runs_against_a_pull_request(repo: Path) -> None:
-    flow = yaml.safe_load((ROOT / "examples/github/duet-review.yml").read_text())
-    steps = flow["jobs"]["review"]["steps"]
-    assert steps[0]["with"]["fetch-depth"] == 0
-    assert any(s.get("uses", "").startswith("github/codeql-action/upload-sarif") for s in steps)
-    base, head = _git(repo, "rev-parse", "main").strip(), _git(repo, "rev-parse", "feature").strip()
-    done = subprocess.run(
-        ["bash", "-c", _workflow_script(base, head)],
-        cwd=repo,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    jsonschema.validate(json.loads((repo / "duet.sarif").read_text()), SCHEMA)
-    assert "## Duet code review" in (repo / "duet-review.md").read_text()
-
-
-def test_the_pre_commit_hook_reviews_staged_files(repo: Path) -> None:
-    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
-    (repo / "staged.py").write_text("print('hello')\n")
-    (repo / "unstaged.py").write_text("print('not staged')\n")
-    _git(repo, "add", "staged.py")
-    head = _git(repo, "rev-parse", "HEAD")
-    done = subprocess.run(
-        ["bash", "-c", hook["entry"][len("bash -c ") :].strip("'")],
-        cwd=repo,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
-    ids = [
-        json.loads(line)["id"]
-        for line in (repo / ".git/duet-review.jsonl").read_text().splitlines()
-    ]
-    assert ids == ["staged.py"]
-    assert _git(repo, "rev-parse", "HEAD") == head  # nothing committed
-
-
 def test_duet_run_takes_git_inputs_and_refuses_both_or_neither(repo: Path, tmp_path: Path) -> None:
     config = tmp_path / "review.toml"
     out = tmp_path / "run.jsonl"
@@ -427,3 +369,36 @@ def test_a_change_with_nothing_to_review_exits_0_with_empty_sarif(
     sarif = _duet("results", out, "-f", "sarif", "--fail-on", "warning", cwd=tmp_path)
     assert sarif.returncode == 0, sarif.stderr
     jsonschema.validate(json.loads(sarif.stdout), SCHEMA)
+
+
+def test_excludes_gates_and_messages_tell_the_truth(repo: Path, tmp_path: Path) -> None:
+    """--exclude and [inputs] exclude with --git; --fail-on without -f; a missing results
+    file named as such; a review on the sim model says it was simulated."""
+    config = tmp_path / "excluding.toml"
+    config.write_text(CONFIG + '\n[inputs]\nexclude = ["*.md"]\n')
+    out = tmp_path / "ex.jsonl"
+    done = _duet(
+        "review", config, "--git", "main..feature", "--repo", repo, "-o", out, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["app.py"]
+    assert "1 excluded" in done.stderr
+    assert "SIMULATED" in done.stdout + done.stderr
+    cli = _duet(
+        "review", "--git", "main..feature", "--repo", repo, "--exclude", "app.py", cwd=tmp_path
+    )
+    assert cli.returncode == 0 and "1 excluded" in cli.stderr, cli.stderr
+
+    gated = _duet("results", out, "--all", "--fail-on", "error", cwd=tmp_path)
+    assert gated.returncode == 1 and '"id": "app.py"' in gated.stdout.replace('":"', '": "')
+    assert _duet("results", out, "--all", "--fail-on", "never", cwd=tmp_path).returncode == 0
+
+    missing = _duet("results", tmp_path / "nosuch.jsonl", "-f", "sarif", cwd=tmp_path)
+    assert missing.returncode == 2 and "no such file" in missing.stderr, missing.stderr
+    assert "DUET_REDIS_URL" not in missing.stderr
+
+    page = tmp_path / "report.html"
+    assert _duet("report", out, "-o", page, cwd=tmp_path).returncode == 0
+    assert "Simulated review" in page.read_text()
+    sarif = json.loads(_duet("results", out, "-f", "sarif", "--all", cwd=tmp_path).stdout)
+    assert sarif["runs"][0]["tool"]["driver"]["properties"]["simulated"] is True

@@ -37,7 +37,7 @@ from orchestration.core.structured import CRITIQUE_DESCRIPTION, CRITIQUE_NAME, C
 from workers.providers.base import Completion, Message, StopReason
 from workers.providers.batch import BatchRequest, BatchStatus, Outcome, cancelled, expired
 from workers.providers.errors import error_for_status
-from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
+from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider, vendor_sdk
 
 _STOP_REASONS: dict[str | None, StopReason] = {
     "end_turn": "end",
@@ -69,12 +69,12 @@ class AnthropicProvider(SDKProvider):
     path = "/v1/messages"
 
     def _new_http(self, event_hooks: dict[str, list[Any]]) -> Any:
-        import anthropic  # heavy: only when a worker first calls Anthropic
+        anthropic = vendor_sdk("anthropic")  # heavy: imported on the first call
 
         return anthropic.DefaultHttpxClient(event_hooks=event_hooks)
 
     def _new_client(self, key: str, http: Any) -> Any:
-        import anthropic
+        anthropic = vendor_sdk("anthropic")
 
         # An explicit api_key stops the SDK from looking for profiles or federation
         # settings; base_url None lets it read ANTHROPIC_BASE_URL.
@@ -224,4 +224,4 @@ def _status(batch: Any) -> BatchStatus:
 
 def preload() -> None:
     """Import the SDK now (a worker at start) rather than on the first call."""
-    import anthropic  # noqa: F401
+    vendor_sdk("anthropic")

@@ -36,7 +36,7 @@ from workers.providers.batch import (
     expired,
 )
 from workers.providers.errors import error_for_status
-from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider
+from workers.providers.sdk import REPLY_SHAPE_ERRORS, SDKProvider, vendor_sdk
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"
@@ -61,12 +61,12 @@ class OpenAIProvider(SDKProvider):
     path = "/chat/completions"
 
     def _new_http(self, event_hooks: dict[str, list[Any]]) -> Any:
-        import openai  # heavy: only when a worker first calls OpenAI
+        openai = vendor_sdk("openai")  # heavy: imported on the first call
 
         return openai.DefaultHttpxClient(event_hooks=event_hooks)
 
     def _new_client(self, key: str, http: Any) -> Any:
-        import openai
+        openai = vendor_sdk("openai")
 
         # base_url None lets the SDK read OPENAI_BASE_URL, else api.openai.com.
         return openai.OpenAI(api_key=key, base_url=self.server_url, max_retries=0, http_client=http)
@@ -211,4 +211,4 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 def preload() -> None:
     """Import the SDK now (a worker at start) rather than on the first call."""
-    import openai  # noqa: F401
+    vendor_sdk("openai")

@@ -6,11 +6,13 @@ JSON body, also used in vendor batches) and :meth:`SDKProvider.read` (a reply).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
@@ -46,6 +48,35 @@ _AUTH_STATUSES = (401, 403)
 
 #: What reading an unexpected reply shape raises (a missing key, a wrong type...).
 REPLY_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+
+
+def install_hint(extras: str) -> str:
+    """How to install Duet with ``extras``: from its repository at this release's tag, the
+    ``Source`` of its metadata (the name is not published on the package index: whoever
+    claimed it there would run code wherever it is installed)."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        meta = metadata("duet-review")
+    except PackageNotFoundError:
+        return f"install Duet with its {extras} extra"
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [] if ", " in u)
+    if "Source" not in urls:
+        return f"install Duet with its {extras} extra"
+    return f"pip install 'duet-review[{extras}] @ git+{urls['Source']}@v{meta['Version']}'"
+
+
+def vendor_sdk(name: str) -> ModuleType:
+    """The vendor's SDK (``openai``, ``anthropic``), imported on first use; a worker
+    installed without it fails the call for good, naming the extra that brings it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ProviderError(
+            f"the {name} SDK is not installed on this worker: {install_hint(name)}",
+            kind="missing_sdk",
+            transient=False,
+        ) from exc
 
 
 class SDKProvider(Provider):

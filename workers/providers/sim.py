@@ -23,6 +23,8 @@ the agent's place when it is left out. Options (any role):
 ``refuse``       ...with this outcome: ``refusal`` (default; the text is the refusal),
                  ``content_filter`` or ``context_window`` (the text is cut in half)
 ``issue``        critic: this issue text instead of the generated ones (while unapproved)
+``when``         critic: approve (score 1.0, no issue) unless the output it reviews (between
+                 its markers) holds this text: a finding only where the flaw is
 ``echo``         actor (``1``): reply with the last non-diff fenced block of the prompt, fenced
 ``replace``      actor with ``echo``: ``OLD=>NEW`` replaced in the echoed text (a scripted fix)
 
@@ -86,6 +88,7 @@ class SimOptions:
     refuse_at: int | None = None
     refuse: str = "refusal"
     issue: str = ""
+    when: str = ""
     echo: bool = False
     replace: tuple[str, str] | None = None
 
@@ -121,7 +124,7 @@ def parse_sim_model(model: str) -> SimOptions:
                 if value not in _FAILURES:
                     raise ValueError(f"one of {', '.join(_FAILURES)}")
                 opts[key] = value
-            elif key == "issue":
+            elif key in ("issue", "when"):
                 opts[key] = value
             elif key == "echo":
                 opts[key] = value in ("1", "true", "yes")
@@ -236,6 +239,15 @@ def _quoted_between_markers(prompt: str) -> str:
     return f"\nThe output reads:\n{found[0]}\n{lines}\n{found[0].replace('<<<', '<<<END-')}\n"
 
 
+def _reviewed_output(prompt: str) -> str:
+    """The output a critic's prompt fences between its markers (the whole prompt without)."""
+    found = _MARKER.search(prompt)
+    if found is None:
+        return prompt
+    end = prompt.find(found[0].replace("<<<", "<<<END-"), found.end())
+    return prompt[found.end() : end if end >= 0 else None]
+
+
 def simulate(model: str, messages: list[Message], max_tokens: int, system: str = "") -> Completion:
     """The simulated model's whole behaviour: a pure function of its input."""
     opts = parse_sim_model(model)
@@ -254,7 +266,9 @@ def simulate(model: str, messages: list[Message], max_tokens: int, system: str =
             status_code=status,
         )
     if opts.role == "critic":
-        text = _critic_reply(opts, _critic_score(opts, last, revision), revision)
+        clean = bool(opts.when) and opts.when not in _reviewed_output(last)
+        score = 1.0 if clean else _critic_score(opts, last, revision)
+        text = _critic_reply(opts, score, revision)
         if opts.quote == "before":
             text = _quoted(opts, last) + text
         elif opts.quote == "after":

@@ -203,7 +203,10 @@ def _reader(
     strict: bool,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    include_secrets: bool = False,
 ) -> InputReader:
+    from duet.intake.skips import SkipRules
+
     limit = prompt_limit(cfg)
     return InputReader(
         path,
@@ -217,6 +220,7 @@ def _reader(
         exclude=[*cfg.inputs.exclude, *exclude],
         gitignore=cfg.inputs.gitignore,
         prompt_template=cfg.inputs.prompt_template,
+        skips=SkipRules(include_secrets=include_secrets),
     )
 
 
