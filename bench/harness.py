@@ -23,9 +23,9 @@ from duet.embedded.server import EmbeddedRedis, free_port
 
 
 @contextlib.contextmanager
-def fake_llm_process(latency_ms: float = 0) -> Iterator[str]:
-    """``python -m duet.standin.server`` as a child process (its CPU is not ours); yields
-    the OpenAI ``base_url``."""
+def fake_llm_process(latency_ms: float = 0, rpm: int | None = None) -> Iterator[str]:
+    """``python -m duet.standin.server`` as a child process (its CPU is not ours), with
+    ``rpm`` enforced as vendors do when given; yields the OpenAI ``base_url``."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -36,6 +36,7 @@ def fake_llm_process(latency_ms: float = 0) -> Iterator[str]:
             str(port),
             "--latency-ms",
             str(latency_ms),
+            *(["--rpm", str(rpm)] if rpm else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -24,6 +24,8 @@ Duet's configurations so that a busy neighbour hits them alike):
    user's conversation grows, wave after wave.
 8. Redis capacity (``bench.redis_capacity``): worker processes added until something
    saturates; calls/s, redis-server's CPU per call and the projected ceiling of a primary.
+9. At the vendor limit (``bench.vendor_limit``): a batch against a stand-in enforcing 600
+   requests a minute per second, with the limit configured and learned from headers.
 
 Nothing here asserts a timing; the figures go to the file and the terminal.
 """
@@ -546,6 +548,22 @@ def redis_capacity() -> str | None:
     return heading + out.stdout.split(heading, 1)[1]
 
 
+def vendor_limit() -> str | None:
+    """``bench.vendor_limit``'s table (four batches at the stand-in's rpm), or None."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.vendor_limit"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
+    )
+    if out.returncode != 0 or "| headers |" not in out.stdout:
+        return None
+    lines = out.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if not line.startswith("{"))
+    return "\n".join(lines[start:])
+
+
 def history() -> list[dict[str, Any]] | None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.history", "--json"],
@@ -849,6 +867,12 @@ def write_report(path: Path, r: dict[str, Any]) -> str:
             "",
             "`bench.redis_capacity` failed in this run; nothing measured.",
         ]
+    lines += ["", "## At the vendor limit", ""]
+    lines.append(
+        r["vendor_limit"]
+        if r.get("vendor_limit")
+        else "`bench.vendor_limit` failed in this run; nothing measured."
+    )
     lines += ["", "## Budget utilisation", ""]
     lines.append(
         f"```\n{r['budget'].strip()}\n```"
@@ -931,6 +955,8 @@ def main(argv: list[str] | None = None) -> int:
     r["history"] = history()
     print("8. Redis capacity", flush=True)
     r["capacity"] = redis_capacity()
+    print("9. at the vendor limit", flush=True)
+    r["vendor_limit"] = vendor_limit()
     r["load_end"] = load_average()
     r["total_s"] = time.perf_counter() - started
     if args.json:

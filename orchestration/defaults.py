@@ -37,6 +37,9 @@ PUBLISH_PATIENCE_S = 120.0
 # --- copies a process trusts -------------------------------------------------------
 #: Seconds a process trusts its copy of the fleet's rate-limit table.
 RATE_TABLE_TTL_S = 5.0
+#: Seconds a process trusts that the fleet holds the limits a vendor's headers said,
+#: before it writes them again (a change is written at once).
+LEARNED_REFRESH_S = 10.0
 #: Seconds a process trusts its copy of a model's token ratio.
 TOKEN_RATIO_CACHE_S = 5.0
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from orchestration.core.key_policy import KeyPolicy, checked_key_hosts, parse_key_hosts
 from orchestration.defaults import (
     DEFAULT_FINISHED_TTL_S,
     DEFAULT_PROCESS_TTL_S,
@@ -76,8 +77,12 @@ class Settings(BaseSettings):
     #: here within this at most (a call in between may get a 429 itself, which pauses it
     #: as before); a pause this process sets is known at once. 0: read on every call.
     pause_recheck_s: float = Field(default=1.0, ge=0)
-    #: Attempts for a transient provider failure before the agent is interrupted.
+    #: Attempts for a transient provider failure before the agent is interrupted. A 429
+    #: or a wait for the fleet's rate limit is no failed attempt (see rate_wait_max_s).
     max_attempts: int = Field(default=6, ge=1)
+    #: Seconds one step may wait in all for rate limits (the limiter's slots, a vendor's
+    #: 429s) before its run is interrupted with ``rate_limited:waited_<N>s``.
+    rate_wait_max_s: float = Field(default=1800.0, gt=0)
     #: Base of the exponential retry backoff, seconds.
     retry_base_s: float = Field(default=1.0, gt=0)
     #: Cap of one retry wait, seconds.
@@ -100,6 +105,16 @@ class Settings(BaseSettings):
     vendor_batch_max_requests: int = Field(default=1000, ge=1, le=50_000)
     #: ...the longest wait between two checks of a submitted vendor batch, seconds.
     vendor_batch_poll_max_s: float = Field(default=60.0, gt=0)
+    #: Key variables a worker may send beyond the vendors' own, and the hosts each may go to
+    #: (the vendors' keys go to their API hosts: hosts added here extend those). JSON
+    #: (``{"TEAM_B_API_KEY": ["gw.b.example"]}``) or ``NAME=host,host;NAME=host``; a host is
+    #: ``host``, ``host:port`` or ``http(s)://host[:port]`` (``https`` when unsaid). See
+    #: :mod:`orchestration.core.key_policy`.
+    key_hosts: Annotated[dict[str, list[str]], NoDecode] = Field(default_factory=dict)
+    #: The key of the cache entries' integrity tags, the same on every worker and
+    #: submitter of a fleet (an entry without a valid tag is never served). Unset: a key
+    #: kept in ``fleet.key`` (0600) beside the embedded default's cache, made on first use.
+    fleet_key: SecretStr | None = None
     #: OpenTelemetry traces of runs (``duet-review[otel]``; exported as the ``OTEL_*`` variables say).
     otel: bool = False
 
@@ -115,6 +130,21 @@ class Settings(BaseSettings):
                 )
             return names
         return value
+
+    @field_validator("key_hosts", mode="before")
+    @classmethod
+    def _key_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return parse_key_hosts(value)
+        return checked_key_hosts(value)
+
+    def fleet_key_value(self) -> str | None:
+        """The fleet key (:attr:`fleet_key`), or ``None`` when unset."""
+        return self.fleet_key.get_secret_value() if self.fleet_key else None
+
+    def key_policy(self) -> KeyPolicy:
+        """The key variables this process's workers send, and where (defaults included)."""
+        return KeyPolicy.with_extra(self.key_hosts)
 
 
 @lru_cache(maxsize=1)

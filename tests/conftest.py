@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -15,6 +16,43 @@ from tests.reliability import (  # noqa: F401
     pytest_runtest_makereport,
     pytest_sessionfinish,
     reliability,
+)
+
+#: The key variables the tests send to the stand-in server on loopback, over plain HTTP.
+#: Workers send a variable only where their operator allowed it (issue 33): this is the
+#: test fleet's allowlist (``DUET_KEY_HOSTS``), set before any worker or client reads its
+#: settings; workers started by the tests inherit it.
+TEST_KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "DUET_TEST_VENDOR_KEY",
+    "DUET_TEST_VENDOR_CRED",
+    "DUET_TEST_GATEWAY_KEY",
+    "DUET_TEST_OWN_KEY_VAR",
+    "DUET_TEST_CRITIC_TOKEN",
+    "DUET_TEST_GW_PASSWORD",
+    "DUET_TEST_GW_UNSET_PASSWORD",
+    "DUET_TEST_GW_PASS",
+    "DUET_TEST_STORED_GW_PASS",
+    "DUET_TEST_RERUN_KEY",
+    "DUET_TEST_UC_KEY",
+    "DUET_TEST_UC_EMBEDDED",
+    "DUET_TEST_UC_PASSWORD",
+    "DUET_TEST_UC_UNSET",
+    "DUET_TEST_UC_ADAPTER_PASS",
+    "DUET_TEST_UNSET_KEY",
+    "TENANT_B_KEY",
+)
+#: The stand-in's hosts, and the vendors' (an agent with no base_url is checked as calling
+#: its vendor; the tests' workers point OPENAI_BASE_URL / ANTHROPIC_BASE_URL at the stand-in).
+TEST_KEY_HOSTS = [
+    "http://127.0.0.1",
+    "http://localhost",
+    "https://api.openai.com",
+    "https://api.anthropic.com",
+]
+os.environ.setdefault(
+    "DUET_KEY_HOSTS", json.dumps({name: TEST_KEY_HOSTS for name in TEST_KEY_VARIABLES})
 )
 
 #: Tests keep their data apart from anything else on the server: their own db number.

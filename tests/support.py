@@ -129,7 +129,8 @@ def celery_worker(
     probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
     # The workers' broker keys (and so their control channels) are under Duet's prefix,
     # on Duet's transport and kombu's stock one alike.
-    probe.conf.broker_transport_options = {"global_keyprefix": BROKER_PREFIX}
+    prefix = f"{env['DUET_KEY_PREFIX']}." if env and env.get("DUET_KEY_PREFIX") else BROKER_PREFIX
+    probe.conf.broker_transport_options = {"global_keyprefix": prefix}
     if (broker_url or redis_url).startswith("sentinel://"):  # the primary's name
         probe.conf.broker_transport_options["master_name"] = full_env.get(
             "DUET_REDIS_SENTINEL_MASTER", "mymaster"

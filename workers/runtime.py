@@ -24,7 +24,8 @@ from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.liveness import Liveness
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
-from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
+from orchestration.state import keypolicies
+from orchestration.state.callcache import open_call_store
 from orchestration.state.connection import INFRA_ERRORS as REDIS_INFRA_ERRORS
 from orchestration.state.connection import get_redis
 from orchestration.state.keys import TASK_COORDINATE
@@ -42,12 +43,6 @@ _store: RunStore | None = None
 _coordinator: Coordinator | None = None
 _steps: StepService | None = None
 _liveness: Liveness | None = None
-
-
-def open_call_store(client: Any) -> CallStore:
-    """The model-call cache's store: the cluster's Redis when DUET_REDIS_URL is set, else
-    the disk file (the embedded Redis lives only as long as one command)."""
-    return RedisCallStore(client) if get_settings().redis_url else DiskCallStore()
 
 
 def get_store() -> RunStore:
@@ -89,7 +84,10 @@ def _build() -> tuple[Coordinator, StepService]:
                 spec_seen=spec_keys.register,
                 handover_message=handover_message,
                 cache=CallCache(
-                    open_call_store(store.r), tuple(m.StepObserver() for m in watchers)
+                    open_call_store(
+                        store.r, get_settings().redis_url, get_settings().fleet_key_value()
+                    ),
+                    tuple(m.StepObserver() for m in watchers),
                 ),
             )
         return _coordinator, _steps
@@ -109,8 +107,15 @@ def get_liveness() -> Liveness:
     if _liveness is None:
         with _lock:
             if _liveness is None:
-                _liveness = Liveness(get_store().r, get_settings().process_ttl_s)
+                _liveness = Liveness(
+                    get_store().r, get_settings().process_ttl_s, also=publish_key_policy
+                )
     return _liveness
+
+
+def publish_key_policy(client: Any, ttl_s: int) -> None:
+    """Publish this worker's key policy beside its liveness (clients check it at submit)."""
+    keypolicies.publish(client, get_settings().key_policy().to_json(), ttl_s)
 
 
 def stop_liveness() -> None:
@@ -233,6 +238,10 @@ FAILURES_HEADER = "duet_failures"
 CLAIM_HEADER = "duet_claim"
 #: Message header counting a task's retries after Redis or broker errors in a row.
 INFRA_HEADER = "duet_infra"
+#: Message header with the seconds a step has waited for rate limits so far.
+WAITED_HEADER = "duet_waited"
+#: Message header with the rate slot a re-scheduled step booked: ``[limit name, permit]``.
+PERMIT_HEADER = "duet_permit"
 #: Errors of the broker and of Redis that mean "not now": the task is retried, not dropped.
 INFRA_ERRORS: tuple[type[BaseException], ...] = (
     *REDIS_INFRA_ERRORS,
@@ -258,6 +267,19 @@ class StepWait(StepRetry, Waiting):
 def failures_of(task: Any) -> int:
     """The step's failed provider attempts so far (carried in a message header)."""
     return int((task.request.headers or {}).get(FAILURES_HEADER, 0))
+
+
+def waited_of(task: Any) -> float:
+    """The step's seconds of rate-limit waits so far (carried in a message header)."""
+    return float((task.request.headers or {}).get(WAITED_HEADER) or 0.0)
+
+
+def permit_of(task: Any) -> tuple[str, str] | None:
+    """The rate slot the delivery that re-scheduled this one booked for it, or None."""
+    value = (task.request.headers or {}).get(PERMIT_HEADER)
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return str(value[0]), str(value[1])
+    return None
 
 
 def claim_of(task: Any) -> str:
@@ -331,6 +353,8 @@ def follow(task: Any, outcome: StepOutcome | Handover | RetryLater | None) -> No
             FAILURES_HEADER: outcome.failures,
             CLAIM_HEADER: outcome.claim,
             INFRA_HEADER: None,
+            WAITED_HEADER: round(outcome.waited, 3) or None,
+            PERMIT_HEADER: list(outcome.permit) if outcome.permit else None,
         }
         why = StepRetry if outcome.failed else StepWait
         raise retry(task, outcome.delay_s, why(outcome.reason or "waiting"), headers)

@@ -28,8 +28,9 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
-#: Key variables every worker treats as secret, named by a spec or not.
-DEFAULT_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+#: Key variables every worker treats as secret, named by a spec or not (the fleet key of
+#: the cache's integrity tags among them).
+DEFAULT_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DUET_FLEET_KEY")
 #: Names of environment variables whose values are secrets, named by a spec or not.
 KEY_NAME = re.compile(r"(?i)(?:^|_)(?:API_KEY|TOKEN|SECRET)$")
 #: Values shorter than this are not searched for (a placeholder such as "x" would

@@ -26,6 +26,8 @@ from workers.runtime import (
     get_steps,
     get_store,
     infra_retry,
+    permit_of,
+    waited_of,
 )
 from workers.secrets import redact
 from workers.vendor_batches import collect, park_step, poll
@@ -56,7 +58,13 @@ def run_step(task: Task, run_id: str, step_key: str) -> None:
     try:
         claimant = get_liveness().claimant()
         outcome = get_steps().run(
-            run_id, step_key, claimant=claimant, previous=claim_of(task), failures=failures_of(task)
+            run_id,
+            step_key,
+            claimant=claimant,
+            previous=claim_of(task),
+            failures=failures_of(task),
+            waited=waited_of(task),
+            permit=permit_of(task),
         )
         if isinstance(outcome, Park):  # a vendor_batch agent: the call goes in a vendor batch
             park_step(task, outcome)

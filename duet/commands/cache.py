@@ -12,7 +12,7 @@ from rich.table import Table
 from duet.commands.support import JsonOpt, connect, emit_json, fails_cleanly, out, plain
 from orchestration.core.callcache import parse_ttl
 from orchestration.settings import get_settings
-from orchestration.state.callcache import CallStore, DiskCallStore, RedisCallStore
+from orchestration.state.callcache import CallStore, open_call_store
 
 cache_app = typer.Typer(
     help="The model-call cache (docs/cache.md): stats, clear.",
@@ -22,13 +22,16 @@ cache_app = typer.Typer(
 
 
 def cache_store() -> CallStore:
-    """The cluster's cache when DUET_REDIS_URL is set, else the disk file."""
-    if not get_settings().redis_url:
-        return DiskCallStore()
-    connect()
-    from orchestration.state import connection
+    """The cluster's cache when DUET_REDIS_URL is set, else the disk file; its entries
+    tagged under the fleet key (``DUET_FLEET_KEY``)."""
+    settings = get_settings()
+    client = None
+    if settings.redis_url:
+        connect()
+        from orchestration.state import connection
 
-    return RedisCallStore(connection.get_redis())
+        client = connection.get_redis()
+    return open_call_store(client, settings.redis_url, settings.fleet_key_value())
 
 
 @cache_app.command("stats", epilog="Example: duet cache stats")

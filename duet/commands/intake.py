@@ -122,23 +122,30 @@ def _with_vendor_batch(cfg: ReviewConfig) -> ReviewConfig:
 
 
 def _apply_rate_limits(cfg: ReviewConfig) -> None:
-    """Store the config's ``[rate_limits]`` for the fleet, and say which limits already
-    stored apply to its models though the config sets none (set by an earlier batch)."""
+    """Store the config's ``[rate_limits]`` for the fleet, each on the endpoint of the
+    config's agents of that model (the vendor's own when none names a ``base_url``), and
+    say which limits already stored apply to its models though the config sets none."""
+    from orchestration.core.ratelimit import limit_name
     from orchestration.state import connection
     from orchestration.state.ratelimits import rate_key, set_rate_limits, stored_rate_limits
 
     r = connection.get_redis()
     limits = cfg.build_rate_limits()
     named = Path(cfg.source).name
-    if limits:
-        set_rate_limits(
-            r, {m: lim.model_copy(update={"source": named}) for m, lim in limits.items()}
-        )
     spec = cfg.build_architecture().to_spec()
-    ours = {rate_key(m) for m in limits}
+    agents = list(dict.fromkeys((spec.actor, spec.critic)))
+    ours: set[str] = set()
+    for model, limit in limits.items():
+        model_key = rate_key(model)
+        endpoints = [a.base_url for a in agents if f"{a.provider}:{a.model_name}" == model_key] or [
+            None
+        ]
+        for base_url in dict.fromkeys(endpoints):
+            set_rate_limits(r, {model: limit.model_copy(update={"source": named})}, base_url)
+            ours.add(rate_key(model, base_url))
     stored = stored_rate_limits(r)
-    for agent in dict.fromkeys((spec.actor, spec.critic)):
-        name = f"{agent.provider}:{agent.model_name}"
+    for agent in agents:
+        name = limit_name(agent.provider, agent.model_name, agent.base_url)
         if name in stored and name not in ours:
             source = stored[name].source or "an earlier config"
             warn(

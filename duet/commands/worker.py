@@ -208,12 +208,23 @@ def metrics(
         raise typer.Exit(INTERRUPTED) from None
 
 
-@app.command("fake-llm", epilog="Example: duet fake-llm --port 8765 --latency-ms 50")
+@app.command("fake-llm", epilog="Example: duet fake-llm --port 8765 --latency-ms 50 --rpm 600")
 @fails_cleanly
 def fake_llm(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
     latency_ms: Annotated[float, typer.Option(help="Delay added to every answer.")] = 0.0,
+    rpm: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Requests a minute, enforced per second as vendors may (429 with "
+            "retry-after over it); stated in the vendors' rate-limit headers.",
+        ),
+    ] = None,
+    tpm: Annotated[
+        int | None, typer.Option(min=1, help="Tokens a minute, enforced the same way.")
+    ] = None,
 ) -> None:
     """Serve a local stand-in for the OpenAI and Anthropic APIs (answers as the sim model)."""
     import importlib.util
@@ -228,4 +239,4 @@ def fake_llm(
         )
     from duet.standin.server import serve
 
-    serve(host, port, latency_ms)
+    serve(host, port, latency_ms, rpm, tpm)

@@ -46,11 +46,14 @@ Admin API (JSON):
     to this path or for this model are counted and faulted; ``latency_ms`` (number)
     changes the base latency of every request (kept when left out).
 ``GET /_admin/stats``    counts per path, per model and per status, connections accepted,
-    faulted / dropped counts, arrival log ``[{t, path, model}]`` (``time.time()``),
+    faulted / dropped / rate-limited counts, arrival log ``[{t, path, model}]``
+    (``time.time()``; ``rate_limited: true`` on those the rate limit refused),
     usage totals sent (cache reads and writes included), the last requests (``path``,
     ``model``, ``body`` and the ``authorization`` header received), the current plan.
 ``POST /_admin/batches`` how vendor batches behave: ``delay_s``, ``fail_match``,
     ``fail_status``, ``expire_match``, ``expire`` (see :mod:`duet.standin.batches`).
+``POST /_admin/limits``  ``{"rpm": N, "tpm": N}``: enforce a rate limit from now (a fresh
+    bucket; ``null`` or left out: none), as ``--rpm`` / ``--tpm`` do at start.
 ``POST /_admin/reset``   clear faults, stats, logs and batches; latency back to its start
     value.
 
@@ -79,6 +82,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from duet.standin.batches import BatchError, BatchStore
 from duet.standin.prompt_cache import PromptCache
+from duet.standin.ratelimit import VendorLimit, estimate_tokens
 from duet.standin.schemas import refusal
 from duet.standin.schemas import warm as warm_schemas
 from orchestration.core.errors import ConfigError, ProviderError
@@ -210,6 +214,9 @@ class _Decision:
     echo_key_in_reply: bool = False
     echo_key_in_issues: bool = False
     echo_url: bool = False
+    #: This request's entry in the arrival log (``rate_limited`` is set on it when the
+    #: rate limit refuses it).
+    arrival: dict[str, Any] = field(default_factory=dict)
 
 
 class _State:
@@ -217,6 +224,8 @@ class _State:
 
     def __init__(self, latency_ms: float, cache: PromptCache, batch_delay_s: float = 0.0) -> None:
         self.lock = threading.Lock()
+        #: The vendor's rate limit (None: none; see :mod:`duet.standin.ratelimit`).
+        self.limit: VendorLimit | None = None
         self.cache = cache
         self.batches = BatchStore(
             lambda anthropic, body, key: _answer_one(self, anthropic, body, key), batch_delay_s
@@ -237,6 +246,7 @@ class _State:
             self.by_status: Counter[str] = Counter()
             self.faulted = 0
             self.dropped = 0
+            self.rate_limited = 0
             self.input_tokens = 0
             self.output_tokens = 0
             self.cached_input_tokens = 0
@@ -269,6 +279,16 @@ class _State:
                 self.latency_ms = float(latency)
             self._set_plan(plan)
 
+    def set_limit(self, plan: dict[str, Any]) -> None:
+        """Enforce ``rpm`` / ``tpm`` (ints or None) from now, in a fresh bucket."""
+        unknown = set(plan) - {"rpm", "tpm"}
+        if unknown:
+            raise ValueError(f"unknown limit fields {sorted(unknown)}; known: rpm, tpm")
+        rpm, tpm = plan.get("rpm"), plan.get("tpm")
+        limit = VendorLimit(rpm, tpm) if rpm or tpm else None
+        with self.lock:
+            self.limit = limit
+
     def _set_plan(self, plan: dict[str, Any]) -> None:
         self.plan = {k: v for k, v in plan.items() if v is not None}
         self.plan_seen = 0  # matching requests since the plan was set
@@ -285,14 +305,15 @@ class _State:
             self.requests += 1
             self.by_path[path] += 1
             self.by_model[model] += 1
-            self.arrivals.append({"t": time.time(), "path": path, "model": model})
+            arrival = {"t": time.time(), "path": path, "model": model}
+            self.arrivals.append(arrival)
             self.last_requests.append(
                 {"path": path, "model": model, "body": body, "authorization": authorization}
             )
             plan = self.plan
             delay = self.latency_ms
             if plan.get("path", path) != path or plan.get("model", model) != model:
-                return _Decision(delay / 1000)
+                return _Decision(delay / 1000, arrival=arrival)
             self.plan_seen += 1
             n = self.plan_seen
             if self.delays_left:
@@ -334,6 +355,7 @@ class _State:
                 bool(plan.get("echo_key_in_reply")),
                 bool(plan.get("echo_key_in_issues")),
                 bool(plan.get("echo_url")),
+                arrival,
             )
 
     def record_response(
@@ -364,6 +386,7 @@ class _State:
                 "connections": self.connections,
                 "faulted": self.faulted,
                 "dropped": self.dropped,
+                "rate_limited": self.rate_limited,
                 "usage": {
                     "input_tokens": self.input_tokens,
                     "output_tokens": self.output_tokens,
@@ -546,6 +569,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(400, {"error": str(exc)})
                 return
             self._send(200, {"batches": state.batches.plan})
+        elif path == "/_admin/limits":
+            try:
+                state.set_limit(body if isinstance(body, dict) else {"<body>": body})
+            except (TypeError, ValueError) as exc:
+                self._send(400, {"error": str(exc)})
+                return
+            self._send(200, {"ok": True})
         elif path == "/_admin/reset":
             state.reset()
             self._send(200, {"ok": True})
@@ -559,6 +589,18 @@ class _Handler(BaseHTTPRequestHandler):
         anthropic = path == ANTHROPIC_PATH
         model = str(body.get("model") or "")
         fate = state.arrive(path, model, body, self.headers.get("Authorization"))
+        limits: dict[str, str] = {}
+        limit = state.limit
+        if limit is not None and not fate.drop and fate.status is None:
+            size = int(self.headers.get("Content-Length") or 0)
+            verdict = limit.admit(estimate_tokens(body, size), anthropic=anthropic)
+            limits = verdict.headers
+            if not verdict.admitted:  # refused at once, as a vendor's front end does
+                with state.lock:
+                    state.rate_limited += 1
+                    fate.arrival["rate_limited"] = True
+                self._error(anthropic, 429, "Rate limit reached for requests", limits)
+                return
         drop = fate.drop
         if fate.delay_s > 0 and self.server.stopping.wait(fate.delay_s):
             drop = True  # server stopping: give up on this request
@@ -599,7 +641,7 @@ class _Handler(BaseHTTPRequestHandler):
         state.record_response(200, *usage)
         request_id = uuid.uuid4().hex
         header = "request-id" if anthropic else "x-request-id"
-        self._send(200, payload, {header: f"req_{request_id}"})
+        self._send(200, payload, {header: f"req_{request_id}", **limits})
 
     def _error(
         self,
@@ -848,6 +890,9 @@ class FakeLLM:
         cache_ttl_s: how long an unused cached prefix is kept (the vendors': 5 minutes).
         batch_delay_s: how long a vendor batch takes to finish (its requests come due
             evenly over that time).
+        rpm, tpm: the account's rate limit, enforced per second as vendors may (HTTP 429
+            with ``retry-after`` over it) and stated in the vendors' rate-limit headers
+            on every answer (see :mod:`duet.standin.ratelimit`); None: no limit, no headers.
     """
 
     def __init__(
@@ -860,10 +905,13 @@ class FakeLLM:
         cache_min_tokens: int = 1024,
         cache_ttl_s: float = 300.0,
         batch_delay_s: float = 0.0,
+        rpm: int | None = None,
+        tpm: int | None = None,
     ) -> None:
         self._state = _State(latency_ms, PromptCache(cache_min_tokens, cache_ttl_s), batch_delay_s)
         if faults:
             self._state.set_faults(faults)
+        self._state.set_limit({"rpm": rpm, "tpm": tpm})
         self._server = _Server((host, port), self._state)
         self.host = host
         self.port: int = self._server.server_address[1]
@@ -926,6 +974,10 @@ class FakeLLM:
         ``fail_match``, ``fail_status``, ``expire_match``, ``expire``."""
         self._state.batches.set_plan(plan)
 
+    def set_limits(self, rpm: int | None = None, tpm: int | None = None) -> None:
+        """Enforce a rate limit from now (a fresh bucket); no arguments: none."""
+        self._state.set_limit({"rpm": rpm, "tpm": tpm})
+
     def clear_faults(self) -> None:
         self._state.set_faults({})
 
@@ -940,14 +992,20 @@ class FakeLLM:
         return self.stats()["last_requests"]
 
 
-def serve(host: str = "127.0.0.1", port: int = 8765, latency_ms: float = 0) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    latency_ms: float = 0,
+    rpm: int | None = None,
+    tpm: int | None = None,
+) -> None:
     """Run the stand-in in the foreground until interrupted.
 
     Raises:
         ConfigError: the address cannot be listened on (the port is taken, say).
     """
     try:
-        server = FakeLLM(port, latency_ms, host=host)
+        server = FakeLLM(port, latency_ms, host=host, rpm=rpm, tpm=tpm)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     print(f"fake LLM on {server.base}  (OpenAI base_url {server.url})", flush=True)
@@ -968,8 +1026,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--rpm", type=int, default=None)
+    parser.add_argument("--tpm", type=int, default=None)
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.latency_ms)
+    serve(args.host, args.port, args.latency_ms, args.rpm, args.tpm)
     return 0
 
 

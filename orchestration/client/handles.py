@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from orchestration.core.architecture import LoopSpec
-from orchestration.core.errors import RunTimeout
+from orchestration.core.errors import ConfigError, RunTimeout
 from orchestration.core.events import Event
+from orchestration.core.key_policy import KeyPolicy
 from orchestration.core.loop import parse_step_key
 from orchestration.core.results import FINISHED_STATUSES, RunResult
 from orchestration.settings import get_settings
-from orchestration.state import batches, connection, keys, replicas
+from orchestration.state import batches, connection, keypolicies, keys, replicas
 from orchestration.state.broker import broker_config
 from orchestration.state.gates import BatchGate, limit_of
 from orchestration.state.runs import RunRecord, RunStore
@@ -73,6 +74,7 @@ def enqueue(
     at its gate (:mod:`orchestration.state.gates`) and sent as places free.
     """
     st = store()
+    check_key_policies(spec, st.r)
     limit = limit_of(batch) if batch is not None else 0
     for start in range(0, max(len(records), 1), SUBMIT_CHUNK):
         chunk = records[start : start + SUBMIT_CHUNK]
@@ -95,6 +97,22 @@ def enqueue(
             BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
         replicas.execute(pipe)  # on a replica too, when one is asked for
         send_coordinate(r.run_id for r in sent)
+
+
+def check_key_policies(spec: LoopSpec, client: Any) -> None:
+    """Refuse a spec whose keys the fleet's workers would not send where it sends them:
+    every policy live workers publish must allow it (this process's own settings when none
+    is published yet: a fleet not started).
+
+    Raises:
+        ConfigError: naming the role and the variable (:mod:`orchestration.core.key_policy`).
+    """
+    published = [KeyPolicy.from_json(text) for text in keypolicies.published(client)]
+    for policy in published or [get_settings().key_policy()]:
+        for role, agent in (("actor", spec.actor), ("critic", spec.critic)):
+            problem = policy.agent_problem(agent)
+            if problem is not None:
+                raise ConfigError(f"{role}: {problem}")
 
 
 def ledger() -> BudgetLedger:
@@ -131,38 +149,30 @@ def list_budgets(prefix: str = "") -> list[str]:
     return ledger().list_scopes(prefix)
 
 
-#: A rate window this full is shown as a wait (a step waits when its worst case does not fit).
-RATE_WAIT_SHARE = 0.9
+#: Seconds ahead the next rate slot must be for a limit to be shown as a wait.
+RATE_WAIT_SHOWN_S = 1.0
 
 
 def rate_limit_waits(spec: LoopSpec) -> list[str]:
-    """The spec's models that are at their fleet-wide rate limit or paused now, in words,
-    each naming who set the limit (a limit outlives the batch that set it)."""
-    from orchestration.state.ratelimits import stored_rate_limits, window_use
+    """The spec's models that wait on their fleet-wide rate limit or are paused now, in
+    words, each naming who set the limit (a limit outlives the batch that set it)."""
+    from orchestration.core.ratelimit import limit_name
+    from orchestration.state.ratelimits import limit_state, stored_rate_limits
 
     r = connection.get_redis()
     table = stored_rate_limits(r)
     waits = []
     for agent in dict.fromkeys((spec.actor, spec.critic)):
-        name = f"{agent.provider}:{agent.model_name}"
+        name = limit_name(agent.provider, agent.model_name, agent.base_url)
         limit = table.get(name)
-        window_s = limit.window_s if limit else 60.0
-        requests, tokens, paused_s = window_use(r, agent.provider, agent.model_name, window_s)
-        window = f"{window_s:g}s"
-        origin = (
-            f" (set by {limit.source or 'an earlier config'}; duet limits show)" if limit else ""
-        )
-        if paused_s > 0:
-            waits.append(f"{name} paused by the vendor (429): {paused_s:.0f}s left")
-        elif limit and limit.tpm and tokens >= RATE_WAIT_SHARE * limit.tpm:
+        state = limit_state(r, name)
+        origin = f"set by {limit.source or 'an earlier config'}" if limit else "learned"
+        if state.paused_s > 0:
+            waits.append(f"{name} paused by the vendor (429): {state.paused_s:.0f}s left")
+        elif state.next_slot_s >= RATE_WAIT_SHOWN_S:
             waits.append(
-                f"rate limit {name}: {tokens:,} of {limit.tpm:,} tokens in the last {window}"
-                + origin
-            )
-        elif limit and limit.rpm and requests >= RATE_WAIT_SHARE * limit.rpm:
-            waits.append(
-                f"rate limit {name}: {requests:,} of {limit.rpm:,} requests in the last {window}"
-                + origin
+                f"rate limit {name}: next slot in {state.next_slot_s:.0f}s, "
+                f"{state.permits:,} booked ({origin}; duet limits show)"
             )
     return waits
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestration.core.agents import Agent, AgentSpec, check_call_timeout, team_for
 from orchestration.core.callcache import CacheSpec, cache_spec
-from orchestration.core.errors import ConfigError
+from orchestration.core.errors import ConfigError, SpecTampered
 from orchestration.core.memory import ConversationSettings, check_name
 from orchestration.core.validation import checked
 
@@ -64,6 +64,45 @@ class LoopSettings(ConversationSettings, LoopShape):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
+def spec_digest(stored: str | bytes) -> str:
+    """The content hash of a spec's stored JSON: its id (20 hex digits of SHA-256)."""
+    data = stored.encode() if isinstance(stored, str) else stored
+    return hashlib.sha256(data).hexdigest()[:20]
+
+
+def spec_tampering(spec_id: str, stored: str | bytes) -> str | None:
+    """Why ``stored`` may not be used as spec ``spec_id`` (its hash differs: it was
+    rewritten since it was submitted), else ``None``."""
+    found = spec_digest(stored)
+    if found == spec_id:
+        return None
+    return (
+        f"loop spec {spec_id} in Redis does not match its content hash (it hashes to "
+        f"{found}): it was changed after the run was submitted, so no step of it is run"
+    )
+
+
+def stored_spec(spec_id: str, stored: str | bytes) -> LoopSpec:
+    """The spec stored as ``stored`` under ``spec_id``, once it hashes to that id.
+
+    Raises:
+        SpecTampered: it does not (:func:`spec_tampering`).
+        ConfigError: it is no valid spec; the message names each bad field and why, never
+            a value (a forged URL may hold a password).
+    """
+    tampered = spec_tampering(spec_id, stored)
+    if tampered is not None:
+        raise SpecTampered(tampered)
+    try:
+        return LoopSpec.model_validate_json(stored)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False, include_context=False)
+        )
+        raise ConfigError(f"loop spec {spec_id} in Redis is not a valid spec: {problems}") from None
+
+
 class LoopSpec(LoopSettings):
     """Everything a worker needs to know about a loop, stored once in Redis by its id.
 
@@ -87,7 +126,8 @@ class LoopSpec(LoopSettings):
 
     @property
     def spec_id(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:20]
+        """The spec's content hash: the id it is stored under (:func:`spec_digest`)."""
+        return spec_digest(self.model_dump_json())
 
     @property
     def team_id(self) -> str:

@@ -1,7 +1,8 @@
 """The model-call cache's pure part: the key of a call, the TTL syntax, the stored entry.
 
 A key is the sha256 of canonical JSON of everything that determines the answer: provider,
-base URL host, model, the full message list (system prompt included), every generation
+the whole base URL (scheme, host, port and path: two servers behind one host are two
+servers), model, the full message list (system prompt included), every generation
 setting, the structured-output schema, the API version and the API key variable's *name*
 (so one tenant's answer is never served under another's key). Exact: any change misses.
 """
@@ -13,7 +14,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +22,7 @@ from orchestration.core.completion import UNFINISHED, Completion, Message
 from orchestration.core.errors import ConfigError
 
 #: Bumped when what a key covers or what an entry holds changes (old entries then miss).
-KEY_VERSION = 1
+KEY_VERSION = 2
 #: Default time to live of an entry (Inspect AI's default too): a week.
 DEFAULT_TTL_S = 7 * 24 * 3600.0
 #: Default cap on entries; the least recently used go first past it.
@@ -71,14 +72,25 @@ class CallIdentity:
     key_env: str | None
 
 
+def endpoint_of(base_url: str | None) -> str | None:
+    """``base_url`` as a cache key holds it: whole (scheme, credentials' variable names,
+    host, port, path, query), scheme and host in lower case, a trailing ``/`` dropped."""
+    if base_url is None:
+        return None
+    parts = urlsplit(base_url)
+    user, at, host = parts.netloc.rpartition("@")
+    netloc = f"{user}{at}{host.lower()}"
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme.lower(), netloc, path, parts.query, ""))
+
+
 def call_key(identity: CallIdentity, messages: list[Message]) -> str:
-    """The cache key of a call: hex sha256 of canonical JSON of ``identity`` and
-    ``messages`` (only the host of the base URL: a path or query has no say)."""
-    host = urlsplit(identity.base_url).netloc.lower() if identity.base_url else None
+    """The cache key of a call: hex sha256 of canonical JSON of ``identity`` (its whole
+    base URL, :func:`endpoint_of`) and ``messages``."""
     doc = {
         "v": KEY_VERSION,
         **asdict(identity),
-        "base_url": host,
+        "base_url": endpoint_of(identity.base_url),
         "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

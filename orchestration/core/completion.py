@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+from orchestration.core.ratelimit import VendorLimits
+
 #: Normalised reasons a completion stopped. ``max_tokens`` interrupts the agent, and so
 #: does every reason in :data:`REFUSED`.
 StopReason = Literal["end", "max_tokens", "other", "refusal", "content_filter", "context_window"]
@@ -61,3 +63,6 @@ class Completion:
     #: The critique as the vendor returned it natively (asked with ``structured=True``),
     #: or None when the reply did not hold it (then ``text`` is parsed).
     structured: dict[str, Any] | None = None
+    #: The account's rate limits as the answer's headers said them (None: not read, or
+    #: none sent): the fleet's limiter learns them.
+    limits: VendorLimits | None = None

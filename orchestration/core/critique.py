@@ -3,9 +3,11 @@
 Critic models are asked for strict JSON, but they wrap it in prose, put it in a code fence,
 write the score on a 10-point scale, quote the output they review, or return no JSON at
 all. :func:`parse_critique` reads all of those and never raises, so a sloppy critic costs
-one round, not the whole run. The verdict is the critic's *last* word: text it quotes
-comes before it (or between the run's markers, see :mod:`orchestration.core.quoting`), so
-nothing in the reviewed output can stand in for it. See docs/verdicts.md.
+one round, not the whole run. The verdict is the critic's *last* JSON object: text it quotes
+comes before it (or between the run's markers, see :mod:`orchestration.core.quoting`, or
+between backticks), so nothing in the reviewed output can stand in for it. It is read
+strictly: prose after it never changes its score, and a verdict that does not decode is an
+unparseable verdict (0.0), never an object quoted inside it. See docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ _SCORE_BEFORE_WORD = re.compile(
 )
 
 _SCORE_KEYS = ("score", "rating")
+# A score key as a JSON object writes it: what makes an undecodable object a verdict.
+_SCORE_KEY_WRITTEN = re.compile(r"""["'](?:score|rating)["']\s*:""", re.IGNORECASE)
+# Inline code: text between single backticks on one line.
+_CODE_SPAN = re.compile(r"`[^`\n]+`")
+#: The one issue of a reply whose JSON verdict does not decode (read as 0.0, never as an
+#: object quoted inside it).
+UNPARSEABLE_VERDICT = (
+    "unparseable verdict: the critic's JSON verdict is not valid JSON (a quote inside a "
+    "string not escaped?); read as 0.0"
+)
 _SUMMARY_MAX_CHARS = 200
 
 
@@ -162,9 +174,12 @@ def parse_critique(text: object, boundary: str | None = None) -> CriticOutput:
 
     The verdict is the *last* complete JSON object in the reply with a ``"score"`` or
     ``"rating"`` key (at its top or nested in a wrapper), fenced or not: a critic quotes
-    the output it reviews before it gives its verdict. A prose score after that object
-    (``Score: 2/10``) that says otherwise is the verdict instead, read as prose. Text
-    between the run's ``boundary`` markers is quoted and never read. Objects with
+    the output it reviews before it gives its verdict. Prose after that object never
+    changes its score (an issue notes a different score it names). An object between
+    backticks on one line is quoted, and text between the run's ``boundary`` markers is
+    quoted and never read. A JSON verdict that does not decode (a string holding an
+    unescaped quote) is an unparseable verdict: score 0.0 and the issue
+    :data:`UNPARSEABLE_VERDICT`, never an object found inside it. Objects with
     different scores add an issue saying so; an object nested too deep or too long is
     not decoded, and an issue says so. Trailing commas and Python-style single quotes are
     tolerated. With no scored object the whole reply becomes the single issue, the
@@ -197,19 +212,25 @@ def _read(reply: str) -> Reading:
     notes = list(found.skipped)
     # What was too deep or too long to decode is no verdict, nor is a score written in it.
     reply = _blanked(reply, found.ignored)
-    verdicts = [(loc, v) for loc in found.objects if (v := _scored(loc.value)) is not None]
+    inline = _code_spans(reply)
+    broken = [
+        b
+        for b in found.undecodable
+        if _SCORE_KEY_WRITTEN.search(reply, b[0], b[1]) and not _inside_any(b, inline)
+    ]
+    # An object quoted inline (`...`) or inside a verdict that did not decode is no verdict.
+    quoted = [*inline, *broken]
+    objects = tuple(o for o in found.objects if not _inside(o, quoted))
+    verdicts = [(loc, v) for loc in objects if (v := _scored(loc.value)) is not None]
+    if broken and (not verdicts or broken[-1][0] > verdicts[-1][0].start):
+        return Reading(CriticOutput(score=0.0, issues=[UNPARSEABLE_VERDICT, *notes]), False)
     if not verdicts:
-        with_issues = [o.value for o in found.objects if _key(o.value, ("issues",)) is not None]
+        with_issues = [o.value for o in objects if _key(o.value, ("issues",)) is not None]
         critique = _from_object(with_issues[-1], reply) if with_issues else _from_prose(reply)
         return Reading(_with_notes(critique, notes), False)
     last, verdict = verdicts[-1]
     scores = [read_score(v[_key(v, _SCORE_KEYS) or ""]) for _, v in verdicts]
-    critique, complete = _from_object(verdict, reply), True
-    after = _after(reply, last, found.objects)
-    prose = _last_prose_score(after)
-    if prose is not None and read_score(prose) != scores[-1]:
-        critique, complete = _from_prose(reply, score_text=after), False
-        scores.append(read_score(prose))
+    critique = _from_object(verdict, reply)
     shown = list(dict.fromkeys(f"{s:g}" for s in scores if s is not None))
     if len(shown) > 1:
         notes.insert(
@@ -217,7 +238,29 @@ def _read(reply: str) -> Reading:
             f"the reply held conflicting scores ({', '.join(shown)}); the "
             f"critic's last one, {critique.score:g}, was read as its verdict",
         )
-    return Reading(_with_notes(critique, notes), complete)
+    # Prose after the verdict never changes it ("...and the score would be 0.95").
+    prose = read_score(_last_prose_score(_after(reply, last, objects)))
+    if prose is not None and prose != critique.score:
+        notes.append(
+            f"a score written after the critic's JSON verdict ({prose:g}) was not read; "
+            f"the verdict's {critique.score:g} stands"
+        )
+    return Reading(_with_notes(critique, notes), True)
+
+
+def _code_spans(reply: str) -> list[tuple[int, int]]:
+    """Where ``reply`` quotes inline, between backticks on one line."""
+    return [m.span() for m in _CODE_SPAN.finditer(reply)]
+
+
+def _inside(obj: Located, spans: list[tuple[int, int]]) -> bool:
+    """Whether ``obj`` lies within one of ``spans`` (and is not that span itself)."""
+    return _inside_any((obj.start, obj.end), spans)
+
+
+def _inside_any(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    """Whether ``span`` lies within one of ``spans`` (and is not that span itself)."""
+    return any(start <= span[0] and span[1] <= end and (start, end) != span for start, end in spans)
 
 
 def _scored(value: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestration.core.ratelimit import VendorLimits
+
 
 class DuetError(Exception):
     """Root of every error Duet raises on purpose."""
@@ -23,6 +28,8 @@ class ProviderError(DuetError):
             ``bad_request``, ``server_error``, ``timeout``, ``connection``, ``missing_key``...).
         transient: whether retrying the same call later may succeed.
         retry_after: seconds the provider asked us to wait, when it said so.
+        limits: the account's rate limits as the error's headers said them (None: the
+            answer had none, or there was no answer).
     """
 
     def __init__(
@@ -33,8 +40,10 @@ class ProviderError(DuetError):
         transient: bool,
         retry_after: float | None = None,
         status_code: int | None = None,
+        limits: VendorLimits | None = None,
     ) -> None:
         super().__init__(message)
+        self.limits = limits
         self.kind = kind
         self.transient = transient
         self.retry_after = retry_after
@@ -43,3 +52,7 @@ class ProviderError(DuetError):
 
 class RunTimeout(DuetError, TimeoutError):
     """A run or batch did not finish within the time the caller was willing to wait."""
+
+
+class SpecTampered(DuetError):
+    """A stored spec does not match the content hash it is stored under (rewritten in Redis)."""

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 #: Keys of whole-run entries start with this (the call entries' keys are bare hex), so
 #: one store and ``duet cache stats|clear`` hold both.
 RUN_KEY_PREFIX = "run:"
-#: Bumped when what a run key covers or what a run entry holds changes.
-RUN_KEY_VERSION = 1
+#: Bumped when what a run key covers or what a run entry holds changes (2: entries carry
+#: an integrity tag).
+RUN_KEY_VERSION = 2
 
 
 def loop_cacheable(spec: LoopSpec) -> bool:

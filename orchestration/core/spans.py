@@ -26,6 +26,8 @@ MAX_CHARS = 100_000
 _SPECIAL = re.compile(r"[{}\[\]\"'\\\n]")
 # A span that opens like a Python dict literal may hold single-quoted strings.
 _LITERAL_OPEN = re.compile(r"\{\s*'")
+# A span that opens like a JSON object: a key in quotes first.
+_OBJECT_OPEN = re.compile(r"\{\s*[\"']")
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
 
@@ -62,6 +64,10 @@ class Found:
     skipped: tuple[str, ...]
     #: Where those spans are: ``(start, end)`` pairs, in order.
     ignored: tuple[tuple[int, int], ...]
+    #: Spans that open like a JSON object (``{"`` or ``{'``) yet decode as none (a string
+    #: with an unescaped quote): ``(start, end)`` pairs, in order. The spans inside them
+    #: were tried in their place.
+    undecodable: tuple[tuple[int, int], ...]
     #: Characters the walk stopped at (at most the length of the text).
     steps: int
     #: Characters handed to a decoder (at most :data:`MAX_DEPTH` times the text's length).
@@ -141,6 +147,7 @@ def find_objects(text: str) -> Found:
     objects: list[Located] = []
     skipped: dict[str, None] = {}
     ignored: list[tuple[int, int]] = []
+    undecodable: list[tuple[int, int]] = []
     decoded = 0
     # Innermost spans are only tried when the span around them is not an object; a
     # work list (not recursion) keeps a long chain of such spans off the call stack.
@@ -161,8 +168,17 @@ def find_objects(text: str) -> Found:
         if isinstance(value, dict):
             objects.append(Located(span.start, span.end, value))
         else:
+            if _OBJECT_OPEN.match(text, span.start):
+                undecodable.append((span.start, span.end))
             todo.extend(reversed(span.children))
-    return Found(tuple(objects), tuple(skipped), tuple(sorted(ignored)), steps, decoded)
+    return Found(
+        tuple(objects),
+        tuple(skipped),
+        tuple(sorted(ignored)),
+        tuple(sorted(undecodable)),
+        steps,
+        decoded,
+    )
 
 
 def _decode(span: str) -> object:

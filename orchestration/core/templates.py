@@ -109,9 +109,10 @@ def bullet_issues(issues: list[str]) -> str:
 def render_critique_prompt(template: str | None, *, prompt: str, output: str, boundary: str) -> str:
     """Render the prompt asking the critic to review ``output``.
 
-    The default template shows ``output`` between the run's marker lines (see
-    :mod:`orchestration.core.quoting`); a custom one gets it as it is. Marker-like text in
-    ``prompt`` and ``output`` is defanged either way, so neither can end the fence.
+    ``{output}`` is shown between the run's marker lines (see
+    :mod:`orchestration.core.quoting`), in the default template and in a custom one alike:
+    what the critic quotes between them is never read as its verdict. Marker-like text in
+    ``prompt`` and ``output`` is defanged, so neither can end the fence.
 
     Args:
         template: a custom critique template, or None for :data:`DEFAULT_CRITIQUE_TEMPLATE`.
@@ -122,10 +123,9 @@ def render_critique_prompt(template: str | None, *, prompt: str, output: str, bo
     Returns:
         The critic's prompt.
     """
-    shown = quoting.defang(output)
     if template is None:
         template = DEFAULT_CRITIQUE_TEMPLATE
-        shown = f"{quoting.opening(boundary)}\n{shown}\n{quoting.closing(boundary)}"
+    shown = f"{quoting.opening(boundary)}\n{quoting.defang(output)}\n{quoting.closing(boundary)}"
     return fill_template(template, prompt=quoting.defang(prompt), output=shown)
 
 

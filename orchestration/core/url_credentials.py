@@ -62,6 +62,9 @@ def problem(url: str) -> str | None:
 
     Never quotes a password or a lone user name; the fix it suggests keeps a written-out
     user name and the URL's host and path."""
+    shape = _shape_problem(url)
+    if shape is not None:
+        return shape
     userinfo, host = _userinfo(url)
     rest = url if userinfo is None else url.replace(f"{userinfo}@", "", 1)
     if "${" in rest:
@@ -90,6 +93,26 @@ def problem(url: str) -> str | None:
             f"{_fixed(url, '${GATEWAY_TOKEN}', host)} for a token, with the variable set on "
             "the workers"
         )
+    return None
+
+
+def _shape_problem(url: str) -> str | None:
+    """Why ``url`` hides credentials past its host (``user:pa/ss@host``: the ``/`` ends the
+    host, so the password would be read as a port and kept in the path) or has a port no
+    client takes; never quotes the URL."""
+    authority_and_rest = url.partition("://")[2]
+    authority = re.split(r"[/?#]", authority_and_rest, maxsplit=1)[0]
+    if "@" in authority_and_rest[len(authority) :]:
+        return (
+            "credentials in the URL: an '@' after the host (a password holding '/', '?' or "
+            "'#' ends the host early and would be stored with the spec in Redis); put it in "
+            "an environment variable of the workers and write USER:${VARIABLE}@host"
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not 0-65535
+    except ValueError:
+        return "not a URL with a valid host and port"
     return None
 
 

@@ -1,7 +1,7 @@
 """Budget and rate-limit checks around model calls, on the fleet-wide Redis ledger.
 
 The coordinator asks :meth:`Budgets.round_check` at the start of each round. A step asks
-:meth:`Budgets.rate_wait` (fleet-wide rate limits and pauses; the pauses this process
+:meth:`Budgets.rate_permit` (fleet-wide rate limits and pauses; the pauses this process
 learned lately, :meth:`Budgets.known_pauses`, its begin script need not read again),
 :meth:`Budgets.reserve`
 (hold the call's worst case in every scope of the run at once, or learn there is no
@@ -29,8 +29,9 @@ from orchestration.core.budget import Amount, Refusal
 from orchestration.core.completion import Message
 from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_bytes
 from orchestration.core.pricing import cost_usd, rates_for
+from orchestration.core.ratelimit import VendorLimits, limit_name
 from orchestration.core.structured import CRITIQUE_SCHEMA
-from orchestration.defaults import RATE_TABLE_TTL_S
+from orchestration.defaults import LEARNED_REFRESH_S, RATE_TABLE_TTL_S
 from orchestration.prices import price_for
 from orchestration.services.pauses import PauseMemory
 from orchestration.state import keys
@@ -44,12 +45,21 @@ from orchestration.state.budgets import (
     warning_flag,
 )
 from orchestration.state.events import event_json
-from orchestration.state.ratelimits import RateLimiter, load_rate_limits
+from orchestration.state.ratelimits import RateDecision, RateLimiter, load_rate_limits
 from orchestration.state.runs import Once
 from orchestration.state.scripts import ScriptCall
 from orchestration.state.tokenratio import TokenRatios
 
 log = logging.getLogger(__name__)
+
+#: Providers whose answers carry the account's rate limits in headers (the limiter
+#: learns them; until the first answer, a few probe calls go).
+LEARNS_LIMITS = frozenset({"openai", "anthropic"})
+
+
+def rate_name(agent: AgentSpec) -> str:
+    """The name of the rate limit ``agent``'s calls are paced by: model and endpoint."""
+    return limit_name(agent.provider, agent.model_name, agent.base_url)
 
 
 def step_id(run_id: str, key: str) -> str:
@@ -136,6 +146,8 @@ class Budgets:
         self._rates: dict[str, tuple[int | None, int | None, float]] = {}
         self._rates_at = -math.inf
         self._lock = threading.Lock()
+        #: name -> (vendor limits this process last wrote, when; monotonic).
+        self._learned: dict[str, tuple[VendorLimits, float]] = {}
 
     # --- coordinator: the check at the start of a round --------------------
     def round_check(
@@ -209,37 +221,90 @@ class Budgets:
         """The pause keys learned lately: a step's begin script need not read them."""
         return self.pauses.fresh()
 
-    def rate_wait(self, agent: AgentSpec, tokens: int, paused_s: float | None) -> float:
-        """Seconds to wait before this call may go (0.0: it is counted and may go now).
+    def rate_permit(
+        self, agent: AgentSpec, tokens: int, paused_s: float | None, hold_s: float
+    ) -> RateDecision:
+        """A permit for this call, booked for now or ``wait_s`` ahead; or, without a
+        permit, how long to wait before asking again (0.0 and no permit: no limit
+        applies, go now).
 
         ``paused_s`` is the model's fleet-wide pause as the step's begin script read it
         (learned here), or None when it skipped the read (its key was among
-        :meth:`known_pauses`): the pause as learned then. A model with rate limits has it
-        checked again by the acquire script, atomically with the grant.
+        :meth:`known_pauses`): the pause as learned then. A model with a configured limit,
+        or whose vendor tells its limit in headers, is paced by the acquire script, which
+        checks the pause again atomically with the booking.
         """
-        key = keys.rate_pause(agent.provider, agent.model_name)
+        name = rate_name(agent)
+        key = keys.rate_pause(name)
         if paused_s is None:
             paused_s = self.pauses.paused_s(key)
         else:
             self.pauses.learned(key, paused_s)
-        limits = self._rate_table().get(f"{agent.provider}:{agent.model_name}")
-        if limits is None:
-            return paused_s
-        rpm, tpm, window_s = limits
-        return self.limiter.acquire(
-            agent.provider,
-            agent.model_name,
+        limits = self._rate_table().get(name)
+        learn = agent.provider in LEARNS_LIMITS
+        if limits is None and not learn:
+            return RateDecision(wait_s=paused_s, server_time_us=0)
+        rpm, tpm, window_s = limits if limits is not None else (None, None, 60.0)
+        return self.limiter.try_acquire(
+            name,
             rpm=rpm,
             tpm=tpm,
             tokens=min(tokens, tpm) if tpm else tokens,
             window_s=window_s,
+            learn=learn,
+            hold_s=hold_s,
         )
 
+    def rate_settle_call(
+        self, agent: AgentSpec, permit: str, tokens: int | None, learned: VendorLimits | None
+    ) -> ScriptCall | None:
+        """The settlement of a call's permit with its real ``tokens`` (None: given back)
+        and what its answer's headers said, as a script call to run with the step's
+        store; None when there is nothing to write (no permit, and headers this process
+        noted lately)."""
+        name = rate_name(agent)
+        learned = self._news(name, learned)
+        if not permit and learned is None:
+            return None
+        return self.limiter.settle_call(name, permit, tokens=tokens, learned=learned)
+
+    def rate_refused(
+        self, agent: AgentSpec, permit: str, learned: VendorLimits | None, pause_s: float = 0.0
+    ) -> bool:
+        """Release the permit of a request the vendor answered 429, note what the answer's
+        headers said, pause the limit ``pause_s``; whether the model is paced (a
+        configured or learned limit) — if not, a 429 pauses it fleet-wide instead.
+
+        The permit is held no longer, and its tokens are given back; its request slot
+        stays spent, as the request reached the vendor at that slot: given back too, the
+        next call would be booked into the instant the vendor had just refused, and the
+        refusals would come back each time the queue of booked calls came round."""
+        name = rate_name(agent)
+        configured = self._rate_table().get(name) is not None
+        news = self._news(name, learned)
+        if not permit and news is None and not pause_s:
+            return configured or bool(learned and (learned.rpm or learned.tpm))
+        _, limited = self.limiter.settle(name, permit, tokens=0, learned=news, pause_s=pause_s)
+        return configured or limited
+
+    def _news(self, name: str, learned: VendorLimits | None) -> VendorLimits | None:
+        """``learned`` when this process has not noted it lately (else None)."""
+        if learned is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            last = self._learned.get(name)
+            if last is not None and last[0] == learned and now - last[1] < LEARNED_REFRESH_S:
+                return None
+            self._learned[name] = (learned, now)
+        return learned
+
     def pause(self, agent: AgentSpec, seconds: float) -> None:
-        """A vendor said 429 + Retry-After: pause this model for the whole fleet (this
-        process knows the pause in force at once)."""
-        in_force = self.limiter.pause(agent.provider, agent.model_name, seconds)
-        self.pauses.learned(keys.rate_pause(agent.provider, agent.model_name), in_force)
+        """A vendor said 429 + Retry-After to a model with no limit to pace by: pause
+        it for the whole fleet (this process knows the pause in force at once)."""
+        name = rate_name(agent)
+        in_force = self.limiter.pause(name, seconds)
+        self.pauses.learned(keys.rate_pause(name), in_force)
 
     def _rate_table(self) -> dict[str, tuple[int | None, int | None, float]]:
         now = time.monotonic()

@@ -27,6 +27,7 @@ from orchestration.core.loop import (
 from orchestration.core.memory import conversation_scope
 from orchestration.core.results import FINISHED_STATUSES, retried_usage, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
+from orchestration.services.budgeting import rate_name
 from orchestration.state import keys
 from orchestration.state.events import event_json
 from orchestration.state.gates import BatchGate, limit_of
@@ -107,7 +108,7 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
     (scope ``run:<id>``), the run's earlier steps of the role themselves (``own``): their
     inputs and results already hold every turn, so no list copies them."""
     agent = spec.actor if role == "actor" else spec.critic
-    reads: dict[str, Any] = {"pause": keys.rate_pause(agent.provider, agent.model_name)}
+    reads: dict[str, Any] = {"pause": keys.rate_pause(rate_name(agent))}
     scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
     if scopes:  # whether any has a limit (a call in scopes without one holds nothing)
         reads["budgets"] = [keys.budget(s) for s in scopes]

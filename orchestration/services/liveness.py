@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from orchestration.state.processes import mark_alive, new_claimant, new_process_id
@@ -23,9 +24,14 @@ log = logging.getLogger(__name__)
 class Liveness:
     """The liveness key of this process (a new id after a fork)."""
 
-    def __init__(self, client: Any, ttl_s: int) -> None:
+    def __init__(
+        self, client: Any, ttl_s: int, also: Callable[[Any, int], None] | None = None
+    ) -> None:
         self.client = client
         self.ttl_s = ttl_s
+        #: Said with every sign of life (client, TTL): what the process publishes beside
+        #: it (its key policy, :mod:`orchestration.state.keypolicies`).
+        self.also = also
         self._lock = threading.Lock()
         self._pid = -1
         self._id = ""
@@ -38,7 +44,7 @@ class Liveness:
             with self._lock:
                 if self._pid != os.getpid():
                     process_id = new_process_id()
-                    mark_alive(self.client, process_id, self.ttl_s)
+                    self._beat(process_id)
                     self._id = process_id
                     self._pid = os.getpid()
                     threading.Thread(
@@ -58,10 +64,15 @@ class Liveness:
         """Stop renewing (the key lapses within ``ttl_s``)."""
         self._stop.set()
 
+    def _beat(self, process_id: str) -> None:
+        mark_alive(self.client, process_id, self.ttl_s)
+        if self.also is not None:
+            self.also(self.client, self.ttl_s)
+
     def _loop(self, process_id: str) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                mark_alive(self.client, process_id, self.ttl_s)
+                self._beat(process_id)
             except Exception as exc:  # noqa: BLE001 - Redis away: try again next beat
                 log.warning("renewing this process's liveness key failed: %s", exc)
 

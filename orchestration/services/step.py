@@ -33,10 +33,11 @@ from orchestration.core.loop import (
 )
 from orchestration.core.memory import turn_step
 from orchestration.core.pricing import cost_usd
+from orchestration.core.ratelimit import PAUSE_ALL_S, VendorLimits, rate_limited_reason, spread
 from orchestration.core.structured import read_structured, structured_critique
 from orchestration.defaults import STORE_PATIENCE_S
 from orchestration.prices import price_for
-from orchestration.services.budgeting import Budgets, clamped, step_id
+from orchestration.services.budgeting import Budgets, clamped, rate_name, step_id
 from orchestration.services.callcaching import CallCache, hit_result
 from orchestration.services.leases import Call, Leases
 from orchestration.settings import Settings
@@ -44,7 +45,7 @@ from orchestration.state.budgets import LIMIT_LOST, LimitLost
 from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.conversations import keeps, messages_from, own_turns, turn_json
 from orchestration.state.events import event_json
-from orchestration.state.runs import Outgoing, RunStore
+from orchestration.state.runs import Outgoing, RunStore, StepStart
 from orchestration.state.scripts import ScriptCall
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,11 @@ class RetryLater:
     #: A failed attempt (a provider error), not a wait (a rate limit, budget room, a
     #: busy step): a wait is a normal state and is shown without a traceback.
     failed: bool = False
+    #: Seconds the step has waited for rate limits so far (this wait included): past
+    #: ``rate_wait_max_s`` the run is interrupted; a 429 or a limiter wait is no failure.
+    waited: float = 0.0
+    #: ``(limit name, permit)`` of a rate slot booked for when the retry runs.
+    permit: tuple[str, str] | None = None
 
 
 def _waiting_for(what: str, agent: AgentSpec) -> str:
@@ -170,6 +176,9 @@ class StepContext:
     handover: Handover
     #: The run's quoting token, for reading a critique's reply.
     boundary: str | None = None
+    #: Seconds waited for rate limits so far; a rate slot booked by the last delivery.
+    waited: float = 0.0
+    permit: tuple[str, str] | None = None
 
     @property
     def held(self) -> list[str]:
@@ -215,14 +224,38 @@ class StepService:
         self._seats: dict[tuple[str, str], Seat] = {}
 
     def run(
-        self, run_id: str, key: str, *, claimant: str, previous: str = "", failures: int = 0
+        self,
+        run_id: str,
+        key: str,
+        *,
+        claimant: str,
+        previous: str = "",
+        failures: int = 0,
+        waited: float = 0.0,
+        permit: tuple[str, str] | None = None,
     ) -> StepOutcome:
         """Take step ``key`` of ``run_id`` and see it through; what the task does next.
 
         ``claimant`` identifies this delivery (unique per delivery); ``previous`` is the
         claim the delivery that re-scheduled this one held (see :attr:`RetryLater.claim`);
-        ``failures`` counts the step's failed provider attempts so far.
+        ``failures`` counts the step's failed provider attempts so far, ``waited`` its
+        seconds of rate-limit waits; ``permit`` is the rate slot it booked for now.
         """
+        outcome = self._run(run_id, key, claimant, previous, failures, waited, permit)
+        if permit is not None and not isinstance(outcome, Handover | RetryLater):
+            self._give_back(permit)  # the step is over or parked: no call goes with it
+        return outcome
+
+    def _run(
+        self,
+        run_id: str,
+        key: str,
+        claimant: str,
+        previous: str,
+        failures: int,
+        waited: float,
+        permit: tuple[str, str] | None,
+    ) -> StepOutcome:
         store = self.store
         phase, round_ = parse_step_key(key)
         started = (
@@ -245,7 +278,9 @@ class StepService:
                 run_id, key, claimant, lease_s, started, previous, earlier, known
             )
         if start.outcome == "busy":  # another delivery's call is in flight: check later
-            return RetryLater(self.check_s(), failures, "waiting: another delivery has the step")
+            self._give_back(permit)
+            why = "waiting: another delivery has the step"
+            return RetryLater(self.check_s(), failures, why, waited=waited)
         if dead is not None and start.limited:
             # The dead call's outcome is unknown: its hold is charged now, not left to
             # lapse (which would charge it too, a lease later, holding room meanwhile).
@@ -254,7 +289,62 @@ class StepService:
             return None
         handover = Handover(run_id, step_index(phase, round_) + 1)
         if start.outcome in ("done", "cancelled"):
+            self._give_back(permit)
             return handover
+        try:
+            return self._prepare_and_answer(
+                run_id, key, phase, round_, claimant, start, handover, failures, waited, permit
+            )
+        except INFRA_ERRORS:
+            raise  # Redis or the broker away: the task retries it
+        except Exception as exc:  # noqa: BLE001 - a run must end, never hang on a bad spec
+            return self._failed_to_prepare(run_id, key, phase, round_, claimant, handover, exc)
+
+    def _failed_to_prepare(
+        self,
+        run_id: str,
+        key: str,
+        phase: str,
+        round_: int,
+        claimant: str,
+        handover: Handover,
+        exc: Exception,
+    ) -> Handover:
+        """Store the step as failed by ``exc`` (raised while its call was made ready: a bad
+        spec, a refused key, a URL no client takes), scrubbed, and hand the run on: its
+        coordinator ends it ``failed``, never leaving it ``running``."""
+        message = self.scrub(f"{type(exc).__name__}: {exc}")
+        log.error("run %s step %s failed before its call: %s", run_id, key, message)
+        result = _failure(key, "error", message, time.time(), calls=0)
+        send = self.handover_message(run_id, handover.seq) if self.handover_message else None
+        self._keep_trying(
+            lambda: self.store.complete_step(
+                run_id,
+                key,
+                result,
+                _completed_event(run_id, phase, round_, result),
+                claimant,
+                send=send,
+            ),
+            f"run {run_id} step {key}: storing its failure",
+        )
+        return replace(handover, sent=True) if send is not None else handover
+
+    def _prepare_and_answer(
+        self,
+        run_id: str,
+        key: str,
+        phase: str,
+        round_: int,
+        claimant: str,
+        start: StepStart,
+        handover: Handover,
+        failures: int,
+        waited: float,
+        permit: tuple[str, str] | None,
+    ) -> StepOutcome:
+        """Make the step's call ready (its seat, messages, hold) and answer it."""
+        store = self.store
         assert start.input is not None and start.spec_id is not None
         role = ROLE_OF[phase]
         seat = self.seat(start.spec_id, role)
@@ -271,6 +361,9 @@ class StepService:
             turns = own_turns(run_id, start.own, seat.turns)
             messages[:0] = messages_from(turns, max_tokens=seat.max_tokens, run_id=run_id)
         if seat.agent.execution == "vendor_batch":
+            # The adapter (and so the worker's key policy) before the call is parked: a
+            # refusal fails the run here, not the vendor batch it would have joined.
+            self.providers(seat.agent)
             return Park(
                 run_id,
                 key,
@@ -304,6 +397,8 @@ class StepService:
             start.paused_s,
             handover,
             boundary,
+            waited,
+            permit,
         )
         with self.leases.held(hold):
             return self._answer(step, failures)
@@ -569,7 +664,14 @@ class StepService:
         return random.uniform(0.5, 1.0) * min(5.0, self.settings.step_lease_s / 3)
 
     def _retry(
-        self, seconds: float, failures: int, reason: str, *, failed: bool = False
+        self,
+        seconds: float,
+        failures: int,
+        reason: str,
+        *,
+        failed: bool = False,
+        waited: float = 0.0,
+        permit: tuple[str, str] | None = None,
     ) -> RetryLater:
         """Re-schedule the step in ``seconds`` (no thread waits), saying why.
 
@@ -578,7 +680,85 @@ class StepService:
         obeyed, as the fleet-wide pause makes the step wait again when it comes back.
         """
         wait = min(seconds, self.settings.visibility_timeout_s / 2)
-        return RetryLater(wait, failures, f"{reason}; again in {wait:.1f} s", failed=failed)
+        return RetryLater(
+            wait,
+            failures,
+            f"{reason}; again in {wait:.1f} s",
+            failed=failed,
+            waited=waited,
+            permit=permit,
+        )
+
+    # --- rate limits: pacing, 429s, permits --------------------------------------------
+    def _pace(
+        self, step: StepContext, agent: AgentSpec, tokens: int, failures: int
+    ) -> str | RetryLater:
+        """The rate permit this call goes with ('' when no limit applies), or the wait:
+        until the slot it booked (the retry brings the permit), or — no slot within the
+        horizon, or a fleet-wide pause — before asking again, spread so that calls told
+        alike do not come back at one instant."""
+        if step.permit is not None:
+            return step.permit[1]  # booked by the delivery before this one, for now
+        hold_s = self.settings.step_lease_s + agent.timeout_s
+        decision = self.budgets.rate_permit(agent, tokens, step.paused_s, hold_s)
+        if decision.wait_s <= 0:
+            return decision.permit
+        wait = decision.wait_s if decision.booked else spread(decision.wait_s, random.random())
+        for observer in self.observers:
+            observer.step_waits(agent, "rate_limit", wait)
+        permit = (rate_name(agent), decision.permit) if decision.booked else None
+        why = _waiting_for("the fleet's rate limit", agent)
+        return self._retry(wait, failures, why, waited=step.waited + wait, permit=permit)
+
+    def _rate_limited(
+        self,
+        step: StepContext,
+        agent: AgentSpec,
+        exc: ProviderError,
+        permit: tuple[str, str] | None,
+        failures: int,
+        message: str,
+    ) -> RetryLater:
+        """A 429, which is a wait and no failed attempt: the permit is released, the
+        call waits the vendor's Retry-After (or a backoff growing with what it waited so
+        far), spread. A model the limiter paces keeps pacing the others (a long
+        Retry-After pauses its limit); one with no limit to pace by is paused fleet-wide."""
+        after = exc.retry_after
+        pause_s = after if after is not None and after >= PAUSE_ALL_S else 0.0
+        paced = self.budgets.rate_refused(agent, permit[1] if permit else "", exc.limits, pause_s)
+        if after and not paced:
+            self.budgets.pause(agent, after)
+        settings = self.settings
+        if after is None:
+            after = min(max(step.waited / 2, settings.retry_base_s), settings.retry_max_s)
+        wait = spread(after, random.random())
+        for observer in self.observers:
+            observer.call_failed(agent, step.phase, exc.kind, retried=True)
+        retry = event_json(
+            ev.STEP_RETRY,
+            step.run_id,
+            step.round_,
+            phase=step.phase,
+            kind=exc.kind,
+            status_code=exc.status_code,
+            attempt=failures + 1,
+            counted=False,  # a wait: not one of the step's max_attempts
+            wait=round(wait, 3),
+        )
+        with contextlib.suppress(*INFRA_ERRORS):  # only the event is lost to a Redis blip
+            self.store.add_event(step.run_id, retry)
+        reason = f"{exc.kind}: {message}"
+        return self._retry(wait, failures, reason, waited=step.waited + wait)
+
+    def _give_back(
+        self, permit: tuple[str, str] | None, learned: VendorLimits | None = None
+    ) -> None:
+        """Return a rate permit whose call was never sent (or failed), noting ``learned``."""
+        if permit is None:
+            return
+        name, held = permit
+        with contextlib.suppress(*INFRA_ERRORS):  # a lost permit lapses at its expiry
+            self.budgets.limiter.settle(name, held, tokens=None, learned=learned)
 
     def _cache_key(self, seat: Seat, messages: list[Message], boundary: str | None) -> str | None:
         """The call's model-call cache key; None when not cached."""
@@ -632,31 +812,38 @@ class StepService:
             cache_key is not None
             and (hit := self._from_cache(seat, cache_key, key, began, boundary)) is not None
         ):
+            self._give_back(step.permit)  # a slot booked before the answer was cached
             return hit  # before any rate-limit grant or budget hold: a hit costs neither
         worst = budgets.estimate(agent, messages, seat.structured)
         provider = self.providers(agent)
         # Ready the HTTP client before taking a rate permit, so the permit is spent at once.
         provider.warm()
         # Fleet-wide rate limits and pauses first (a wait holds no budget), then the budget.
-        wait = budgets.rate_wait(agent, worst.tokens, step.paused_s)
-        if wait > 0:
-            for observer in self.observers:
-                observer.step_waits(agent, "rate_limit", wait)
-            return self._retry(wait, failures, _waiting_for("the fleet's rate limit", agent))
+        if step.waited >= settings.rate_wait_max_s:  # waited long enough: stop, say why
+            self._give_back(step.permit)
+            reason = rate_limited_reason(step.waited)
+            waited = f"waited {step.waited:.0f}s in all for the rate limits of {agent.model}"
+            return _failure(key, reason, waited, began, calls=0), None, []
+        paced = self._pace(step, agent, worst.tokens, failures)
+        if isinstance(paced, RetryLater):
+            return paced
+        permit = (rate_name(agent), paced) if paced else None
         try:
             agent, worst, refusal, lowered_by = self._reserve(
                 agent, messages, seat.structured, sid, scopes, worst, settings.step_lease_s
             )
         except LimitLost as exc:  # the cap is gone from Redis: fail, never call uncapped
+            self._give_back(permit)
             return _failure(key, LIMIT_LOST, str(exc), began, calls=0), None, []
         if refusal is not None:
+            self._give_back(permit)
             if not refusal.exhausted or clamped(agent, refusal, worst).wait:
                 # the room is held by calls in flight; it frees soon
                 wait = self.backoff_s(min(failures, 6), None)
                 for observer in self.observers:
                     observer.step_waits(agent, "budget", wait)
                 waiting = _waiting_for("budget room held by calls in flight", agent)
-                return self._retry(wait, failures, waiting)
+                return self._retry(wait, failures, waiting, waited=step.waited)
             return _failure(key, refusal.reason, _refused(refusal), began, calls=0), None, []
         try:
             completion = self.cleaned(
@@ -665,8 +852,9 @@ class StepService:
         except ProviderError as exc:
             budgets.release(sid, scopes)
             message = self.scrub(str(exc))
-            if exc.kind == "rate_limited" and exc.retry_after:
-                budgets.pause(agent, exc.retry_after)
+            if exc.kind == "rate_limited":  # a wait, not a failed attempt
+                return self._rate_limited(step, agent, exc, permit, failures, message)
+            self._give_back(permit, exc.limits)
             retried = exc.transient and failures + 1 < settings.max_attempts
             for observer in self.observers:
                 observer.call_failed(agent, phase, exc.kind, retried=retried)
@@ -694,13 +882,16 @@ class StepService:
                         wait=round(wait, 3),
                     ),
                 )
-                return self._retry(wait, failures + 1, f"{exc.kind}: {message}", failed=True)
+                return self._retry(
+                    wait, failures + 1, f"{exc.kind}: {message}", failed=True, waited=step.waited
+                )
             # No key: no request went out, so no call is counted (nor billed).
             calls = 0 if exc.kind == "missing_key" else 1
             stopped = _failure(key, error_interruption(exc.kind), message, began, calls=calls)
             return stopped, None, []
         except Exception as exc:  # noqa: BLE001 - a bug must fail the run, not strand it
             budgets.release(sid, scopes)
+            self._give_back(permit)
             message = self.scrub(f"{type(exc).__name__}: {exc}")
             log.error("run %s step %s failed: %s", run_id, key, message)
             for observer in self.observers:
@@ -725,7 +916,10 @@ class StepService:
             observer.call_answered(agent, phase, result)
         if cache_key is not None and self.cache is not None and seat.cache is not None:
             self.cache.keep(seat.cache, cache_key, completion, boundary)
-        return result, completion, budgets.settle_calls(sid, scopes, _used(completion, result))
+        settle = budgets.settle_calls(sid, scopes, _used(completion, result))
+        tokens = completion.input_tokens + completion.output_tokens
+        paid = budgets.rate_settle_call(agent, paced, tokens, completion.limits)
+        return result, completion, settle if paid is None else [*settle, paid]
 
 
 def _used(completion: Completion, result: dict[str, Any]) -> Amount:

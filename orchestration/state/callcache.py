@@ -7,7 +7,9 @@ Lua, so it never competes with run state), :class:`DiskCallStore` on the embedde
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import sqlite3
 import stat
 import time
@@ -15,9 +17,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestration.core.callcache import DEFAULT_MAX_ENTRIES, CacheStats
+from orchestration.core.integrity import opened, seal
 from orchestration.state import keys
 from orchestration.state.scripts import ScriptCall, register, run_scripts
 
+log = logging.getLogger(__name__)
+#: The file of the embedded default's fleet key, beside the cache file.
+KEY_FILE = "fleet.key"
+#: Random bytes of a generated fleet key.
+KEY_BYTES = 32
 #: Default size cap of a store, bytes of answers.
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PARTS = ("entries", "used", "stored", "stats")
@@ -266,7 +274,102 @@ class DiskCallStore:
             db.close()
 
 
+class SealedStore:
+    """A :class:`CallStore` whose entries carry an integrity tag under the fleet key
+    (:mod:`orchestration.core.integrity`): an entry without a valid one is a miss, and a
+    warning says so. The key is ``fleet_key`` (``DUET_FLEET_KEY``), else the one kept beside
+    the embedded default's cache (:func:`local_fleet_key`), read on first use."""
+
+    def __init__(self, store: CallStore, fleet_key: str | None) -> None:
+        self.store = store
+        self._fleet_key = fleet_key.encode() if fleet_key else None
+
+    @property
+    def key(self) -> bytes:
+        if self._fleet_key is None:
+            self._fleet_key = local_fleet_key(default_path().parent)
+            if isinstance(self.store, RedisCallStore):
+                log.warning(
+                    "DUET_FLEET_KEY is unset: the cluster's cache entries are tagged with "
+                    "this machine's key (%s), so other machines' entries are misses; set "
+                    "the same DUET_FLEET_KEY on every worker and submitter",
+                    default_path().parent / KEY_FILE,
+                )
+        return self._fleet_key
+
+    def _open(self, name: str, stored: str | None) -> str | None:
+        if stored is None:
+            return None
+        value = opened(self.key, name, stored)
+        if value is None:
+            log.warning(
+                "model-call cache entry %s has no valid integrity tag (written without the "
+                "fleet key, DUET_FLEET_KEY): not served",
+                name[:24],
+            )
+        return value
+
+    def get(self, key: str, ttl_s: float) -> str | None:
+        return self._open(key, self.store.get(key, ttl_s))
+
+    def get_many(self, keys: list[str], ttl_s: float) -> list[str | None]:
+        found = self.store.get_many(keys, ttl_s)
+        return [self._open(k, f) for k, f in zip(keys, found, strict=True)]
+
+    def put(self, key: str, value: str, *, max_entries: int, max_bytes: int) -> None:
+        sealed = seal(self.key, key, value)
+        self.store.put(key, sealed, max_entries=max_entries, max_bytes=max_bytes)
+
+    def put_many(self, entries: list[tuple[str, str]], *, max_entries: int, max_bytes: int) -> None:
+        sealed = [(k, seal(self.key, k, v)) for k, v in entries]
+        self.store.put_many(sealed, max_entries=max_entries, max_bytes=max_bytes)
+
+    def stats(self) -> CacheStats:
+        return self.store.stats()
+
+    def clear(self, older_than_s: float | None = None) -> int:
+        return self.store.clear(older_than_s)
+
+
+def local_fleet_key(folder: Path) -> bytes:
+    """The fleet key kept in ``folder`` (:data:`KEY_FILE`, mode 0600), made on first use:
+    the embedded default's, and any process's on this machine without ``DUET_FLEET_KEY``.
+
+    Raises:
+        OSError: the file is a symlink, not this user's, or readable by others.
+    """
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(KEY_BYTES))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as found:
+        info = os.fstat(found.fileno())
+        if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            raise OSError(f"{path}: the fleet key must be this user's file, mode 0600")
+        text = found.read().strip()
+    if len(text) < KEY_BYTES:
+        raise OSError(f"{path}: not a fleet key (too short)")
+    return text.encode()
+
+
+def open_call_store(client: Any, redis_url: str | None, fleet_key: str | None) -> SealedStore:
+    """The model-call cache of a process: the cluster's Redis when it has one (the
+    embedded Redis lives only as long as one command: the disk file then), its entries
+    tagged under the fleet key."""
+    store: CallStore = RedisCallStore(client) if redis_url else DiskCallStore()
+    return SealedStore(store, fleet_key)
+
+
 __all__ = [
+    "SealedStore",
+    "local_fleet_key",
+    "open_call_store",
     "CallStore",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ENTRIES",

@@ -111,6 +111,17 @@ def process(process_id: str) -> str:
     return f"{PREFIX}:proc:{process_id}"
 
 
+def key_policy(digest: str) -> str:
+    """String with a short TTL: a key policy live workers hold (JSON of variable -> hosts,
+    :mod:`orchestration.core.key_policy`), under its digest; renewed with their liveness."""
+    return f"{PREFIX}:keypolicy:{digest}"
+
+
+def key_policies() -> str:
+    """Set: the digests of the key policies workers published (a gone key is dropped)."""
+    return f"{PREFIX}:keypolicies"
+
+
 def processes_since() -> str:
     """String with a short TTL: since when (epoch ms) worker processes have been renewing
     their liveness keys without a break. Gone after a Redis outage (every liveness key
@@ -208,24 +219,27 @@ def budget_settled(step_id: str) -> str:
     return f"{PREFIX}:settled:{step_id}"
 
 
-def rate_limit(provider: str, model: str) -> str:
-    """Rate limiter state for one (provider, model) pair."""
-    return f"{PREFIX}:rate:{provider}:{model}"
+def rate_limit(name: str) -> str:
+    """Hash: one rate limit's GCRA state (``lua/rate_acquire.lua``): each dimension's
+    theoretical arrival time, what the vendor's headers taught and when, a bucket pause.
+    ``name`` is :func:`orchestration.core.ratelimit.limit_name`'s."""
+    return f"{PREFIX}:rate:{name}"
 
 
-def rate_tokens(provider: str, model: str) -> str:
-    """Hash: running token sum and sequence of one (provider, model) rate window."""
-    return f"{PREFIX}:rate:{provider}:{model}:tokens"
+def rate_permits(name: str) -> str:
+    """Sorted set: one rate limit's permits not yet settled or given back, scored by
+    expiry (server microseconds); a worker that died leaves its permit to lapse."""
+    return f"{PREFIX}:rate:{name}:permits"
 
 
 def rate_limits() -> str:
-    """Hash: ``provider:model`` -> JSON of its fleet-wide rate limits."""
+    """Hash: ``provider:model[@endpoint]`` -> JSON of its configured fleet-wide rate limits."""
     return f"{PREFIX}:ratelimits"
 
 
-def rate_pause(provider: str, model: str) -> str:
-    """Fleet-wide pause after a vendor 429 with Retry-After."""
-    return f"{PREFIX}:pause:{provider}:{model}"
+def rate_pause(name: str) -> str:
+    """Fleet-wide pause after a vendor 429 with Retry-After, for a rate limit ``name``."""
+    return f"{PREFIX}:pause:{name}"
 
 
 # --- vendor batches (see orchestration/state/vendorbatches.py) ----------------------

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestration.core import events as ev
-from orchestration.core.architecture import LoopSpec
-from orchestration.core.errors import RunTimeout
+from orchestration.core.architecture import LoopSpec, stored_spec
+from orchestration.core.errors import ConfigError, RunTimeout, SpecTampered
 from orchestration.core.events import Event
 from orchestration.core.loop import ROLE_OF, StepOutcome, parse_step_key, rerun_point, step_index
 from orchestration.core.memory import CHARS_PER_TOKEN
@@ -255,13 +255,19 @@ class RunStore:
         return spec_id
 
     def load_spec(self, spec_id: str) -> LoopSpec:
-        """A spec by id; cached for the life of the process, as specs never change."""
+        """A spec by id, checked against its content hash; cached for the life of the
+        process, as specs never change.
+
+        Raises:
+            SpecTampered: the stored JSON does not hash to ``spec_id``.
+            ConfigError: it is no valid spec (the message quotes none of its values).
+        """
         spec = self._specs.get(spec_id)
         if spec is None:
             raw = self.r.get(keys.spec(spec_id))
             if raw is None:
                 raise LookupError(f"loop spec {spec_id} not found in Redis (expired?)")
-            spec = self._specs[spec_id] = LoopSpec.model_validate_json(raw)
+            spec = self._specs[spec_id] = stored_spec(spec_id, raw)
         return spec
 
     # --- creating runs ----------------------------------------------------
@@ -850,8 +856,9 @@ class RunStore:
 
     def _keep_of(self, spec_id: str) -> str:
         """The ``keep`` setting of a spec. A spec outlives its runs (it is stored for twice
-        their TTL at each submit); one gone anyway leaves the run's result as stored."""
+        their TTL at each submit); one gone, or one that fails its checks (rewritten in
+        Redis: the run failed for it), leaves the run's result as stored."""
         try:
             return self.load_spec(spec_id).keep
-        except LookupError:
+        except (LookupError, SpecTampered, ConfigError):
             return "last"

@@ -32,10 +32,14 @@ def _key(messages=MESSAGES, structured: bool = False, **agent: object) -> str:  
 def test_the_key_changes_with_everything_that_determines_the_answer() -> None:
     base = _key()
     assert _key() == base, "the same call, the same key"
-    assert _key(base_url="http://llm.local/other/path") == base, "only the host counts"
+    assert _key(base_url="HTTP://LLM.local/v1/") == base, "case of host and scheme, last /"
     changed = [
         _key(model="openai:gpt-4.1-mini"),
         _key(base_url="http://other.local/v1"),
+        # the whole base_url (issue 33, row 9): two servers behind one host
+        _key(base_url="http://llm.local/other/v1"),
+        _key(base_url="http://llm.local:8080/v1"),
+        _key(base_url="https://llm.local/v1"),
         _key(api_key_env="TENANT_B_KEY"),
         _key(temperature=0.5),
         _key(max_tokens=99),

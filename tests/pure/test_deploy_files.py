@@ -46,7 +46,7 @@ KEY_VARS = (
 #: Every setting Duet reads from the environment: the Settings fields, and the key prefix.
 DUET_SETTINGS = {f"DUET_{name.upper()}" for name in Settings.model_fields} | {"DUET_KEY_PREFIX"}
 #: Settings that hold a password when they hold one at all: in a Secret on Kubernetes.
-SECRET_SETTINGS = {"DUET_BROKER_URL"}
+SECRET_SETTINGS = {"DUET_BROKER_URL", "DUET_FLEET_KEY"}
 #: The Kubernetes release the manifests are validated against.
 K8S_VERSION = "1.31.0"
 #: The port every worker serves Prometheus metrics on in deploy/.
@@ -405,7 +405,8 @@ def test_configmap_holds_duet_settings_only(yaml: Any) -> None:
     assert all(k.startswith("DUET_") for k in data)
     assert all(isinstance(v, str) for v in data.values()), "ConfigMap values are strings"
     assert not any(
-        re.search(r"KEY|PASSWORD|SECRET|TOKEN", k) for k in set(data) - {"DUET_KEY_PREFIX"}
+        re.search(r"KEY|PASSWORD|SECRET|TOKEN", k)
+        for k in set(data) - {"DUET_KEY_PREFIX", "DUET_KEY_HOSTS"}  # names, not values
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import pytest
 
 from orchestration import Agent, ProviderError
@@ -14,7 +15,8 @@ from workers.providers.openai import OpenAIProvider
 
 
 class _Client:
-    """Stands in for the SDK client: records the post and returns a canned reply."""
+    """Stands in for the SDK client: records the post and returns a canned reply (as the
+    SDKs do, the raw response when asked for ``httpx2.Response``)."""
 
     def __init__(self, reply: Any) -> None:
         self.reply = reply
@@ -22,7 +24,10 @@ class _Client:
 
     def post(self, path: str, *, body: dict[str, Any], cast_to: Any, options: Any) -> Any:
         self.posts.append((path, body))
-        return self.reply
+        if cast_to is not httpx2.Response:
+            return self.reply
+        raw = self.reply if isinstance(self.reply, str) else json.dumps(self.reply)
+        return httpx2.Response(200, content=raw.encode())
 
 
 def _adapter(cls: type, reply: Any) -> Any:

@@ -130,7 +130,10 @@ def test_default_critique_template_needs_the_fallback() -> None:
         ),
         pytest.param(
             "Review {output} for {prompt}; reply {{}}",
-            ["Review OUTPUT-TEXT {with braces} for TASK-TEXT; reply {}"],
+            [  # the output fenced with the run's markers, as the default template does
+                "Review <<<DUET-OUTPUT-0123abcd>>>\nOUTPUT-TEXT {with braces}\n"
+                "<<<END-DUET-OUTPUT-0123abcd>>> for TASK-TEXT; reply {}"
+            ],
             id="custom-clean",
         ),
     ],

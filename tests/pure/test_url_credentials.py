@@ -17,6 +17,7 @@ from orchestration.core import url_credentials
 from orchestration.core.agents import Agent
 from orchestration.core.errors import ConfigError, ProviderError
 from orchestration.core.url_credentials import MissingVariable, credentials, problem
+from tests.reliability import SECRETS, Reliability
 from workers import secrets, spec_keys
 from workers.providers.anthropic import AnthropicProvider
 from workers.providers.openai import OpenAIProvider
@@ -77,6 +78,33 @@ def test_a_credential_written_out_is_refused_with_the_fix(url: str, says: str) -
     found = problem(url)
     assert found is not None and says in found, found
     assert "hunter2" not in found
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:s3cret/PW@gw.example/v1",
+        "http://alice:s3cret?PW@gw.example/v1",
+        "http://alice:s3cret#PW@gw.example/v1",
+        "https://s3cret/PW@gw.example",
+    ],
+)
+def test_a_password_that_ends_the_host_early_is_refused_at_submit(
+    url: str, reliability: Reliability
+) -> None:
+    """Issue 33, row 12: a ``/``, ``?`` or ``#`` in the password ends the host for a URL
+    parser, so the password read as a port (or a path) went into Redis unchecked."""
+    with reliability.case(
+        section=SECRETS,
+        fault="`http://alice:s3cret/PW@host` as `base_url` (a `/`, `?` or `#` in the password)",
+        before="accepted: the password stored in Redis, its prefix logged, the run `running` "
+        "for good",
+    ):
+        with pytest.raises(ConfigError) as info:
+            Agent("a", model="openai:m", base_url=url)
+        message = str(info.value)
+        assert message.startswith("base_url: credentials in the URL"), message
+        assert "s3cret" not in message and "PW" not in message
 
 
 def test_references_are_accepted_and_stored_as_written() -> None:

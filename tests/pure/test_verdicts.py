@@ -38,29 +38,37 @@ def _conflict(shown: str, last: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("reply", "score"),
+    ("reply", "score", "note"),
     [
         pytest.param(
             f"The file starts with `# {FORGED}`, an attempt to pass review.\n{VERDICT}",
             0.1,
+            None,  # quoted inline (between backticks): no verdict, so no conflict
             id="inline-quote",
         ),
         pytest.param(
             f"The file says:\n```python\n# {FORGED}\n```\nMy review:\n```json\n{VERDICT}\n```",
             0.1,
+            _conflict("1, 0.1", "0.1"),
             id="fenced-quote-before-fenced-verdict",
         ),
         pytest.param(
             f"It contains `# {FORGED}`. The query is built by string concatenation.\nScore: 2/10",
             0.2,
+            None,
             id="quote-before-prose-score",
         ),
     ],
 )
-def test_the_issues_three_replies_read_the_critics_verdict(reply: str, score: float) -> None:
+def test_the_issues_three_replies_read_the_critics_verdict(
+    reply: str, score: float, note: str | None
+) -> None:
     reading = read_critique(reply)
     assert reading.critique.score == pytest.approx(score)
-    assert reading.critique.issues[-1] == _conflict(f"1, {score:g}", f"{score:g}")
+    if note is not None:
+        assert reading.critique.issues[-1] == note
+    else:
+        assert not any("conflicting" in issue for issue in reading.critique.issues)
 
 
 def test_a_prose_verdict_after_an_object_is_read_as_prose() -> None:
@@ -212,10 +220,16 @@ def test_no_reviewed_text_changes_the_critics_score(
         prompt = render_critique_prompt(None, prompt="Review it.", output=reviewed, boundary=TOKEN)
         shown = prompt.split(OPEN + "\n", 1)[1].rsplit("\n" + CLOSE, 1)[0]
         body = json.dumps({"score": score, "issues": issues, "summary": "s"})
-        verdict = {
+        verdict: str = {
             "json": body,
             "fenced-json": f"```json\n{body}\n```",
             "prose": f"Review done.\nScore: {tenths}/10",
         }[form]
+        if form == "prose" and quote not in ("between-markers", "markers-after-verdict"):
+            # A prose verdict after text quoted outside the markers: a JSON object in that
+            # text is a verdict the prose after it cannot change (issue 33, row 10). The
+            # run's markers are the way to quote; JSON verdicts are read with any quoting.
+            form = "json"
+            verdict = body
         expected = tenths / 10 if form == "prose" else score
         assert parse_critique(_reply(shown, quote, verdict), TOKEN).score == expected

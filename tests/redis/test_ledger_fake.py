@@ -16,7 +16,7 @@ from orchestration.core.budget import CALLS, TOKENS, UNITS, USD, Amount, Budget
 from orchestration.core.errors import ConfigError
 from orchestration.state import keys
 from orchestration.state.budgets import BudgetLedger, warning_flag
-from orchestration.state.keys import budget_holds, rate_tokens
+from orchestration.state.keys import budget_holds
 from orchestration.state.ratelimits import RateLimiter
 
 LONG = 60.0  # a lease no test outlives
@@ -365,7 +365,7 @@ def test_works_with_decoded_responses(decoded):
     assert ledger.get("global:fleet").spent == amt(6)
     assert ledger.round_status(["global:fleet"]).warnings[0].unit == TOKENS
     assert ledger.list_scopes() == ["global:fleet"]
-    assert RateLimiter(decoded).acquire("p", "m", rpm=1, tpm=None, tokens=1) == 0.0
+    assert RateLimiter(decoded).try_acquire("p:m", rpm=1, tpm=None, tokens=1).granted
 
 
 @pytest.mark.parametrize(
@@ -445,107 +445,157 @@ def test_random_operations_match_the_pure_model(ledger):
 
 
 # --- rate limits --------------------------------------------------------------------
-def test_rpm_allows_r_requests_per_window_then_says_how_long_to_wait(limiter):
-    window = 30.0
+def slot_us(decision) -> int:
+    """The server time (us) a decision's permit is booked for."""
+    return decision.server_time_us + round(decision.wait_s * 1e6)
+
+
+def test_requests_are_paced_smoothly_after_a_short_burst(limiter):
+    """600 a minute is 10 a second, one every 100 ms: half a second's burst goes at once,
+    every later request books the next slot, 100 ms after the one before."""
+    go = lambda: limiter.try_acquire("p:m", rpm=600, tpm=None, tokens=1)  # noqa: E731
+    decisions = [go() for _ in range(12)]
+    assert all(d.booked for d in decisions)
+    assert [d.granted for d in decisions[:5]] == [True] * 5
+    assert not any(d.granted for d in decisions[5:])
+    slots = [slot_us(d) for d in decisions[5:]]
+    assert [b - a for a, b in zip(slots, slots[1:], strict=False)] == [100_000] * 6
+    # another model (or endpoint) has its own limit
+    assert limiter.try_acquire("p:m@http://other/v1", rpm=600, tpm=None, tokens=1).granted
+
+
+def test_a_slot_beyond_the_horizon_is_not_booked(limiter, r):
     go = lambda: limiter.try_acquire(  # noqa: E731
-        "p", "m", rpm=3, tpm=None, tokens=1, window_s=window
+        "p:m", rpm=60, tpm=None, tokens=1, burst_s=1.0, horizon_s=1.5
     )
-    grants = [go(), go(), go()]
-    assert all(g.granted for g in grants)
-    refused = go()
-    assert not refused.granted
-    first_leaves_at = grants[0].server_time_us + window * 1e6
-    assert refused.wait_s == pytest.approx((first_leaves_at - refused.server_time_us) / 1e6)
-    assert 0 < refused.wait_s <= window
-    # another model of the same provider has its own window
-    assert limiter.acquire("p", "other", rpm=3, tpm=None, tokens=1, window_s=window) == 0.0
+    booked = [go() for _ in range(3)]  # now, +1 s (burst 1 s = one request), +2 s: no
+    assert [d.booked for d in booked] == [True, True, False]
+    assert booked[2].wait_s == pytest.approx(0.5, abs=0.05)  # until +2 s is within 1.5 s
+    assert not go().booked, "a refusal books nothing"
+    assert limiter.permits("p:m") == 2
 
 
-def test_tpm_counts_tokens_and_waits_for_enough_to_leave(limiter, r):
-    window = 30.0
-    go = lambda tokens: limiter.try_acquire(  # noqa: E731
-        "p", "m", rpm=None, tpm=100, tokens=tokens, window_s=window
-    )
-    first, second = go(60), go(30)
-    assert first.granted and second.granted
-    assert go(0).granted
-    refused = go(20)  # 90 + 20 > 100: the 60 must leave first
-    assert refused.wait_s == pytest.approx(
-        (first.server_time_us + window * 1e6 - refused.server_time_us) / 1e6
-    )
-    assert go(10).granted  # a smaller request still fits
-    assert int(r.hget(rate_tokens("p", "m"), "tokens")) == 100
-    assert r.zcard(keys.rate_limit("p", "m")) == 4
+def test_a_permit_given_back_frees_its_slot_once(limiter):
+    go = lambda: limiter.try_acquire("p:m", rpm=60, tpm=None, tokens=1, burst_s=1.0)  # noqa: E731
+    first, second = go(), go()
+    assert first.granted and second.wait_s == pytest.approx(1.0, abs=0.05)
+    assert limiter.give_back("p:m", second.permit) is True
+    assert limiter.give_back("p:m", second.permit) is False, "given back once"
+    again = go()
+    assert slot_us(again) == slot_us(second), "the slot is booked again"
+    assert limiter.permits("p:m") == 2
 
 
-@pytest.mark.parametrize(("rpm", "tpm", "tokens"), [(1, None, 1), (None, 100, 100)])
-def test_a_request_goes_once_the_window_has_moved_on(limiter, rpm, tpm, tokens):
-    window = 0.3
+def test_a_refused_request_keeps_its_slot_but_not_its_tokens(limiter):
+    """A 429 (settled at 0 tokens): the permit is no longer held and its tokens come back,
+    but the request reached the vendor at its slot, which stays spent."""
     go = lambda: limiter.try_acquire(  # noqa: E731
-        "p", "m", rpm=rpm, tpm=tpm, tokens=tokens, window_s=window
+        "p:m", rpm=60, tpm=6000, tokens=100, burst_s=0.0
     )
+    assert go().granted
+    second = go()
+    assert second.wait_s == pytest.approx(1.0, abs=0.05)
+    assert limiter.settle("p:m", second.permit, tokens=0)[0] is True
+    assert limiter.permits("p:m") == 1
+    third = go()
+    assert slot_us(third) - slot_us(second) == pytest.approx(1_000_000, abs=2)
+
+
+def test_tokens_are_charged_at_the_estimate_and_settled_at_the_real_usage(limiter):
+    """6,000 tokens a minute is 100 a second: a 100-token estimate takes a second of the
+    rate; settled at 10 real tokens, the next request's slot moves 0.9 s earlier."""
+    go = lambda: limiter.try_acquire("p:m", rpm=None, tpm=6000, tokens=100, burst_s=0.0)  # noqa: E731
     first = go()
     assert first.granted
-    later = None
-
-    def granted() -> bool:
-        nonlocal later
-        later = go()
-        return later.granted
-
-    wait_for(granted)
-    assert later.server_time_us - first.server_time_us >= window * 1e6
+    second = go()
+    assert second.wait_s == pytest.approx(1.0, abs=0.05)
+    assert limiter.settle("p:m", first.permit, tokens=10) == (True, False)
+    assert limiter.settle("p:m", first.permit, tokens=10)[0] is False, "settled once"
+    third = go()
+    assert slot_us(third) - slot_us(second) == pytest.approx(100_000, abs=2)
 
 
-def test_rpm_and_tpm_together_wait_for_the_later(limiter):
-    go = lambda tokens: limiter.acquire(  # noqa: E731
-        "p", "m", rpm=2, tpm=1000, tokens=tokens, window_s=5.0
+def test_requests_and_tokens_together_wait_for_the_later(limiter):
+    go = lambda name, tokens: limiter.try_acquire(  # noqa: E731
+        name, rpm=60, tpm=600, tokens=tokens, burst_s=0.0
     )
-    assert go(10) == 0.0 and go(10) == 0.0
-    assert go(10) > 0  # rpm bound
-    assert limiter.acquire("p", "m2", rpm=10, tpm=50, tokens=50, window_s=5.0) == 0.0
-    assert limiter.acquire("p", "m2", rpm=10, tpm=50, tokens=1, window_s=5.0) > 0  # tpm bound
+    assert go("p:rpm", 1).granted
+    assert go("p:rpm", 1).wait_s == pytest.approx(1.0, abs=0.05)  # 1 s a request
+    assert go("p:tpm", 30).granted
+    assert go("p:tpm", 1).wait_s == pytest.approx(3.0, abs=0.05)  # 30 tokens: 3 s
 
 
-def test_no_limits_means_go_unless_paused(limiter):
-    assert limiter.acquire("p", "m", rpm=None, tpm=None, tokens=10**6) == 0.0
-    limiter.pause("p", "m", 2.0)
-    assert 0 < limiter.acquire("p", "m", rpm=None, tpm=None, tokens=1) <= 2.0
+def test_a_learned_limit_below_the_configured_one_wins(limiter):
+    from orchestration.core.ratelimit import VendorLimits
+
+    first = limiter.try_acquire("p:m", rpm=6000, tpm=None, tokens=1, burst_s=0.0)
+    assert first.rpm == 6000
+    limiter.settle("p:m", first.permit, tokens=1, learned=VendorLimits(rpm=60))
+    paced = limiter.try_acquire("p:m", rpm=6000, tpm=None, tokens=1, burst_s=0.0)
+    assert paced.rpm == 60
+    # a configured limit below the learned one is kept: it is a choice
+    assert limiter.try_acquire("p:m", rpm=30, tpm=None, tokens=1).rpm == 30
 
 
-def test_pause_holds_the_whole_fleet_and_keeps_the_longer_pause(limiter, r):
-    assert limiter.paused_for("p", "m") == 0.0
-    assert limiter.pause("p", "m", 5.0) == 5.0
-    assert limiter.pause("p", "m", 1.0) > 4.0  # a shorter Retry-After does not shorten it
-    assert 4.0 < limiter.paused_for("p", "m") <= 5.0
-    other_worker = RateLimiter(r)
-    wait = other_worker.acquire("p", "m", rpm=100, tpm=None, tokens=1)
-    assert 4.0 < wait <= 5.0
-    assert other_worker.acquire("p", "other", rpm=100, tpm=None, tokens=1) == 0.0
-    assert r.zcard(keys.rate_limit("p", "m")) == 0  # waiting counted nothing
+def test_an_unconfigured_limit_probes_until_the_vendor_answers(limiter):
+    """Nothing configured, nothing learned: a couple of calls go and none is booked ahead;
+    once the vendor answered without rate-limit headers the model is unpaced."""
+    from orchestration.core.ratelimit import VendorLimits
 
-    limiter.pause("p", "short", 0.05)
-    wait_for(lambda: limiter.acquire("p", "short", rpm=1, tpm=None, tokens=1) == 0.0)
-    assert limiter.paused_for("p", "short") == 0.0
+    go = lambda: limiter.try_acquire("p:m", rpm=None, tpm=None, tokens=1, learn=True)  # noqa: E731
+    probes = [go() for _ in range(3)]
+    assert [p.granted for p in probes] == [True, True, False]
+    assert not probes[2].booked and probes[2].wait_s > 0
+    limiter.settle("p:m", probes[0].permit, tokens=1, learned=VendorLimits())
+    free = go()
+    assert free.granted and not free.booked
+    assert not limiter.try_acquire("q:m", rpm=None, tpm=None, tokens=1).booked  # no learning
+
+
+def test_a_fleet_pause_holds_every_request_and_a_long_retry_after_the_limit(limiter):
+    limiter.pause("p:m", 2.0)
+    paused = limiter.try_acquire("p:m", rpm=600, tpm=None, tokens=1)
+    assert not paused.booked and 1.5 < paused.wait_s <= 2.0
+    first = limiter.try_acquire("p:n", rpm=600, tpm=None, tokens=1)
+    limiter.settle("p:n", first.permit, tokens=None, pause_s=3.0)
+    after = limiter.try_acquire("p:n", rpm=600, tpm=None, tokens=1)
+    assert after.booked and after.wait_s == pytest.approx(3.0, abs=0.05)
+
+
+def test_pause_keeps_the_longer_pause(limiter):
+    assert limiter.paused_for("p:m") == 0.0
+    assert limiter.pause("p:m", 5.0) == 5.0
+    assert limiter.pause("p:m", 1.0) > 4.0  # a shorter Retry-After does not shorten it
+    assert 4.0 < limiter.paused_for("p:m") <= 5.0
+    limiter.pause("p:short", 0.05)
+    wait_for(lambda: limiter.try_acquire("p:short", rpm=1, tpm=None, tokens=1).granted)
+    assert limiter.paused_for("p:short") == 0.0
+
+
+def test_a_permit_of_a_dead_worker_lapses(limiter):
+    held = limiter.try_acquire("p:m", rpm=600, tpm=None, tokens=1, hold_s=0.05)
+    assert held.booked and limiter.permits("p:m") == 1
+    wait_for(lambda: limiter.permits("p:m") == 0)
 
 
 def test_a_process_knows_its_own_pause_at_once_and_anothers_after_the_recheck(r):
     """What a step's begin script may skip reading (:meth:`Budgets.known_pauses`), and the
-    pause the step then goes by (``rate_wait(..., None)``)."""
+    pause the step then goes by (``rate_permit(..., None, ...)``)."""
     from orchestration.core.agents import Agent
-    from orchestration.services.budgeting import Budgets
+    from orchestration.services.budgeting import Budgets, rate_name
 
     agent = Agent("x", model="sim:pause-test").spec
-    key = keys.rate_pause(agent.provider, agent.model_name)
+    key = keys.rate_pause(rate_name(agent))
     mine, other = Budgets(r, pause_recheck_s=0.3), Budgets(r, pause_recheck_s=0.3)
+    wait = lambda budgets, paused: budgets.rate_permit(agent, 1, paused, 60).wait_s  # noqa: E731
     assert mine.known_pauses() == ()
-    assert mine.rate_wait(agent, 1, 0.0) == 0.0 and other.rate_wait(agent, 1, 0.0) == 0.0
+    assert wait(mine, 0.0) == 0.0 and wait(other, 0.0) == 0.0
     assert mine.known_pauses() == (key,) == other.known_pauses()
     mine.pause(agent, 2.0)  # a 429: this process knows it without a read
-    assert 1.9 < mine.rate_wait(agent, 1, None) <= 2.0
-    assert other.rate_wait(agent, 1, None) == 0.0, "the other goes by what it read lately"
+    assert 1.9 < wait(mine, None) <= 2.0
+    assert wait(other, None) == 0.0, "the other goes by what it read lately"
     wait_for(lambda: key not in other.known_pauses(), timeout=2.0)
-    paused = other.rate_wait(agent, 1, mine.limiter.paused_for(agent.provider, agent.model_name))
+    paused = wait(other, mine.limiter.paused_for(rate_name(agent)))
     assert 0 < paused <= 2.0, "once stale it reads the pause again and obeys it"
 
 
@@ -556,11 +606,10 @@ def test_a_process_knows_its_own_pause_at_once_and_anothers_after_the_recheck(r)
         {"rpm": -1, "tpm": None, "tokens": 1},
         {"rpm": 1.5, "tpm": None, "tokens": 1},
         {"rpm": None, "tpm": 0, "tokens": 0},
-        {"rpm": None, "tpm": 10, "tokens": 11},
         {"rpm": None, "tpm": None, "tokens": -1},
         {"rpm": 1, "tpm": None, "tokens": 1, "window_s": 0},
     ],
 )
 def test_rate_limiter_bad_arguments(limiter, kwargs):
     with pytest.raises(ConfigError):
-        limiter.acquire("p", "m", **kwargs)
+        limiter.try_acquire("p:m", **kwargs)

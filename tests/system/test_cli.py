@@ -634,7 +634,8 @@ def test_read_commands_print_json_lines_on_a_cluster(
 
 
 def test_shell_completion_completes_commands(tmp_path: Path) -> None:
-    script = _duet("--show-completion", "bash", env=_env(), cwd=tmp_path)
+    # (Typer falls back to detecting the shell when it does not take the argument.)
+    script = _duet("--show-completion", "bash", env=_env(SHELL="/bin/bash"), cwd=tmp_path)
     assert script.returncode == 0 and "complete" in script.stdout, script.stderr
     env = _env(_DUET_COMPLETE="complete_bash", COMP_WORDS="duet bu", COMP_CWORD="1")
     completed = _duet(env=env, cwd=tmp_path)

@@ -289,7 +289,10 @@ def test_rate_limited_cluster_run_shows_the_wait_and_one_ctrl_c_stops_waiting(
     ) as proc:
         lines = _Lines(proc)
         wait_for(
-            lambda: "waiting: rate limit openai:limited-actor: 2 of 2 requests" in lines.text(),
+            lambda: (
+                f"waiting: rate limit openai:limited-actor@{fake_llm.url}: next slot in"
+                in lines.text()
+            ),
             60,
             "the rate-limit wait on screen",
         )
@@ -315,8 +318,19 @@ def test_limits_outlive_a_batch_and_are_shown_set_and_cleared(
     cluster_env: dict[str, str], fake_llm: Any, tmp_path: Path
 ) -> None:
     model = "openai:stale-limit-model"  # its own name: the limit touches no other test
-    done = _duet("limits", "set", model, "--rpm", "7", env=cluster_env, cwd=tmp_path)
-    assert done.returncode == 0 and "openai:stale-limit-model: 7 requests per 60s" in done.stdout
+    done = _duet(
+        "limits",
+        "set",
+        model,
+        "--rpm",
+        "7",
+        "--base-url",
+        fake_llm.url,
+        env=cluster_env,
+        cwd=tmp_path,
+    )
+    name = f"{model}@{fake_llm.url}"  # a limit is kept per model and endpoint
+    assert done.returncode == 0 and f"{name}: 7 requests per 60s" in done.stdout
     shown = _duet("limits", "show", env=cluster_env, cwd=tmp_path)
     row = next(line for line in shown.stdout.splitlines() if model in line)
     assert "7" in row and "duet limits set" in row, shown.stdout
@@ -326,7 +340,7 @@ def test_limits_outlive_a_batch_and_are_shown_set_and_cleared(
         tmp_path, actor=model, critic="sim", actor_extra=f'base_url = "{fake_llm.url}"'
     )
     sent = _duet("submit", config, "-i", _inputs(tmp_path, 1), env=cluster_env, cwd=tmp_path)
-    assert f"{model} keeps the fleet rate limit set by duet limits set" in sent.stderr, sent.stderr
+    assert f"{name} keeps the fleet rate limit set by duet limits set" in sent.stderr, sent.stderr
     assert _duet("watch", sent.stdout.strip(), env=cluster_env, cwd=tmp_path).returncode == 0
 
     assert _duet("limits", "clear", model, env=cluster_env, cwd=tmp_path).stdout.strip() == (

@@ -189,7 +189,8 @@ def test_flower_shows_a_rate_limit_wait_as_a_retry_without_traceback(
     with _flower(system_redis_url, FLOWER_UNAUTHENTICATED_API="1") as port:
         _until_flower_listens(port, team)
         redis = connection.get_redis()
-        set_rate_limits(redis, {model: RateLimit(rpm=1, window_s=2.0, source="test")})
+        limit = RateLimit(rpm=1, window_s=2.0, source="test")
+        set_rate_limits(redis, {model: limit}, base_url=fake_llm.url)
         try:
             ids: set[str] = set()
 

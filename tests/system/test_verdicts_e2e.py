@@ -54,8 +54,10 @@ def test_a_quoted_forged_verdict_does_not_approve(
         assert result.final_score == pytest.approx(0.1), form
         first = result.rounds[0]
         assert FORGED in (first.critic_reply or ""), form  # the critic did quote it...
-        # ...outside the markers, so the reply held conflicting scores, and says so.
-        assert any("conflicting scores" in issue for issue in first.issues), form
+        if form == "fenced":
+            # ...in a code block outside the markers: the reply held conflicting scores,
+            # and says so (quoted inline, between backticks, it is no verdict at all).
+            assert any("conflicting scores" in issue for issue in first.issues), form
 
 
 def test_a_verdict_quoted_between_the_runs_markers_is_not_read(

@@ -12,6 +12,7 @@ import threading
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ConfigError
+from orchestration.settings import get_settings
 from workers.providers.base import Completion, Message, Provider
 
 __all__ = [
@@ -36,7 +37,12 @@ _lock = threading.Lock()
 
 
 def provider_for(agent: AgentSpec) -> Provider:
-    """The process-wide adapter for this agent's (provider, base_url, key variable)."""
+    """The process-wide adapter for this agent's (provider, base_url, key variable), once
+    the worker's key policy allows the variables it sends where it sends them.
+
+    Raises:
+        ConfigError: an unknown provider, or a variable the policy refuses (named).
+    """
     key = (agent.provider, agent.base_url, agent.api_key_env)
     adapter = _adapters.get(key)
     if adapter is not None:
@@ -50,6 +56,9 @@ def provider_for(agent: AgentSpec) -> Provider:
                 raise ConfigError(
                     f"unknown provider {agent.provider!r}; known: {', '.join(PROVIDER_MODULES)}"
                 ) from None
+            refused = get_settings().key_policy().agent_problem(agent)
+            if refused is not None:  # checked again here: a spec may be forged in Redis
+                raise ConfigError(f"{agent.provider} ({agent.model}): {refused}")
             module_name, _, class_name = target.partition(":")
             cls = getattr(importlib.import_module(module_name), class_name)
             adapter = cls(base_url=agent.base_url, api_key_env=agent.api_key_env)

@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable, Mapping
 
 from orchestration.core.errors import ProviderError
+from orchestration.core.ratelimit import VendorLimits
+from workers.providers.limits import read_limits
 from workers.secrets import scrub
 
 #: status code -> (kind, transient). Codes not listed: 5xx transient ``server_error``,
@@ -145,7 +147,14 @@ def error_for_status(
         transient=transient,
         retry_after=retry_after,
         status_code=status,
+        limits=_stated(read_limits(headers)),
     )
+
+
+def _stated(limits: VendorLimits | None) -> VendorLimits | None:
+    """``limits`` when an error's headers state some: an error without them (a proxy's,
+    say) does not teach that the account has none."""
+    return limits if limits is not None and (limits.rpm or limits.tpm) else None
 
 
 def _type_names(exc: BaseException) -> set[str]:

@@ -12,6 +12,7 @@ import os
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
@@ -32,6 +33,7 @@ from workers.providers.batch import (
 )
 from workers.providers.endpoint import Endpoint, Reply
 from workers.providers.errors import classify_exception, error_for_status
+from workers.providers.limits import read_limits
 
 _T = TypeVar("_T")
 
@@ -217,7 +219,8 @@ class SDKProvider(Provider):
 
     def _call(self, agent: AgentSpec, messages: list[Message], structured: bool) -> Completion:
         body = self.request(agent, messages, structured)
-        return self.read(self._post(self.path, body, agent.timeout_s), structured)
+        reply, headers = self._post(self.path, body, agent.timeout_s)
+        return replace(self.read(reply, structured), limits=read_limits(headers))
 
     def _url_credentials(self) -> url_credentials.BasicCredentials | None:
         """The basic-auth credentials ``base_url`` names, read from this worker's
@@ -241,22 +244,32 @@ class SDKProvider(Provider):
             transient=False,
         )
 
-    def _post(self, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """POST ``body`` as one call and return the JSON reply: the first through the SDK's
-        ``client.post``, later ones with the endpoint it showed (:meth:`_learn_endpoint`),
-        skipping the SDK's typed models and per-request layers (docs/performance.md)."""
+    def _post(
+        self, path: str, body: dict[str, Any], timeout_s: float
+    ) -> tuple[dict[str, Any], Mapping[str, str]]:
+        """POST ``body`` as one call and return the JSON reply and its headers (the
+        vendor's rate limits are among them): the first through the SDK's ``client.post``,
+        later ones with the endpoint it showed (:meth:`_learn_endpoint`), skipping the
+        SDK's typed models and per-request layers (docs/performance.md)."""
         endpoint = self._endpoint
         if endpoint is None:  # the first call: through the SDK, which shows the endpoint
-            # ``object``: the JSON as read. (``dict[str, Any]`` is a class to the SDKs'
-            # ``inspect.isclass`` on Python 3.10, and their ``issubclass`` then fails.)
-            reply = self.client().post(
-                path, body=body, cast_to=object, options={"timeout": timeout_s}
+            import httpx2
+
+            # The SDKs hand back their raw response when asked for ``httpx2.Response``.
+            response = self.client().post(
+                path, body=body, cast_to=httpx2.Response, options={"timeout": timeout_s}
             )
+            headers: Mapping[str, str] = response.headers
+            try:
+                reply = response.json()
+            except ValueError as exc:
+                raise self._bad_reply(exc) from exc
         else:
-            reply = self._read_reply(endpoint.post(body, timeout_s))
+            sent = endpoint.post(body, timeout_s)
+            reply, headers = self._read_reply(sent), sent.headers
         if not isinstance(reply, dict):
             raise self._bad_reply("the reply is not a JSON object")
-        return reply
+        return reply, headers
 
     def _read_reply(self, response: Reply) -> Any:
         """The JSON of a reply posted on the endpoint; an error status raised as the SDK's
@@ -307,6 +320,7 @@ class SDKProvider(Provider):
             transient=error.transient,
             retry_after=error.retry_after,
             status_code=error.status_code,
+            limits=error.limits,
         )
 
     def warm(self) -> None:
