@@ -22,6 +22,7 @@ from orchestration.services.budgeting import Budgets
 from orchestration.services.callcaching import CallCache
 from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.liveness import Liveness
+from orchestration.services.runcaching import ResultKeeper
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
 from orchestration.settings import get_settings
 from orchestration.state import keypolicies
@@ -66,8 +67,12 @@ def _build() -> tuple[Coordinator, StepService]:
             )
             # What the services tell of runs and calls: metrics and traces, when on.
             watchers = [m for m in (metrics, tracing) if m.ENABLED]
+            calls = open_call_store(
+                store.r, get_settings().redis_url, get_settings().fleet_key_value()
+            )
             _coordinator = Coordinator(
                 store,
+                results=ResultKeeper(calls),
                 budget_check=budgets.round_check,
                 observers=tuple(m.RunObserver() for m in watchers),
                 dispatch_message=dispatch_message,
@@ -84,9 +89,7 @@ def _build() -> tuple[Coordinator, StepService]:
                 spec_seen=spec_keys.register,
                 handover_message=handover_message,
                 cache=CallCache(
-                    open_call_store(
-                        store.r, get_settings().redis_url, get_settings().fleet_key_value()
-                    ),
+                    calls,
                     tuple(m.StepObserver() for m in watchers),
                 ),
             )

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from duet.report.records import FINISHED_WELL
-from orchestration.core.runcache import loop_cacheable, run_cacheable, run_key
+from orchestration.core.runcache import loop_cacheable, run_cacheable, run_key, served_usage
 from orchestration.logjson import json_line
 
 if TYPE_CHECKING:
@@ -29,25 +29,6 @@ log = logging.getLogger(__name__)
 
 #: Fields of a record that belong to the input, not to the run: replaced when served.
 INPUT_FIELDS = ("index", "id", "user_id", "metadata")
-
-
-def served_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's usage as a run served from the cache bills it: nothing, its calls counted
-    as ``cached_calls`` and its cost as ``saved_usd`` (the role breakdown likewise)."""
-    out: dict[str, Any] = {
-        **usage,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "calls": 0,
-        "usd": 0.0,
-        "cached_calls": int(usage.get("cached_calls") or 0) + int(usage.get("calls") or 0),
-        "saved_usd": round(
-            float(usage.get("saved_usd") or 0.0) + float(usage.get("usd") or 0.0), 6
-        ),
-    }
-    if isinstance(usage.get("by_role"), Mapping):
-        out["by_role"] = {role: served_usage(u) for role, u in usage["by_role"].items()}
-    return out
 
 
 def served_record(stored: Mapping[str, Any], index: int, item: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,11 +71,13 @@ def enqueue(
     """Write ``records`` (and the batch record) and send each run to the coordinator.
 
     A batch with ``max_in_flight`` N sends only its first N runs; the others are queued
-    at its gate (:mod:`orchestration.state.gates`) and sent as places free.
+    at its gate (:mod:`orchestration.state.gates`) and sent as places free. A record
+    ``served`` from the cache is written finished instead, and neither sent nor gated.
     """
     st = store()
     check_key_policies(spec, st.r)
     limit = limit_of(batch) if batch is not None else 0
+    placed = 0  # runs given a place under the gate so far
     for start in range(0, max(len(records), 1), SUBMIT_CHUNK):
         chunk = records[start : start + SUBMIT_CHUNK]
         pipe = st.r.pipeline(transaction=False)
@@ -91,11 +93,15 @@ def enqueue(
         st.create_runs(chunk, pipe)
         if batch is not None and chunk:
             pipe.rpush(keys.batch_runs(batch["batch_id"]), *(r.run_id for r in chunk))
-        sent = chunk if not limit else chunk[: max(0, limit - start)]
+        live = [(start + n, r) for n, r in enumerate(chunk) if r.served is None]
+        served = [r for r in chunk if r.served is not None]
+        sent = [r for _, r in live] if not limit else [r for _, r in live[: max(0, limit - placed)]]
+        placed += len(sent)
         if batch is not None and limit:
-            later = {r.run_id: start + n for n, r in enumerate(chunk) if n >= len(sent)}
+            later = {r.run_id: at for at, r in live[len(sent) :]}
             BatchGate.admit(pipe, batch["batch_id"], [r.run_id for r in sent], later)
         replicas.execute(pipe)  # on a replica too, when one is asked for
+        st.finish_served(served)
         send_coordinate(r.run_id for r in sent)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from orchestration.client import handles
 from orchestration.client.backend import ensure_backend
 from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id
+from orchestration.client.served import served_from_cache
 from orchestration.core import quoting
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import (
@@ -34,6 +35,7 @@ from orchestration.core.memory import (
     Memory,
 )
 from orchestration.core.results import RunResult
+from orchestration.core.runcache import loop_cacheable
 from orchestration.core.validation import checked
 from orchestration.settings import get_settings
 from orchestration.state.broker import visibility_timeout_of
@@ -258,12 +260,16 @@ class Team:
         batch_id: str | None = None,
         budget: Budget | None = None,
         max_in_flight: int | None = None,
+        cache: bool = True,
     ) -> BatchHandle:
         """Queue many runs as one batch: prompts, or dicts ``{id, prompt, user_id, metadata}``.
 
         ``budget`` caps the whole batch (scope ``batch:<id>``); the team's per-run budget
         still applies to each run. ``max_in_flight``: at most this many of the batch's
         runs started and not finished at any moment, fleet-wide (default: the team's).
+        ``cache``: with the team's cache on, an input whose run finished well before (same
+        loop, same prompt, within the TTL) gets that result again, marked ``cached`` and
+        billed nothing, without a task being sent for it; False runs every input.
 
         Every item is checked before anything is written, so a bad item refuses the batch
         with a message naming it (the CLI reports bad inputs and proceeds with the rest).
@@ -314,6 +320,8 @@ class Team:
         if self.budget is not None:
             limits.update((r.budget_scopes[0], self.budget) for r in records)
         handles.set_budgets(limits)
+        if cache and loop_cacheable(self.spec):
+            records = served_from_cache(self.spec, records)
         batch = {
             "batch_id": batch_id,
             "spec_id": self.spec.spec_id,

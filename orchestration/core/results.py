@@ -83,6 +83,9 @@ class RunResult(BaseModel):
     started_at: float | None = None
     finished_at: float | None = None
     events: list[Event] = Field(default_factory=list)
+    #: Served from the cache: an earlier run's result on the same loop and prompt, which
+    #: bills nothing (its calls are ``cached_calls``, its cost ``saved_usd``).
+    cached: bool = False
 
     @property
     def finished(self) -> bool:

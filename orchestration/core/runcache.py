@@ -10,11 +10,15 @@ that history too, so it never gets one; nor does a loop whose agent refuses the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 from orchestration.core.memory import conversation_scope
+from orchestration.core.results import RunResult, UsageReport
 
 if TYPE_CHECKING:
     from orchestration.core.architecture import LoopSpec
@@ -25,6 +29,23 @@ RUN_KEY_PREFIX = "run:"
 #: Bumped when what a run key covers or what a run entry holds changes (2: entries carry
 #: an integrity tag).
 RUN_KEY_VERSION = 2
+#: Keys of whole-run *results* (a worker keeps a finished run's ``RunResult`` under one;
+#: ``Team.submit_batch`` serves it) start with this: ``duet run`` keeps its own records,
+#: in another shape, under :data:`RUN_KEY_PREFIX`.
+RESULT_KEY_PREFIX = "result:"
+#: The statuses of a run that finished well: only such a run is kept and served.
+FINISHED_WELL = ("approved", "max_rounds_reached")
+
+
+@functools.cache
+def api_version(provider: str) -> str:
+    """The SDK a provider's calls go through, with its version (``openai==1.40.0``)."""
+    if provider == "sim":
+        return "sim"
+    try:
+        return f"{provider}=={metadata.version(provider)}"
+    except metadata.PackageNotFoundError:
+        return provider
 
 
 def loop_cacheable(spec: LoopSpec) -> bool:
@@ -58,4 +79,80 @@ def run_key(spec: LoopSpec, prompt: str, api_versions: tuple[str, str]) -> str:
     return RUN_KEY_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
-__all__ = ["RUN_KEY_PREFIX", "loop_cacheable", "run_cacheable", "run_key"]
+def result_key(spec: LoopSpec, prompt: str) -> str:
+    """The key of a run's kept ``RunResult``: :func:`run_key` of the same run, with the
+    SDKs it would call through now and :data:`RESULT_KEY_PREFIX`."""
+    api = (api_version(spec.actor.provider), api_version(spec.critic.provider))
+    return RESULT_KEY_PREFIX + run_key(spec, prompt, api)[len(RUN_KEY_PREFIX) :]
+
+
+def served_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's usage as a run served from the cache bills it: nothing, its calls counted
+    as ``cached_calls`` and its cost as ``saved_usd`` (the role breakdown likewise)."""
+    out: dict[str, Any] = {
+        **usage,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "calls": 0,
+        "usd": 0.0,
+        "cached_calls": int(usage.get("cached_calls") or 0) + int(usage.get("calls") or 0),
+        "saved_usd": round(
+            float(usage.get("saved_usd") or 0.0) + float(usage.get("usd") or 0.0), 6
+        ),
+    }
+    if isinstance(usage.get("by_role"), Mapping):
+        out["by_role"] = {role: served_usage(u) for role, u in usage["by_role"].items()}
+    return out
+
+
+def kept_result(result: RunResult) -> str:
+    """What a run's cache entry holds: its result, without what belongs to the input or to
+    this one run (ids, metadata, times, events)."""
+    return result.model_copy(
+        update={
+            "run_id": "",
+            "input_id": None,
+            "batch_id": None,
+            "user_id": None,
+            "metadata": {},
+            "created_at": None,
+            "started_at": None,
+            "finished_at": None,
+            "events": [],
+        }
+    ).model_dump_json()
+
+
+def served_result(text: str | None) -> str | None:
+    """The ``RunResult`` JSON a run is served from the entry ``text`` holds, billed as
+    nothing (:func:`served_usage`); None when it holds none that finished well (a miss)."""
+    if text is None:
+        return None
+    try:
+        result = RunResult.model_validate_json(text)
+    except ValueError:
+        return None
+    if result.status not in FINISHED_WELL:
+        return None
+    usage = UsageReport.model_validate(
+        {
+            "total": served_usage(result.usage.total.model_dump()),
+            "by_role": {r: served_usage(u.model_dump()) for r, u in result.usage.by_role.items()},
+        }
+    )
+    return result.model_copy(update={"usage": usage, "cached": True}).model_dump_json()
+
+
+__all__ = [
+    "FINISHED_WELL",
+    "kept_result",
+    "served_result",
+    "RESULT_KEY_PREFIX",
+    "RUN_KEY_PREFIX",
+    "api_version",
+    "loop_cacheable",
+    "result_key",
+    "run_cacheable",
+    "run_key",
+    "served_usage",
+]

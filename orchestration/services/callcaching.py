@@ -3,11 +3,9 @@ or rate-limit grant, the result of a hit, and the store of a whole answer."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import replace
-from importlib import metadata
 from typing import Any
 
 from orchestration.core.agents import AgentSpec
@@ -20,26 +18,13 @@ from orchestration.core.callcache import (
     storable,
 )
 from orchestration.core.completion import Completion, Message
+from orchestration.core.runcache import api_version
 from orchestration.core.structured import CRITIQUE_SCHEMA
-from orchestration.state.callcache import CallStore
-from orchestration.state.connection import INFRA_ERRORS
+from orchestration.state.callcache import STORE_ERRORS, CallStore
 
 log = logging.getLogger(__name__)
 #: Where a run's quoting boundary was, in keys and entries.
 _PLACEHOLDER = "\x00duet-boundary\x00"
-#: What a broken store raises; a lookup or a write that fails is a miss, never a failure.
-STORE_ERRORS = (*INFRA_ERRORS, OSError, __import__("sqlite3").Error)
-
-
-@functools.cache
-def api_version(provider: str) -> str:
-    """The SDK a provider's calls go through, with its version (``openai==1.40.0``)."""
-    if provider == "sim":
-        return "sim"
-    try:
-        return f"{provider}=={metadata.version(provider)}"
-    except metadata.PackageNotFoundError:
-        return provider
 
 
 def identity(agent: AgentSpec, structured: bool) -> CallIdentity:

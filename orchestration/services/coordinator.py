@@ -28,6 +28,7 @@ from orchestration.core.memory import conversation_scope
 from orchestration.core.results import FINISHED_STATUSES, retried_usage, run_usage
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.services.budgeting import rate_name
+from orchestration.services.runcaching import ResultKeeper
 from orchestration.state import keys
 from orchestration.state.events import event_json
 from orchestration.state.gates import BatchGate, limit_of
@@ -138,8 +139,11 @@ class Coordinator:
         observers: tuple[RunObserver, ...] = (),
         dispatch_message: DispatchMessage | None = None,
         send_transition: SendTransition | None = None,
+        results: ResultKeeper | None = None,
     ) -> None:
         self.store = store
+        #: Keeps the results of runs that finished well for ``submit_batch`` to serve.
+        self.results = results
         self.dispatch_message = dispatch_message
         self.send_transition = send_transition
         self.gate = BatchGate(store.r)
@@ -334,6 +338,8 @@ class Coordinator:
                     observer.run_started(run)
                 observer.run_finished(run, action.status, action.reason)
             self.pass_places(run)
+            if self.results is not None:
+                self.results.finished(self.store, run, action.status)
 
 
 __all__ = [

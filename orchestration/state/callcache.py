@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from orchestration.core.callcache import DEFAULT_MAX_ENTRIES, CacheStats
 from orchestration.core.integrity import opened, seal
 from orchestration.state import keys
+from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.scripts import ScriptCall, register, run_scripts
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ KEY_BYTES = 32
 #: Default size cap of a store, bytes of answers.
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PARTS = ("entries", "used", "stored", "stats")
+
+
+#: What a broken store raises; a lookup or a write that fails is a miss, never a failure.
+STORE_ERRORS: tuple[type[BaseException], ...] = (*INFRA_ERRORS, OSError, sqlite3.Error)
 
 
 class CallStore(Protocol):
@@ -367,6 +372,7 @@ def open_call_store(client: Any, redis_url: str | None, fleet_key: str | None) -
 
 
 __all__ = [
+    "STORE_ERRORS",
     "SealedStore",
     "local_fleet_key",
     "open_call_store",

@@ -56,6 +56,9 @@ class RunRecord:
     boundary: str | None = None
     #: The batch's ``max_in_flight`` (see :mod:`orchestration.state.gates`); None: none.
     gate: int | None = None
+    #: A ``RunResult`` (JSON) served from the cache: the run is written finished with it
+    #: (:meth:`RunStore.finish_served`) and never sent to a worker.
+    served: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,8 @@ OUTCOME_FIELDS = (
     "calls",
     "usd",
 )
+#: The run-hash field holding the ``RunResult`` of a run served from the cache.
+SERVED_FIELD = "served"
 #: Prefix of the run-hash fields holding the compact outcome of each stored step.
 OUTCOME_PREFIX = "o:"
 #: Prefix of the run-hash fields holding each step's input (JSON: role, prompt, what its
@@ -230,6 +235,26 @@ def _reopen_keys(run_id: str, batch_id: str | None) -> list[str]:
     ]
 
 
+def served_result(run: Mapping[str, str], events: list[Event]) -> RunResult:
+    """The result of a run served from the cache: the kept one, with this run's identity,
+    times and events, marked ``cached``."""
+    kept_result = RunResult.model_validate_json(run[SERVED_FIELD])
+    return kept_result.model_copy(
+        update={
+            "run_id": run["run_id"],
+            "input_id": run.get("input_id"),
+            "batch_id": run.get("batch_id"),
+            "user_id": run.get("user_id"),
+            "metadata": json.loads(run["metadata"]) if run.get("metadata") else {},
+            "created_at": float(run["created_at"]) if run.get("created_at") else None,
+            "started_at": float(run["started_at"]) if run.get("started_at") else None,
+            "finished_at": float(run["finished_at"]) if run.get("finished_at") else None,
+            "events": events,
+            "cached": True,
+        }
+    )
+
+
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
@@ -297,6 +322,8 @@ class RunStore:
                 fields["boundary"] = rec.boundary
             if rec.gate:
                 fields[GATE_FIELD] = rec.gate
+            if rec.served is not None:
+                fields[SERVED_FIELD] = rec.served
             pipe.hset(keys.run(rec.run_id), mapping=fields)
             pipe.zadd(keys.runs_moved(), {rec.run_id: float(now)})
             pipe.xadd(keys.run_events(rec.run_id), {"e": event_json(ev.RUN_QUEUED, rec.run_id)})
@@ -425,6 +452,20 @@ class RunStore:
         record: Mapping[str, str] | None = None,
         queue: str = "",
     ) -> int:
+        call = self._transition_call(run, seq, args, events, forget, drop, record, queue)
+        return int(replicas.run_durable(self.r, [call])[0])
+
+    def _transition_call(
+        self,
+        run: Mapping[str, str],
+        seq: int,
+        args: list[str],
+        events: Sequence[str | Once],
+        forget: Sequence[str] = (),
+        drop: Sequence[str] = (),
+        record: Mapping[str, str] | None = None,
+        queue: str = "",
+    ) -> ScriptCall:
         run_id = run["run_id"]
         batch_id = run.get("batch_id")
         once = [(n, e) for n, e in enumerate(events, 1) if isinstance(e, Once)]
@@ -461,7 +502,7 @@ class RunStore:
             args.append("")
         flags = json.dumps([[n, e.field] for n, e in once])
         texts = [e.event if isinstance(e, Once) else e for e in events]
-        call = ScriptCall(
+        return ScriptCall(
             self._transition,
             script_keys,
             [
@@ -473,7 +514,37 @@ class RunStore:
                 *texts,
             ],
         )
-        return int(replicas.run_durable(self.r, [call])[0])
+
+    def finish_served(self, records: Sequence[RunRecord]) -> None:
+        """Finish runs just created with a ``served`` result, in one round trip: each by
+        the finish transition a worker's would make (batch counters, ``done``, its status
+        count, the batch's finished stream), billing the served usage (nothing)."""
+        now = repr(time.time())
+        calls = []
+        for rec in records:
+            assert rec.served is not None
+            served = RunResult.model_validate_json(rec.served)
+            run = {"run_id": rec.run_id, "budget_scopes": ",".join(rec.budget_scopes)}
+            if rec.batch_id:
+                run["batch_id"] = rec.batch_id
+            usage = served.usage.total.model_dump()
+            events = [
+                event_json(
+                    ev.RUN_FINISHED,
+                    rec.run_id,
+                    len(served.rounds),
+                    status=served.status,
+                    reason=None,
+                    score=served.final_score,
+                    cached=True,
+                )
+            ]
+            args = ["finish", now, str(served.status), "", "", json.dumps(usage)]
+            calls.append(
+                self._transition_call(run, 0, [*args, str(self.finished_ttl_s), rec.run_id], events)
+            )
+        if calls:
+            replicas.run_durable(self.r, calls)
 
     def fail_run(self, run_id: str, error: str) -> bool:
         """End a run as ``failed`` whatever transition it is at (a bug, not a decision);
@@ -847,6 +918,8 @@ class RunStore:
         run, steps, events = pipe.execute()
         if not run:
             raise LookupError(f"run {run_id} not found (expired or never submitted)")
+        if SERVED_FIELD in run:
+            return served_result(run, [stored_event(f["e"], run_id, eid) for eid, f in events])
         result = build_result(
             run,
             {k: loaded_result(k, v) for k, v in steps.items()},

@@ -8,7 +8,18 @@ from typing import Any
 from duet.commands.run_cache import served_record, served_usage
 from orchestration.core.agents import Agent
 from orchestration.core.architecture import ActorCritic, LoopSpec
-from orchestration.core.runcache import RUN_KEY_PREFIX, loop_cacheable, run_cacheable, run_key
+from orchestration.core.results import RunResult, UsageReport
+from orchestration.core.runcache import (
+    RESULT_KEY_PREFIX,
+    RUN_KEY_PREFIX,
+    kept_result,
+    loop_cacheable,
+    result_key,
+    run_cacheable,
+    run_key,
+    served_result,
+)
+from orchestration.core.usage import Usage
 
 API = ("openai==1.0", "anthropic==1.0")
 
@@ -90,3 +101,50 @@ def test_celery_finds_the_app_whatever_was_imported_first() -> None:
     find = "from celery.app.utils import find_app; print(type(find_app('workers')).__name__)"
     assert _python(f"import workers; {find}") == "Celery"
     assert _python(f"import workers.app; {find}") == "Celery"
+
+
+def _result(**fields: Any) -> RunResult:
+    usage = Usage(input_tokens=10, output_tokens=5, calls=2, usd=0.5)
+    return RunResult(
+        run_id="r1",
+        status=fields.pop("status", "approved"),
+        output="fixed",
+        final_score=0.95,
+        usage=UsageReport(total=usage, by_role={"actor": usage}),
+        input_id="a",
+        batch_id="b",
+        user_id="u",
+        metadata={"k": 1},
+        created_at=1.0,
+        **fields,
+    )
+
+
+def test_a_kept_result_holds_no_identity_and_is_served_billing_nothing() -> None:
+    kept = RunResult.model_validate_json(kept_result(_result()))
+    assert (kept.run_id, kept.input_id, kept.batch_id, kept.user_id) == ("", None, None, None)
+    assert (kept.metadata, kept.created_at, kept.output) == ({}, None, "fixed")
+    text = served_result(kept_result(_result()))
+    assert text is not None
+    served = RunResult.model_validate_json(text)
+    assert served.cached and served.final_score == 0.95
+    total = served.usage.total
+    assert (total.calls, total.usd, total.input_tokens) == (0, 0.0, 0)
+    assert (total.cached_calls, total.saved_usd) == (2, 0.5)
+    assert served.usage.by_role["actor"].cached_calls == 2
+
+
+def test_only_a_whole_result_that_finished_well_is_served() -> None:
+    assert served_result(None) is None
+    assert served_result("not json") is None
+    assert served_result('{"run_id": "x"}') is None  # no status
+    for status in ("interrupted", "failed", "cancelled"):
+        assert served_result(kept_result(_result(status=status))) is None
+    assert served_result(kept_result(_result(status="max_rounds_reached"))) is not None
+
+
+def test_a_result_key_is_the_run_key_of_the_current_sdks_under_its_own_prefix() -> None:
+    key = result_key(_spec(), "p")
+    assert key.startswith(RESULT_KEY_PREFIX) and not key.startswith(RUN_KEY_PREFIX)
+    assert result_key(_spec(cache="1d"), "p") == key
+    assert result_key(_spec(), "q") != key
