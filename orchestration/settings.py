@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestration.core.key_policy import KeyPolicy, checked_key_hosts, parse_key_hosts
-from orchestration.state.keys import (
+from orchestration.defaults import (
     DEFAULT_FINISHED_TTL_S,
     DEFAULT_PROCESS_TTL_S,
     DEFAULT_STEP_LEASE_S,

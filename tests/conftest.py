@@ -42,6 +42,8 @@ TEST_KEY_VARIABLES = (
     "DUET_TEST_UC_ADAPTER_PASS",
     "DUET_TEST_UNSET_KEY",
     "TENANT_B_KEY",
+    "DUET_TEST_LATE_CRITIC_A",
+    "DUET_TEST_LATE_CRITIC_B",
 )
 #: The stand-in's hosts, and the vendors' (an agent with no base_url is checked as calling
 #: its vendor; the tests' workers point OPENAI_BASE_URL / ANTHROPIC_BASE_URL at the stand-in).

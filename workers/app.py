@@ -148,14 +148,15 @@ def _setup_task_logs(logger: logging.Logger, **_: object) -> None:
 NO_CLUSTER = "a worker needs a cluster: set DUET_REDIS_URL (e.g. redis://localhost:6379/0)"
 
 
-def check_cluster() -> None:
-    """Refuse a worker with no broker configured (no ``DUET_REDIS_URL`` or
-    ``DUET_BROKER_URL``, and not pointed at one by :func:`configure`).
+def check_cluster(broker_url: str | None) -> None:
+    """Refuse a worker with no broker: ``broker_url`` is the app's (pointed at one by
+    :func:`configure`, from ``DUET_BROKER_URL`` or ``DUET_REDIS_URL``), or the one
+    ``duet worker`` reads from the environment before Celery starts.
 
     Raises:
         ConfigError: :data:`NO_CLUSTER`.
     """
-    if not app.conf.broker_url:
+    if not broker_url:
         raise ConfigError(NO_CLUSTER)
 
 
@@ -201,7 +202,7 @@ def _check_at_start(**_: object) -> None:
     # httpx2 is imported here, not by every process importing this module: ~0.14 s).
     # Celery logs and ignores what a signal handler raises: exit (code 2) instead.
     try:
-        check_cluster()  # before anything connects
+        check_cluster(app.conf.broker_url)  # before anything connects
         check_visibility_timeout()
         fastpaths.enabled("endpoint")
         check_servers()

@@ -18,6 +18,7 @@ from celery.exceptions import Reject, Retry
 from celery.signals import worker_ready
 
 from orchestration.backoff import IN_PLACE, INFRA
+from orchestration.defaults import PUBLISH_PATIENCE_S
 from orchestration.services.budgeting import Budgets
 from orchestration.services.callcaching import CallCache
 from orchestration.services.coordinator import Coordinator, Dispatch
@@ -315,10 +316,6 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (
     *REDIS_INFRA_ERRORS,
     kombu.exceptions.OperationalError,
 )
-#: How a retry's message is published when the broker is away: kept trying for up to
-#: PUBLISH_PATIENCE_S (this thread waits) before the message is given back to the broker
-#: instead (which the sweep backs up, should that fail too).
-PUBLISH_PATIENCE_S = 120.0
 PUBLISH_RETRY = {
     "max_retries": 40,
     "interval_start": 0.2,

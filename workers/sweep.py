@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from celery.signals import worker_ready
 
+from orchestration.defaults import RESTART_CHECK_S, RESTART_GRACE_S
 from orchestration.services.coordinator import Dispatch
 from orchestration.services.sweeper import Healer, Healing, RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
@@ -46,11 +47,6 @@ _thread: threading.Thread | None = None
 
 #: What one sweep sent on: the coordinator's transition or the step again, per run.
 Sends = list[Dispatch | Transition]
-#: Seconds between two checks of which Redis server this is (at most the sweep interval).
-RESTART_CHECK_S = 2.0
-#: Seconds after Redis came back before the runs that have not moved since are swept:
-#: the tasks that met it down retry with backoff meanwhile, and move their runs.
-RESTART_GRACE_S = 8.0
 
 
 def holder_id() -> str:

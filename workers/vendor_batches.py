@@ -28,6 +28,7 @@ from orchestration.core.agents import AgentSpec
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import parse_step_key
 from orchestration.core.vendor_batch import custom_id, group_of, poll_delay
+from orchestration.defaults import VENDOR_BATCH_HOLD_S, VENDOR_BATCH_RECLAIM_S
 from orchestration.services.step import Handover, Park
 from orchestration.settings import get_settings
 from orchestration.state import keys
@@ -46,10 +47,6 @@ from workers.runtime import (
 
 log = logging.getLogger(__name__)
 
-#: How long a parked step's budget hold lasts: the vendors' 24-hour window and an hour.
-HOLD_S = 25 * 3600
-#: A request a collector took but never recorded as submitted is pending again after this.
-RECLAIM_S = 120.0
 
 _store: VendorBatchStore | None = None
 
@@ -65,7 +62,7 @@ def batches() -> VendorBatchStore:
 
 def park_step(task: Any, parking: Park) -> None:
     """Body of a step task for a ``vendor_batch`` agent: reserve its budget, park it."""
-    request = get_steps().reserve_parked(parking, HOLD_S, failures_of(task))
+    request = get_steps().reserve_parked(parking, VENDOR_BATCH_HOLD_S, failures_of(task))
     if isinstance(request, dict):
         park(parking.seat.agent, parking.run_id, parking.key, request)
     else:
@@ -98,7 +95,7 @@ def collect(group: str) -> None:
         group,
         max_requests=settings.vendor_batch_max_requests,
         gather_s=settings.vendor_batch_gather_s,
-        reclaim_s=RECLAIM_S,
+        reclaim_s=VENDOR_BATCH_RECLAIM_S,
     )
     if not take.members:
         if take.wait_s > 0:

@@ -72,7 +72,8 @@ def worker(
     from orchestration.state import keys
     from workers.app import check_cluster, check_visibility_timeout
 
-    check_cluster()  # clear one-line refusals here, before Celery starts
+    settings = get_settings()
+    check_cluster(settings.broker_url or settings.redis_url)  # one-line refusals, before Celery
     check_visibility_timeout()
     chosen = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(chosen) - set(keys.ALL_QUEUES))

@@ -31,6 +31,7 @@ from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_byte
 from orchestration.core.pricing import cost_usd, rates_for
 from orchestration.core.ratelimit import VendorLimits, limit_name
 from orchestration.core.structured import CRITIQUE_SCHEMA
+from orchestration.defaults import LEARNED_REFRESH_S, RATE_TABLE_TTL_S
 from orchestration.prices import price_for
 from orchestration.services.pauses import PauseMemory
 from orchestration.state import keys
@@ -51,11 +52,6 @@ from orchestration.state.tokenratio import TokenRatios
 
 log = logging.getLogger(__name__)
 
-#: How long the per-process copy of the fleet's rate-limit table is trusted.
-RATE_TABLE_TTL_S = 5.0
-#: How long a process trusts that the fleet holds the limits a vendor's headers said,
-#: before it writes them again (a change is written at once).
-LEARNED_REFRESH_S = 10.0
 #: Providers whose answers carry the account's rate limits in headers (the limiter
 #: learns them; until the first answer, a few probe calls go).
 LEARNS_LIMITS = frozenset({"openai", "anthropic"})

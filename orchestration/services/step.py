@@ -37,6 +37,7 @@ from orchestration.core.ratelimit import PAUSE_ALL_S, VendorLimits, rate_limited
 from orchestration.core.structured import read_structured, structured_critique
 from orchestration.core.tools import McpServerSpec, ToolSpec
 from orchestration.core.turns import MAX_TURNS, TurnView, after_turn, summed, turn_messages
+from orchestration.defaults import STORE_PATIENCE_S
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, rate_name, step_id
 from orchestration.services.callcaching import CallCache, hit_result
@@ -54,8 +55,6 @@ log = logging.getLogger(__name__)
 
 #: Times a call's output limit is lowered to fit a budget (one per scope and unit in the way).
 _FITS = 4
-#: Seconds a step keeps trying to store a model's answer while Redis is away.
-STORE_PATIENCE_S = 120.0
 
 
 class ModelClient(Protocol):

@@ -24,6 +24,7 @@ from kombu.utils.json import dumps, loads
 
 from orchestration.backoff import OUTAGE
 from orchestration.core.envelope import envelope_problem, examine
+from orchestration.defaults import ACK_BATCH, OOM_WARN_EVERY_S, POP_MAX
 from orchestration.settings import Settings
 from orchestration.state import (
     connection,
@@ -43,18 +44,10 @@ STOCK_TRANSPORT = "orchestration.state.broker:StockTransport"
 #: The value selecting kombu's stock Sentinel transport, outages counted as connection
 #: errors (:class:`SentinelTransport`), for a ``sentinel://`` broker.
 SENTINEL_TRANSPORT = "orchestration.state.broker:SentinelTransport"
-#: Seconds between two warnings while it lasts.
-OOM_WARN_EVERY_S = 30.0
 #: Appended to kombu's unacked index key (``unacked_index``) to name the sorted set of
 #: unacknowledged messages (see :class:`QoS`); a key of its own, so a kombu-style reader
 #: never takes its members for delivery tags.
 UNACKED_SUFFIX = ":messages"
-#: Most messages one pop takes (``BLMPOP ... COUNT``), bounded by the consumer's credit.
-POP_MAX = 16
-#: Acks are removed from the unacked set in one command once this many are pending, or
-#: with the next note of popped messages, the pop after an empty one, or the channel's
-#: close (see :meth:`QoS.ack`).
-ACK_BATCH = 32
 
 log = logging.getLogger(__name__)
 

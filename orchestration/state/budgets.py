@@ -41,11 +41,12 @@ from orchestration.core.budget import (
     parse_scope,
 )
 from orchestration.core.errors import ConfigError, DuetError
+from orchestration.defaults import DEFAULT_FINISHED_TTL_S
 from orchestration.state import keys, replicas, scripts
 from orchestration.state.scripts import ScriptCall
 
 #: Seconds a settled-step marker lives (a redelivered step is charged once within it).
-DEFAULT_SETTLED_TTL_S = keys.DEFAULT_FINISHED_TTL_S
+DEFAULT_SETTLED_TTL_S = DEFAULT_FINISHED_TTL_S
 
 _STORED = ("input_tokens", "output_tokens", "usd", "calls")
 #: Scope kinds whose names :meth:`BudgetLedger.set_limits` keeps in an index (a few,

@@ -70,16 +70,6 @@ TASK_QUEUES = {
 #: The step task for each phase of the loop.
 TASK_BY_PHASE = {"generate": TASK_GENERATE, "critique": TASK_CRITIQUE, "refine": TASK_REFINE}
 
-# --- time to live ---------------------------------------------------------
-#: Seconds a finished run (record, steps, events) is kept; DUET_FINISHED_TTL_S overrides.
-DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
-#: Seconds a step claim lives unless renewed: a worker renews the claims of its calls in
-#: flight (every third of this), so a worker that dies mid-call frees its step after this.
-DEFAULT_STEP_LEASE_S = 60
-#: Seconds a worker process's liveness key lives unless renewed (every third of this):
-#: a claim whose process has no such key is dead and taken over at once.
-DEFAULT_PROCESS_TTL_S = 10
-
 
 def call_cache(part: str) -> str:
     """The model-call cache (:mod:`orchestration.state.callcache`), one hash tag for all:

@@ -29,6 +29,7 @@ from orchestration.core.results import (
     step_usage,
 )
 from orchestration.core.usage import Usage
+from orchestration.defaults import DEFAULT_FINISHED_TTL_S
 from orchestration.state import keys, replicas, scripts
 from orchestration.state.budgets import Spend
 from orchestration.state.conversations import turn_prefix
@@ -258,7 +259,7 @@ def served_result(run: Mapping[str, str], events: list[Event]) -> RunResult:
 class RunStore:
     """Reads and writes runs and batches. Thread-safe: it holds only a pooled client."""
 
-    def __init__(self, client: Any, *, finished_ttl_s: int = keys.DEFAULT_FINISHED_TTL_S):
+    def __init__(self, client: Any, *, finished_ttl_s: int = DEFAULT_FINISHED_TTL_S):
         # ``client`` decodes responses to str (see connection.get_redis), which redis-py's
         # annotations cannot express, hence Any.
         self.r = client

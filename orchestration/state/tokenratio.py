@@ -13,11 +13,12 @@ import time
 from typing import Any
 
 from orchestration.core.estimate import MIN_SAMPLES, TokenRatio, observed_ratio
+from orchestration.defaults import TOKEN_RATIO_CACHE_S
 from orchestration.state import keys
 from orchestration.state.scripts import register
 
-#: Seconds a process trusts its copy of a model's ratio.
-CACHE_S = 5.0
+#: Seconds a process trusts its copy of a model's ratio (a test sets it to 0).
+CACHE_S = TOKEN_RATIO_CACHE_S
 
 
 class TokenRatios:

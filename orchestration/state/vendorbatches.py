@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from orchestration.defaults import DEFAULT_FINISHED_TTL_S
 from orchestration.state import keys, scripts
 
 
@@ -57,7 +58,7 @@ class VendorBatch:
 class VendorBatchStore:
     """Parked requests and vendor batches, on one Redis client (decoding)."""
 
-    def __init__(self, redis_client: Any, *, ttl_s: int = keys.DEFAULT_FINISHED_TTL_S) -> None:
+    def __init__(self, redis_client: Any, *, ttl_s: int = DEFAULT_FINISHED_TTL_S) -> None:
         self.r = redis_client
         self.ttl_s = ttl_s
         self._park = scripts.register(redis_client, "vendor_park")

@@ -23,10 +23,9 @@ import redis
 from kombu.utils.json import dumps
 
 from bench.harness import monitored
+from orchestration.defaults import ACK_BATCH, POP_MAX
 from orchestration.state import scripts
 from orchestration.state.broker import (
-    ACK_BATCH,
-    POP_MAX,
     STOCK_TRANSPORT,
     TRANSPORT,
     UNACKED_SUFFIX,
