@@ -66,7 +66,9 @@ def flower(
     """Start Flower for the cluster in DUET_REDIS_URL, with the login in FLOWER_BASIC_AUTH
     (user:password; or Flower's OAuth in FLOWER_AUTH). A placeholder password is refused."""
     if importlib.util.find_spec("flower") is None:
-        raise ConfigError("Flower is not installed here: pip install 'duet-review[flower]'")
+        from workers.providers.sdk import install_hint
+
+        raise ConfigError("Flower is not installed here: " + install_hint("flower"))
     if not os.environ.get("FLOWER_AUTH"):
         check_logins(os.environ.get("FLOWER_BASIC_AUTH", ""))
     if not _loopback(address):

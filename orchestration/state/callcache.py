@@ -310,7 +310,10 @@ class SealedStore:
     def key(self) -> bytes:
         if self._fleet_key is None:
             self._fleet_key = local_fleet_key(default_path().parent)
-            if isinstance(self.store, RedisCallStore):
+            from orchestration.settings import get_settings
+
+            # (On the embedded default, DUET_REDIS_URL unset, this machine is the fleet.)
+            if isinstance(self.store, RedisCallStore) and get_settings().redis_url:
                 log.warning(
                     "DUET_FLEET_KEY is unset: the cluster's cache entries are tagged with "
                     "this machine's key (%s), so other machines' entries are misses; set "

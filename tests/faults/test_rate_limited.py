@@ -75,7 +75,9 @@ def test_a_burst_of_429s_interrupts_no_run_and_leaks_no_permit(
     assert permits == 0 and held == 0, "a permit was leaked"
 
 
-def test_a_step_that_waits_too_long_ends_its_run_saying_so(llm: FakeLLM) -> None:
+def test_a_step_that_waits_too_long_ends_its_run_saying_so(
+    llm: FakeLLM, reliability: Reliability
+) -> None:
     env = {"OPENAI_API_KEY": "sk-test-429", "DUET_RATE_WAIT_MAX_S": "3"}
     with EmbeddedRedis() as server, client_pointed_at(server.url), contextlib.ExitStack() as stack:
         stack.enter_context(celery_worker(server.url, env=env, concurrency=4, name="patient"))
@@ -83,8 +85,19 @@ def test_a_step_that_waits_too_long_ends_its_run_saying_so(llm: FakeLLM) -> None
         result = _team(llm).submit("snippet").result(timeout=120)
         llm.set_faults()
         permits = RateLimiter(store().r).permits(limit_name("openai", "sim", llm.url))
-    assert result.status == "interrupted"
     reason = result.interruption_reason or ""
+    said = result.status == "interrupted" and reason.startswith("actor:round_0:rate_limited:")
+    reliability.record(
+        section=ENGINE,
+        fault="A vendor answering every call 429 with `retry-after: 1`, past the configured "
+        "total wait (`DUET_RATE_WAIT_MAX_S` 3 s)",
+        load="1 run on 1 worker",
+        lost="nothing: the run ended `interrupted` with the reason "
+        f"`{reason}`; {permits} permits left held"
+        if said and permits == 0
+        else f"the run ended {result.status} ({reason or 'no reason'}); {permits} permits held",
+    )
+    assert result.status == "interrupted"
     assert reason.startswith("actor:round_0:rate_limited:waited_"), reason
     assert llm.stats()["faulted"] >= 2, "it waited through more than one 429"
     assert permits == 0

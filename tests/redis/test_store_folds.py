@@ -91,7 +91,7 @@ def test_begin_reads_pause_and_history_and_marks_dispatched(client: Any) -> None
 
 def test_begin_without_a_conversation_or_a_pause(client: Any) -> None:
     store = RunStore(client, finished_ttl_s=60)
-    pause = keys.rate_pause("sim", "fold3")
+    pause = keys.rate_pause("sim:fold3")
     _running(store, "fold3", {"phase": "generate", "round": 0, "prompt": "p", "pause": pause})
     try:
         start = store.begin_step("fold3", "r0.generate", "me", 60, "{}")
@@ -113,7 +113,7 @@ def test_begin_skips_the_pause_read_of_a_known_key_only(client: Any) -> None:
     """A pause key among ``known_pauses`` is not read (no PTTL; ``paused_s`` None, even
     with a pause there); any other is."""
     store = RunStore(client, finished_ttl_s=60)
-    pause = keys.rate_pause("sim", "fold12")
+    pause = keys.rate_pause("sim:fold12")
     _running(store, "fold12", {"phase": "generate", "round": 0, "prompt": "p", "pause": pause})
     claim = keys.step_claim("fold12", "r0.generate")
     try:
@@ -125,13 +125,13 @@ def test_begin_skips_the_pause_read_of_a_known_key_only(client: Any) -> None:
             "me",
             60,
             "{}",
-            known_pauses=(keys.rate_pause("sim", "other"), pause),
+            known_pauses=(keys.rate_pause("sim:other"), pause),
         )
         assert start.outcome == "go" and start.paused_s is None
         assert _pttl_calls(client) == before, "the known pause key was read"
         client.delete(claim)
         start = store.begin_step(
-            "fold12", "r0.generate", "me", 60, "{}", known_pauses=(keys.rate_pause("sim", "other"),)
+            "fold12", "r0.generate", "me", 60, "{}", known_pauses=(keys.rate_pause("sim:other"),)
         )
         assert start.paused_s is not None and 4.0 < start.paused_s <= 5.0
         assert _pttl_calls(client) == before + 1
@@ -244,7 +244,7 @@ def test_storing_a_step_frees_its_claim_whoever_holds_it(client: Any) -> None:
     """Once a step is stored every claim on it is moot (a delivery finds it done first):
     the store deletes the claim even when another delivery holds it."""
     store = RunStore(client, finished_ttl_s=60)
-    pause = keys.rate_pause("sim", "fold7")
+    pause = keys.rate_pause("sim:fold7")
     _running(store, "fold7", {"phase": "generate", "round": 0, "prompt": "p", "pause": pause})
     result = {"key": "r0.generate", "text": "draft", "interrupted": None, "calls": 1}
     claim = keys.step_claim("fold7", "r0.generate")
@@ -262,7 +262,7 @@ def test_a_step_input_lives_in_the_record_until_the_finish(client: Any) -> None:
     """The transition writes the step's input as a field of the record (no inputs hash),
     the begin script reads it with the record, and the finish drops it."""
     store = RunStore(client, finished_ttl_s=60)
-    pause = keys.rate_pause("sim", "fold8")
+    pause = keys.rate_pause("sim:fold8")
     client.hset(
         keys.run("fold8"), mapping={"run_id": "fold8", "spec_id": "s", "status": "queued", "seq": 0}
     )
@@ -320,7 +320,7 @@ def test_a_runs_own_conversation_is_read_from_its_earlier_steps(client: Any) -> 
     """A step whose conversation is the run's own gets, from its begin script, the run's
     earlier steps of its role (input and stored result): the last ``turns`` of them."""
     store = RunStore(client, finished_ttl_s=60)
-    pause = keys.rate_pause("sim", "fold10")
+    pause = keys.rate_pause("sim:fold10")
     client.hset(
         keys.run("fold10"),
         mapping={"run_id": "fold10", "spec_id": "s", "status": "queued", "seq": 0},

@@ -381,7 +381,7 @@ def test_watch_with_no_worker_says_so_and_ctrl_c_exits_130(
 
     with client_pointed_at(redis_url):
         waits = BatchHandle(batch).progress(check_workers=True)["waits"]
-    assert waits == ["no worker is consuming queue actor, critic, coordinator"]
+    assert waits == ["no worker is consuming queue actor, critic, coordinator, tools"]
 
 
 # --- rejected inputs on a cluster ------------------------------------------------------------

@@ -102,7 +102,9 @@ def test_cli_json_lines_carry_the_batch_id(
     assert len(submitted) == len(finished) == 1
     batch_id = submitted[0]["batch_id"]
     assert finished[0]["batch_id"] == batch_id and batch_id in submitted[0]["message"]
-    (rejected,) = [line for line in lines if line["level"] == "WARNING"]
+    (rejected,) = [
+        line for line in lines if line["level"] == "WARNING" and line["logger"] == "duet"
+    ]
     assert rejected["message"].endswith(
         "inputs.jsonl:3: malformed JSON: Expecting value (column 1)"
     )

@@ -215,7 +215,7 @@ def test_a_forked_worker_opens_sessions_of_its_own(tmp_path: Path) -> None:
 
 def test_a_worker_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mcp", None)  # what an import of a missing package meets
-    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\]'"):
+    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\] @ git\+"):
         list_tools(STDIO)
-    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\]'"):
+    with pytest.raises(ToolError, match=r"pip install 'duet-review\[mcp\] @ git\+"):
         call_tool(STDIO, "add", {"a": 1, "b": 2})

@@ -35,6 +35,7 @@ from workers import secrets
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
+from workers.providers.sdk import install_hint
 from workers.tools.errors import ToolError
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ def _require_sdk() -> None:
         import mcp  # noqa: F401
     except ImportError as e:
         raise ToolError(
-            "MCP servers need the mcp SDK on this worker: pip install 'duet-review[mcp]'"
+            "MCP servers need the mcp SDK on this worker: " + install_hint("mcp")
         ) from e
 
 
