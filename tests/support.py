@@ -315,7 +315,7 @@ def assert_flower_shows_empty_queues(
     status, body = lengths
     assert status == 200, body[:500]
     queues = {q["name"]: q["messages"] for q in json.loads(body)["active_queues"]}
-    assert queues == {"actor": 0, "critic": 0, "coordinator": 0}, queues
+    assert queues == {"actor": 0, "critic": 0, "coordinator": 0, "tools": 0}, queues
     status, page = broker_page
     assert status == 200, page[-1000:]
     assert b"<td>coordinator</td>" in page
