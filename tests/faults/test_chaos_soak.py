@@ -58,8 +58,8 @@ def _final(url: str, run_ids: list[str]) -> list[str | None]:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="issue 37, open: in one make test run of 120 soaked runs 1 was still running 300 s "
-    "after the faults stopped (not yet traced); the row in docs/RELIABILITY.md shows each run",
+    reason="issue 37, open: soaked runs left running 300 s after the faults stopped (1 of 120 "
+    "in one make test, 5 of 120 in one reliability run; not yet traced)",
 )
 def test_chaos_soak(durable_redis: DurableRedis, llm: FakeLLM, reliability: Reliability) -> None:
     url = durable_redis.url

@@ -104,7 +104,9 @@ def test_a_worker_killed_mid_call(llm: FakeLLM, reliability: Reliability) -> Non
         )
         assert survivor.poll() is None
         assert statuses == ["approved"] * RUNS
-        assert served["requests"] == stored + RUNS  # the dead calls, and nothing else
+        # The dead calls (at most one a run: a kill can land before a run's call went
+        # out), and nothing else.
+        assert stored < served["requests"] <= stored + RUNS
         assert calls >= served["requests"]
         assert tokens >= usage["input_tokens"] + usage["output_tokens"]
 
