@@ -81,6 +81,8 @@ def _checkout_in_child(args: tuple[str, str, str]) -> str:
     return str(checkout(source, commit, Path(cache)))
 
 
+# 12 processes building one tree: past the default 120 s once on a loaded 2-core machine.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("url", [False, True], ids=["path", "url"])
 def test_concurrent_callers_build_one_tree(repo: Repo, tmp_path: Path, url: bool) -> None:
     source = f"file://{repo.path}" if url else str(repo.path)
