@@ -448,3 +448,19 @@ def test_sdks_not_imported_until_first_call() -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=60)
+
+
+def test_the_first_call_asks_for_the_raw_response_of_the_sdks_own_http_library() -> None:
+    """The SDKs post with httpx2 since their 2.x/3.x lines and with httpx before; the first
+    call asks for the raw response of whichever the SDK's client is built on (CI's
+    oldest-releases job runs every provider test on the httpx one)."""
+    import httpx2
+
+    from workers.providers.sdk import response_type
+
+    class Client(httpx2.Client):
+        pass
+
+    assert response_type(Client()) is httpx2.Response
+    with pytest.raises(TypeError, match="object is not a client of httpx2 or httpx"):
+        response_type(object())

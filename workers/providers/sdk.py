@@ -43,6 +43,8 @@ AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
 #: removed from every request): an SDK with no key argument would read one from the
 #: environment or look for credentials files.
 NO_KEY = "no-key-configured"
+#: The HTTP libraries the SDKs post with: httpx2 since their 2.x/3.x lines, httpx before.
+HTTP_LIBRARIES = ("httpx2", "httpx")
 #: The port of a URL that names none.
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 #: The statuses that mean the server wants a (valid) key.
@@ -253,11 +255,10 @@ class SDKProvider(Provider):
         SDK's typed models and per-request layers (docs/performance.md)."""
         endpoint = self._endpoint
         if endpoint is None:  # the first call: through the SDK, which shows the endpoint
-            import httpx2
-
-            # The SDKs hand back their raw response when asked for ``httpx2.Response``.
-            response = self.client().post(
-                path, body=body, cast_to=httpx2.Response, options={"timeout": timeout_s}
+            client = self.client()
+            # The SDKs hand back their raw response when asked for their HTTP library's.
+            response = client.post(
+                path, body=body, cast_to=response_type(self._http), options={"timeout": timeout_s}
             )
             headers: Mapping[str, str] = response.headers
             try:
@@ -337,6 +338,16 @@ class SDKProvider(Provider):
             endpoint.close()
         if client is not None:
             client.close()
+
+
+def response_type(http: Any) -> type:
+    """The ``Response`` class of the HTTP library ``http`` is a client of: ``httpx2`` with
+    today's SDKs, ``httpx`` with the older releases Duet still supports."""
+    for cls in type(http).__mro__:
+        library = cls.__module__.partition(".")[0]
+        if library in HTTP_LIBRARIES:
+            return importlib.import_module(library).Response  # type: ignore[no-any-return]
+    raise TypeError(f"{type(http).__qualname__} is not a client of {' or '.join(HTTP_LIBRARIES)}")
 
 
 def _without_credentials(request: Any) -> None:
