@@ -33,6 +33,7 @@ class _Client:
 def _adapter(cls: type, reply: Any) -> Any:
     adapter = cls(base_url=None, api_key_env="KEY")
     adapter._client = _Client(reply)
+    adapter._http = httpx2.Client()  # what the SDK client is built on: its raw responses
     return adapter
 
 
