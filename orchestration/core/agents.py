@@ -16,6 +16,7 @@ from orchestration.core.capabilities import (
 )
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
+from orchestration.core.outputs import schema_dict
 from orchestration.core.tools import DEFAULT_MAX_TURNS, NAME_PATTERN, McpServerSpec, ToolSpec
 from orchestration.core.validation import checked
 
@@ -188,6 +189,11 @@ class AgentSettings(BaseModel):
     tool_options: dict[str, Any] | None = None
     """Options the agent's tools read (``ToolContext.options``): e.g. the command the
     sandbox runs for the review toolset's tests."""
+    # A pydantic model class is taken too: its JSON schema is what is kept (and travels).
+    output_schema: Annotated[dict[str, Any] | None, BeforeValidator(schema_dict)] = None
+    """A JSON schema (root ``"type": "object"``) the actor's answer must match: asked
+    for natively, validated, the run's ``output`` its JSON (see
+    :mod:`orchestration.core.outputs`). Actors only: a critic's verdict has its own shape."""
 
     def __hash__(self) -> int:  # tool_options is a dict: hashed by the JSON of the whole
         return hash(self.model_dump_json())
@@ -380,6 +386,10 @@ class Agent:
             ...}`` (streamable HTTP) or ``{"command": [...]}`` (stdio); listed on its first
             turn of each agent run, then frozen for the run.
         tool_options: options the agent's tools read (``ToolContext.options``).
+        output_schema: a pydantic model class or a JSON schema dict (an object) the
+            actor's answer must match: asked for natively (OpenAI ``response_format``,
+            Anthropic forced tool), validated; ``result.output_json`` is the object. A
+            reply that does not match interrupts the run ``actor:round_N:invalid_output``.
         architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop
             (the nested form): ``run`` then runs exactly what ``Team.actor_critic`` runs,
             persistent subagents included. This agent is the coordinator: its
@@ -413,6 +423,7 @@ class Agent:
         max_turns: int = DEFAULT_MAX_TURNS,
         mcp_servers: list[McpServerSpec | dict[str, Any]] | tuple[Any, ...] = (),
         tool_options: dict[str, Any] | None = None,
+        output_schema: type[BaseModel] | dict[str, Any] | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -435,6 +446,7 @@ class Agent:
                 "max_turns": max_turns,
                 "mcp_servers": mcp_servers,
                 "tool_options": tool_options,
+                "output_schema": output_schema,
             },
         )
         if architecture is not None:
