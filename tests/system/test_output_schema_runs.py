@@ -8,7 +8,10 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -119,3 +122,45 @@ def test_duet_show_json_carries_turns_tokens_cost_and_the_object(worker_url: str
     assert data["turns"] == 3 and data["tokens_in"] == result.tokens_in
     assert data["tokens_out"] == result.tokens_out and data["cost_usd"] == result.cost_usd
     assert data["output_json"] == result.output_json
+
+
+def _post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_stand_in_takes_the_schema_requests_the_sdk_types_take_and_no_others(
+    stand_in: FakeLLM,
+) -> None:
+    schema = Patch.model_json_schema()
+    openai = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}
+    bearer = {"authorization": "Bearer x"}
+    url = stand_in.url + "/chat/completions"
+    named = {"name": "structured_output", "strict": False, "schema": schema}
+    ok = {**openai, "response_format": {"type": "json_schema", "json_schema": named}}
+    assert _post(url, ok, bearer)[0] == 200
+    nameless = {
+        **openai,
+        "response_format": {"type": "json_schema", "json_schema": {"schema": schema}},
+    }
+    status, said = _post(url, nameless, bearer)
+    assert status == 400 and "response_format.json_schema.name" in said
+    anthropic = {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 4000,
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [{"name": "structured_output", "input_schema": schema}],
+    }
+    key = {"x-api-key": "x", "anthropic-version": "2023-06-01"}
+    url = stand_in.anthropic_url + "/v1/messages"
+    forced = {**anthropic, "tool_choice": {"type": "tool", "name": "structured_output"}}
+    status, said = _post(url, forced, key)
+    assert status == 200 and json.loads(said)["content"][0]["type"] == "tool_use"
+    status, said = _post(url, {**anthropic, "tool_choice": {"type": "tool"}}, key)
+    assert status == 400 and "tool_choice.name" in said
