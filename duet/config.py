@@ -100,6 +100,7 @@ class AgentConfig(AgentSettings):
             mcp_servers=self.mcp_servers,
             tool_options=self.tool_options,
             output_schema=output_schema if output_schema is not None else self.output_schema,
+            budget=self.budget,
             name=name,
         )
 

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core import runner, url_credentials
+from orchestration.core.budget import Budget
 from orchestration.core.capabilities import (
     TEMPERATURE_RANGE,
     effort_problem,
@@ -194,6 +195,10 @@ class AgentSettings(BaseModel):
     """A JSON schema (root ``"type": "object"``) the actor's answer must match: asked
     for natively, validated, the run's ``output`` its JSON (see
     :mod:`orchestration.core.outputs`). Actors only: a critic's verdict has its own shape."""
+    budget: Budget | None = None
+    """A cap on this agent's calls within each run (scope ``actor:<run id>`` or
+    ``critic:<run id>``), reserved and settled like the run's own budget; running out
+    interrupts the run ``budget:actor:<unit>`` / ``budget:critic:<unit>``."""
 
     def __hash__(self) -> int:  # tool_options is a dict: hashed by the JSON of the whole
         return hash(self.model_dump_json())
@@ -386,6 +391,9 @@ class Agent:
             ...}`` (streamable HTTP) or ``{"command": [...]}`` (stdio); listed on its first
             turn of each agent run, then frozen for the run.
         tool_options: options the agent's tools read (``ToolContext.options``).
+        budget: a :class:`~orchestration.Budget` capping this agent's calls within each
+            run (``max_usd``, ``max_tokens``, ``max_calls``...), beside the run's own; running
+            out interrupts the run ``budget:actor:<unit>`` (``budget:critic:<unit>``).
         output_schema: a pydantic model class or a JSON schema dict (an object) the
             actor's answer must match: asked for natively (OpenAI ``response_format``,
             Anthropic forced tool), validated; ``result.output_json`` is the object. A
@@ -424,6 +432,7 @@ class Agent:
         mcp_servers: list[McpServerSpec | dict[str, Any]] | tuple[Any, ...] = (),
         tool_options: dict[str, Any] | None = None,
         output_schema: type[BaseModel] | dict[str, Any] | None = None,
+        budget: Budget | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -447,6 +456,7 @@ class Agent:
                 "mcp_servers": mcp_servers,
                 "tool_options": tool_options,
                 "output_schema": output_schema,
+                "budget": budget,
             },
         )
         if architecture is not None:

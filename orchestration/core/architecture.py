@@ -37,6 +37,8 @@ _TOOL_DEFAULTS: dict[str, Any] = {
     "tool_specs": [],
     "output_schema": None,  # not a tool setting, but newer than the teams before tools
 }
+#: Agent settings that never make a team another: what the agent may spend.
+_NOT_WHO = ("budget",)
 #: Which revision a run returns: the last (as the spec's loop does), or the best-scored.
 Keep = Literal["last", "best"]
 #: ...when a loop sets none.
@@ -168,6 +170,8 @@ class LoopSpec(LoopSettings):
             for name, default in _TOOL_DEFAULTS.items():
                 if who[role].get(name) == default:
                     del who[role][name]
+            for name in _NOT_WHO:
+                who[role].pop(name, None)
         text = json.dumps(who, separators=(",", ":"), ensure_ascii=False)
         return "t-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 

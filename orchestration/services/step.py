@@ -17,7 +17,7 @@ from orchestration.backoff import IN_PLACE, vendor_backoff
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.architecture import LoopSpec
-from orchestration.core.budget import Amount, Refusal
+from orchestration.core.budget import Amount, Refusal, role_scopes
 from orchestration.core.callcache import CacheSpec
 from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Message, refusal_error
 from orchestration.core.critique import read_critique
@@ -310,6 +310,8 @@ class StepService:
             self._give_back(permit)
             why = "waiting: another delivery has the step"
             return RetryLater(self.check_s(), failures, why, waited=waited)
+        # The run's scopes this step's calls are charged to (not the other role's own).
+        start = replace(start, scopes=role_scopes(start.scopes, ROLE_OF[phase]))
         if dead is not None and start.limited:
             # The dead call's outcome is unknown: its hold is charged now, not left to
             # lapse (which would charge it too, a lease later, holding room meanwhile).

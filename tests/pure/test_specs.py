@@ -257,6 +257,7 @@ CALL_SETTINGS = [
     ("mcp_servers", [{"url": "http://127.0.0.1:9/mcp"}]),
     ("effort", "low"),
     ("output_schema", {"type": "object"}),
+    ("budget", {"max_calls": 3}),
 ]
 
 
