@@ -47,6 +47,8 @@ def worker_url(redis_url: str, stand_in: FakeLLM) -> Iterator[str]:
     client.flushdb()
     client.close()
     env = {
+        "DUET_TOOL_MODULES": "tests.toolsets.sample",
+        "DUET_TEST_TOOL_LOG": os.devnull,
         "OPENAI_API_KEY": "sk-test-schema",
         "OPENAI_BASE_URL": stand_in.url,
         "ANTHROPIC_API_KEY": "ant-test-schema",
@@ -56,9 +58,9 @@ def worker_url(redis_url: str, stand_in: FakeLLM) -> Iterator[str]:
         yield redis_url
 
 
-def _team(actor_model: str, max_rounds: int = 1) -> Team:
+def _team(actor_model: str, max_rounds: int = 1, tools: tuple[str, ...] = ()) -> Team:
     return Team.actor_critic(
-        actor=Agent("Fix the bug.", model=actor_model, output_schema=Patch),
+        actor=Agent("Fix the bug.", model=actor_model, output_schema=Patch, tools=tools),
         critic=Agent(CRITIC, model="sim:critic?scores=0.5"),
         max_rounds=max_rounds,
         approval_threshold=0.9,
@@ -88,6 +90,16 @@ def test_an_actor_with_an_output_schema_returns_the_parsed_object(
     else:
         assert sent["tool_choice"] == {"type": "tool", "name": "structured_output"}
         assert sent["tools"][0]["input_schema"] == Patch.model_json_schema()
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "claude-haiku-4-5"])
+def test_an_actor_with_tools_ends_on_its_structured_answer(worker_url: str, model: str) -> None:
+    """A turn asking for a tool is no answer to validate; the turn after it is."""
+    result = _team(model, tools=("run_tests",)).run_sync("Fix parse().", timeout=60)
+    assert result.status == "max_rounds_reached", (result.interruption_reason, result.error)
+    assert result.usage.by_role["actor"].tool_calls == 2  # one per agent run
+    assert result.usage.by_role["actor"].turns == 4
+    assert result.output_as(Patch) is not None
 
 
 @pytest.mark.parametrize(
