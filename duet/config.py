@@ -22,6 +22,7 @@ so ``max_rounds = "3"`` is a mistake worth reporting, not guessing about.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -68,9 +69,19 @@ class AgentConfig(AgentSettings):
     model_config = ConfigDict(strict=True)
 
     instructions: str = Field(min_length=1)
+    #: A JSON file holding the actor's ``output_schema`` (relative to the config file's
+    #: directory), instead of the schema written inline as ``output_schema = {...}``.
+    output_schema_file: str | None = Field(default=None, min_length=1)
 
-    def build(self, name: str) -> Agent:
-        """The :class:`~orchestration.Agent` this section describes."""
+    @model_validator(mode="after")
+    def _one_schema_source(self) -> AgentConfig:
+        if self.output_schema is not None and self.output_schema_file is not None:
+            raise ValueError("set output_schema or output_schema_file, not both")
+        return self
+
+    def build(self, name: str, output_schema: dict[str, Any] | None = None) -> Agent:
+        """The :class:`~orchestration.Agent` this section describes (``output_schema``:
+        the one read from ``output_schema_file``)."""
         return Agent(
             self.instructions,
             model=self.model,
@@ -88,6 +99,8 @@ class AgentConfig(AgentSettings):
             max_turns=self.max_turns,
             mcp_servers=self.mcp_servers,
             tool_options=self.tool_options,
+            output_schema=output_schema if output_schema is not None else self.output_schema,
+            budget=self.budget,
             name=name,
         )
 
@@ -257,11 +270,34 @@ class ReviewConfig(_Section):
         """
         agents = []
         for role in ROLES:
+            section: AgentConfig = getattr(self, role)
+            if role == "critic" and (section.output_schema or section.output_schema_file):
+                raise self._error(
+                    "critic.output_schema",
+                    "is for the actor: the critic's verdict has a fixed shape, "
+                    "{score, issues, summary}, which the loop reads",
+                )
+            schema = self._schema_file(role, section.output_schema_file)
             try:
-                agents.append(getattr(self, role).build(role))
+                agents.append(section.build(role, schema))
             except ConfigError as exc:
                 raise self._error(role, str(exc)) from exc
         return agents[0], agents[1]
+
+    def _schema_file(self, role: str, rel: str | None) -> dict[str, Any] | None:
+        """The JSON schema in ``[role] output_schema_file``, read; None when unset."""
+        if rel is None:
+            return None
+        file, key = self._base_dir / rel, f"{role}.output_schema_file"
+        try:
+            value = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise self._error(key, f"cannot read {str(file)!r}: {_reason(exc)}") from exc
+        except ValueError as exc:
+            raise self._error(key, f"{str(file)!r} is not JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise self._error(key, f"{str(file)!r} holds no JSON object")
+        return value
 
     def build_architecture(self) -> ActorCritic:
         """The :class:`~orchestration.ActorCritic` loop, without touching any backend."""

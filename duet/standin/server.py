@@ -87,8 +87,9 @@ from duet.standin.ratelimit import VendorLimit, estimate_tokens
 from duet.standin.schemas import refusal
 from duet.standin.schemas import warm as warm_schemas
 from orchestration.core.errors import ConfigError, ProviderError
+from orchestration.core.outputs import OUTPUT_NAME
 from orchestration.core.structured import CRITIQUE_NAME
-from workers.providers.sim import simulate
+from workers.providers.sim import simulate, structured_reply
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
@@ -192,6 +193,22 @@ def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(schema, dict):
         raise ValueError("response_format.json_schema.schema must be an object")
     return schema
+
+
+def _output_schema(
+    body: dict[str, Any], anthropic: bool, tool: str | None
+) -> dict[str, Any] | None:
+    """The schema of an actor's structured output a request asks for (OpenAI
+    ``response_format``, or the Anthropic tool it forces), if it is not the critique's."""
+    if anthropic:
+        if tool is None or tool == _CRITIQUE_TOOL:
+            return None
+        found = next(t for t in body.get("tools") or [] if t.get("name") == tool)
+        schema = found.get("input_schema")
+        return schema if isinstance(schema, dict) else None
+    schema = _json_schema(body)
+    name = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+    return None if schema is None or name == CRITIQUE_NAME else schema
 
 
 def _text(content: Any) -> str:
@@ -735,13 +752,22 @@ def _answer(
     tools = toolcalls.offered(anthropic, body)
     tool = _forced_tool(body) if anthropic else None
     if anthropic and tools and (body.get("tool_choice") or {}).get("type") == "any":
-        # The critic's verdict, offered among its tools: a final answer calls it.
+        # The critic's verdict (or an actor's output), offered among its tools: a final
+        # answer calls it.
         names = {t.get("name") for t in body.get("tools") or []}
-        tool = _CRITIQUE_TOOL if _CRITIQUE_TOOL in names else None
+        tool = next((n for n in (_CRITIQUE_TOOL, OUTPUT_NAME) if n in names), None)
     schema = _json_schema(body) if not anthropic else None
-    structured = tool is not None or schema is not None
+    # An actor's output_schema (any shape but the critique's) is answered by the actor.
+    output = _output_schema(body, anthropic, tool)
+    structured = (tool is not None or schema is not None) and output is None
     sim_model = sim_model_for(model, system, last, structured=structured)
     done = simulate(sim_model, messages, int(max_tokens), system, tools or None)  # type: ignore[arg-type]
+    if output is not None and not done.tool_calls and done.stop_reason == "end":
+        reply = structured_reply(sim_model, output, done.text)
+        if anthropic:  # the forced tool is always called; a broken answer is its input
+            reply = reply if isinstance(reply, dict) else {"answer": reply}
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        done = replace(done, text=text, output_tokens=math.ceil(len(text) / 4))
     if done.stop_reason == "context_window" and not anthropic:  # OpenAI: a 400
         raise ProviderError(
             CONTEXT_MESSAGE, kind="context_window", transient=False, status_code=400

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestration.core.outputs import OUTPUT_NAME
 from orchestration.core.structured import CRITIQUE_NAME
 from orchestration.core.tools import ToolCall
 
@@ -98,13 +99,13 @@ def anthropic_problem(body: dict[str, Any]) -> str | None:
 
 
 def offered(anthropic: bool, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The agent's tools a request offers (``name``, ``parameters``), the critique's own
-    tool left out."""
+    """The agent's tools a request offers (``name``, ``parameters``), the tool of a
+    structured answer (a critique, an actor's output) left out."""
     if anthropic:
         return [
             {"name": t["name"], "parameters": t.get("input_schema") or {}}
             for t in body.get("tools") or []
-            if t.get("name") != CRITIQUE_NAME and "input_schema" in t
+            if t.get("name") not in (CRITIQUE_NAME, OUTPUT_NAME) and "input_schema" in t
         ]
     return [
         {"name": t["function"]["name"], "parameters": t["function"].get("parameters") or {}}

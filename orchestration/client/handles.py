@@ -198,7 +198,8 @@ def set_budgets(limits: Mapping[str, Budget]) -> None:
     """Store limits for budget scopes (``{"global:team-a": Budget(max_usd=50)}``).
 
     Scopes are ``run:<id>``, ``batch:<id>``, ``user:<id>`` and ``global:<name>``; a run is
-    charged to its own, its batch's, its user's and the team's named global scopes.
+    charged to its own, its batch's, its user's and the team's named global scopes (and
+    each role's calls to ``actor:<run id>`` / ``critic:<run id>``, an agent's ``budget=``).
     """
     if limits:
         book = ledger()

@@ -102,12 +102,24 @@ class Team:
             self.spec.check_timeouts(visibility)
 
     def _check_priced(self, budget: Budget | None) -> None:
-        """A USD limit on a model with no known price would never trip: refuse it now."""
-        if budget is not None and budget.max_usd is not None:
-            from orchestration.prices import require_price
+        """A USD limit on a model with no known price would never trip: refuse it now (an
+        agent's own budget, on that agent's model)."""
+        from orchestration.prices import require_price
 
+        if budget is not None and budget.max_usd is not None:
             require_price(self.spec.actor)
             require_price(self.spec.critic)
+        for agent in (self.spec.actor, self.spec.critic):
+            if agent.budget is not None and agent.budget.max_usd is not None:
+                require_price(agent)
+
+    def _agent_limits(self, records: Iterable[RunRecord]) -> dict[str, Budget]:
+        """The limits of the agents' own scopes in each run (``actor:<run id>``...)."""
+        limits: dict[str, Budget] = {}
+        for role, agent in (("actor", self.spec.actor), ("critic", self.spec.critic)):
+            if agent.budget is not None:
+                limits.update((scope(role, r.run_id), agent.budget) for r in records)
+        return limits
 
     @classmethod
     def actor_critic(
@@ -233,6 +245,12 @@ class Team:
         if user_id:
             scopes.append(scope("user", user_id))
         scopes.extend(self.global_budgets)
+        # The agents' own budgets: each charged by its role's calls alone.
+        scopes.extend(
+            scope(role, run_id)
+            for role, agent in (("actor", self.spec.actor), ("critic", self.spec.critic))
+            if agent.budget is not None
+        )
         return RunRecord(
             run_id=run_id,
             spec_id=self.spec.spec_id,
@@ -267,8 +285,11 @@ class Team:
             run_budget=budget is not None,
         )
         ensure_backend()
+        limits = self._agent_limits([record])
         if budget is not None:
-            handles.set_budgets({record.budget_scopes[0]: budget})
+            limits[record.budget_scopes[0]] = budget
+        if limits:
+            handles.set_budgets(limits)
         enqueue(self.spec, [record])
         return RunHandle(record.run_id)
 
@@ -339,6 +360,7 @@ class Team:
             limits[scope("batch", batch_id)] = budget
         if self.budget is not None:
             limits.update((r.budget_scopes[0], self.budget) for r in records)
+        limits.update(self._agent_limits(records))
         handles.set_budgets(limits)
         if cache and loop_cacheable(self.spec):
             records = served_from_cache(self.spec, records)

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from orchestration.core import runner, url_credentials
+from orchestration.core.budget import Budget
 from orchestration.core.capabilities import (
     TEMPERATURE_RANGE,
     effort_problem,
@@ -16,6 +17,7 @@ from orchestration.core.capabilities import (
 )
 from orchestration.core.errors import ConfigError
 from orchestration.core.memory import ConversationSettings, check_name
+from orchestration.core.outputs import schema_dict
 from orchestration.core.tools import DEFAULT_MAX_TURNS, NAME_PATTERN, McpServerSpec, ToolSpec
 from orchestration.core.validation import checked
 
@@ -188,6 +190,15 @@ class AgentSettings(BaseModel):
     tool_options: dict[str, Any] | None = None
     """Options the agent's tools read (``ToolContext.options``): e.g. the command the
     sandbox runs for the review toolset's tests."""
+    # A pydantic model class is taken too: its JSON schema is what is kept (and travels).
+    output_schema: Annotated[dict[str, Any] | None, BeforeValidator(schema_dict)] = None
+    """A JSON schema (root ``"type": "object"``) the actor's answer must match: asked
+    for natively, validated, the run's ``output`` its JSON (see
+    :mod:`orchestration.core.outputs`). Actors only: a critic's verdict has its own shape."""
+    budget: Budget | None = None
+    """A cap on this agent's calls within each run (scope ``actor:<run id>`` or
+    ``critic:<run id>``), reserved and settled like the run's own budget; running out
+    interrupts the run ``budget:actor:<unit>`` / ``budget:critic:<unit>``."""
 
     def __hash__(self) -> int:  # tool_options is a dict: hashed by the JSON of the whole
         return hash(self.model_dump_json())
@@ -380,6 +391,13 @@ class Agent:
             ...}`` (streamable HTTP) or ``{"command": [...]}`` (stdio); listed on its first
             turn of each agent run, then frozen for the run.
         tool_options: options the agent's tools read (``ToolContext.options``).
+        budget: a :class:`~orchestration.Budget` capping this agent's calls within each
+            run (``max_usd``, ``max_tokens``, ``max_calls``...), beside the run's own; running
+            out interrupts the run ``budget:actor:<unit>`` (``budget:critic:<unit>``).
+        output_schema: a pydantic model class or a JSON schema dict (an object) the
+            actor's answer must match: asked for natively (OpenAI ``response_format``,
+            Anthropic forced tool), validated; ``result.output_json`` is the object. A
+            reply that does not match interrupts the run ``actor:round_N:invalid_output``.
         architecture: an :class:`~orchestration.ActorCritic` to run as this agent's loop
             (the nested form): ``run`` then runs exactly what ``Team.actor_critic`` runs,
             persistent subagents included. This agent is the coordinator: its
@@ -413,6 +431,8 @@ class Agent:
         max_turns: int = DEFAULT_MAX_TURNS,
         mcp_servers: list[McpServerSpec | dict[str, Any]] | tuple[Any, ...] = (),
         tool_options: dict[str, Any] | None = None,
+        output_schema: type[BaseModel] | dict[str, Any] | None = None,
+        budget: Budget | None = None,
         architecture: ActorCritic | None = None,
         name: str | None = None,
     ) -> None:
@@ -435,6 +455,8 @@ class Agent:
                 "max_turns": max_turns,
                 "mcp_servers": mcp_servers,
                 "tool_options": tool_options,
+                "output_schema": output_schema,
+                "budget": budget,
             },
         )
         if architecture is not None:

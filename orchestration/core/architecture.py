@@ -27,14 +27,18 @@ DEFAULT_APPROVAL_THRESHOLD = 0.9
 DEFAULT_PERSISTENT_SUBAGENTS = True
 #: The roles of a loop, each one worker.
 ROLES = ("actor", "critic")
-#: The tool settings of an agent and their defaults (``AgentSpec``'s JSON form).
+#: The agent settings newer than teams, with their defaults (``AgentSpec``'s JSON form):
+#: left out of a team's id when unset, so a team is the one it was before them.
 _TOOL_DEFAULTS: dict[str, Any] = {
     "tools": [],
     "max_turns": DEFAULT_MAX_TURNS,
     "mcp_servers": [],
     "tool_options": None,
     "tool_specs": [],
+    "output_schema": None,  # not a tool setting, but newer than the teams before tools
 }
+#: Agent settings that never make a team another: what the agent may spend.
+_NOT_WHO = ("budget",)
 #: Which revision a run returns: the last (as the spec's loop does), or the best-scored.
 Keep = Literal["last", "best"]
 #: ...when a loop sets none.
@@ -166,6 +170,8 @@ class LoopSpec(LoopSettings):
             for name, default in _TOOL_DEFAULTS.items():
                 if who[role].get(name) == default:
                     del who[role][name]
+            for name in _NOT_WHO:
+                who[role].pop(name, None)
         text = json.dumps(who, separators=(",", ":"), ensure_ascii=False)
         return "t-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -362,6 +368,13 @@ def _check_worker(role: str, agent: object) -> None:
             "(...): each actor and critic step is one model call, so a loop inside the loop "
             f"is not run. Pass a plain Agent as the {role}, or run the inner loop as its "
             "own team and give its result to this one as the prompt."
+        )
+    if role == "critic" and agent.spec.output_schema is not None:
+        raise ConfigError(
+            "ActorCritic critic= has an output_schema: the critic's verdict has a fixed "
+            "shape, {score, issues, summary} (orchestration.core.critique.CriticOutput), "
+            "which the loop reads. Give output_schema to the actor; say what else the "
+            "critic should report in its instructions (it lands in issues and summary)."
         )
 
 

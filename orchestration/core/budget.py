@@ -1,14 +1,16 @@
 """Budgets as data: limits per scope, amounts that add up, and pure checks.
 
 A *scope* is a string naming who a budget belongs to: ``run:<id>``, ``batch:<id>``,
-``user:<id>`` or ``global:<name>``. Every model call is charged to several scopes at
-once (its run, its batch, its user, the fleet). This module holds no I/O; the atomic
+``user:<id>``, ``global:<name>``, or one agent within one run, ``actor:<run id>`` /
+``critic:<run id>`` (an agent's own ``budget=``). Every model call is charged to several
+scopes at once (its run, its agent in the run, its batch, its user, the fleet). This module holds no I/O; the atomic
 Redis side (reservations, settlement, rate limits) lives in :mod:`orchestration.state.budgets`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -29,7 +31,11 @@ CALLS: Final = "calls"
 UNITS: Final = (INPUT_TOKENS, OUTPUT_TOKENS, TOKENS, USD, CALLS)
 
 # --- scopes -----------------------------------------------------------------
-SCOPE_KINDS: Final = ("run", "batch", "user", "global")
+#: The kinds of scope one role's calls alone are charged to: ``actor:<run id>``...
+ROLE_KINDS: Final = ("actor", "critic")
+#: ...and those every call of a run is charged to.
+SHARED_KINDS: Final = ("run", "batch", "user", "global")
+SCOPE_KINDS: Final = (*SHARED_KINDS, *ROLE_KINDS)
 # No ':' in the name (keeps a scope's Redis keys apart from another scope's suffixed
 # keys), no ',' (run records list scopes comma-separated), no whitespace, no braces
 # (Redis Cluster hash tags).
@@ -75,6 +81,12 @@ def scopes_for(
     """The scopes one call is charged to, narrowest first (``None`` leaves one out)."""
     pairs = (("run", run_id), ("batch", batch_id), ("user", user_id), ("global", global_name))
     return [scope(kind, name) for kind, name in pairs if name is not None]
+
+
+def role_scopes(scopes: Iterable[str], role: str) -> tuple[str, ...]:
+    """The scopes a call of ``role`` is charged to: every one of the run's scopes but the
+    other role's (``critic:<run id>`` caps the critic's calls only)."""
+    return tuple(s for s in scopes if s.partition(":")[0] in (role, *SHARED_KINDS))
 
 
 def reason_for(scope_: str, unit: str) -> str:

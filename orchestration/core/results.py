@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from orchestration.core.events import Event
 from orchestration.core.loop import ROLE_OF, Status, parse_step_key
 from orchestration.core.usage import Usage
+
+M = TypeVar("M", bound=BaseModel)
 
 FINISHED_STATUSES: frozenset[str] = frozenset(
     {"approved", "max_rounds_reached", "interrupted", "failed", "cancelled"}
@@ -86,6 +88,9 @@ class RunResult(BaseModel):
     #: Served from the cache: an earlier run's result on the same loop and prompt, which
     #: bills nothing (its calls are ``cached_calls``, its cost ``saved_usd``).
     cached: bool = False
+    #: ``output`` parsed, when the actor has an ``output_schema`` and its answer matched it
+    #: (``output`` is then this object's JSON); None otherwise.
+    output_json: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -103,6 +108,35 @@ class RunResult(BaseModel):
     @property
     def model_calls(self) -> int:
         return self.usage.total.calls
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def turns(self) -> int:
+        """Model calls the run made (each agent turn is one), as the reference counts."""
+        return self.usage.total.turns
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_in(self) -> int:
+        """Input tokens of the whole run, by the reference's name."""
+        return self.usage.total.tokens_in
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_out(self) -> int:
+        """Output tokens of the whole run, by the reference's name."""
+        return self.usage.total.tokens_out
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_usd(self) -> float:
+        """USD the whole run cost, by the reference's name."""
+        return self.usage.total.cost_usd
+
+    def output_as(self, model: type[M]) -> M | None:
+        """:attr:`output_json` as an instance of the pydantic ``model`` (the class the
+        actor's ``output_schema`` came from); None when there is none."""
+        return None if self.output_json is None else model.model_validate(self.output_json)
 
     @property
     def verdict(self) -> RoundRecord | None:
@@ -138,6 +172,9 @@ def keep_best(result: RunResult) -> RunResult:
     return result.model_copy(
         update={
             "output": best.judged_output,
+            "output_json": _json_object(best.judged_output)
+            if result.output_json is not None
+            else None,
             "output_round": judged_round,
             "final_score": best.score,
             "scored_output_round": judged_round,
@@ -161,6 +198,7 @@ def build_result(
     by_role: dict[str, Usage] = {}
     output: str | None = None
     output_round: int | None = None
+    output_json: dict[str, Any] | None = None
     partial: tuple[str | None, int] | None = None
     final_score: float | None = None
     scored_round: int | None = None
@@ -189,6 +227,7 @@ def build_result(
             if phase == "refine":
                 rounds.setdefault(round_, {"round": round_})["revision"] = text
             output, output_round = text, round_
+            output_json = _json_object(text) if step.get("structured") else None
     if output is None and partial is not None:  # only a cut-off draft: better than nothing
         output, output_round = partial
     for again, used in retried_usage(run).items():
@@ -201,6 +240,7 @@ def build_result(
         status=run.get("status", "queued"),
         output=output,
         output_round=output_round,
+        output_json=output_json,
         final_score=final_score,
         scored_output_round=scored_round,
         interruption_reason=run.get("reason") or None,
@@ -252,6 +292,17 @@ def run_usage(
     # tool calls only where an agent made some
     hidden = set() if total.cached_calls else {"cached_calls", "saved_usd"}
     return total.model_dump(exclude=hidden | (set() if total.tool_calls else {"tool_calls"}))
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """``text`` as the JSON object it holds; None when it holds none."""
+    import json
+
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _json_dict(raw: str | None) -> dict[str, Any]:

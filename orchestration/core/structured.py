@@ -11,10 +11,11 @@ the request): :func:`read_structured` returns ``None`` and the text parser takes
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestration.core.agents import AgentSpec
 from orchestration.core.critique import Reading, read_object
+from orchestration.core.outputs import OUTPUT_DESCRIPTION, OUTPUT_NAME, strict_ok
 
 #: The name of the shape: the OpenAI schema's and the Anthropic tool's.
 CRITIQUE_NAME = "critique"
@@ -78,6 +79,42 @@ def structured_critique(agent: AgentSpec) -> bool:
     if agent.structured_output is not None:
         return agent.structured_output
     return supports_structured(agent.provider, agent.model_name)
+
+
+def structured_output(agent: AgentSpec) -> bool:
+    """Whether ``agent``, as an actor with an ``output_schema``, is asked for it natively
+    (not ``sim``, nor when its ``structured_output`` is ``False``: then the reply's text is
+    read as JSON and validated all the same)."""
+    return (
+        agent.output_schema is not None
+        and agent.provider != "sim"
+        and agent.structured_output is not False
+    )
+
+
+class Shape(NamedTuple):
+    """What a structured call asks for: a name, what it is for and its JSON schema."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    #: Whether OpenAI's strict mode may be asked for (the schema meets its rules).
+    strict: bool
+
+
+#: The critique's shape.
+CRITIQUE_SHAPE = Shape(CRITIQUE_NAME, CRITIQUE_DESCRIPTION, CRITIQUE_SCHEMA, True)
+#: The names of every shape a structured call may ask for (never one of the agent's tools).
+SHAPE_NAMES = frozenset({CRITIQUE_NAME, OUTPUT_NAME})
+
+
+def shape_of(agent: AgentSpec) -> Shape:
+    """The shape a structured call of ``agent`` asks for: its ``output_schema``, else the
+    critique's."""
+    schema = agent.output_schema
+    if schema is None:
+        return CRITIQUE_SHAPE
+    return Shape(OUTPUT_NAME, OUTPUT_DESCRIPTION, schema, strict_ok(schema))
 
 
 def read_structured(obj: object) -> Reading | None:

@@ -30,7 +30,7 @@ from orchestration.core.completion import Message
 from orchestration.core.estimate import Fit, TokenRatio, fit_output, prompt_bytes
 from orchestration.core.pricing import cost_usd, rates_for
 from orchestration.core.ratelimit import VendorLimits, limit_name
-from orchestration.core.structured import CRITIQUE_SCHEMA
+from orchestration.core.structured import shape_of
 from orchestration.defaults import LEARNED_REFRESH_S, RATE_TABLE_TTL_S
 from orchestration.prices import price_for
 from orchestration.services.pauses import PauseMemory
@@ -75,10 +75,10 @@ def tokenizer_of(agent: AgentSpec) -> str:
 
 def prompt_size(agent: AgentSpec, messages: Sequence[Message], structured: bool = False) -> int:
     """UTF-8 bytes of what a call sends as prompt: instructions, messages and, for a
-    structured critique, the schema."""
+    structured call, its schema (the critique's, or the agent's output_schema)."""
     parts = [agent.instructions, *(m["content"] for m in messages)]
     if structured:
-        parts.append(json.dumps(CRITIQUE_SCHEMA))
+        parts.append(json.dumps(shape_of(agent).schema))
     return prompt_bytes(parts)
 
 

@@ -19,7 +19,7 @@ from orchestration.core.callcache import (
 )
 from orchestration.core.completion import Completion, Message
 from orchestration.core.runcache import api_version
-from orchestration.core.structured import CRITIQUE_SCHEMA
+from orchestration.core.structured import shape_of
 from orchestration.state.callcache import STORE_ERRORS, CallStore
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def identity(agent: AgentSpec, structured: bool) -> CallIdentity:
             **({"effort": agent.effort} if agent.effort is not None else {}),
             **({"tools": [t.model_dump() for t in agent.tool_specs]} if agent.tool_specs else {}),
         },
-        schema=CRITIQUE_SCHEMA if structured else None,
+        schema=shape_of(agent).schema if structured else None,
         api_version=api_version(agent.provider),
         key_env=agent.api_key_env,
     )

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
+from orchestration.core.budget import role_scopes
 from orchestration.core.loop import (
     ROLE_OF,
     Finish,
@@ -103,7 +104,7 @@ def _steps_before(seq: int) -> tuple[str, ...]:
 
 def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, Any]:
     """What the step's begin script reads for it: the pause key of its model, the budget
-    hashes of the run's scopes (for their limits) and, with persistent subagents, its
+    hashes of the run's scopes its role is charged to (for their limits) and, with persistent subagents, its
     conversation and the turns kept: the team's, the role's worker's and the user's as the
     spec's memory says (a list, ``conv``) — or, when the conversation is the run's own
     (scope ``run:<id>``), the run's earlier steps of the role themselves (``own``): their
@@ -111,8 +112,9 @@ def _reads_for(spec: LoopSpec, role: str, run: Mapping[str, str]) -> dict[str, A
     agent = spec.actor if role == "actor" else spec.critic
     reads: dict[str, Any] = {"pause": keys.rate_pause(rate_name(agent))}
     scopes = [s for s in run.get("budget_scopes", "").split(",") if s]
-    if scopes:  # whether any has a limit (a call in scopes without one holds nothing)
-        reads["budgets"] = [keys.budget(s) for s in scopes]
+    if scopes:  # whether any has a limit (a call in scopes without one holds nothing);
+        # the other role's own scope is not the step's
+        reads["budgets"] = [keys.budget(s) for s in role_scopes(scopes, role)]
     turns = spec.conversation_turns if spec.persistent_subagents else 0
     if turns > 0:
         scope = conversation_scope(

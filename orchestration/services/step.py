@@ -17,7 +17,7 @@ from orchestration.backoff import IN_PLACE, vendor_backoff
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.architecture import LoopSpec
-from orchestration.core.budget import Amount, Refusal
+from orchestration.core.budget import Amount, Refusal, role_scopes
 from orchestration.core.callcache import CacheSpec
 from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Message, refusal_error
 from orchestration.core.critique import read_critique
@@ -32,9 +32,10 @@ from orchestration.core.loop import (
     step_index,
 )
 from orchestration.core.memory import turn_step
+from orchestration.core.outputs import INVALID_OUTPUT, output_text, read_output
 from orchestration.core.pricing import cost_usd
 from orchestration.core.ratelimit import PAUSE_ALL_S, VendorLimits, rate_limited_reason, spread
-from orchestration.core.structured import read_structured, structured_critique
+from orchestration.core.structured import read_structured, structured_critique, structured_output
 from orchestration.core.tools import McpServerSpec, ToolSpec
 from orchestration.core.turns import MAX_TURNS, TurnView, after_turn, summed, turn_messages
 from orchestration.defaults import STORE_PATIENCE_S
@@ -144,7 +145,8 @@ class Seat:
     turns: int
     #: About how many tokens of earlier runs' history a call carries.
     max_tokens: int
-    #: Whether the model is asked for the critique's shape natively (critics only).
+    #: Whether the model is asked natively for the critique's shape (a critic) or for its
+    #: ``output_schema`` (an actor that has one).
     structured: bool = False
     #: The loop's model-call cache; None when off or the agent refuses it.
     cache: CacheSpec | None = None
@@ -308,6 +310,8 @@ class StepService:
             self._give_back(permit)
             why = "waiting: another delivery has the step"
             return RetryLater(self.check_s(), failures, why, waited=waited)
+        # The run's scopes this step's calls are charged to (not the other role's own).
+        start = replace(start, scopes=role_scopes(start.scopes, ROLE_OF[phase]))
         if dead is not None and start.limited:
             # The dead call's outcome is unknown: its hold is charged now, not left to
             # lapse (which would charge it too, a lease later, holding room meanwhile).
@@ -479,6 +483,8 @@ class StepService:
         conversation = None
         # A reply cut at max_tokens, or refused, is not a turn the model should build on.
         whole = completion is not None and completion.stop_reason not in UNFINISHED
+        if result.get("interrupted") == INVALID_OUTPUT:  # not an answer to build on either
+            whole = False
         if completion is not None and whole and step.conv and keeps(seat.turns, completion.text):
             turn = turn_json(turn_step(run_id, key), step.prompt, completion.text)
             conversation = (step.conv, turn, seat.turns)
@@ -772,7 +778,9 @@ class StepService:
                 self.spec_seen(spec)
             agent = spec.actor if role == "actor" else spec.critic
             turns = spec.conversation_turns if spec.persistent_subagents else 0
-            structured = role == "critic" and structured_critique(agent)
+            structured = (
+                structured_critique(agent) if role == "critic" else structured_output(agent)
+            )
             seat = self._seats[(spec_id, role)] = Seat(
                 agent,
                 price_for(agent),
@@ -1177,7 +1185,26 @@ def _result_from(
             structured=native is not None,
         )
     result["interrupted"] = interruption(phase, completion.stop_reason, complete)
+    schema = seat.agent.output_schema
+    # (a turn asking for tools has no answer yet)
+    answered = result["interrupted"] is None and not completion.tool_calls
+    if phase != "critique" and schema is not None and answered:
+        result.update(_structured_answer(schema, completion, key))
     return result
+
+
+def _structured_answer(schema: dict[str, Any], completion: Completion, key: str) -> dict[str, Any]:
+    """An actor's answer read against its ``output_schema``: the object and its JSON as
+    the step's text, or the interruption :data:`INVALID_OUTPUT` saying what failed."""
+    value, error = read_output(schema, completion.text, completion.structured)
+    if value is None:
+        phase, round_ = parse_step_key(key)
+        return {
+            "interrupted": INVALID_OUTPUT,
+            "error": f"actor (round {round_}, {phase}): {error}",
+        }
+    # ``structured``: the text is the JSON of an answer read and checked against the schema
+    return {"text": output_text(value), "structured": True}
 
 
 def _completed_event(run_id: str, phase: str, round_: int, result: dict[str, Any]) -> str:

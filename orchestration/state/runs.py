@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec, stored_spec
+from orchestration.core.budget import ROLE_KINDS
 from orchestration.core.errors import ConfigError, RunTimeout, SpecTampered
 from orchestration.core.events import Event
 from orchestration.core.loop import ROLE_OF, StepOutcome, parse_step_key, rerun_point, step_index
@@ -485,6 +486,7 @@ class RunStore:
                 keys.batch_gate(batch_id) if run.get(GATE_FIELD) else "",
             )
         run_scope = f"run:{run_id}"
+        agent_scopes = [f"{kind}:{run_id}" for kind in ROLE_KINDS]
         script_keys = [
             keys.run(run_id),
             queue,
@@ -496,6 +498,8 @@ class RunStore:
             *batch_keys,
             *keys.run_keys(run_id),
             *(keys.budget_keys(run_scope) if finish and run_scope in scopes else ()),
+            # ...and its agents' own scopes (``actor:<run id>``, ``critic:<run id>``)
+            *(k for s in agent_scopes if finish and s in scopes for k in keys.budget_keys(s)),
             *forget,
             *(e.key for _, e in once),
         ]

@@ -403,8 +403,9 @@ def test_defaults_agree_with_the_core_settings() -> None:
                 assert param.default == model.model_fields[name].default, (function, name)
                 compared += 1
     assert (
-        compared == 14 + 7 + 12
-    )  # cache= in each; Agent: effort, tools, max_turns, mcp_servers, tool_options;
+        compared == 16 + 7 + 12
+    )  # cache= in each; Agent: effort, tools, max_turns, mcp_servers, tool_options,
+    # output_schema, budget;
     # Team.actor_critic: the loop's 8, the conversations' 4
     config = parse_config(
         {

@@ -256,6 +256,8 @@ CALL_SETTINGS = [
     ("tool_options", {"command": "pytest"}),
     ("mcp_servers", [{"url": "http://127.0.0.1:9/mcp"}]),
     ("effort", "low"),
+    ("output_schema", {"type": "object"}),
+    ("budget", {"max_calls": 3}),
 ]
 
 

@@ -108,3 +108,22 @@ def test_a_finished_batch_leaves_only_fleet_keys_without_a_ttl(
     assert kept == set(), kept
     for key in every:
         assert client.ttl(key) == -1 or 0 < client.ttl(key) <= TTL, key
+
+
+def test_an_agents_own_budget_scope_expires_with_its_run(client: Any) -> None:
+    """``actor:<run id>`` and ``critic:<run id>`` (an agent's ``budget=``) get the finished
+    TTL with the run's own keys."""
+    store = RunStore(client, finished_ttl_s=TTL)
+    budgets = Budgets(client, settled_ttl_s=TTL)
+    ledger = BudgetLedger(client)
+    scopes = ["actor:r3", "critic:r3"]
+    for name in scopes:
+        ledger.set_limits(name, Budget(max_calls=5))
+    pipe = client.pipeline()
+    store.create_runs([RunRecord("r3", "spec", "p", budget_scopes=tuple(scopes))], pipe)
+    pipe.execute()
+    _finish_run(store, budgets, "r3", scopes[:1])
+    assert ledger.get("actor:r3").spent.calls == 1
+    assert _without_ttl(client) - FLEET_KEYS == set()
+    for name in scopes:
+        assert 0 < client.ttl(keys.budget(name)) <= TTL

@@ -17,7 +17,8 @@ new prompt itself is not marked: it is seldom sent twice, and a cache write cost
 than plain input.
 
 A structured critique is asked for as a tool the model must call (``tool_choice``); the
-tool call's input is the critique, and its JSON is the reply's text.
+tool call's input is the critique, and its JSON is the reply's text. An actor's
+``output_schema`` is asked for the same way, as the tool ``structured_output``.
 
 Vendor batches: Message Batches (``/v1/messages/batches``) take the same request bodies as
 ``params``; each request's result (succeeded, errored, canceled, expired) is read from the
@@ -33,7 +34,7 @@ from typing import Any, Literal
 from orchestration.core.agents import AgentSpec
 from orchestration.core.capabilities import sent_temperature
 from orchestration.core.errors import ProviderError
-from orchestration.core.structured import CRITIQUE_DESCRIPTION, CRITIQUE_NAME, CRITIQUE_SCHEMA
+from orchestration.core.structured import CRITIQUE_SHAPE, SHAPE_NAMES, Shape, shape_of
 from workers.providers.base import Completion, Message, StopReason
 from workers.providers.batch import BatchRequest, BatchStatus, Outcome, cancelled, expired
 from workers.providers.errors import error_for_status
@@ -48,12 +49,16 @@ _STOP_REASONS: dict[str | None, StopReason] = {
     "refusal": "refusal",
     "model_context_window_exceeded": "context_window",
 }
+
+
+def shape_tool(shape: Shape) -> dict[str, Any]:
+    """The tool a structured answer (a critique, or an actor's output_schema) is written
+    with: the model is made to call it, and its input is the answer."""
+    return {"name": shape.name, "description": shape.description, "input_schema": shape.schema}
+
+
 #: The tool a structured critique is written with.
-CRITIQUE_TOOL = {
-    "name": CRITIQUE_NAME,
-    "description": CRITIQUE_DESCRIPTION,
-    "input_schema": CRITIQUE_SCHEMA,
-}
+CRITIQUE_TOOL = shape_tool(CRITIQUE_SHAPE)
 #: A prompt-cache breakpoint (the default five-minute cache).
 CACHE_CONTROL = {"type": "ephemeral"}
 
@@ -109,16 +114,17 @@ class AnthropicProvider(SDKProvider):
             body["temperature"] = temperature
         if agent.effort is not None:
             body["output_config"] = {"effort": agent.effort}
+        shape = shape_of(agent)
         if agent.takes_tools:
-            # The critic's verdict is a tool too: a turn calls the agent's tools, or ends
-            # on the verdict ("any": every turn calls one).
+            # The critic's verdict (or the actor's structured output) is a tool too: a
+            # turn calls the agent's tools, or ends on the answer ("any": every turn calls one).
             body["tools"] = anthropic_tools(agent.tool_specs) + (
-                [CRITIQUE_TOOL] if structured else []
+                [shape_tool(shape)] if structured else []
             )
             body["tool_choice"] = {"type": "any"} if structured else {"type": "auto"}
         elif structured:
-            body["tools"] = [CRITIQUE_TOOL]
-            body["tool_choice"] = {"type": "tool", "name": CRITIQUE_NAME}
+            body["tools"] = [shape_tool(shape)]
+            body["tool_choice"] = {"type": "tool", "name": shape.name}
         return body
 
     def read(self, data: dict[str, Any], structured: bool = False) -> Completion:
@@ -131,7 +137,7 @@ class AnthropicProvider(SDKProvider):
                     block["input"]
                     for block in data["content"]
                     if block.get("type") == "tool_use"
-                    and block.get("name") == CRITIQUE_NAME
+                    and block.get("name") in SHAPE_NAMES
                     and isinstance(block.get("input"), dict)
                 ),
                 None,
@@ -159,7 +165,7 @@ class AnthropicProvider(SDKProvider):
                 stop_reason=stop,
                 raw_stop_reason=data.get("stop_reason"),
                 structured=native,
-                tool_calls=anthropic_calls(data["content"], CRITIQUE_NAME if structured else None),
+                tool_calls=anthropic_calls(data["content"], SHAPE_NAMES if structured else ()),
             )
         except REPLY_SHAPE_ERRORS as exc:
             raise self._bad_reply(exc) from exc

@@ -10,7 +10,8 @@ conversation oldest first, then the new prompt), and the cached part is read fro
 ``usage.prompt_tokens_details.cached_tokens``.
 
 A structured critique is asked for with ``response_format`` (a strict JSON schema); the
-reply's content is then that JSON object.
+reply's content is then that JSON object. So is an actor's ``output_schema`` (strict when
+the schema meets OpenAI's strict rules).
 
 Vendor batches: the requests are uploaded as a JSONL file (``/v1/files``, purpose
 ``batch``) and run by ``/v1/batches`` on ``/v1/chat/completions``; answers are read from
@@ -26,7 +27,7 @@ from typing import Any, Literal
 from orchestration.core.agents import AgentSpec
 from orchestration.core.capabilities import family_of, sent_temperature
 from orchestration.core.errors import ProviderError
-from orchestration.core.structured import CRITIQUE_NAME, CRITIQUE_SCHEMA
+from orchestration.core.structured import CRITIQUE_SHAPE, Shape, shape_of
 from workers.providers.base import Completion, Message, StopReason
 from workers.providers.batch import (
     BatchRequest,
@@ -41,11 +42,19 @@ from workers.providers.toolwire import openai_calls, openai_messages, openai_too
 
 #: Key sent to an OpenAI-compatible server (explicit ``base_url``) when no key is set.
 PLACEHOLDER_KEY = "not-needed"
+
+
+def response_format(shape: Shape) -> dict[str, Any]:
+    """``response_format`` of a structured call: the critique, or an agent's output_schema
+    (strict only when the schema meets OpenAI's strict rules)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": shape.name, "strict": shape.strict, "schema": shape.schema},
+    }
+
+
 #: ``response_format`` of a structured critique.
-RESPONSE_FORMAT = {
-    "type": "json_schema",
-    "json_schema": {"name": CRITIQUE_NAME, "strict": True, "schema": CRITIQUE_SCHEMA},
-}
+RESPONSE_FORMAT = response_format(CRITIQUE_SHAPE)
 _STOP_REASONS: dict[str | None, StopReason] = {
     "stop": "end",
     "length": "max_tokens",
@@ -102,7 +111,7 @@ class OpenAIProvider(SDKProvider):
         if agent.effort is not None:
             body["reasoning_effort"] = agent.effort
         if structured:
-            body["response_format"] = RESPONSE_FORMAT
+            body["response_format"] = response_format(shape_of(agent))
         return body
 
     def read(self, data: dict[str, Any], structured: bool = False) -> Completion:

@@ -9,7 +9,9 @@ the agent's place when it is left out. Options (any role):
                  hash of the prompt in [0.35, 0.95], +0.2 a revision, so a batch has variety)
 ``format``       critic reply: ``json`` (default), ``fenced``, ``prose``, ``fraction``
                  (``"7/10"``), ``percent`` (``"85%"``), ``text`` (no JSON, ``Score: 9/10``),
-                 ``garbage`` (no JSON, no score)
+                 ``garbage`` (no JSON, no score); an actor with an ``output_schema``
+                 answers an instance of it, or with ``garbage``/``text``/``prose`` its
+                 plain text (which breaks the schema)
 ``quote``        critic: quote every line of its prompt holding ``"score"`` (a forged
                  verdict in the reviewed text, say). ``before``: before the verdict,
                  outside any markers (inline; in a fence for ``format=fenced``);
@@ -44,6 +46,7 @@ gives the same answer. Usage is counted as one token per four characters.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -405,6 +408,58 @@ def simulate(
     )
 
 
+#: ``format`` values with which an actor's structured answer breaks its schema.
+_BROKEN_FORMATS = ("garbage", "text", "prose")
+
+
+def schema_example(schema: dict[str, Any], text: str) -> Any:
+    """An instance of the JSON ``schema`` (every string ``text``): what the simulated actor
+    answers when it is given an ``output_schema``. Follows ``$ref`` into ``$defs``."""
+    defs = schema.get("$defs") or schema.get("definitions") or {}
+
+    def build(node: Any, depth: int) -> Any:
+        if not isinstance(node, dict) or depth > 20:
+            return None
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")):
+            return build(defs.get(ref.rsplit("/", 1)[-1]), depth + 1)
+        if "const" in node:
+            return node["const"]
+        if node.get("enum"):
+            return node["enum"][0]
+        for key in ("anyOf", "oneOf", "allOf"):
+            if node.get(key):
+                return build(node[key][0], depth + 1)
+        kind = node.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind == "object" or "properties" in node:
+            props = node.get("properties") or {}
+            return {k: build(v, depth + 1) for k, v in props.items()}
+        if kind == "array":
+            return [build(node.get("items") or {}, depth + 1)] * max(1, node.get("minItems", 1))
+        if kind == "integer":
+            return int(node.get("minimum", 0))
+        if kind == "number":
+            return float(node.get("minimum", 0.0))
+        if kind == "boolean":
+            return True
+        if kind == "null":
+            return None
+        return text
+
+    return build(schema, 0)
+
+
+def structured_reply(model: str, schema: dict[str, Any], text: str) -> dict[str, Any] | str:
+    """The simulated actor's answer to an ``output_schema``: an instance of it, or with
+    ``format=garbage|text|prose`` its plain text (which breaks the schema)."""
+    if parse_sim_model(model).format in _BROKEN_FORMATS:
+        return text
+    value = schema_example(schema, text)
+    return value if isinstance(value, dict) else {}
+
+
 class SimProvider(Provider):
     """In-process simulated model (see module docstring)."""
 
@@ -419,6 +474,11 @@ class SimProvider(Provider):
         latency = parse_sim_model(agent.model_name).latency_ms
         if latency > 0:
             time.sleep(latency / 1000)
+        schema = agent.output_schema
+        if schema is not None and completion.stop_reason == "end" and not completion.tool_calls:
+            reply = structured_reply(agent.model_name, schema, completion.text)
+            text = reply if isinstance(reply, str) else json.dumps(reply)
+            completion = dataclasses.replace(completion, text=text, output_tokens=tokens(text))
         return completion
 
 

@@ -5,7 +5,7 @@ and the tool calls read back from each vendor's reply."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from orchestration.core.completion import Message
@@ -114,8 +114,10 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return sent
 
 
-def anthropic_calls(content: Sequence[dict[str, Any]], skip: str | None) -> tuple[ToolCall, ...]:
-    """The ``tool_use`` blocks of a Messages reply (but the tool named ``skip``)."""
+def anthropic_calls(
+    content: Sequence[dict[str, Any]], skip: Collection[str] = ()
+) -> tuple[ToolCall, ...]:
+    """The ``tool_use`` blocks of a Messages reply (but the tools named in ``skip``)."""
     return tuple(
         ToolCall(
             str(b["id"]),
@@ -123,7 +125,7 @@ def anthropic_calls(content: Sequence[dict[str, Any]], skip: str | None) -> tupl
             b["input"] if isinstance(b.get("input"), dict) else {BAD_ARGUMENTS: b.get("input")},
         )
         for b in content
-        if b.get("type") == "tool_use" and b.get("id") and b.get("name") not in (None, skip)
+        if b.get("type") == "tool_use" and b.get("id") and b.get("name") not in (None, *skip)
     )
 
 
