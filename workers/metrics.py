@@ -81,6 +81,11 @@ TOOL_CALLS = Counter(
     "Tool calls run by tool tasks, by tool and outcome (ok, error).",
     ["tool", "outcome"],
 )
+TOOL_CACHE = Counter(
+    "duet_tool_cache_lookups_total",
+    "Tool-result cache lookups of pure tools' calls, by tool and outcome (hit, miss).",
+    ["tool", "outcome"],
+)
 TOOL_SECONDS = Histogram(
     "duet_tool_call_seconds",
     "Seconds one tool call ran, by tool.",
@@ -239,6 +244,10 @@ class ToolObserver:
     def tool_called(self, name: str, seconds: float, ok: bool) -> None:
         TOOL_CALLS.labels(name, "ok" if ok else "error").inc()
         TOOL_SECONDS.labels(name).observe(seconds)
+
+    def tool_cached(self, name: str, hit: bool) -> None:
+        """A tool-result cache lookup: ``hit`` served the result (no tool ran)."""
+        TOOL_CACHE.labels(name, "hit" if hit else "miss").inc()
 
 
 class RunObserver:

@@ -25,6 +25,7 @@ from orchestration.services.coordinator import Coordinator, Dispatch
 from orchestration.services.liveness import Liveness
 from orchestration.services.runcaching import ResultKeeper
 from orchestration.services.step import Handover, RetryLater, StepOutcome, StepService
+from orchestration.services.toolcaching import ToolResultCache
 from orchestration.services.tools import ToolService
 from orchestration.settings import get_settings
 from orchestration.state import keypolicies
@@ -137,17 +138,22 @@ def get_tools() -> ToolService:
     if _tools is None:
         with _lock:
             if _tools is None:
-                from workers.tools import runner
+                from workers.tools import registry, runner
 
                 store = get_store()
                 runner.load_configured()
                 runner.publish(store.r)
                 watchers = [m for m in (metrics, tracing) if m.ENABLED]
+                observers = tuple(m.ToolObserver() for m in watchers)
+                calls = open_call_store(
+                    store.r, get_settings().redis_url, get_settings().fleet_key_value()
+                )
                 _tools = ToolService(
                     store,
                     runner.run_tool,
                     scrub_output,
-                    observers=tuple(m.ToolObserver() for m in watchers),
+                    observers=observers,
+                    cache=ToolResultCache(calls, registry.identify, observers),
                 )
     return _tools
 

@@ -227,6 +227,10 @@ class ToolObserver:
 
             span.set_status(Status(StatusCode.ERROR, "tool error"))
 
+    def tool_cached(self, name: str, hit: bool) -> None:
+        """A tool-result cache lookup: on a hit, no tool ran in this span."""
+        _span().set_attributes({"duet.tool": name, "duet.tool_cached": hit})
+
 
 class RunObserver:
     """A coordinator observer: the run's end as a span of its trace."""

@@ -29,7 +29,7 @@ from orchestration.core.errors import ProviderError
 from orchestration.core.loop import parse_step_key
 from orchestration.core.vendor_batch import custom_id, group_of, poll_delay
 from orchestration.defaults import VENDOR_BATCH_HOLD_S, VENDOR_BATCH_RECLAIM_S
-from orchestration.services.step import Handover, Park
+from orchestration.services.step import FanOut, Handover, Park
 from orchestration.settings import get_settings
 from orchestration.state import keys
 from orchestration.state.vendorbatches import VendorBatchStore, split_member
@@ -42,6 +42,7 @@ from workers.runtime import (
     follow,
     get_steps,
     get_store,
+    send,
     send_later,
 )
 
@@ -72,6 +73,20 @@ def park_step(task: Any, parking: Park) -> None:
 def _hand(handover: Handover) -> None:
     """Send the run to its coordinator (outside a step task: nothing to retry)."""
     coordinator_send(handover.run_id, handover.seq)
+
+
+def _hand_on(store: VendorBatchStore, group: str, step_key: str, next_: Handover | FanOut) -> None:
+    """A parked step's outcome is stored: hand the run on, and forget the request. A turn
+    that asked for tools is forgotten *first*: its last tool call sends the step again,
+    whose next turn parks under the same step (a lost send is the sweep's to redo)."""
+    run_id = next_.run_id
+    if isinstance(next_, FanOut):
+        store.forget(group, run_id, step_key)
+        for ref in next_.refs:
+            send(keys.TASK_TOOL, (run_id, ref))
+        return
+    _hand(next_)
+    store.forget(group, run_id, step_key)
 
 
 def park(agent: AgentSpec, run_id: str, step_key: str, request: dict[str, Any]) -> bool:
@@ -152,10 +167,12 @@ def _submit(store: VendorBatchStore, group: str, live: dict[str, dict[str, Any]]
             return
         for m, request in live.items():  # refused for good: each step ends with the error
             run_id, step_key = split_member(m)
-            _hand(
-                get_steps().store_batch_outcome(run_id, step_key, request, exc, vendor_batch=None)
+            _hand_on(
+                store,
+                group,
+                step_key,
+                get_steps().store_batch_outcome(run_id, step_key, request, exc, vendor_batch=None),
             )
-            store.forget(group, run_id, step_key)
         return
     duet_batches = {r["batch_id"] for r in live.values() if r.get("batch_id")}
     store.record(
@@ -230,10 +247,12 @@ def poll(batch_id: str) -> None:
             store.repark(batch.group, run_id, step_key, {**request, "attempts": attempts})
             send_later(keys.TASK_VB_COLLECT, (batch.group,), 0)
             continue
-        _hand(
+        _hand_on(
+            store,
+            batch.group,
+            step_key,
             get_steps().store_batch_outcome(
                 run_id, step_key, request, outcome, vendor_batch=batch_id
-            )
+            ),
         )
-        store.forget(batch.group, run_id, step_key)
     store.finish(batch_id)

@@ -202,6 +202,8 @@ def _tool_lines(turns: list[Any], role: str = "actor") -> list[Any]:
             else:
                 head = " ".join(str(done.get("result", "")).split())[:TOOL_RESULT_SHOWN]
                 outcome = f"{'ok' if done.get('ok') else 'error'}: {head}"
+                if done.get("cached"):  # a pure tool's result, served from the cache
+                    outcome = f"served from cache, {outcome}"
             lines.append(
                 plain(
                     f"⚙ {role} turn {turn.number}: {call.get('name')} {args} → {outcome}",

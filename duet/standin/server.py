@@ -902,7 +902,13 @@ def _answer_one(
     state: _State, anthropic: bool, body: dict[str, Any], key: str
 ) -> tuple[int, dict[str, Any]]:
     """A request inside a vendor batch: ``(status, reply or error body)``, counted in the
-    statistics as a synchronous call's would be."""
+    statistics as a synchronous call's would be. Tool messages the vendor's API refuses
+    (a result answering no call, a call left unanswered) fail the request as a 400."""
+    problem = toolcalls.anthropic_problem(body) if anthropic else toolcalls.openai_problem(body)
+    message = problem if isinstance(problem, str) or problem is None else problem[0]
+    if message is not None:
+        state.record_response(400)
+        return 400, _error_payload(anthropic, 400, message)
     try:
         payload, usage = _answer(state, anthropic, str(body.get("model") or ""), body, key)
     except ProviderError as exc:

@@ -248,26 +248,9 @@ class AgentSettings(BaseModel):
                 raise ValueError(problem)
         return value
 
-    @field_validator("mcp_servers")
-    @classmethod
-    def _mcp_in_sync_calls(
-        cls, value: tuple[McpServerSpec, ...], info: ValidationInfo
-    ) -> tuple[McpServerSpec, ...]:
-        if value and info.data.get("execution") == "vendor_batch":
-            raise ValueError(
-                "tools run between turns of sync calls: an agent with MCP servers cannot use "
-                "execution='vendor_batch'"
-            )
-        return value
-
     @field_validator("tools")
     @classmethod
-    def _tools_in_sync_calls(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        if value and info.data.get("execution") == "vendor_batch":
-            raise ValueError(
-                "tools run between turns of sync calls: an agent with tools cannot use "
-                "execution='vendor_batch' (drop one of them)"
-            )
+    def _tools_named_once(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(set(value)) != len(value):
             raise ValueError(f"tools names a tool twice: {list(value)}")
         return value

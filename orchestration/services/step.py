@@ -169,6 +169,9 @@ class Park:
     batch_id: str | None
     #: The run's quoting token, for reading a critique's reply.
     boundary: str | None = None
+    #: Which turn of its agent run this call is (an agent with tools takes several: each
+    #: turn is a vendor batch round trip of its own).
+    turn: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +426,7 @@ class StepService:
                 claimant,
                 store.batch_of(run_id),
                 boundary,
+                turn,
             )
         # From here to the stored answer the claim (and the budget hold, once made) is
         # renewed: a slow SDK start or a slow call keeps the step; a dead worker's lapses.
@@ -533,7 +537,7 @@ class StepService:
 
     def _store_turn(
         self,
-        step: StepContext,
+        step: StepContext | _BatchTurn,
         result: dict[str, Any],
         completion: Completion,
         settle: list[Any],
@@ -634,7 +638,7 @@ class StepService:
             agent,
             parking.messages,
             structured,
-            step_id(run_id, key),
+            parked_id(run_id, key, parking.turn),
             parking.scopes,
             worst,
             hold_s,
@@ -669,6 +673,13 @@ class StepService:
             "max_tokens": agent.max_tokens,
             "boundary": parking.boundary,
             "lowered_by": lowered_by,
+            "turn": parking.turn,
+            # The tools as this turn offers them (an MCP server's are frozen for the run).
+            **(
+                {"tools": [t.model_dump(mode="json") for t in agent.tool_specs]}
+                if agent.takes_tools
+                else {}
+            ),
         }
 
     def agent_of(self, request: dict[str, Any]) -> AgentSpec:
@@ -677,12 +688,15 @@ class StepService:
         max_tokens = request.get("max_tokens")
         if max_tokens is not None and max_tokens != agent.max_tokens:
             agent = agent.model_copy(update={"max_tokens": int(max_tokens)})
+        if request.get("tools") is not None:  # an agent with tools: as its turn offered them
+            tools = tuple(ToolSpec.model_validate(t) for t in request["tools"])
+            agent = agent.model_copy(update={"tool_specs": tools})
         return agent
 
     def release_parked(self, run_id: str, key: str, request: dict[str, Any]) -> Handover:
         """A parked step that will never be sent (its run was cancelled): release its
         hold; the run goes to its coordinator, which finishes it."""
-        self.budgets.release(step_id(run_id, key), request["scopes"])
+        self.budgets.release(parked_id(run_id, key, request.get("turn")), request["scopes"])
         phase, round_ = parse_step_key(key)
         return Handover(run_id, step_index(phase, round_) + 1)
 
@@ -694,12 +708,15 @@ class StepService:
         outcome: Completion | ProviderError,
         *,
         vendor_batch: str | None,
-    ) -> Handover:
+    ) -> Handover | FanOut:
         """Store a parked step's result from its vendor batch (priced at the batch rate;
-        the budget settled once); the run goes back to its coordinator."""
+        the budget settled once); the run goes back to its coordinator. A turn of an agent
+        with tools that asks for calls is stored as a turn instead: its calls go out as
+        tool tasks (:class:`FanOut`), and the last to answer sends the step again."""
         seat = self.seat(request["spec_id"], request["role"])
         phase, round_ = parse_step_key(key)
-        sid, scopes = step_id(run_id, key), list(request["scopes"])
+        turn = int(request.get("turn") or 1)
+        sid, scopes = parked_id(run_id, key, turn), list(request["scopes"])
         began = float(request.get("parked_at") or time.time())
         conversation: tuple[str, str, int] | None = None
         settle: list[ScriptCall] = []
@@ -711,6 +728,8 @@ class StepService:
             result["vendor_batch"] = vendor_batch
             for observer in self.observers:
                 observer.call_failed(seat.agent, phase, outcome.kind, retried=False)
+            if turn > 1:  # the agent run's earlier turns count with the step
+                result = self._with_earlier(run_id, key, turn, result)
         else:
             outcome = self.cleaned(outcome)
             result = _result_from(
@@ -742,11 +761,16 @@ class StepService:
             )
             for observer in self.observers:  # latency: from parking to the batch's result
                 observer.call_answered(seat.agent, phase, result)
+            if seat.agent.takes_tools:
+                done = self._batch_turn(run_id, key, request, turn, result, outcome, settle)
+                if isinstance(done, FanOut):
+                    return done
+                result = done
             conv_key = request.get("conv") or ""
             whole = outcome.stop_reason not in UNFINISHED
             if whole and conv_key and keeps(seat.turns, outcome.text):
-                turn = turn_json(turn_step(run_id, key), request["prompt"], outcome.text)
-                conversation = (conv_key, turn, seat.turns)
+                said = turn_json(turn_step(run_id, key), request["prompt"], outcome.text)
+                conversation = (conv_key, said, seat.turns)
         self.store.complete_step(
             run_id,
             key,
@@ -758,6 +782,37 @@ class StepService:
             before=settle,
         )
         return Handover(run_id, step_index(phase, round_) + 1)
+
+    def _batch_turn(
+        self,
+        run_id: str,
+        key: str,
+        request: dict[str, Any],
+        turn: int,
+        result: dict[str, Any],
+        completion: Completion,
+        settle: list[ScriptCall],
+    ) -> dict[str, Any] | FanOut:
+        """What a vendor batch's answer to turn ``turn`` of an agent with tools is: a turn
+        whose calls run next (stored with its settlement), or the agent run's last answer
+        (interrupted at ``max_turns``), summed with its earlier turns."""
+        agent = self.agent_of(request)
+        after = after_turn(turn, agent.max_turns, len(completion.tool_calls), result["interrupted"])
+        phase, round_ = parse_step_key(key)
+        if after == "tools":
+            step = _BatchTurn(run_id, key, phase, round_, str(request["claimant"]), turn)
+            return self._store_turn(step, result, completion, settle)
+        if after == "max_turns":
+            result["interrupted"] = MAX_TURNS
+            result["error"] = f"asked for tools on its last turn (max_turns={agent.max_turns})"
+        return self._with_earlier(run_id, key, turn, result)
+
+    def _with_earlier(
+        self, run_id: str, key: str, turn: int, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``result`` of turn ``turn`` summed with the stored earlier turns of its step."""
+        earlier = [t.data for t in self.turns.turns(run_id, key) if t.number < turn]
+        return summed(result, earlier) if earlier else result
 
     def cleaned(self, completion: Completion) -> Completion:
         """``completion`` with no key value in it (:func:`clean_completion`): a model may
@@ -1117,6 +1172,26 @@ def _scrubbed(value: Any, scrub: Scrub) -> Any:
         found = {k: _scrubbed(v, scrub) for k, v in value.items()}
         return value if all(found[k] is v for k, v in value.items()) else found
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchTurn:
+    """What :meth:`StepService._store_turn` reads of a step, for a turn a vendor batch
+    answered (no delivery holds the step: the parked request's claim does)."""
+
+    run_id: str
+    key: str
+    phase: str
+    round_: int
+    claimant: str
+    turn: int
+
+
+def parked_id(run_id: str, key: str, turn: int | None) -> str:
+    """The id of a parked call's budget hold and settlement: the step's for its first turn,
+    one per later turn (each turn of an agent with tools is a call of its own)."""
+    sid = step_id(run_id, key)
+    return sid if not turn or turn <= 1 else f"{sid}|t{turn}"
 
 
 def _hold_id(run_id: str, key: str, claimant: str) -> str:

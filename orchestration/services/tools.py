@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from orchestration.core import events as ev
+from orchestration.core.callcache import CacheSpec
 from orchestration.core.loop import ROLE_OF, parse_step_key
+from orchestration.core.toolcache import CachedResult
 from orchestration.core.tools import MAX_RESULT_CHARS, ToolSpec, Workspace, tool_error
+from orchestration.services.toolcaching import ToolResultCache
 from orchestration.state.connection import INFRA_ERRORS
 from orchestration.state.events import event_json
 from orchestration.state.keys import TASK_BY_PHASE
@@ -88,8 +91,11 @@ class ToolService:
         *,
         observers: tuple[ToolObserver, ...] = (),
         turns: TurnStore | None = None,
+        cache: ToolResultCache | None = None,
     ) -> None:
         self.store = store
+        #: The tool-result cache (None: no result is ever cached).
+        self.cache = cache
         self.turns = turns or TurnStore(store.r)
         self.run_tool = run_tool
         self.scrub = scrub
@@ -118,9 +124,12 @@ class ToolService:
             if alive(self.store.r, [holder])[0]:
                 return CheckLater(HELD_CHECK_S)
             # Its worker died mid-call: a tool with effects is not run again.
-            result = tool_error(LOST.format(name=call["name"]))
+            result = self._clean(tool_error(LOST.format(name=call["name"])))
             return self._finish(run_id, ref, round_, phase, call, result, False, 0.0, next_turn)
         began = time.monotonic()
+        hit: CachedResult | None = None
+        cache: CacheSpec | None = None
+        key: str | None = None
         if run.get("status") != "running":
             text, ok = tool_error("the run is over; the call was not made"), False
         elif spec is None:  # the model named a tool it was not given
@@ -128,14 +137,44 @@ class ToolService:
             text, ok = tool_error(f"unknown tool {call['name']!r}; the tools are: {given}"), False
         else:
             where = CallInfo(spec_of_run.workspace, run_id, ref, agent.tool_options or {})
-            try:
-                text, ok = self.run_tool(spec, dict(call.get("arguments") or {}), where)
-            except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read
-                text, ok = tool_error(f"{spec.name} failed: {type(exc).__name__}: {exc}"), False
+            arguments = dict(call.get("arguments") or {})
+            cache = spec_of_run.cache if agent.cache else None
+            key = self._cache_key(cache, spec, arguments, where)
+            if cache is not None and key is not None and self.cache is not None:
+                hit = self.cache.find(cache, key, spec.name)
+            if hit is None:
+                try:
+                    text, ok = self.run_tool(spec, arguments, where)
+                except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read
+                    text, ok = tool_error(f"{spec.name} failed: {type(exc).__name__}: {exc}"), False
+        if hit is not None:  # served from the cache: no tool ran, no tool seconds counted
+            return self._finish(
+                run_id, ref, round_, phase, call, hit.result, True, 0.0, next_turn, hit
+            )
+        text = self._clean(text)
         seconds = time.monotonic() - began
+        if ok and cache is not None and key is not None and self.cache is not None:
+            # Before the result is stored on the turn: a redelivery after a worker lost
+            # in between finds it here.
+            self.cache.keep(cache, key, text, seconds)
         for observer in self.observers:
             observer.tool_called(call["name"], seconds, ok)
         return self._finish(run_id, ref, round_, phase, call, text, ok, seconds, next_turn)
+
+    def _cache_key(
+        self, cache: CacheSpec | None, spec: ToolSpec, arguments: dict[str, Any], where: CallInfo
+    ) -> str | None:
+        """The call's tool-result cache key; None when not cached."""
+        if self.cache is None:
+            return None
+        return self.cache.key(cache, spec, arguments, where.workspace, where.options)
+
+    def _clean(self, text: str) -> str:
+        """``text`` as stored: scrubbed of key values, cut to :data:`MAX_RESULT_CHARS`."""
+        text = self.scrub(text)
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"\n[cut: {len(text) - MAX_RESULT_CHARS} chars]"
+        return text
 
     def _finish(
         self,
@@ -148,13 +187,18 @@ class ToolService:
         ok: bool,
         seconds: float,
         next_turn: NextTurn,
+        hit: CachedResult | None = None,
     ) -> ToolOutcome:
-        """Store the call's result (scrubbed, capped) once; the next turn when it was the
-        last of its turn to answer."""
-        text = self.scrub(text)
-        if len(text) > MAX_RESULT_CHARS:
-            text = text[:MAX_RESULT_CHARS] + f"\n[cut: {len(text) - MAX_RESULT_CHARS} chars]"
-        result = {"name": call["name"], "result": text, "ok": ok, "seconds": round(seconds, 4)}
+        """Store the call's result (already :meth:`_clean`) once; the next turn when it was
+        the last of its turn to answer. A ``hit`` is recorded as served from the cache."""
+        result: dict[str, Any] = {
+            "name": call["name"],
+            "result": text,
+            "ok": ok,
+            "seconds": round(seconds, 4),
+        }
+        served = {"cached": True, "saved_seconds": hit.seconds} if hit is not None else {}
+        result.update(served)
         event = event_json(
             ev.TOOL_RESULT,
             run_id,
@@ -165,6 +209,7 @@ class ToolService:
             ok=ok,
             seconds=round(seconds, 4),
             chars=len(text),
+            **served,
         )
         left = _keep_trying(lambda: self.turns.finish_call(run_id, ref, result, event))
         return next_turn if left <= 0 else None

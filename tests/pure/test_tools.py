@@ -219,9 +219,12 @@ def test_the_stand_in_refuses_tool_messages_the_vendors_refuse() -> None:
     assert "unexpected `tool_use_id`" in toolcalls.anthropic_problem(stray)  # type: ignore[operator]
 
 
-def test_an_agent_with_tools_cannot_go_through_vendor_batches() -> None:
-    with pytest.raises(ConfigError, match="tools run between turns of sync calls"):
-        Agent("a", model="gpt-4o", execution="vendor_batch", tools=["run_tests"])
+def test_an_agent_with_tools_may_go_through_vendor_batches() -> None:
+    """Each turn is a vendor batch round trip of its own (tests/system/test_vendor_batch_tools.py)."""
+    agent = Agent("a", model="gpt-4o", execution="vendor_batch", tools=["run_tests"])
+    assert agent.spec.execution == "vendor_batch" and agent.spec.tools == ("run_tests",)
+    with pytest.raises(ConfigError, match="vendor_batch runs through OpenAI's or Anthropic's"):
+        Agent("a", model="sim", execution="vendor_batch", tools=["run_tests"])
 
 
 @pytest.mark.parametrize(

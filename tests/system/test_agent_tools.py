@@ -252,7 +252,8 @@ def test_a_rerun_with_the_same_tool_results_is_served_from_the_model_call_cache(
     tools_url: str, stand_in: FakeLLM
 ) -> None:
     """Every turn's messages hold the tool results: the same run again finds each turn in
-    the cache (the pure tool runs again and says the same), and the vendor is not called."""
+    the cache (the pure tool's result is served from the tool-result cache), and the vendor
+    is not called."""
     critic = Agent(CRITIC, model="gpt-4o", tools=["run_tests"])
     team = Team.actor_critic(
         actor=Agent("Write the code.", model="sim"),

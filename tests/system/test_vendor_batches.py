@@ -17,6 +17,7 @@ from duet.standin.server import FakeLLM
 from orchestration.core.agents import Agent
 from orchestration.core.errors import ConfigError, ProviderError
 from orchestration.core.structured import read_structured
+from orchestration.core.tools import ToolSpec
 from tests.support import wait_for
 from workers.providers import Completion, provider_for
 from workers.providers.batch import BatchRequest
@@ -151,3 +152,53 @@ def test_custom_ids_are_checked() -> None:
     agent = Agent(ACTOR, model="gpt-4o").spec
     with pytest.raises(ConfigError, match="custom_id"):
         BatchRequest("run:r1.critique", agent, [])
+
+
+RUN_TESTS = ToolSpec(
+    name="run_tests",
+    description="Run the test suite; the summary line.",
+    parameters={
+        "type": "object",
+        "properties": {"code": {"type": "string"}},
+        "required": ["code"],
+        "additionalProperties": False,
+    },
+    pure=True,
+)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_tool_turns_go_through_vendor_batches(llm: FakeLLM, provider: str) -> None:
+    """A request offering tools comes back asking for a call; the next turn, with the
+    call's result, answers; a tool result answering no call is refused, as the vendor's
+    API refuses it synchronously."""
+    agent = Agent(JUDGE, model=MODELS[provider]).spec.model_copy(
+        update={"tools": ("run_tests",), "tool_specs": (RUN_TESTS,)}
+    )
+    task: Any = {"role": "user", "content": "Review: def add(a, b): return a - b"}
+    first = run_batch(provider, [BatchRequest("t1", agent, [task])])["t1"]
+    assert isinstance(first, Completion), first
+    (call,) = first.tool_calls
+    assert call.name == "run_tests" and "code" in call.arguments
+    turn: Any = {"role": "assistant", "content": first.text, "tool_calls": [call.as_dict()]}
+    answer: Any = {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "name": "run_tests",
+        "content": "tests: 1 failed",
+        "is_error": False,
+    }
+    stray: Any = {**answer, "tool_call_id": "call_nobody_made"}
+    outcomes = run_batch(
+        provider,
+        [
+            BatchRequest("t2", agent, [task, turn, answer]),
+            BatchRequest("bad", agent, [task, {"role": "assistant", "content": "ok"}, stray]),
+        ],
+    )
+    second = outcomes["t2"]
+    assert isinstance(second, Completion) and not second.tool_calls
+    assert "tests: 1 failed" in second.text
+    refused = outcomes["bad"]
+    assert isinstance(refused, ProviderError) and refused.status_code == 400, refused
+    assert not SYNC_PATHS & set(llm.stats()["by_path"])

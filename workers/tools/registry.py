@@ -9,20 +9,24 @@ every worker imports: ``DUET_TOOL_MODULES`` plus the shipped :data:`SHIPPED`.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import functools
+import hashlib
 import importlib
 import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints, overload
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from orchestration.core.errors import ConfigError
-from orchestration.core.tools import NAME_PATTERN, ToolSpec, tool_error
-from workers.tools.context import ToolContext
+from orchestration.core.toolcache import ToolIdentity
+from orchestration.core.tools import NAME_PATTERN, ToolSpec, Workspace, tool_error
+from workers.tools.context import ToolContext, ToolScope
 from workers.tools.errors import ToolError
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,9 @@ SHIPPED = ("workers.tools.review", "workers.tools.commands")
 MAX_RUNNING = 32
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: What a pure tool declares it reads besides its arguments: ``scope -> JSON-able value``
+#: (for the review toolset, the repository and the reviewed commit).
+Reads = Callable[[ToolScope], Any]
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,25 @@ class Tool:
     arguments: type[Any]
     #: Whether the function's first parameter takes the :class:`ToolContext`.
     takes_context: bool
+    #: What a call reads besides its arguments, for the tool-result cache's key
+    #: (:func:`identify`); None: the default (the run's tree and the tool options when the
+    #: function takes the context, else nothing).
+    reads: Reads | None = None
+    #: Bumped by hand when the result changes for reasons the function's source does not
+    #: show (a helper it calls, a tool it runs): old cached results then miss.
+    version: str = ""
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A digest of the definition: its spec, ``version``, the function's qualified
+        name and source (a changed tool misses what its old self cached); worked out once."""
+        try:
+            source = inspect.getsource(self.fn)
+        except (OSError, TypeError):  # no source file (built at run time): its bytecode
+            code = getattr(self.fn, "__code__", None)
+            source = code.co_code.hex() if code is not None else repr(self.fn)
+        doc = [self.spec.model_dump_json(), self.version, _qualname(self.fn), source]
+        return hashlib.sha256("\x00".join(doc).encode()).hexdigest()
 
 
 _TOOLS: dict[str, Tool] = {}
@@ -53,19 +79,43 @@ _threads: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 @overload
-def tool(fn: F, *, name: str | None = None, pure: bool, timeout_s: float = 30.0) -> F: ...
+def tool(
+    fn: F,
+    *,
+    name: str | None = None,
+    pure: bool,
+    timeout_s: float = 30.0,
+    reads: Reads | None = None,
+    version: str = "",
+) -> F: ...
 @overload
 def tool(
-    fn: None = None, *, name: str | None = None, pure: bool, timeout_s: float = 30.0
+    fn: None = None,
+    *,
+    name: str | None = None,
+    pure: bool,
+    timeout_s: float = 30.0,
+    reads: Reads | None = None,
+    version: str = "",
 ) -> Callable[[F], F]: ...
 def tool(
-    fn: F | None = None, *, name: str | None = None, pure: bool, timeout_s: float = 30.0
+    fn: F | None = None,
+    *,
+    name: str | None = None,
+    pure: bool,
+    timeout_s: float = 30.0,
+    reads: Reads | None = None,
+    version: str = "",
 ) -> F | Callable[[F], F]:
     """Register ``fn`` as a tool models may call, under ``name`` (its own by default).
 
     ``pure``: same arguments, same result, no effects (a lost call is run again). A tool
     with effects is never run twice for one call. A first parameter annotated
     :class:`ToolContext` receives the call's context and is not part of the schema.
+
+    A pure tool's results may be cached (when the run's cache is on), keyed by the tool,
+    its arguments and ``reads(scope)``: what it reads besides them (see :func:`identify`).
+    Bump ``version`` when its results change for a reason its source does not show.
 
     Example::
 
@@ -76,6 +126,7 @@ def tool(
 
     def register(func: F) -> F:
         found = describe(func, name=name, pure=pure, timeout_s=timeout_s)
+        found = dataclasses.replace(found, reads=reads, version=version)
         with _lock:
             old = _TOOLS.get(found.spec.name)
             if old is not None and old.fn is not func and _qualname(old.fn) != _qualname(func):
@@ -176,6 +227,43 @@ def load(modules: Iterable[str]) -> list[str]:
     return missing
 
 
+def identify(
+    spec: ToolSpec,
+    arguments: Mapping[str, Any],
+    workspace: Workspace | None,
+    options: Mapping[str, Any],
+) -> ToolIdentity | None:
+    """What keys a call of ``spec`` in the tool-result cache; None when it may not be
+    cached: not a pure function registered here (an MCP server's tool, one with effects),
+    or arguments its schema refuses. Arguments are keyed as the schema checked them
+    (defaults filled in), so ``{"path": "a"}`` and ``{"path": "a", "start_line": 1}`` meet.
+    """
+    found = _TOOLS.get(spec.name)
+    if found is None or not (found.spec.pure and spec.pure) or spec.source != "python":
+        return None
+    try:
+        checked = found.arguments.model_validate(dict(arguments))
+    except ValidationError:
+        return None
+    scope = ToolScope(workspace, options)
+    if found.reads is not None:
+        reads = found.reads(scope)
+    elif found.takes_context:  # it may read anything the context gives: key all of it
+        reads = {"workspace": workspace.model_dump() if workspace else None, "options": options}
+    else:
+        reads = None
+    return ToolIdentity(
+        spec.name, found.fingerprint, checked.model_dump(mode="json"), canonical_value(reads)
+    )
+
+
+def canonical_value(value: Any) -> Any:
+    """``value`` as JSON holds it (a tuple as a list, a path as its text)."""
+    import json
+
+    return json.loads(json.dumps(value, default=str))
+
+
 def call(name: str, arguments: dict[str, Any], context: ToolContext) -> tuple[str, bool]:
     """Run tool ``name``: ``(result text, ok)``. Every failure is a result the model
     reads (:func:`~orchestration.core.tools.tool_error`), never an exception: an unknown
@@ -224,4 +312,16 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
     return _threads
 
 
-__all__ = ["SHIPPED", "Tool", "call", "describe", "get", "known", "load", "tool"]
+__all__ = [
+    "SHIPPED",
+    "Reads",
+    "Tool",
+    "call",
+    "canonical_value",
+    "describe",
+    "get",
+    "identify",
+    "known",
+    "load",
+    "tool",
+]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from workers.tools import git as gitcli
 from workers.tools import process
-from workers.tools.context import ToolContext
+from workers.tools.context import ToolContext, reviewed_tree
 from workers.tools.errors import ToolError
 from workers.tools.paths import confine, relative, shown
 from workers.tools.registry import tool
@@ -55,7 +55,7 @@ def _binary(data: bytes) -> bool:
     return b"\0" in data[:8192]
 
 
-@tool(pure=True, timeout_s=10.0)
+@tool(pure=True, timeout_s=10.0, reads=reviewed_tree)
 def read_file(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | None = None) -> str:
     """Read lines of a file in the repository, numbered.
 
@@ -87,7 +87,7 @@ def read_file(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | 
     return _capped(f"{head}\n{body}", "ask for fewer lines")
 
 
-@tool(pure=True, timeout_s=10.0)
+@tool(pure=True, timeout_s=10.0, reads=reviewed_tree)
 def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
     """List the files under a folder of the repository, one path per line.
 
@@ -124,7 +124,7 @@ def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
     return _capped("\n".join(found) + more)
 
 
-@tool(pure=True, timeout_s=GREP_TIMEOUT_S + 5)
+@tool(pure=True, timeout_s=GREP_TIMEOUT_S + 5, reads=reviewed_tree)
 def grep(ctx: ToolContext, pattern: str, path: str = ".", ignore_case: bool = False) -> str:
     """Search the repository's text files for a regular expression (POSIX extended).
 
@@ -182,7 +182,7 @@ def _pathspec(path: str, what: str) -> list[str]:
     return [] if str(rel) == "." else ["--", str(rel)]
 
 
-@tool(pure=True, timeout_s=30.0)
+@tool(pure=True, timeout_s=30.0, reads=reviewed_tree)
 def git_log(ctx: ToolContext, path: str = ".", n: int = 10) -> str:
     """The newest commits (up to the reviewed one) that touched a path: id, date, author, subject.
 
@@ -209,7 +209,7 @@ def git_log(ctx: ToolContext, path: str = ".", n: int = 10) -> str:
     return _capped(text or f"no commits touch {path!r}")
 
 
-@tool(pure=True, timeout_s=30.0)
+@tool(pure=True, timeout_s=30.0, reads=reviewed_tree)
 def git_blame(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | None = None) -> str:
     """Who last changed each line of a file, and in which commit, at the reviewed commit.
 
@@ -232,7 +232,7 @@ def git_blame(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | 
     return _capped(done.output.decode("utf-8", "replace").rstrip())
 
 
-@tool(pure=True, timeout_s=30.0)
+@tool(pure=True, timeout_s=30.0, reads=reviewed_tree)
 def git_show(ctx: ToolContext, rev: str = "HEAD", path: str | None = None) -> str:
     """A commit's message and diff, or a file as it was at that commit.
 
