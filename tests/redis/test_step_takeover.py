@@ -199,3 +199,23 @@ def test_a_dead_process_is_noticed_once_and_its_claimed_steps_sent_on(store: Run
     assert Healing([dead], {"t": "r0"}, healing.steps).rest({"t"}) == []
     assert not healer.heal().dead  # noticed once
     assert store.r.exists(keys.process_held(live))
+
+
+def test_a_cancelled_retry_lets_go_of_the_claim_it_was_handed(store: RunStore) -> None:
+    """A delivery that re-scheduled itself (waiting for a permit, a pause) hands its claim
+    to the retry; when the run was cancelled meanwhile, the retry frees it, so the step a
+    resume sends goes at once instead of finding it busy for a lease (it waited 60 s)."""
+    _running(store, "r1")
+    process = new_process_id()
+    mark_alive(store.r, process, 30)
+    first = new_claimant(process)
+    assert store.begin_step("r1", KEY, first, 300, "{}").outcome == "go"
+    assert store.cancel_run("r1")
+    retry = new_claimant(process)
+    assert store.begin_step("r1", KEY, retry, 300, "{}", previous=first).outcome == "cancelled"
+    assert not store.r.exists(keys.step_claim("r1", KEY))
+    # Another delivery's live claim is not this one's to free.
+    other = new_claimant(process)
+    store.r.set(keys.step_claim("r1", KEY), other, ex=300)
+    assert store.begin_step("r1", KEY, new_claimant(process), 300, "{}").outcome == "cancelled"
+    assert store.r.get(keys.step_claim("r1", KEY)) == other

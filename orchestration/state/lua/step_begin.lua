@@ -27,9 +27,15 @@ local fields = {'status', 'cancelled', 'spec_id', 'user_id', 'budget_scopes', 'c
 for i = first_earlier, #ARGV do fields[#fields + 1] = 'in:' .. ARGV[i] end
 local st = redis.call('HMGET', run, unpack(fields))
 if not st[1] then return {'gone'} end
-if st[1] ~= 'running' then return {'stop'} end
+-- A delivery that ends here lets go of the claim it, or the delivery that re-scheduled
+-- it, held: else a resumed run's step would find it 'busy' for a whole lease.
+local function release()
+  local held = redis.call('GET', claim)
+  if held and (held == ARGV[2] or held == ARGV[5]) then redis.call('DEL', claim) end
+end
+if st[1] ~= 'running' then release() return {'stop'} end
 if st[9] or redis.call('HEXISTS', steps, ARGV[1]) == 1 then return {'done'} end
-if st[2] == '1' then return {'cancelled'} end
+if st[2] == '1' then release() return {'cancelled'} end
 local input = st[10] or redis.call('HGET', inputs, ARGV[1])
 if not input then return {'gone'} end
 -- Claim it if free (one command); a claim already there is this delivery's own (a retry,
