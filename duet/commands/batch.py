@@ -70,6 +70,8 @@ def worker_watch() -> WorkerWatch | None:
 def batch_records(handle: BatchHandle, timeout: float | None = None) -> Iterable[dict[str, Any]]:
     """A batch's records in input order, its stored rejected inputs in their places,
     each run's as soon as it (and those before it) finished."""
+    from orchestration.client.handles import result_turns
+
     spec = spec_of(handle)
     rejected = handle.rejected()
     taken = {r["index"] for r in rejected}
@@ -82,7 +84,7 @@ def batch_records(handle: BatchHandle, timeout: float | None = None) -> Iterable
         while nxt is not None and nxt["index"] < index:
             yield rejected_record(nxt, batch_id=handle.batch_id)
             nxt = next(pending, None)
-        yield result_record(result, index=index, spec=spec)
+        yield result_record(result, index=index, spec=spec, turns=result_turns(result))
         index += 1
     while nxt is not None:
         yield rejected_record(nxt, batch_id=handle.batch_id)

@@ -4,7 +4,6 @@ batches and runs already submitted."""
 from __future__ import annotations
 
 import difflib
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -44,9 +43,11 @@ from duet.report.records import (
     by_index,
     kept_note,
 )
+from duet.report.turns import call_outcome, step_turns, tool_turns
 from duet.short_ids import shortest_unique
 from orchestration.core.completion import refusal_line
 from orchestration.core.errors import ConfigError, RunTimeout
+from orchestration.core.loop import ROLE_OF, parse_step_key
 
 if TYPE_CHECKING:
     from orchestration.core.results import RunResult
@@ -154,17 +155,17 @@ def show(
     if as_json:
         emit_json(result.model_dump(mode="json"))
         return
-    turns = agent_turns(result.run_id)
+    turns = tool_turns(agent_turns(result.run_id))
     out.print(_run_header(result))
-    if turns.get("r0.generate"):
-        out.print(Panel(Group(*_tool_lines(turns["r0.generate"])), title="draft: tool calls"))
+    if draft := _tool_lines(turns, "r0.generate"):
+        out.print(Panel(Group(*draft), title="draft: tool calls"))
     previous = result.rounds[0].judged_output if result.rounds else result.output
     for rnd in result.rounds:
         score = f"{rnd.score:.2f}" if rnd.score is not None else "-"
-        body: list[Any] = _tool_lines(turns.get(f"r{rnd.round}.critique", []), "critic")
+        body: list[Any] = _tool_lines(turns, f"r{rnd.round}.critique")
         body += [plain(rnd.summary or "(no summary)")]
         body += [plain(f"• {issue}", style="yellow") for issue in rnd.issues]
-        body += _tool_lines(turns.get(f"r{rnd.round}.refine", []), "actor")
+        body += _tool_lines(turns, f"r{rnd.round}.refine")
         if rnd.revision is not None:
             diff = _diff(
                 previous or "", rnd.revision, f"revision {rnd.round - 1}", f"revision {rnd.round}"
@@ -187,29 +188,19 @@ def show(
 TOOL_RESULT_SHOWN = 160
 
 
-def _tool_lines(turns: list[Any], role: str = "actor") -> list[Any]:
-    """One line per tool call of an agent run's turns: the turn, the tool and its
-    arguments, and how its result began (model and tool output: shown as plain text)."""
+def _tool_lines(turns: list[dict[str, Any]], step: str) -> list[Any]:
+    """One line per tool call of a step's recorded turns (:func:`tool_turns`): the turn, the
+    tool and its arguments, and how its result began (model and tool output: plain text)."""
+    role = ROLE_OF[parse_step_key(step)[0]]
     lines: list[Any] = []
-    for turn in turns:
-        for i, call in enumerate(turn.calls):
-            done = turn.results.get(i)
-            args = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
-            if len(args) > TOOL_RESULT_SHOWN:
-                args = args[:TOOL_RESULT_SHOWN] + "…"
-            if done is None:
-                outcome = "running"
-            else:
-                head = " ".join(str(done.get("result", "")).split())[:TOOL_RESULT_SHOWN]
-                outcome = f"{'ok' if done.get('ok') else 'error'}: {head}"
-                if done.get("cached"):  # a pure tool's result, served from the cache
-                    outcome = f"served from cache, {outcome}"
-            lines.append(
-                plain(
-                    f"⚙ {role} turn {turn.number}: {call.get('name')} {args} → {outcome}",
-                    style="cyan",
-                )
-            )
+    for turn in step_turns(turns, step):
+        for call in turn["calls"]:
+            args = call["arguments"][:TOOL_RESULT_SHOWN]
+            if call["arguments_chars"] > len(args):
+                args += "…"
+            outcome = call_outcome(call, TOOL_RESULT_SHOWN)
+            line = f"⚙ {role} turn {turn['turn']}: {call['name']} {args} → {outcome}"
+            lines.append(plain(line, style="cyan"))
     return lines
 
 

@@ -275,7 +275,7 @@ def as_they_finish(
     batch's finished-run stream; ``run_index`` maps a run's position to its input index."""
     import time
 
-    from orchestration.client.handles import store
+    from orchestration.client.handles import result_turns, store
     from orchestration.core.errors import RunTimeout
     from orchestration.core.results import FINISHED_STATUSES
     from orchestration.state import batches
@@ -304,7 +304,7 @@ def as_they_finish(
             position = positions[run_id]
             index = run_index[position] if position < len(run_index) else None
             given.add(run_id)
-            yield result_record(result, index=index, spec=spec)
+            yield result_record(result, index=index, spec=spec, turns=result_turns(result))
 
 
 def read_records(path: Path, max_line_bytes: int = MAX_RECORD_BYTES) -> Iterator[dict[str, Any]]:

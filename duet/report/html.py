@@ -18,6 +18,7 @@ import jinja2
 from duet.report.charts import ACCENT, Chart, hbars, line, vbars
 from duet.report.inputs import Triage, input_view, issue_groups, reason_groups, usd
 from duet.report.records import LABELS, OUTCOMES, Summary, readable_date
+from duet.report.toolviews import ToolRow, tool_rows, tool_totals
 
 COLOURS = {
     "approved": "#2e7d32",
@@ -75,6 +76,7 @@ def render_report(
     ran = [r for r in rows if r.get("status") != "rejected"]
     triage = Triage(rows, inputs or {})
     costs = _costs(ran)
+    tools = tool_rows(ran)
     return (
         _templates()
         .get_template("report.html.j2")
@@ -82,7 +84,7 @@ def render_report(
             title=title,
             css=_CSS,
             accent=ACCENT,
-            summary=_summary_items(summary, ran),
+            summary=_summary_items(summary, ran, tools),
             simulated=summary.simulated,
             worst=[triage.ref_of(r) for r in triage.worst[:WORST_LINKED]],
             worst_total=len(triage.worst),
@@ -91,6 +93,7 @@ def render_report(
             reason_groups=reason_groups(triage),
             batch=_batch_items(rows),
             spend=_spend(rows),
+            tools=tools,
             outcomes=hbars(
                 [(LABELS[o], summary.counts[o], COLOURS[o]) for o in OUTCOMES], str, "outcomes"
             ),
@@ -128,6 +131,10 @@ pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:.5rem
 max-height:36rem;overflow:auto;font-size:.85em}
 .diff span{display:block}.diff .add{background:#e6ffec}.diff .del{background:#ffebe9}
 .diff .hunk{color:#6f42c1}.diff .file{color:#777}
+details.round>summary{cursor:pointer}.turn .meta{margin:.4rem 0 .1rem}
+ol.calls{margin:.1rem 0 .4rem;padding-left:1.6rem}ol.calls li{margin:.25rem 0}
+code.args{overflow-wrap:anywhere}.call.ok{color:#2e7d32}.call.error{color:#c62828}
+.call.running{color:#757575}.cached{color:#1565c0}pre.result{max-height:14rem;margin:.2rem 0}
 """
 )
 
@@ -136,7 +143,9 @@ def _num(value: float, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _summary_items(summary: Summary, ran: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
+def _summary_items(
+    summary: Summary, ran: list[Mapping[str, Any]], tools: list[ToolRow]
+) -> list[tuple[str, str]]:
     approved = summary.counts["approved"]
     scores = [r["final_score"] for r in ran if r.get("final_score") is not None]
     durations = [r["duration_s"] for r in ran if r.get("duration_s") is not None]
@@ -161,10 +170,21 @@ def _summary_items(summary: Summary, ran: list[Mapping[str, Any]]) -> list[tuple
             f"{summary.tokens:,} ({summary.input_tokens:,} in, {summary.output_tokens:,} out)",
         ),
         ("model calls", f"{summary.calls:,}"),
+        *_tool_line(tools),
         ("cost", usd(summary.usd)),
         *cache_line,
         ("mean run time", f"{sum(durations) / len(durations):.2f} s" if durations else "-"),
     ]
+
+
+def _tool_line(tools: list[ToolRow]) -> list[tuple[str, str]]:
+    """The summary's row of tool calls: how many, and how many failed or were served from
+    the cache; none when no agent called a tool."""
+    calls, errors, cached, seconds = tool_totals(tools)
+    if not calls:
+        return []
+    more = f"{errors:,} error(s)" + (f", {cached:,} served from cache" if cached else "")
+    return [("tool calls", f"{calls:,} ({more}; {seconds:,.2f} s)")]
 
 
 def _score_histogram(ran: list[Mapping[str, Any]]) -> Chart | None:

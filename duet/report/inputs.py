@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duet.report.records import LABELS, readable_date, reason_of, record_kept_note
+from duet.report.toolviews import CallBudget, round_views
 from duet.report.triage import (
     IssueGroup,
     ReasonGroup,
@@ -67,6 +68,8 @@ class Triage:
         self.worst = worst_first(rows)
         self._rank = {id(r): n for n, r in enumerate(self.worst, 1)}
         self.short_runs = shortest_unique(str(r["run_id"]) for r in rows if r.get("run_id"))
+        #: Tool calls the page may still list (inputs are shaped worst first).
+        self.calls = CallBudget()
 
     def anchor(self, record: Mapping[str, Any]) -> str | None:
         rank = self._rank.get(id(record))
@@ -180,6 +183,7 @@ def input_view(triage: Triage, record: Mapping[str, Any]) -> dict[str, Any]:
         "why": why_line(record),
         "kept": record_kept_note(record) or "",
         "issues": final_issues(record),
+        "tool_rounds": round_views(record, triage.calls),
         "output": _output(record),
         "output_title": "Kept output" if record.get("keep") == "best" else "Final output",
         "diff": _diff(triage, record),

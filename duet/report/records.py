@@ -13,17 +13,19 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from duet.formats.findings import simulated
+from duet.report.turns import tool_turns
 
 if TYPE_CHECKING:
     from duet.intake.files import InputProblem
     from orchestration.core.architecture import LoopSpec
     from orchestration.core.results import RunResult
+    from orchestration.state.turns import Turn
 
 #: Outcomes of an input that ran to its end without an interruption or a failure.
 FINISHED_WELL = ("approved", "max_rounds_reached")
@@ -56,11 +58,16 @@ def _usage(u: Any) -> dict[str, Any]:
             if getattr(u, "cached_calls", 0)
             else {}
         ),
+        **({"tool_calls": u.tool_calls} if getattr(u, "tool_calls", 0) else {}),
     }
 
 
 def result_record(
-    result: RunResult, *, index: int | None = None, spec: LoopSpec | None = None
+    result: RunResult,
+    *,
+    index: int | None = None,
+    spec: LoopSpec | None = None,
+    turns: Mapping[str, Sequence[Turn]] | None = None,
 ) -> dict[str, Any]:
     """The results-file record of a finished run.
 
@@ -68,6 +75,8 @@ def result_record(
         result: the run's result.
         index: the input's position in the input file (rejected inputs included).
         spec: the loop the run ran, for the models and loop settings in the record.
+        turns: the run's stored turns of agents with tools, by step key, for the
+            record's ``tool_turns`` (:func:`~duet.report.turns.tool_turns`).
     """
     total = result.usage.total
     verdict = result.verdict
@@ -101,6 +110,8 @@ def result_record(
         "issues": list(verdict.issues) if verdict else [],
         #: The same issues as located findings, when the critic gave locations.
         "findings": list(verdict.findings) if verdict else [],
+        #: The tool calls of each agent run that made some, results cut to a preview.
+        "tool_turns": tool_turns(turns or {}),
         "usage": {
             **_usage(total),
             "by_role": {role: _usage(u) for role, u in sorted(result.usage.by_role.items())},
@@ -162,6 +173,7 @@ def rejected_record(
         "n_rounds": 0,
         "issues": [],
         "findings": [],
+        "tool_turns": [],
         "usage": {"input_tokens": 0, "output_tokens": 0, "calls": 0, "usd": 0.0},
         "reason": problem["reason"],
         "error": None,
@@ -313,6 +325,7 @@ CSV_COLUMNS = (
     "scored_output_round",
     "keep",
     "best_round",
+    "tool_turns",
 )
 #: The columns holding numbers; every other cell is text (an id ``007`` stays ``007``).
 CSV_NUMBERS = frozenset(
@@ -331,7 +344,7 @@ CSV_NUMBERS = frozenset(
     }
 )
 #: The columns holding JSON (lists and objects).
-CSV_JSON = ("issues", "rounds", "metadata")
+CSV_JSON = ("issues", "rounds", "metadata", "tool_turns")
 
 
 #: A cell starting with one of these is a formula to a spreadsheet (CSV injection).
@@ -366,6 +379,7 @@ def csv_row(record: Mapping[str, Any]) -> list[Any]:
     flat["issues"] = json.dumps(record.get("issues") or [], ensure_ascii=False)
     flat["rounds"] = json.dumps(record.get("rounds") or [], ensure_ascii=False)
     flat["metadata"] = json.dumps(record.get("metadata") or {}, ensure_ascii=False)
+    flat["tool_turns"] = json.dumps(record.get("tool_turns") or [], ensure_ascii=False)
     return ["" if flat.get(c) is None else csv_cell(flat[c]) for c in CSV_COLUMNS]
 
 

@@ -171,6 +171,14 @@ def agent_turns(run_id: str) -> dict[str, list[Turn]]:
     return TurnStore(connection.get_redis()).all_turns(run_id)
 
 
+def result_turns(result: RunResult) -> dict[str, list[Turn]]:
+    """:func:`agent_turns` of a finished run, for its result record; not read for a run that
+    finished well without a tool call (most runs): a batch without tools pays no read."""
+    if not result.usage.total.tool_calls and result.status in ("approved", "max_rounds_reached"):
+        return {}
+    return agent_turns(result.run_id)
+
+
 def check_key_policies(spec: LoopSpec, client: Any) -> None:
     """Refuse a spec whose keys the fleet's workers would not send where it sends them:
     every policy live workers publish must allow it (this process's own settings when none

@@ -67,26 +67,11 @@ class TurnStore:
 
     def turns(self, run_id: str, step_key: str) -> list[Turn]:
         """The step's stored turns, oldest first, with their calls' results."""
-        found = self.r.hgetall(keys.run_turns(run_id))
-        prefix = f"{step_key}|t"
-        turns: dict[int, dict[str, Any]] = {}
-        results: dict[int, dict[int, dict[str, Any]]] = {}
-        for raw_name, raw in found.items():
-            name = _s(raw_name)
-            if not name.startswith(prefix):
-                continue
-            parts = name[len(prefix) :].split("|")
-            if len(parts) == 1:
-                turns[int(parts[0])] = json.loads(raw)
-            elif len(parts) == 2 and parts[1].isdigit():
-                results.setdefault(int(parts[0]), {})[int(parts[1])] = json.loads(raw)
-        return [Turn(n, turns[n], results.get(n, {})) for n in sorted(turns)]
+        return _grouped(self.r.hgetall(keys.run_turns(run_id)), step_key).get(step_key, [])
 
     def all_turns(self, run_id: str) -> dict[str, list[Turn]]:
-        """Every step's turns (for ``duet show``), by step key."""
-        names = [_s(n) for n in self.r.hkeys(keys.run_turns(run_id))]
-        steps = {n.split("|")[0] for n in names if not n.startswith(_FROZEN)}
-        return {step: self.turns(run_id, step) for step in sorted(steps)}
+        """Every step's turns (``duet show``, result records), by step key: one read."""
+        return _grouped(self.r.hgetall(keys.run_turns(run_id)))
 
     def frozen_tools(self, run_id: str, role: str) -> tuple[ToolSpec, ...] | None:
         """The tools listed from the role's MCP servers for this run; None: not yet."""
@@ -167,6 +152,28 @@ def published_tools(client: Any, names: Iterable[str] | None = None) -> dict[str
 
 #: Field prefix of the tools frozen for a run from a role's MCP servers (``mcp|critic``).
 _FROZEN = "mcp|"
+
+
+def _grouped(found: Mapping[Any, Any], only: str | None = None) -> dict[str, list[Turn]]:
+    """The turns in a read of the hash (of step ``only``, when given), by step, oldest first."""
+    turns: dict[str, dict[int, dict[str, Any]]] = {}
+    results: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for raw_name, raw in found.items():
+        name = _s(raw_name)
+        if name.startswith(_FROZEN):
+            continue
+        step, _, rest = name.partition("|t")
+        if not rest or (only is not None and step != only):
+            continue
+        parts = rest.split("|")
+        if len(parts) == 1 and parts[0].isdigit():
+            turns.setdefault(step, {})[int(parts[0])] = json.loads(raw)
+        elif len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            results.setdefault((step, int(parts[0])), {})[int(parts[1])] = json.loads(raw)
+    return {
+        step: [Turn(n, stored[n], results.get((step, n), {})) for n in sorted(stored)]
+        for step, stored in sorted(turns.items())
+    }
 
 
 def _specs(raw: Any) -> tuple[ToolSpec, ...]:

@@ -272,6 +272,7 @@ def test_result_record_from_a_run_result() -> None:
         "n_rounds": 2,
         "issues": [],
         "findings": [],
+        "tool_turns": [],
         "usage": {
             "input_tokens": 10,
             "output_tokens": 5,

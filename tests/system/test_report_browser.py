@@ -16,6 +16,8 @@ import pytest
 from duet.intake.files import InputProblem
 from duet.report.html import render_report
 from duet.report.records import rejected_record
+from duet.report.turns import tool_turns
+from orchestration.state.turns import Turn
 from tests.support import CHROMIUM, chromium
 
 #: A script in an input id and an issue, and a handler in an output: run, each would mark
@@ -23,6 +25,14 @@ from tests.support import CHROMIUM, chromium
 SCRIPT_ID = "<script>document.documentElement.setAttribute('data-pwned','id')</script>"
 SCRIPT_ISSUE = "<script>document.documentElement.setAttribute('data-pwned','issue')</script>"
 HANDLER_OUTPUT = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','out')\">"
+#: A tool's result and a model's tool arguments that try to close the round's fold and run
+#: a script, a handler or a link.
+TOOL_RESULT = (
+    "</pre></details></details><script>document.documentElement.setAttribute('data-pwned',"
+    "'tool')</script><a href=\"javascript:document.documentElement.setAttribute('data-pwned',"
+    "'link')\">open</a>"
+)
+TOOL_ARGS = {"path": "<svg onload=\"document.documentElement.setAttribute('data-pwned','args')\">"}
 
 pytestmark = pytest.mark.skipif(
     shutil.which(CHROMIUM) is None,
@@ -63,12 +73,30 @@ def _run(
     }
 
 
+def _tool_turns() -> list[dict[str, Any]]:
+    """Round 1's critic read a file whose text is markup; round 2's asked again, in vain."""
+    call = {"id": "c1", "name": "read_file", "arguments": TOOL_ARGS}
+    done = {"name": "read_file", "result": TOOL_RESULT, "ok": True, "seconds": 0.02}
+    return tool_turns(
+        {
+            "r1.critique": [Turn(1, {"tool_calls": [call]}, {0: done})],
+            "r2.critique": [Turn(1, {"tool_calls": [call]}, {0: {**done, "ok": False}})],
+        }
+    )
+
+
 def _batch() -> tuple[list[dict[str, Any]], list[str], dict[str, str]]:
     """Records in input order, the ids of those not approved in the order a reviewer should
     see them (written out by hand), and each input's prompt."""
     records = [
         _run("approved-one", "approved", 0.95, []),
-        _run("mid-score", "max_rounds_reached", 0.62, ["SQL built with an f-string on line 3"]),
+        _run(
+            "mid-score",
+            "max_rounds_reached",
+            0.62,
+            ["SQL built with an f-string on line 3"],
+            tool_turns=_tool_turns(),
+        ),
         _run(SCRIPT_ID, "max_rounds_reached", 0.41, [SCRIPT_ISSUE, "No input validation"]),
         rejected_record(
             InputProblem(
@@ -119,6 +147,9 @@ class _Inputs(HTMLParser):
         self.ids: list[str] = []
         self.scripts = 0
         self.pwned: list[str] = []
+        #: The rounds' folded tool calls: the input they are in, and whether open.
+        self.rounds: list[tuple[str, bool]] = []
+        self.links: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         got = dict(attrs)
@@ -128,6 +159,10 @@ class _Inputs(HTMLParser):
             self.pwned.append(str(got["data-pwned"]))
         if tag == "details" and "input" in (got.get("class") or "").split():
             self.ids.append(str(got.get("data-id")))
+        if tag == "details" and "round" in (got.get("class") or "").split():
+            self.rounds.append((self.ids[-1], "open" in got))
+        if tag == "a":
+            self.links.append(str(got.get("href")))
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -156,6 +191,10 @@ def test_the_dom_has_every_input_not_approved_worst_first_and_ran_no_script(
     dom.feed(dumped.stdout)
     assert dom.ids == worst
     assert dom.scripts == 0 and dom.pwned == []
+    # the tool calls' two rounds, folded, inside their input: the markup closed nothing
+    assert dom.rounds == [("mid-score", False), ("mid-score", False)]
+    assert not [h for h in dom.links if not h.startswith("#")], dom.links
+    assert "read_file" in dumped.stdout and "&lt;/details&gt;&lt;script&gt;" in dumped.stdout
     assert "<title>Browser check</title>" in dumped.stdout
 
 

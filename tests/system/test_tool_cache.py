@@ -136,6 +136,49 @@ def test_a_rerun_of_a_batch_with_a_pure_tool_runs_no_tool(cluster: str, tool_log
     assert _ran(tool_log, "run_tests") - before == len(PROMPTS) + 2
 
 
+def _duet(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "duet", *args],
+        env={**os.environ, "DUET_REDIS_URL": url, "COLUMNS": "500"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
+def test_results_and_the_report_carry_each_rounds_tool_calls(cluster: str, tmp_path: Path) -> None:
+    """A rerun's records say its tool call was served from the cache, and its report shows
+    the call in round 1's folded block; a results file alone makes the same page."""
+    critic = Agent(CRITIC, model="sim:critic?scores=0.5", tools=["run_tests"])
+    team = _team(critic)
+    _batch(team, PROMPTS[:2])
+    handle = team.submit_batch(PROMPTS[:2], cache=False)
+    assert len(list(handle.results(timeout=120))) == 2
+    results = tmp_path / "results.jsonl"
+    _duet(cluster, "results", handle.batch_id, "-o", str(results))
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(records) == 2
+    for record in records:
+        (step,) = record["tool_turns"]
+        assert (step["step"], step["role"]) == ("r1.critique", "critic")
+        (turn,) = step["turns"]
+        (call,) = turn["calls"]
+        assert (call["name"], call["ok"], call["cached"]) == ("run_tests", True, True)
+        assert call["result"] == "tests: 2 passed, 1 failed (test_empty_input)"
+        assert record["usage"]["tool_calls"] == 1
+    from_cluster, from_file = tmp_path / "batch.html", tmp_path / "file.html"
+    _duet(cluster, "report", handle.batch_id, "-o", str(from_cluster))
+    _duet(cluster, "report", str(results), "-o", str(from_file))
+    for page in (from_cluster, from_file):
+        html = page.read_text()
+        assert html.count('<details class="round">') == 2, "one per input not approved"
+        assert "Round 1: 1 tool call(s) in 1 turn(s), 1 served from cache" in html
+        assert "critic · model call 1" in html
+        assert "tests: 2 passed, 1 failed (test_empty_input)" in html
+        assert '<th>tool calls</th><td class="n">2 (0 error(s), 2 served from cache;' in html
+
+
 def test_a_tool_with_effects_is_called_again(cluster: str, tool_log: Path) -> None:
     critic = Agent(CRITIC, model="sim:critic?scores=0.5", tools=["record_note"])
     team = _team(critic)
