@@ -169,6 +169,8 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
 #: What a worker treats as "not now": those, and a socket's own error. The work that met
 #: one is tried again later, never dropped.
 INFRA_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, OSError)
+#: Redis refusing a write at its ``maxmemory`` (one of :data:`UNAVAILABLE_ERRORS`).
+OUT_OF_MEMORY: type[redis.exceptions.OutOfMemoryError] = redis.exceptions.OutOfMemoryError
 
 
 class Unreachable(DuetError):
