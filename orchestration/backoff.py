@@ -35,10 +35,12 @@ class Backoff:
         errors: tuple[type[BaseException], ...],
         patience_s: float,
         on_wait: Callable[[BaseException, float], None],
+        unless: tuple[type[BaseException], ...] = (),
     ) -> tenacity.Retrying:
-        """A loop that calls again after ``errors`` with these waits, until the next wait
-        would end past ``patience_s`` from the first call: then the last error goes up.
-        ``on_wait(error, seconds)`` is told of each wait (to log it)."""
+        """A loop that calls again after ``errors`` (but not ``unless``: they go up at
+        once) with these waits, until the next wait would end past ``patience_s`` from the
+        first call: then the last error goes up. ``on_wait(error, seconds)`` is told of
+        each wait (to log it)."""
 
         def wait(state: tenacity.RetryCallState) -> float:
             return self.delay(state.attempt_number - 1)
@@ -49,7 +51,10 @@ class Backoff:
                 on_wait(error, state.upcoming_sleep)
 
         return tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(errors),
+            retry=(
+                tenacity.retry_if_exception_type(errors)
+                & tenacity.retry_if_not_exception_type(unless)
+            ),
             wait=wait,
             stop=tenacity.stop_before_delay(patience_s),
             before_sleep=before_sleep,

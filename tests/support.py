@@ -124,21 +124,27 @@ def celery_worker(
     proc.log_path = ROOT / log.name  # type: ignore[attr-defined]
     from celery import Celery
 
+    from orchestration.state import sentinel, tlsquery
     from orchestration.state.keys import BROKER_PREFIX
 
-    probe = Celery("probe", broker=broker_url or redis_url, set_as_current=False)
+    target = broker_url or redis_url
+    login = sentinel.parse(target) if sentinel.is_sentinel(target) else None
+    probe = Celery("probe", broker=login.canonical() if login else target, set_as_current=False)
     # The workers' broker keys (and so their control channels) are under Duet's prefix,
     # on Duet's transport and kombu's stock one alike.
     prefix = f"{env['DUET_KEY_PREFIX']}." if env and env.get("DUET_KEY_PREFIX") else BROKER_PREFIX
     probe.conf.broker_transport_options = {"global_keyprefix": prefix}
-    if (broker_url or redis_url).startswith("sentinel://"):  # the primary's name
+    if login is not None:  # the primary's name; the sentinels' own password and TLS
         probe.conf.broker_transport_options["master_name"] = full_env.get(
             "DUET_REDIS_SENTINEL_MASTER", "mymaster"
         )
-        if full_env.get("DUET_REDIS_SENTINEL_PASSWORD"):  # the sentinels' own
-            probe.conf.broker_transport_options["sentinel_kwargs"] = {
-                "password": full_env["DUET_REDIS_SENTINEL_PASSWORD"]
-            }
+        asking = dict(login.tls_kwargs())
+        if full_env.get("DUET_REDIS_SENTINEL_PASSWORD"):
+            asking["password"] = full_env["DUET_REDIS_SENTINEL_PASSWORD"]
+        if asking:
+            probe.conf.broker_transport_options["sentinel_kwargs"] = asking
+        if login.tls is not None:
+            probe.conf.broker_use_ssl = tlsquery.client_kwargs(login.tls)
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
     try:
         # This worker's own answer (another worker of the test may answer first); a Redis
@@ -411,3 +417,60 @@ def peak_in_flight(run_ids: list[str]) -> int:
         now += step
         peak = max(peak, now)
     return peak
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_certificates(directory: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by it, in
+    ``directory`` (``ca.crt``, ``server.crt`` / ``.key``, ``client.crt`` / ``.key``)."""
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=duet-test-ca",
+        cwd=directory,
+    )
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, extra in (("server", ["-extfile", "san.cnf"]), ("client", [])):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN=duet-test-{name}",
+            cwd=directory,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "1",
+            *extra,
+            cwd=directory,
+        )

@@ -6,6 +6,7 @@ from ``DUET_*`` environment variables (see :mod:`orchestration.settings`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import sys
@@ -99,7 +100,10 @@ def configure(redis_url: str | None = None, broker_url: str | None = None) -> Ce
     return app
 
 
-configure()
+# A URL Duet cannot read is refused in one line before a worker starts
+# (:func:`_check_schemes`), and by every client when it connects: not at import.
+with contextlib.suppress(ConfigError):
+    configure()
 
 
 @worker_init.connect(weak=False)
@@ -178,8 +182,9 @@ def check_visibility_timeout() -> None:
 
 @celeryd_init.connect(weak=False)
 def _check_schemes(**_: object) -> None:
-    """Refuse a Redis URL scheme Duet does not serve before Celery builds its broker
-    connection (kombu's error there is a traceback): one line, exit 2."""
+    """Refuse a Redis URL Duet does not serve (its scheme, a Sentinel URL it cannot read,
+    a TLS file not there) before Celery builds its broker connection (kombu's error there
+    is a traceback): one line, exit 2."""
     from orchestration.state import preflight
 
     settings = get_settings()
@@ -217,7 +222,7 @@ def check_servers() -> None:
 
     Raises:
         ConfigError: the URL's scheme, the server's eviction policy, a cluster, a password
-            the server (or its sentinels) refused.
+            the server (or its sentinels) refused, a failed TLS handshake.
     """
     from orchestration.state import connection, preflight
 
@@ -234,7 +239,7 @@ def check_servers() -> None:
                 log.warning("%s", warning)
         except (redis.RedisError, OSError) as exc:
             refused = connection.refused_login(url, variable, exc)
-            if refused is not None:  # a wrong password does not get better by waiting
+            if refused is not None:  # a wrong password or CA does not get better by waiting
                 raise refused from None
             log.warning(
                 "%s not checked at start (%s): Duet needs maxmemory-policy "

@@ -96,6 +96,7 @@ def _build() -> tuple[Coordinator, StepService]:
                 observers=tuple(m.RunObserver() for m in watchers),
                 dispatch_message=dispatch_message,
                 send_transition=coordinator_send,
+                give_room=yield_cache,
             )
             _steps = StepService(
                 store,
@@ -112,6 +113,7 @@ def _build() -> tuple[Coordinator, StepService]:
                     calls,
                     tuple(m.StepObserver() for m in watchers),
                 ),
+                give_room=yield_cache,
             )
         return _coordinator, _steps
 

@@ -70,10 +70,18 @@ def worker(
 ) -> None:
     """Become a Celery worker (threads pool, task events on) for the cluster in DUET_REDIS_URL."""
     from orchestration.state import keys
+    from orchestration.state.connection import is_redis_url
+    from orchestration.state.preflight import check_scheme
     from workers.app import check_cluster, check_visibility_timeout
 
     settings = get_settings()
     check_cluster(settings.broker_url or settings.redis_url)  # one-line refusals, before Celery
+    for variable, url in (
+        ("DUET_REDIS_URL", settings.redis_url),
+        ("DUET_BROKER_URL", settings.broker_url),
+    ):
+        if url and (variable == "DUET_REDIS_URL" or is_redis_url(url)):
+            check_scheme(url, variable)
     check_visibility_timeout()
     chosen = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(chosen) - set(keys.ALL_QUEUES))

@@ -19,6 +19,11 @@ from orchestration.core.completion import REFUSED
 Phase = Literal["generate", "critique", "refine"]
 Role = Literal["actor", "critic"]
 Status = Literal["approved", "max_rounds_reached", "interrupted", "failed", "cancelled"]
+#: A step whose answer Redis could never store: bigger than all the room it has left
+#: under its ``maxmemory`` (``OOM``). The run fails, its call charged.
+REDIS_FULL = "redis_out_of_memory"
+#: Step interruptions that fail the run (``<role>:round_N:<kind>``), not interrupt it.
+FAILING = ("error", REDIS_FULL)
 
 #: The reason of a run ended early because its score stopped rising (``min_improvement``).
 PLATEAU = "plateau"
@@ -96,7 +101,7 @@ class StepOutcome:
     phase: Phase
     round: int
     #: Why the agent stopped itself (``max_tokens``, ``provider_error:auth``...), or None;
-    #: ``error`` for a failure of Duet itself, which fails the run.
+    #: ``error`` for a failure of Duet itself, and :data:`REDIS_FULL`, fail the run.
     interrupted: str | None = None
     #: The critic's score, for critique steps.
     score: float | None = None
@@ -179,8 +184,8 @@ def decide(state: LoopState) -> Action:
     last = state.steps[-1]
     if last.interrupted and last.interrupted.startswith("budget:"):
         return Finish("interrupted", last.interrupted)
-    if last.interrupted == "error":
-        return Finish("failed", f"{last.role}:round_{last.round}:error")
+    if last.interrupted in FAILING:
+        return Finish("failed", f"{last.role}:round_{last.round}:{last.interrupted}")
     if last.interrupted:
         return Finish("interrupted", f"{last.role}:round_{last.round}:{last.interrupted}")
     if last.phase == "critique":

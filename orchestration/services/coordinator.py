@@ -7,6 +7,7 @@ transition counter, so a redelivered coordinator message changes nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from orchestration.core import events as ev
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.budget import role_scopes
 from orchestration.core.loop import (
+    REDIS_FULL,
     ROLE_OF,
     Finish,
     LoopState,
@@ -30,6 +32,7 @@ from orchestration.core.results import FINISHED_STATUSES, retried_usage, run_usa
 from orchestration.core.templates import render_critique_prompt, render_refine_prompt
 from orchestration.services.budgeting import rate_name
 from orchestration.services.runcaching import ResultKeeper
+from orchestration.services.storing import store_or_fail
 from orchestration.state import keys
 from orchestration.state.events import event_json
 from orchestration.state.gates import BatchGate, limit_of
@@ -142,8 +145,12 @@ class Coordinator:
         dispatch_message: DispatchMessage | None = None,
         send_transition: SendTransition | None = None,
         results: ResultKeeper | None = None,
+        give_room: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
+        #: Makes room in a full Redis (the model-call cache's eviction), before a step's
+        #: input Redis refused for memory is judged too big to store.
+        self.give_room = give_room
         #: Keeps the results of runs that finished well for ``submit_batch`` to serve.
         self.results = results
         self.dispatch_message = dispatch_message
@@ -230,8 +237,21 @@ class Coordinator:
         noted = {k: steps[k] for k in view.unnoted}  # the record notes their outcomes now
         dispatch = Dispatch(TASK_BY_PHASE[action.phase], run_id, key, seq + 1, run.get("batch_id"))
         send = self.dispatch_message(dispatch) if self.dispatch_message else None
-        if self.store.record_step(run, seq, key, step_input, events, noted, send) != 1:
-            return None  # another coordinator made this transition first
+        # A step's input Redis can never hold (OOM, bigger than its room): the run ends
+        # `failed` naming Redis's memory, instead of the transition retried for ever.
+        failing = Finish("failed", f"{ROLE_OF[action.phase]}:round_{action.round}:{REDIS_FULL}")
+        stored, recorded = store_or_fail(
+            lambda: self.store.record_step(run, seq, key, step_input, events, noted, send),
+            lambda why: self._finish(run, steps, outs, seq, failing, list(events), error=why),
+            len(json.dumps(step_input)),
+            "this step's input",
+            f"run {run_id} transition {seq}",
+            self.store.r,
+            self.give_room,
+            patience_s=0,  # the task retries an outage, with its backoff
+        )
+        if not stored or recorded != 1:
+            return None  # failed, or another coordinator made this transition first
         if seq == 0:
             for observer in self.observers:
                 observer.run_started(run)
@@ -303,7 +323,9 @@ class Coordinator:
         seq: int,
         action: Finish,
         events: list[str | Once],
+        error: str | None = None,
     ) -> None:
+        """End the run as ``action`` says; ``error``: why, when no step says it."""
         run_id = run["run_id"]
         last_round = outs[-1].round if outs else 0
         score = next((o.score for o in reversed(outs) if o.score is not None), None)
@@ -311,8 +333,7 @@ class Coordinator:
             events.append(event_json(ev.APPROVED, run_id, last_round, score=score))
         elif action.status == "max_rounds_reached":
             events.append(event_json(ev.MAX_ROUNDS_REACHED, run_id, last_round, score=score))
-        error = None
-        if outs and action.status in ("interrupted", "failed"):
+        if error is None and outs and action.status in ("interrupted", "failed"):
             last = self._full(run_id, steps, step_key(outs[-1].phase, outs[-1].round))
             error = last.get("error")
         events.append(

@@ -6,6 +6,7 @@ a time, store the result, and say what comes next (:class:`Handover`, :class:`Re
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import time
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from orchestration.backoff import IN_PLACE, vendor_backoff
+from orchestration.backoff import vendor_backoff
 from orchestration.core import events as ev
 from orchestration.core.agents import AgentSpec, Price
 from orchestration.core.architecture import LoopSpec
@@ -23,6 +24,7 @@ from orchestration.core.completion import REFUSED, UNFINISHED, Completion, Messa
 from orchestration.core.critique import read_critique
 from orchestration.core.errors import ProviderError
 from orchestration.core.loop import (
+    REDIS_FULL,
     ROLE_OF,
     budget_cut,
     earlier_of_role,
@@ -38,11 +40,11 @@ from orchestration.core.ratelimit import PAUSE_ALL_S, VendorLimits, rate_limited
 from orchestration.core.structured import read_structured, structured_critique, structured_output
 from orchestration.core.tools import McpServerSpec, ToolSpec
 from orchestration.core.turns import MAX_TURNS, TurnView, after_turn, summed, turn_messages
-from orchestration.defaults import STORE_PATIENCE_S
 from orchestration.prices import price_for
 from orchestration.services.budgeting import Budgets, clamped, rate_name, step_id
 from orchestration.services.callcaching import CallCache, hit_result
 from orchestration.services.leases import Call, Leases
+from orchestration.services.storing import keep_trying, store_or_fail
 from orchestration.settings import Settings
 from orchestration.state.budgets import LIMIT_LOST, LimitLost
 from orchestration.state.connection import INFRA_ERRORS
@@ -231,8 +233,12 @@ class StepService:
         turns: TurnStore | None = None,
         list_mcp: ListMcp | None = None,
         spec_seen: Callable[[LoopSpec], None] | None = None,
+        give_room: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
+        #: Makes room in a full Redis (the model-call cache's eviction; entries evicted),
+        #: before an answer Redis refused for memory is judged too big to store.
+        self.give_room = give_room
         #: Turns and tool results of agents with tools.
         self.turns = turns or TurnStore(store.r)
         #: Lists an MCP server's tools (``workers.tools.runner.list_mcp``).
@@ -497,20 +503,31 @@ class StepService:
         # the claim (a retry of the task would have to call the model again).
         handover = step.handover
         send = self.handover_message(run_id, handover.seq) if self.handover_message else None
-        self._keep_trying(
-            lambda: store.complete_step(
+
+        def write(stored: dict[str, Any], turn: tuple[str, str, int] | None) -> object:
+            return store.complete_step(
                 run_id,
                 key,
-                result,
-                _completed_event(run_id, step.phase, step.round_, result),
+                stored,
+                _completed_event(run_id, step.phase, step.round_, stored),
                 step.claimant,
-                conversation=conversation,
+                conversation=turn,
                 conversation_max_tokens=seat.max_tokens,
                 before=settle,
                 spend=spend,
                 send=send,
-            ),
+            )
+
+        # An answer Redis can never hold (OOM, bigger than its room): the step fails,
+        # charged, and the run ends `failed` instead of retrying for ever.
+        store_or_fail(
+            lambda: write(result, conversation),
+            lambda why: write(_unstorable(key, result, why), None),
+            _size(result, conversation),
+            "this step's answer",
             f"run {run_id} step {key}: storing the answer",
+            store.r,
+            self.give_room,
         )
         return replace(handover, sent=True) if send is not None else handover
 
@@ -547,18 +564,7 @@ class StepService:
         run_id, key = step.run_id, step.key
         calls = [c.as_dict() for c in completion.tool_calls]
         data: dict[str, Any] = {"text": completion.text, "tool_calls": calls}
-        for name in (
-            "input_tokens",
-            "output_tokens",
-            "cached_input_tokens",
-            "cache_write_tokens",
-            "usd",
-            "calls",
-            "started_at",
-            "finished_at",
-            "cached",
-            "saved_usd",
-        ):
+        for name in _USAGE:
             if name in result:
                 data[name] = result[name]
         refs = tuple(call_ref(key, step.turn, i) for i in range(len(calls)))
@@ -584,13 +590,9 @@ class StepService:
         return FanOut(run_id, key, refs)
 
     def _keep_trying(self, write: Callable[[], object], what: str) -> None:
-        """Run ``write`` until Redis takes it (:data:`~orchestration.backoff.IN_PLACE`), for
-        up to :data:`STORE_PATIENCE_S`; then the error goes up (the task retries)."""
-
-        def waiting(exc: BaseException, wait: float) -> None:
-            log.warning("%s: %s; again in %.1fs", what, type(exc).__name__, wait)
-
-        IN_PLACE.retrying(INFRA_ERRORS, STORE_PATIENCE_S, waiting)(write)
+        """Run ``write`` until Redis takes it (:func:`~orchestration.services.storing.keep_trying`):
+        a paid answer is not dropped for a Redis blip."""
+        keep_trying(write, what)
 
     def _reserve(
         self,
@@ -1280,6 +1282,33 @@ def _structured_answer(schema: dict[str, Any], completion: Completion, key: str)
         }
     # ``structured``: the text is the JSON of an answer read and checked against the schema
     return {"text": output_text(value), "structured": True}
+
+
+#: A result's usage (and timing) fields: kept by a turn, and by a step that could not be stored.
+_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "usd",
+    "calls",
+    "started_at",
+    "finished_at",
+    "cached",
+    "saved_usd",
+)
+
+
+def _unstorable(key: str, result: dict[str, Any], why: str) -> dict[str, Any]:
+    """``result`` as a step failed for Redis's memory (:data:`REDIS_FULL`): no answer,
+    ``why``, and the call's usage (it was made and is charged)."""
+    kept = {name: result[name] for name in _USAGE if name in result}
+    return {**_failure(key, REDIS_FULL, why, result.get("started_at") or time.time()), **kept}
+
+
+def _size(result: dict[str, Any], conversation: tuple[str, str, int] | None) -> int:
+    """About the bytes a step's store sends: its result, and its conversation turn."""
+    return len(json.dumps(result, default=str)) + (len(conversation[1]) if conversation else 0)
 
 
 def _completed_event(run_id: str, phase: str, round_: int, result: dict[str, Any]) -> str:

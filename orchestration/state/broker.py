@@ -33,8 +33,10 @@ from orchestration.state import (
     keys,
     scripts,
     sentinel,
+    tlsquery,
 )
 from orchestration.state.outages import OUTAGE_ERRORS
+from orchestration.state.sentinel import SentinelURL
 
 #: Celery ``broker_transport`` value selecting this transport.
 TRANSPORT = "orchestration.state.broker:Transport"
@@ -785,8 +787,11 @@ class Connection(kombu.Connection):
 def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
     """The Celery settings every process that talks to the broker shares (workers and
     clients): where it is, which transport, JSON only, routes, the visibility timeout."""
-    if sentinel.is_sentinel(broker_url):  # login and database where kombu reads them
-        broker_url = sentinel.parse(str(broker_url)).canonical()
+    login: SentinelURL | None = None
+    if sentinel.is_sentinel(broker_url):  # login, database and TLS where kombu reads them
+        login = sentinel.parse(str(broker_url))
+        broker_url = login.canonical()
+    socket = connection.socket_options(broker_url, settings)
     return {
         "broker_url": broker_url,
         "broker_transport": transport_for(broker_url),
@@ -811,51 +816,41 @@ def broker_config(broker_url: str | None, settings: Settings) -> dict[str, Any]:
             # Set on Redis whichever transport runs (Duet's or kombu's stock one), so the
             # processes of one deployment agree on key names whatever their kombu release.
             **({"global_keyprefix": keys.BROKER_PREFIX} if is_redis(broker_url) else {}),
-            # The primary's name, for a Sentinel URL (kombu's and Flower's option).
-            **({"master_name": name} if (name := sentinel_master(broker_url, settings)) else {}),
-            # The sentinels' own password, when they have one (kombu's option).
+            # The primary's name, for a Sentinel URL (kombu's and Flower's option), and
+            # how the sentinels are asked: their own password, TLS, the timeouts (kombu's
+            # option; given, it replaces redis-py's default of the socket options).
             **(
-                {"sentinel_kwargs": sentinel.sentinel_login()}
-                if name and sentinel.sentinel_login()
+                {
+                    "master_name": settings.redis_sentinel_master,
+                    "sentinel_kwargs": sentinel.sentinel_kwargs(login, **socket),
+                }
+                if login is not None
                 else {}
             ),
             # A dead or frozen broker is an error in seconds, then a reconnect; not a hang.
-            **connection.socket_options(broker_url, settings),
+            **socket,
         },
         "broker_connection_timeout": settings.redis_connect_timeout_s,
+        # TLS to the primary (kombu's and Flower's, for rediss:// and TLS Sentinel alike).
         # Also for Flower, which reads the queues with a client of its own and takes TLS
         # from here only (the URL kombu writes back out has no query).
         **({"broker_use_ssl": tls} if (tls := tls_options(broker_url)) else {}),
     }
 
 
-def sentinel_master(broker_url: str | None, settings: Settings) -> str | None:
-    """The name of the primary a ``sentinel://`` broker URL's sentinels watch; None for
-    another URL."""
-    return settings.redis_sentinel_master if sentinel.is_sentinel(broker_url) else None
-
-
-#: redis-py's TLS arguments a ``rediss://`` URL may give in its query (file paths and
-#: checks; a key file's password is not taken from a URL).
-TLS_QUERY = (
-    "ssl_ca_certs",
-    "ssl_ca_path",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_cert_reqs",
-    "ssl_check_hostname",
-)
-
-
-def tls_options(broker_url: str | None) -> dict[str, str] | None:
-    """Celery's ``broker_use_ssl`` for a ``rediss://`` URL: its query's :data:`TLS_QUERY`
-    arguments, the certificate required unless it says otherwise; None for another URL."""
+def tls_options(broker_url: str | None) -> dict[str, Any] | None:
+    """Celery's ``broker_use_ssl`` for a ``rediss://`` URL (its query's
+    :data:`~orchestration.state.tlsquery.TLS_QUERY` arguments, the certificate required
+    unless it says otherwise) or a TLS Sentinel URL's primary; None for another URL."""
+    if sentinel.is_sentinel(broker_url):
+        tls = sentinel.parse(str(broker_url)).tls
+        return None if tls is None else tlsquery.client_kwargs(tls)
     if not broker_url or broker_url.split("://", 1)[0] != "rediss":
         return None
     query = parse_qs(urlsplit(broker_url).query)
-    options = {name: query[name][-1] for name in TLS_QUERY if name in query}
+    options = {name: query[name][-1] for name in tlsquery.TLS_QUERY if name in query}
     options.setdefault("ssl_cert_reqs", "required")
-    return options
+    return tlsquery.client_kwargs(options)
 
 
 def visibility_timeout_of(settings: Settings) -> int | None:

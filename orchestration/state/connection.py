@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 import threading
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -126,7 +127,7 @@ def reset() -> None:
 #: Broker URL schemes kombu serves with py-amqp (RabbitMQ).
 AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 #: Broker URL schemes of a Redis (kombu's Redis transport, or its Sentinel one).
-REDIS_SCHEMES = ("redis", "rediss", sentinel.SCHEME)
+REDIS_SCHEMES = ("redis", "rediss", sentinel.SCHEME, sentinel.TLS_SCHEME)
 
 
 def is_redis_url(url: object) -> bool:
@@ -168,6 +169,8 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
 #: What a worker treats as "not now": those, and a socket's own error. The work that met
 #: one is tried again later, never dropped.
 INFRA_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, OSError)
+#: Redis refusing a write at its ``maxmemory`` (one of :data:`UNAVAILABLE_ERRORS`).
+OUT_OF_MEMORY: type[redis.exceptions.OutOfMemoryError] = redis.exceptions.OutOfMemoryError
 
 
 class Unreachable(DuetError):
@@ -176,6 +179,11 @@ class Unreachable(DuetError):
 
 class LoginRefused(Unreachable, ConfigError):
     """Redis (or its sentinels) refused the password given: a setting to fix."""
+
+
+class TlsRefused(Unreachable, ConfigError):
+    """The TLS handshake with Redis (or its sentinels) failed: a certificate that does
+    not verify, TLS against a plain port or the reverse; a setting to fix."""
 
 
 def hide_password(url: str) -> str:
@@ -242,23 +250,42 @@ def check_broker_reachable(url: str, variable: str) -> None:
         conn.release()  # type: ignore[no-untyped-call]
 
 
-def refused_login(url: str, variable: str, exc: BaseException) -> LoginRefused | None:
+def refused_login(url: str, variable: str, exc: BaseException) -> Unreachable | None:
     """The one-line error when ``exc`` is Redis (or its sentinels) refusing the password
-    given: a setting to fix, not an outage to wait out; None for any other error."""
+    given (:class:`LoginRefused`) or the TLS handshake failing (:class:`TlsRefused`): a
+    setting to fix, not an outage to wait out; None for any other error."""
     said = str(unreachable(url, variable, exc))
     if isinstance(exc, redis.exceptions.AuthenticationError) or (
         isinstance(exc, MasterNotFoundError) and "refused the password" in said
     ):
         return LoginRefused(said)
+    if is_tls_failure(exc):
+        return TlsRefused(said)
     return None
+
+
+def is_tls_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is a failed TLS handshake: an ``ssl.SSLError``,
+    or redis-py's connection error, or Sentinel's list of them, naming one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        return "[SSL" in str(exc) or "certificate verify failed" in str(exc)
+    return False
 
 
 def unreachable(url: str, variable: str, exc: BaseException, what: str = "Redis") -> Unreachable:
     """The one-line error for ``what`` at ``url`` (from ``variable``) failing with ``exc``."""
     if isinstance(exc, MasterNotFoundError):  # its message lists every sentinel's repr
-        why = sentinel.why_no_primary(str(exc), get_settings().redis_sentinel_master)
+        tls = sentinel.is_sentinel(url) and sentinel.parse(url, variable).tls is not None
+        why = sentinel.why_no_primary(str(exc), get_settings().redis_sentinel_master, tls)
     elif isinstance(exc, redis.TimeoutError):
         why = "did not answer in time"
+    elif is_tls_failure(exc):
+        why = f"the TLS handshake failed: {first_line(exc)}"
     else:
         why = first_line(exc)
     return Unreachable(f"cannot use {what} at {variable}={hide_password(url)}: {why}")

@@ -2,7 +2,8 @@
 
 Workers and every ``duet`` command check the server once per process (per URL):
 
-- an unknown URL scheme (only :data:`SCHEMES` are served);
+- an unknown URL scheme (only :data:`SCHEMES` are served), a Sentinel URL that cannot be
+  read, a TLS file (``ssl_ca_certs=`` ...) that is not there;
 - a ``maxmemory-policy`` other than ``noeviction``: at ``maxmemory`` Redis would evict
   runs, batches, queues and budget limits (a budget without its limit is no cap), so it
   is refused unless ``DUET_ALLOW_EVICTION=1`` says the risk is accepted;
@@ -20,9 +21,10 @@ do) is let through with one warning.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -30,10 +32,11 @@ from redis.retry import Retry
 
 from orchestration.core.errors import ConfigError
 from orchestration.settings import get_settings
+from orchestration.state import sentinel, tlsquery
 from orchestration.state.connection import client_for, hide_password
 
 #: URL schemes Duet's Redis clients serve.
-SCHEMES = ("redis", "rediss", "unix", "sentinel")
+SCHEMES = ("redis", "rediss", "unix", "sentinel", "sentinels")
 #: The one eviction policy that never drops a key.
 NO_EVICTION = "noeviction"
 #: The variable that accepts an evicting server.
@@ -64,7 +67,9 @@ class ServerFacts:
 
 
 def check_scheme(url: str, variable: str) -> None:
-    """Raise :class:`Refused` unless ``url`` has one of :data:`SCHEMES`."""
+    """Raise :class:`Refused` unless ``url`` has one of :data:`SCHEMES`, is a Sentinel URL
+    that can be read (when it is one), and names TLS files that are there: every entry
+    point calls this before Celery builds its broker connection."""
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme not in SCHEMES:
         shown = f"{scheme}://" if scheme else "no scheme"
@@ -72,6 +77,13 @@ def check_scheme(url: str, variable: str) -> None:
             f"{variable}={hide_password(url)}: {shown} is not a Redis URL Duet serves: "
             f"use {', '.join(s + '://' for s in SCHEMES)}"
         )
+    if sentinel.is_sentinel(url):
+        tls = sentinel.parse(url, variable).tls or {}
+    else:
+        tls = {k: v for k, v in parse_qsl(urlsplit(url).query) if k in tlsquery.TLS_FILES}
+    for name, path in tls.items():
+        if name in tlsquery.TLS_FILES and not os.path.exists(path):
+            raise Refused(f"{variable}: {name}={path} is not there (a TLS file Redis needs)")
 
 
 def judge(

@@ -5,16 +5,19 @@ command a server receives."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import redis
 
 from duet.embedded.server import EmbeddedRedis
-from tests.support import pings, wait_for
+from tests.support import make_certificates, pings, wait_for
 
 
 class Monitor:
@@ -131,7 +134,9 @@ def durable_redis(tmp_path, request) -> Iterator[DurableRedis]:  # type: ignore[
 
 class SentinelSet:
     """A primary, a replica of it and three sentinels watching them (quorum 2), each a
-    redis-server of its own on a free loopback port, in a directory of the test's."""
+    redis-server of its own on a free loopback port, in a directory of the test's; with
+    ``tls``, every one of them on TLS only (client certificates required), the
+    certificates of :func:`tests.support.make_certificates` in that directory."""
 
     MASTER = "mymaster"
     #: Sentinel's ``down-after-milliseconds``. Not 1000: Sentinel pings every second, so
@@ -151,12 +156,13 @@ class SentinelSet:
         "10000",
     )
 
-    def __init__(self, directory: str, password: str | None = None) -> None:
+    def __init__(self, directory: str, password: str | None = None, tls: bool = False) -> None:
         from duet.embedded.server import free_port
 
         self.dir = directory
         #: The sentinels' own ``requirepass`` (None: none).
         self.password = password
+        self.tls = tls
         self.ports = [free_port(), free_port()]  # primary, replica (they swap roles)
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -164,8 +170,45 @@ class SentinelSet:
 
     @property
     def url(self) -> str:
-        """The ``sentinel://`` URL of the three sentinels (database 0)."""
-        return ";".join(f"sentinel://127.0.0.1:{p}" for p in self.sentinel_ports) + "/0"
+        """The ``sentinel://`` URL of the three sentinels (database 0); ``sentinels://``
+        with the CA and client certificate for TLS ones."""
+        if not self.tls:
+            return ";".join(f"sentinel://127.0.0.1:{p}" for p in self.sentinel_ports) + "/0"
+        parts = ";".join(f"sentinels://127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"{parts}/0?{urlencode(self.tls_files())}"
+
+    def tls_files(self, ca: str = "ca.crt") -> dict[str, str]:
+        """redis-py's TLS arguments for a client of these servers (``ca``: the CA file)."""
+        return {
+            "ssl_ca_certs": os.path.join(self.dir, ca),
+            "ssl_certfile": os.path.join(self.dir, "client.crt"),
+            "ssl_keyfile": os.path.join(self.dir, "client.key"),
+        }
+
+    def _client(self, port: int, **kwargs: object) -> redis.Redis:
+        """A client of the server on ``port`` (over TLS for TLS servers)."""
+        tls = {"ssl": True, **self.tls_files()} if self.tls else {}
+        return redis.Redis(port=port, **tls, **kwargs)  # type: ignore[arg-type]
+
+    def _listen(self, port: int) -> list[str]:
+        """The options that have a server listen on ``port`` (on TLS only, with TLS)."""
+        if not self.tls:
+            return ["--port", str(port)]
+        return ["--port", "0", "--tls-port", str(port), *self._tls_options()]
+
+    def _tls_options(self) -> list[str]:
+        return [
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+            "--tls-ca-cert-file",
+            "ca.crt",
+            "--tls-auth-clients",
+            "yes",
+            "--tls-replication",
+            "yes",
+        ]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         from duet.embedded.server import find_server_binary
@@ -185,15 +228,20 @@ class SentinelSet:
     def start(self) -> None:
         primary, replica = self.ports
         common = self.COMMON
-        self.servers[primary] = self._spawn("primary", ["--port", str(primary), *common])
+        self.servers[primary] = self._spawn("primary", [*self._listen(primary), *common])
         self.servers[replica] = self._spawn(
-            "replica", ["--port", str(replica), *common, "--replicaof", "127.0.0.1", str(primary)]
+            "replica",
+            [*self._listen(replica), *common, "--replicaof", "127.0.0.1", str(primary)],
         )
         for n, port in enumerate(self.sentinel_ports):
             conf = os.path.join(self.dir, f"sentinel{n}.conf")
             with open(conf, "w") as f:
+                listen = self._listen(port)
                 f.write(
-                    f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                    "".join(
+                        f"{k[2:]} {v}\n" for k, v in zip(listen[::2], listen[1::2], strict=True)
+                    )
+                    + f"bind 127.0.0.1\ndir {self.dir}\n"
                     f"sentinel monitor {self.MASTER} 127.0.0.1 {primary} 2\n"
                     f"sentinel down-after-milliseconds {self.MASTER} {self.DOWN_AFTER_MS}\n"
                     f"sentinel failover-timeout {self.MASTER} 10000\n"
@@ -207,8 +255,8 @@ class SentinelSet:
         wait_for(self._sentinels_ready, 60, "every sentinel to see the others and the replica")
 
     def sentinel(self, n: int = 0) -> redis.Redis:
-        return redis.Redis(
-            port=self.sentinel_ports[n],
+        return self._client(
+            self.sentinel_ports[n],
             socket_timeout=2,
             decode_responses=True,
             password=self.password,
@@ -220,10 +268,12 @@ class SentinelSet:
             return int(s.sentinel_get_master_addr_by_name(self.MASTER)[1])
 
     def primary_url(self) -> str:
+        if self.tls:
+            return f"rediss://127.0.0.1:{self.primary_port()}/0?{urlencode(self.tls_files())}"
         return f"redis://127.0.0.1:{self.primary_port()}/0"
 
     def _replicating(self, primary: int) -> bool:
-        with redis.Redis(port=primary, socket_timeout=1) as client:
+        with self._client(primary, socket_timeout=1) as client:
             if not pings(client):
                 return False
             info = client.info("replication")
@@ -264,7 +314,7 @@ class SentinelSet:
         if kill:  # as the new primary's replica: an empty server must never be a primary
             self.servers[old] = self._spawn(
                 "restarted",
-                ["--port", str(old), *self.COMMON, "--replicaof", "127.0.0.1", str(new)],
+                [*self._listen(old), *self.COMMON, "--replicaof", "127.0.0.1", str(new)],
             )
         return old, new
 
@@ -298,6 +348,21 @@ def sentinels(tmp_path, request) -> Iterator[SentinelSet]:  # type: ignore[no-un
     """A primary, a replica and three sentinels, started; killed afterwards. Indirect
     parametrization gives the sentinels' own password (default: none)."""
     group = SentinelSet(str(tmp_path), getattr(request, "param", None))
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()
+
+
+@pytest.fixture
+def tls_sentinels(tmp_path) -> Iterator[SentinelSet]:  # type: ignore[no-untyped-def]
+    """A primary, a replica and three sentinels on TLS only (client certificates
+    required), started; killed afterwards."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make certificates with")
+    make_certificates(Path(tmp_path))
+    group = SentinelSet(str(tmp_path), tls=True)
     try:
         group.start()
         yield group

@@ -31,6 +31,7 @@ from tests.support import (
     client_pointed_at,
     flower,
     flower_get,
+    make_certificates,
     pings,
     stock_libraries,
     wait_for,
@@ -40,62 +41,6 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 RUNS = 20
 USER, PASSWORD = "duet-app", "tls-ACL-pw-9f3k2"
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_certificates(directory: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by it."""
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=duet-test-ca",
-        cwd=directory,
-    )
-    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, extra in (("server", ["-extfile", "san.cnf"]), ("client", [])):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            f"/CN=duet-test-{name}",
-            cwd=directory,
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.crt",
-            "-days",
-            "1",
-            *extra,
-            cwd=directory,
-        )
 
 
 @dataclass

@@ -54,6 +54,11 @@ def state(*steps: StepOutcome, rounds: int = 3, threshold: float = 0.9, **kw) ->
             state(StepOutcome("generate", 0, interrupted="error")),
             Finish("failed", "actor:round_0:error"),
         ),
+        (
+            # an answer Redis could never store (OOM, bigger than its room) fails the run
+            state(G, C(1, 0.2, interrupted="redis_out_of_memory")),
+            Finish("failed", "critic:round_1:redis_out_of_memory"),
+        ),
         # a step refused by the budget ledger ends the run with the ledger's reason
         (
             state(StepOutcome("generate", 0, interrupted="budget:global:tokens")),

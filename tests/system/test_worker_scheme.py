@@ -24,7 +24,7 @@ ENTRY_POINTS = {
 
 
 @pytest.mark.parametrize("command", list(ENTRY_POINTS))
-@pytest.mark.parametrize("url", ["sentinels://:pw-9q@127.0.0.1:1/0", "redis+tls://127.0.0.1:1/0"])
+@pytest.mark.parametrize("url", ["valkey://:pw-9q@127.0.0.1:1/0", "redis+tls://127.0.0.1:1/0"])
 def test_an_unknown_scheme_is_one_line(command: str, url: str) -> None:
     done = subprocess.run(
         ENTRY_POINTS[command],
@@ -37,6 +37,31 @@ def test_an_unknown_scheme_is_one_line(command: str, url: str) -> None:
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode == 2, lines
     assert len(lines) == 1 and "is not a Redis URL Duet serves" in lines[0], lines
+    assert "pw-9q" not in lines[0]
+
+
+@pytest.mark.parametrize("command", list(ENTRY_POINTS))
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("sentinels://:pw-9q@127.0.0.1:1/0?ssl_ca_certs=/nonexistent/ca.crt", "is not there"),
+        ("sentinel://:pw-9q@127.0.0.1:1/0?ssl_ca_cert=/etc/ca.crt", "'ssl_ca_cert' is not one"),
+        ("sentinel://:pw-9q@127.0.0.1:1/x", "database 'x'"),
+    ],
+)
+def test_a_sentinel_url_that_cannot_be_used_is_one_line(command: str, url: str, says: str) -> None:
+    """Refused before Celery starts (a Sentinel URL is read when the app is imported)."""
+    done = subprocess.run(
+        ENTRY_POINTS[command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DUET_REDIS_URL": url},
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2, lines
+    assert len(lines) == 1 and says in lines[0] and "DUET_REDIS_URL" in lines[0], lines
     assert "pw-9q" not in lines[0]
 
 
