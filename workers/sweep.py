@@ -10,7 +10,9 @@ sweeper apart from the workers; it takes turns with them.
 
 Every :data:`RESTART_CHECK_S` the thread also looks for worker processes whose liveness
 key lapsed (killed, lost) and sends the steps they had claimed on at once
-(:class:`~orchestration.services.sweeper.Healer`; each death is handled by one process).
+(:class:`~orchestration.services.sweeper.Healer`; each death is handled by one process),
+puts back the messages it noted it held, and, once every live process has noted what it
+holds since, the messages no live process holds (the dead one took them after its note).
 
 The thread also asks Redis every :data:`RESTART_CHECK_S` which server it is (``INFO
 server``'s ``run_id``): after a restart (or a failover) it sweeps, :data:`RESTART_GRACE_S`
@@ -34,7 +36,7 @@ from orchestration.defaults import RESTART_CHECK_S, RESTART_GRACE_S
 from orchestration.services.coordinator import Dispatch
 from orchestration.services.sweeper import Healer, Healing, RestartWatch, Sweeper, Transition
 from orchestration.settings import get_settings
-from orchestration.state.broker import is_redis, restore_delivered
+from orchestration.state.broker import is_redis, restore_delivered, restore_orphans
 from orchestration.state.fleet import take_sweeper_turn
 from workers import serverwatch
 from workers.app import app
@@ -95,6 +97,7 @@ def sweep_every(
     with _quietly("the first check of the Redis server"):
         _check_server(watch)
     healer = Healer(get_store(), process_ttl_s=get_settings().process_ttl_s)
+    found_ms = 0  # deaths whose orphans (messages taken after the last note) are still to find
     next_watch = time.monotonic()
     reached = time.monotonic()  # when Redis last answered
     while not stop.wait(tick):
@@ -105,6 +108,7 @@ def sweep_every(
         with _quietly("the look for dead worker processes"):
             # A server that evicts may have dropped live processes' keys: trust none.
             healing = healer.heal() if serverwatch.refused() is None else Healing([], {}, [])
+            found_ms = max(found_ms, healing.at_ms)
             put_back: set[str] = set()
             if healing.held:
                 with _quietly("putting a dead worker's messages back"):
@@ -114,6 +118,12 @@ def sweep_every(
                 dispatch(step)
             if steps and sent is not None:
                 sent(list(steps))
+        if found_ms:
+            with _quietly("putting a dead worker's orphaned messages back"):
+                orphans = healer.orphans(found_ms)
+                if orphans is not None:
+                    _put_back_orphans(*orphans)
+                    found_ms = 0
         with _quietly("the check of the Redis server"):
             back = _check_server(watch)
             reached = time.monotonic()
@@ -170,6 +180,21 @@ def _put_back(held: dict[str, str]) -> set[str]:
         "put %d of %d message(s) a dead worker held back on their queues", len(back), len(held)
     )
     return back
+
+
+def _put_back_orphans(held: set[str], before: float) -> None:
+    """Put back on their queues the messages delivered before ``before`` that no live
+    worker holds (``held``): a dead worker took them after its last note of what it held,
+    and without this they would wait for the visibility timeout."""
+    if not is_redis(app.conf.broker_url):
+        return
+    with app.connection_for_write() as conn:
+        back = restore_orphans(conn.default_channel, held, before)
+    if back:
+        log.warning(
+            "put %d message(s) a dead worker took after its last note back on their queues",
+            len(back),
+        )
 
 
 def _watch_settings() -> None:

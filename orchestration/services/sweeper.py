@@ -25,7 +25,7 @@ from orchestration.core.results import FINISHED_STATUSES
 from orchestration.services.coordinator import Dispatch
 from orchestration.state.gates import BatchGate
 from orchestration.state.keys import TASK_BY_PHASE
-from orchestration.state.processes import lapsed, take_held
+from orchestration.state.processes import held_since, lapsed, redis_ms, take_held
 from orchestration.state.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -91,11 +91,13 @@ class Sweeper:
 @dataclass(frozen=True, slots=True)
 class Healing:
     """What to do for the processes found dead: put ``held`` back on their queues (broker
-    delivery tag -> run id), then send the ``steps`` of the runs none of them was for."""
+    delivery tag -> run id), then send the ``steps`` of the runs none of them was for;
+    ``at_ms``: when they were found dead (Redis time; 0: none found)."""
 
     dead: list[str]
     held: dict[str, str]
     steps: list[Dispatch]
+    at_ms: int = 0
 
     def rest(self, restored: set[str]) -> list[Dispatch]:
         """The steps to send once the messages ``restored`` (tags) are back on their queues."""
@@ -119,6 +121,7 @@ class Healer:
         dead = lapsed(self.store.r, self.process_ttl_s)
         if not dead:
             return Healing([], {}, [])
+        at_ms = redis_ms(self.store.r)
         held = take_held(self.store.r, dead)
         sends = [
             Dispatch(
@@ -141,7 +144,21 @@ class Healer:
             len(sends),
             (": " + ", ".join(s.run_id for s in sends[:10])) if sends else "",
         )
-        return Healing(dead, held, sends)
+        return Healing(dead, held, sends, at_ms)
+
+    def orphans(self, found_ms: int) -> tuple[set[str], float] | None:
+        """For deaths found at ``found_ms``: the tags live processes hold and the time
+        before which a message delivered and not among them is an orphan (a dead process
+        took it after its last note of what it held), once every live process has
+        noted what it holds since; None until then.
+
+        A dead process's last note is at most a third of the TTL older than its death,
+        found a whole TTL after its last sign of life: it took nothing in the last
+        two thirds of a TTL before ``found_ms``, and a third is left for clocks."""
+        held = held_since(self.store.r, found_ms)
+        if held is None:
+            return None
+        return held, found_ms / 1000 - self.process_ttl_s / 3
 
 
 class RestartWatch:

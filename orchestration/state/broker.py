@@ -393,6 +393,27 @@ def restore_delivered(channel: Any, tags: Collection[str]) -> set[str]:
     return back
 
 
+def restore_orphans(channel: Any, held: Collection[str], before: float) -> set[str]:
+    """Put back on their queues the unacknowledged messages delivered before ``before``
+    (epoch seconds) whose tags are not in ``held`` (what every live worker notes it
+    holds): a dead worker took them after its last note. The tags put back."""
+    qos = channel.qos
+    if not isinstance(qos, QoS):
+        return set()
+    keep, back = set(held), set()
+    with channel.conn_or_acquire() as client:
+        for member in client.zrange(qos.unacked_messages_key, "-inf", before, byscore=True):
+            try:
+                raw = loads(bytes_to_str(member))[0]  # type: ignore[no-untyped-call]
+                tag = raw["properties"]["delivery_tag"]
+            except (ValueError, LookupError, TypeError):
+                continue  # no worker can take it: the visibility timeout's restore dead-letters it
+            if tag not in keep:
+                qos.restore_member(client, member)
+                back.add(tag)
+    return back
+
+
 class BatchingQoS(QoS):
     """:class:`QoS` for :class:`Channel`, whose pops carry the acks gathered meanwhile."""
 

@@ -97,6 +97,32 @@ def lapsed(client: Any, ttl_s: int, limit: int = 100) -> list[str]:
     return [_text(p) for p in gone]
 
 
+def held_since(client: Any, since_ms: int) -> set[str] | None:
+    """The delivery tags every worker process notes it holds, once each live one (its
+    liveness key there) has said it is alive after ``since_ms`` (Redis time), so that its
+    note covers what it took before; None until then. A process whose key is gone does not
+    hold this up, and its note is kept (its own death puts those back by tag)."""
+    index = client.zrange(keys.processes(), 0, -1, withscores=True)
+    procs = [(_text(p), int(score)) for p, score in index]
+    pipe = client.pipeline(transaction=False)
+    for process_id, _ in procs:
+        pipe.exists(keys.process(process_id))
+        pipe.hkeys(keys.process_held(process_id))
+    found = pipe.execute() if procs else []
+    tags: set[str] = set()
+    for n, (_, beat) in enumerate(procs):
+        if found[2 * n] and beat <= since_ms:
+            return None  # a live process whose note may not hold what it took yet
+        tags.update(_text(t) for t in found[2 * n + 1])
+    return tags
+
+
+def redis_ms(client: Any) -> int:
+    """The Redis server's time, epoch ms (what signs of life are scored by)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -118,6 +144,8 @@ def alive(client: Any, claims: Sequence[str]) -> list[bool]:
 __all__ = [
     "MARK",
     "alive",
+    "held_since",
+    "redis_ms",
     "lapsed",
     "mark_alive",
     "note_held",

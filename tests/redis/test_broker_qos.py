@@ -30,6 +30,7 @@ from orchestration.state.broker import (
     TRANSPORT,
     UNACKED_SUFFIX,
     restore_delivered,
+    restore_orphans,
 )
 from tests.support import wait_for
 
@@ -530,4 +531,31 @@ def test_a_dead_workers_messages_go_back_by_tag_at_once(url: str, client: Any, d
         again.ack()
         assert restore_delivered(conn.default_channel, {other.delivery_tag}) == {other.delivery_tag}
         _take(conn, queue).ack()
+        conn.default_channel.qos.flush_acks()
+
+
+def test_messages_no_live_worker_holds_go_back_at_once(url: str, client: Any) -> None:
+    """The healer's restore of orphans: a message delivered before the cut-off and held by
+    no live worker (a dead one took it after its last note) goes back to its queue; one a
+    live worker notes it holds, or delivered after the cut-off, is left."""
+    queue = _queue()
+    with _connection(url) as conn:
+        for body in ("orphan", "held", "late"):
+            _publish(conn, queue, body)
+        orphan, held = _take(conn, queue), _take(conn, queue)
+        cut = time.time()
+        late = _take(conn, queue)
+        conn.default_channel.qos._delivered.clear()  # the consumer dies
+        conn.default_channel.qos._members.clear()
+    assert client.llen(queue.name) == 0 and client.zcard(MESSAGES) == 3
+    client.zadd(MESSAGES, {m: cut - 1 for m in client.zrange(MESSAGES, 0, -1)}, xx=True)
+    late_member = next(m for m in client.zrange(MESSAGES, 0, -1) if late.delivery_tag.encode() in m)
+    client.zadd(MESSAGES, {late_member: cut + 1}, xx=True)
+    with _connection(url) as conn:
+        back = restore_orphans(conn.default_channel, {held.delivery_tag}, cut)
+        assert back == {orphan.delivery_tag}
+        assert client.zcard(MESSAGES) == 2 and client.llen(queue.name) == 1
+        again = _take(conn, queue)
+        assert again.payload == "orphan" and again.delivery_tag == orphan.delivery_tag
+        again.ack()
         conn.default_channel.qos.flush_acks()

@@ -28,6 +28,7 @@ from orchestration.state.processes import (
     new_process_id,
     note_held,
     process_of,
+    redis_ms,
 )
 from orchestration.state.runs import RunRecord, RunStore
 
@@ -219,3 +220,25 @@ def test_a_cancelled_retry_lets_go_of_the_claim_it_was_handed(store: RunStore) -
     store.r.set(keys.step_claim("r1", KEY), other, ex=300)
     assert store.begin_step("r1", KEY, new_claimant(process), 300, "{}").outcome == "cancelled"
     assert store.r.get(keys.step_claim("r1", KEY)) == other
+
+
+def test_orphans_are_looked_for_once_every_live_process_noted_what_it_holds(
+    store: RunStore,
+) -> None:
+    """After a death found at ``found``: no answer while a live process has not said it is
+    alive since (its note may miss what it took); then the tags every process notes it
+    holds, and a cut-off a third of a TTL before the death was found."""
+    live, lapsed_ = new_process_id(), new_process_id()
+    for process_id in (live, lapsed_):
+        mark_alive(store.r, process_id, TTL_S)
+        note_held(store.r, process_id, {f"tag-{process_id}": "r9"}, 60)
+    store.r.delete(keys.process(lapsed_))  # dead, not yet found: does not hold it up
+    healer = Healer(store, process_ttl_s=TTL_S)
+    found = redis_ms(store.r) - 1
+    store.r.zadd(keys.processes(), {live: found - 1000})  # its last beat before the death
+    assert healer.orphans(found) is None
+    mark_alive(store.r, live, TTL_S)  # a beat after it (its note written with it)
+    held, before = healer.orphans(found) or (set(), 0.0)
+    assert held == {f"tag-{live}", f"tag-{lapsed_}"}
+    assert before == found / 1000 - TTL_S / 3
+    store.r.delete(keys.process(live), keys.processes(), *map(keys.process_held, (live, lapsed_)))
