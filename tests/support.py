@@ -327,6 +327,50 @@ def assert_flower_shows_empty_queues(
     assert b"<td>coordinator</td>" in page
 
 
+def duet_cli(
+    url: str, *args: str, check: bool = False, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m duet *args`` given ``DUET_REDIS_URL=url`` (and ``env``, wide columns),
+    its output captured; ``check``: a non-zero exit raises."""
+    return subprocess.run(
+        [sys.executable, "-m", "duet", *args],
+        cwd=ROOT,
+        env={**os.environ, "DUET_REDIS_URL": url, "COLUMNS": "500", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
+@contextlib.contextmanager
+def tools_worker(
+    redis_url: str, name: str, tool_log: str, stand_in: Any = None, **env: str
+) -> Iterator[str]:
+    """``redis_url`` emptied, one worker on it that knows the test toolset (its calls
+    logged to ``tool_log``) and, given a stand-in, reaches it as both vendors; the client
+    pointed at it."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    vendors = {}
+    if stand_in is not None:
+        vendors = {
+            "OPENAI_API_KEY": f"sk-test-{name}",
+            "OPENAI_BASE_URL": stand_in.url,
+            "ANTHROPIC_API_KEY": f"ant-test-{name}",
+            "ANTHROPIC_BASE_URL": stand_in.anthropic_url,
+        }
+    env = {
+        "DUET_TOOL_MODULES": "tests.toolsets.sample",
+        "DUET_TEST_TOOL_LOG": tool_log,
+        **vendors,
+        **env,
+    }
+    with celery_worker(redis_url, env=env, name=name), client_pointed_at(redis_url):
+        yield redis_url
+
+
 #: ``duet`` commands that take a subcommand (``duet limits show``).
 DUET_GROUPS = ("limits", "budget", "cache", "dead")
 
@@ -423,9 +467,23 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_certificates(directory: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by it, in
-    ``directory`` (``ca.crt``, ``server.crt`` / ``.key``, ``client.crt`` / ``.key``)."""
+#: The options that have a redis-server present the certificates of
+#: :func:`make_certificates` and require a client certificate signed by its CA.
+TLS_SERVER_OPTIONS = (
+    "--tls-cert-file",
+    "server.crt",
+    "--tls-key-file",
+    "server.key",
+    "--tls-ca-cert-file",
+    "ca.crt",
+    "--tls-auth-clients",
+    "yes",
+)
+
+
+def make_ca(directory: Path, name: str = "ca") -> Path:
+    """A self-signed CA good for a day in ``directory`` (``{name}.crt`` / ``.key``, named
+    ``duet-test-{name}``); its certificate."""
     _openssl(
         "req",
         "-x509",
@@ -433,15 +491,22 @@ def make_certificates(directory: Path) -> None:
         "rsa:2048",
         "-nodes",
         "-keyout",
-        "ca.key",
+        f"{name}.key",
         "-out",
-        "ca.crt",
+        f"{name}.crt",
         "-days",
         "1",
         "-subj",
-        "/CN=duet-test-ca",
+        f"/CN=duet-test-{name}",
         cwd=directory,
     )
+    return directory / f"{name}.crt"
+
+
+def make_certificates(directory: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, signed by it, in
+    ``directory`` (``ca.crt``, ``server.crt`` / ``.key``, ``client.crt`` / ``.key``)."""
+    make_ca(directory)
     (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name, extra in (("server", ["-extfile", "san.cnf"]), ("client", [])):
         _openssl(

@@ -123,7 +123,7 @@ class RunCache:
             self.store.put_many(
                 pending,
                 max_entries=self.cache.max_entries,
-                max_bytes=int(self.cache.max_mb * 1024 * 1024),
+                max_bytes=self.cache.max_bytes,
             )
         except self.errors as exc:
             log.warning("run cache write failed (%s)", type(exc).__name__)

@@ -170,6 +170,11 @@ class CacheSpec(BaseModel):
     max_entries: int = Field(default=DEFAULT_MAX_ENTRIES, ge=1)
     max_mb: float = Field(default=512.0, gt=0)
 
+    @property
+    def max_bytes(self) -> int:
+        """``max_mb`` in bytes, as the stores take it."""
+        return int(self.max_mb * 1024 * 1024)
+
 
 def cache_spec(value: CacheSpec | bool | str | float | None) -> CacheSpec | None:
     """``Team.actor_critic(cache=...)`` as a :class:`CacheSpec`: True (the defaults), a TTL

@@ -107,7 +107,7 @@ class CallCache:
                 key,
                 entry_json(completion),
                 max_entries=spec.max_entries,
-                max_bytes=int(spec.max_mb * 1024 * 1024),
+                max_bytes=spec.max_bytes,
             )
         except STORE_ERRORS as exc:
             log.warning("model-call cache write failed (%s)", type(exc).__name__)

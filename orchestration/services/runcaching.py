@@ -36,7 +36,7 @@ class ResultKeeper:
                 result_key(spec, run["prompt"]),
                 text,
                 max_entries=spec.cache.max_entries,
-                max_bytes=int(spec.cache.max_mb * 1024 * 1024),
+                max_bytes=spec.cache.max_bytes,
             )
         except KEEP_ERRORS as exc:
             log.warning("run cache write failed (%s)", type(exc).__name__)

@@ -81,7 +81,7 @@ class ToolResultCache:
                 key,
                 entry_json(result, seconds),
                 max_entries=spec.max_entries,
-                max_bytes=int(spec.max_mb * 1024 * 1024),
+                max_bytes=spec.max_bytes,
             )
         except STORE_ERRORS as exc:
             log.warning("tool-result cache write failed (%s)", type(exc).__name__)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -17,7 +18,17 @@ import pytest
 import redis
 
 from duet.embedded.server import EmbeddedRedis
-from tests.support import make_certificates, pings, wait_for
+from tests.support import (
+    TLS_SERVER_OPTIONS,
+    celery_worker,
+    client_pointed_at,
+    duet_cli,
+    flower,
+    flower_get,
+    make_certificates,
+    pings,
+    wait_for,
+)
 
 
 class Monitor:
@@ -194,21 +205,8 @@ class SentinelSet:
         """The options that have a server listen on ``port`` (on TLS only, with TLS)."""
         if not self.tls:
             return ["--port", str(port)]
-        return ["--port", "0", "--tls-port", str(port), *self._tls_options()]
-
-    def _tls_options(self) -> list[str]:
-        return [
-            "--tls-cert-file",
-            "server.crt",
-            "--tls-key-file",
-            "server.key",
-            "--tls-ca-cert-file",
-            "ca.crt",
-            "--tls-auth-clients",
-            "yes",
-            "--tls-replication",
-            "yes",
-        ]
+        tls = [*TLS_SERVER_OPTIONS, "--tls-replication", "yes"]
+        return ["--port", "0", "--tls-port", str(port), *tls]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         from duet.embedded.server import find_server_binary
@@ -368,3 +366,41 @@ def tls_sentinels(tmp_path) -> Iterator[SentinelSet]:  # type: ignore[no-untyped
         yield group
     finally:
         group.stop()
+
+
+@dataclass
+class ServedBatch:
+    """What a batch served through one URL showed: its runs' statuses, ``duet ls``,
+    Flower's ``/api/queues/length`` and ``/broker`` answers, and the worker's log."""
+
+    statuses: list[str]
+    listed: subprocess.CompletedProcess[str]
+    lengths: tuple[int, bytes]
+    broker: tuple[int, bytes]
+    worker_log: str
+
+
+def serve_a_batch(
+    url: str, flower_log: Path, runs: int, *, name: str, timeout: float = 90
+) -> ServedBatch:
+    """A worker (8 threads), a batch of ``runs`` one-round runs on the simulator, ``duet
+    ls`` and Flower (its log ``flower_log``), all given ``url`` only."""
+    from orchestration import Agent, Team
+
+    team = Team.actor_critic(
+        actor=Agent("Fix.", model="sim"),
+        critic=Agent("Review.", model="sim?scores=0.95"),
+        max_rounds=1,
+    )
+    with (
+        client_pointed_at(url),
+        celery_worker(url, concurrency=8, name=name) as worker,
+        flower(url, flower_log) as port,
+    ):
+        batch = team.submit_batch([f"task {n}" for n in range(runs)])
+        statuses = [r.status for r in batch.results(timeout=timeout)]
+        listed = duet_cli(url, "ls", timeout=60)
+        lengths = flower_get(port, "/api/queues/length")
+        broker = flower_get(port, "/broker")
+        worker_log = Path(worker.log_path).read_text(errors="replace")
+    return ServedBatch(statuses, listed, lengths, broker, worker_log)

@@ -23,9 +23,7 @@ wait for a replica are retried until there is one.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,16 +32,14 @@ import pytest
 
 from duet.standin.server import FakeLLM
 from orchestration import Agent, Budget, Team, get_budget
-from tests.faults.conftest import SentinelSet
+from tests.faults.conftest import SentinelSet, serve_a_batch
 from tests.reliability import CLIENTS, ENGINE, Reliability, lost_of
 from tests.support import (
-    ROOT,
     assert_flower_shows_empty_queues,
     celery_worker,
     client_pointed_at,
+    duet_cli,
     environment,
-    flower,
-    flower_get,
     stored_calls,
     swept_runs,
     wait_for,
@@ -220,14 +216,8 @@ def _done(batch) -> int:  # type: ignore[no-untyped-def]
 
 
 def duet_ls(url: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "duet", "ls"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "DUET_REDIS_URL": url, **env},
-    )
+    """``duet ls`` given ``DUET_REDIS_URL=url`` (and ``env``)."""
+    return duet_cli(url, "ls", timeout=60, **env)
 
 
 def test_worker_cli_and_flower_through_sentinel(
@@ -235,23 +225,9 @@ def test_worker_cli_and_flower_through_sentinel(
 ) -> None:
     """A worker, a batch, `duet ls` and Flower's Broker page, all given the sentinels only."""
     url = sentinels.url
-    team = Team.actor_critic(
-        actor=Agent("Fix.", model="sim"),
-        critic=Agent("Review.", model="sim?scores=0.95"),
-        max_rounds=1,
-    )
-    flower_log = tmp_path / "flower.log"
-    with (
-        client_pointed_at(url),
-        celery_worker(url, concurrency=8, name="sentinel") as worker,
-        flower(url, flower_log) as port,
-    ):
-        batch = team.submit_batch([f"task {n}" for n in range(5)])
-        statuses = [r.status for r in batch.results(timeout=90)]
-        listed = duet_ls(url)
-        lengths_status, lengths = flower_get(port, "/api/queues/length")
-        broker_status, page = flower_get(port, "/broker")
-        worker_log = Path(worker.log_path).read_text(errors="replace")
+    served = serve_a_batch(url, tmp_path / "flower.log", 5, name="sentinel")
+    statuses, listed = served.statuses, served.listed
+    (lengths_status, _), (broker_status, _) = served.lengths, served.broker
     sentinels.stop()
     gone = duet_ls(url)  # every sentinel stopped: one line, exit 2
     print(
@@ -272,9 +248,9 @@ def test_worker_cli_and_flower_through_sentinel(
         before="issue 23: `sentinel://` not supported; `duet ls` printed an 84-line "
         "traceback, exit 1",
     )
-    assert statuses == ["approved"] * 5, worker_log[-3000:]
+    assert statuses == ["approved"] * 5, served.worker_log[-3000:]
     assert listed.returncode == 0, listed.stderr
-    assert_flower_shows_empty_queues((lengths_status, lengths), (broker_status, page))
+    assert_flower_shows_empty_queues(served.lengths, served.broker)
     assert gone.returncode == 2 and len(gone.stderr.strip().splitlines()) == 1, gone.stderr
     assert "DUET_REDIS_SENTINEL_MASTER" in gone.stderr
 

@@ -18,17 +18,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from orchestration import Agent, Team
-from tests.faults.conftest import SentinelSet
+from tests.faults.conftest import SentinelSet, serve_a_batch
 from tests.reliability import CLIENTS, Reliability, lost_of
-from tests.support import (
-    ROOT,
-    assert_flower_shows_empty_queues,
-    celery_worker,
-    client_pointed_at,
-    flower,
-    flower_get,
-)
+from tests.support import ROOT, assert_flower_shows_empty_queues, make_ca
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -53,26 +45,12 @@ def test_a_worker_serves_a_batch_through_tls_sentinels(
 ) -> None:
     url = tls_sentinels.url
     assert url.startswith("sentinels://")
-    team = Team.actor_critic(
-        actor=Agent("Fix.", model="sim"),
-        critic=Agent("Review.", model="sim?scores=0.95"),
-        max_rounds=1,
-    )
-    flower_log = tmp_path / "flower.log"
-    with (
-        client_pointed_at(url),
-        celery_worker(url, concurrency=8, name="tlssentinel") as worker,
-        flower(url, flower_log) as port,
-    ):
-        batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
-        statuses = [r.status for r in batch.results(timeout=120)]
-        listed = command(DUET_LS, url)
-        # The same TLS as redis-py and kombu spell it: ssl_* parameters on sentinel://.
-        spelled = url.replace("sentinels://", "sentinel://")
-        listed_too = command(DUET_LS, spelled)
-        lengths_status, lengths = flower_get(port, "/api/queues/length")
-        broker_status, page = flower_get(port, "/broker")
-        worker_log = Path(worker.log_path).read_text(errors="replace")
+    served = serve_a_batch(url, tmp_path / "flower.log", RUNS, name="tlssentinel", timeout=120)
+    # The same TLS as redis-py and kombu spell it: ssl_* parameters on sentinel://.
+    spelled = url.replace("sentinels://", "sentinel://")
+    listed_too = command(DUET_LS, spelled)
+    statuses, listed = served.statuses, served.listed
+    (lengths_status, _), (broker_status, _) = served.lengths, served.broker
     approved = statuses.count("approved")
     print(
         f"TLS sentinels: {approved}/{RUNS} approved; duet ls exit {listed.returncode} "
@@ -93,37 +71,10 @@ def test_a_worker_serves_a_batch_through_tls_sentinels(
         "before that); `?ssl_ca_certs=` on `sentinel://` silently ignored, every command "
         "blaming sentinels 'all down'",
     )
-    assert statuses == ["approved"] * RUNS, worker_log[-3000:]
+    assert statuses == ["approved"] * RUNS, served.worker_log[-3000:]
     assert listed.returncode == 0, listed.stderr
     assert listed_too.returncode == 0, listed_too.stderr
-    assert_flower_shows_empty_queues((lengths_status, lengths), (broker_status, page))
-
-
-def other_ca(directory: Path) -> Path:
-    """A CA of its own, which signed none of the servers' certificates."""
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "other-ca.key",
-            "-out",
-            "other-ca.crt",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=duet-test-other-ca",
-        ],
-        cwd=directory,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return directory / "other-ca.crt"
+    assert_flower_shows_empty_queues(served.lengths, served.broker)
 
 
 def test_a_wrong_ca_or_no_tls_is_one_line_naming_the_cause(
@@ -133,7 +84,7 @@ def test_a_wrong_ca_or_no_tls_is_one_line_naming_the_cause(
     the TLS handshake; ``sentinel://`` (no TLS) against TLS-only sentinels names
     ``sentinels://`` as the likely fix; a primary's name they do not watch is named."""
     directory = Path(tls_sentinels.dir)
-    other_ca(directory)
+    make_ca(directory, "other-ca")
     parts = ";".join(f"sentinels://127.0.0.1:{p}" for p in tls_sentinels.sentinel_ports)
     wrong = f"{parts}/0?{urlencode(tls_sentinels.tls_files(ca='other-ca.crt'))}"
     plain = ";".join(f"sentinel://127.0.0.1:{p}" for p in tls_sentinels.sentinel_ports) + "/0"

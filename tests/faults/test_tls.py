@@ -9,10 +9,8 @@ redis-server that listens on TLS only and requires a client certificate.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +20,11 @@ import pytest
 import redis
 
 from duet.embedded.server import find_server_binary, free_port
-from orchestration import Agent, Team
+from tests.faults.conftest import serve_a_batch
 from tests.reliability import CLIENTS, Reliability, lost_of
 from tests.support import (
-    ROOT,
+    TLS_SERVER_OPTIONS,
     assert_flower_shows_empty_queues,
-    celery_worker,
-    client_pointed_at,
-    flower,
-    flower_get,
     make_certificates,
     pings,
     stock_libraries,
@@ -81,14 +75,7 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
             str(server.port),
             "--bind",
             "127.0.0.1",
-            "--tls-cert-file",
-            "server.crt",
-            "--tls-key-file",
-            "server.key",
-            "--tls-ca-cert-file",
-            "ca.crt",
-            "--tls-auth-clients",
-            "yes",
+            *TLS_SERVER_OPTIONS,
             "--aclfile",
             "users.acl",
             "--save",
@@ -127,31 +114,11 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
 ) -> None:
     """On Duet's broker transport, and on kombu's stock one (``DUET_FAST_PATHS=off``)."""
     url = tls_redis.url
-    team = Team.actor_critic(
-        actor=Agent("Fix.", model="sim"),
-        critic=Agent("Review.", model="sim?scores=0.95"),
-        max_rounds=1,
-    )
     flower_log = tmp_path / "flower.log"
-    with (
-        stock_libraries() if transport == "stock" else contextlib.nullcontext(),
-        client_pointed_at(url),
-        celery_worker(url, concurrency=8, name="tls") as worker,
-        flower(url, flower_log) as port,
-    ):
-        batch = team.submit_batch([f"task {n}" for n in range(RUNS)])
-        statuses = [r.status for r in batch.results(timeout=90)]
-        listed = subprocess.run(
-            [sys.executable, "-m", "duet", "ls"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "DUET_REDIS_URL": url},
-        )
-        lengths_status, lengths = flower_get(port, "/api/queues/length")
-        broker_status, page = flower_get(port, "/broker")
-        worker_log = Path(worker.log_path).read_text(errors="replace")
+    with stock_libraries() if transport == "stock" else contextlib.nullcontext():
+        served = serve_a_batch(url, flower_log, RUNS, name="tls")
+    statuses, listed, worker_log = served.statuses, served.listed, served.worker_log
+    (lengths_status, lengths), (broker_status, page) = served.lengths, served.broker
     approved = statuses.count("approved")
     shown = {
         "worker log": worker_log,
@@ -183,5 +150,5 @@ def test_worker_cli_and_flower_on_tls_with_an_acl_user(
     )
     assert statuses == ["approved"] * RUNS
     assert listed.returncode == 0, listed.stderr
-    assert_flower_shows_empty_queues((lengths_status, lengths), (broker_status, page))
+    assert_flower_shows_empty_queues(served.lengths, served.broker)
     assert leaked == []

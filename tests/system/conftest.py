@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from duet.standin.server import FakeLLM
 from tests.support import celery_worker, client_pointed_at
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,19 @@ def fake_llm() -> Iterator[object]:
 
     with FakeLLM() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def stand_in() -> Iterator[FakeLLM]:
+    """The vendors' HTTP stand-in, one per module (its request log that module's own)."""
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tool_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file the test toolset logs a module's tool calls to (one line a call)."""
+    return tmp_path_factory.mktemp("tools") / "calls.log"
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,6 @@ against the vendors' SDK types."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -21,41 +18,18 @@ from orchestration.core import events as ev
 from orchestration.core.errors import ConfigError
 from orchestration.state import keys
 from orchestration.state.turns import TurnStore
-from tests.support import celery_worker, client_pointed_at
+from tests.support import duet_cli, tools_worker
 
 pytestmark = pytest.mark.system
 
-TOOLS = "tests.toolsets.sample"
 CRITIC = 'Find bugs. Reply with JSON: {"score": 0..1, "issues": [...], "summary": "..."}.'
-
-
-@pytest.fixture(scope="module")
-def stand_in() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def tool_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tools") / "calls.log"
 
 
 @pytest.fixture(scope="module")
 def tools_url(redis_url: str, stand_in: FakeLLM, tool_log: Path) -> Iterator[str]:
     """This module's Redis with one worker that knows the test toolset and reaches the
     stand-in as both vendors; the client pointed at it."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    client.close()
-    env = {
-        "DUET_TOOL_MODULES": TOOLS,
-        "DUET_TEST_TOOL_LOG": str(tool_log),
-        "OPENAI_API_KEY": "sk-test-tools",
-        "OPENAI_BASE_URL": stand_in.url,
-        "ANTHROPIC_API_KEY": "ant-test-tools",
-        "ANTHROPIC_BASE_URL": stand_in.anthropic_url,
-    }
-    with celery_worker(redis_url, env=env, name="tools"), client_pointed_at(redis_url):
+    with tools_worker(redis_url, "tools", str(tool_log), stand_in):
         yield redis_url
 
 
@@ -185,14 +159,7 @@ def test_the_stand_in_refuses_malformed_tool_requests_as_the_vendors_do(
 def test_duet_show_lists_the_turns_and_tool_calls(tools_url: str) -> None:
     critic = Agent(CRITIC, model="sim:critic?scores=0.5", tools=["run_tests"])
     result = _team(critic).run_sync("Write a function that parses ints.", timeout=60)
-    shown = subprocess.run(
-        [sys.executable, "-m", "duet", "show", result.run_id],
-        env={**os.environ, "DUET_REDIS_URL": tools_url, "COLUMNS": "500"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    shown = duet_cli(tools_url, "show", result.run_id, check=True, timeout=60).stdout
     assert "critic turn 1: run_tests" in shown
     assert "ok: tests: 2 passed, 1 failed (test_empty_input)" in shown, shown
     assert "1 tool calls" in shown

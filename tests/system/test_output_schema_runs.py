@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from pydantic import BaseModel
 
 from duet.standin.server import FakeLLM
 from orchestration import Agent, Team
-from tests.support import celery_worker, client_pointed_at
+from tests.support import duet_cli, tools_worker
 
 pytestmark = pytest.mark.system
 
@@ -35,26 +32,9 @@ class Patch(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def stand_in() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def worker_url(redis_url: str, stand_in: FakeLLM) -> Iterator[str]:
     """This module's Redis with one worker reaching the stand-in as both vendors."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    client.close()
-    env = {
-        "DUET_TOOL_MODULES": "tests.toolsets.sample",
-        "DUET_TEST_TOOL_LOG": os.devnull,
-        "OPENAI_API_KEY": "sk-test-schema",
-        "OPENAI_BASE_URL": stand_in.url,
-        "ANTHROPIC_API_KEY": "ant-test-schema",
-        "ANTHROPIC_BASE_URL": stand_in.anthropic_url,
-    }
-    with celery_worker(redis_url, env=env, name="schema"), client_pointed_at(redis_url):
+    with tools_worker(redis_url, "schema", os.devnull, stand_in):
         yield redis_url
 
 
@@ -121,14 +101,7 @@ def test_an_answer_that_breaks_the_schema_interrupts_the_actor(worker_url: str, 
 
 def test_duet_show_json_carries_turns_tokens_cost_and_the_object(worker_url: str) -> None:
     result = _team("gpt-4o").run_sync("Fix the off-by-one in parse().", timeout=60)
-    env = {**os.environ, "DUET_REDIS_URL": worker_url}
-    shown = subprocess.run(
-        [sys.executable, "-m", "duet", "show", result.run_id, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = duet_cli(worker_url, "show", result.run_id, "--json")
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert data["turns"] == 3 and data["tokens_in"] == result.tokens_in

@@ -18,42 +18,24 @@ from orchestration.core import events as ev
 from orchestration.core.budget import Budget
 from orchestration.state.budgets import BudgetLedger
 from orchestration.state.turns import TurnStore
-from tests.support import celery_worker, client_pointed_at
+from tests.support import tools_worker
 
 pytestmark = pytest.mark.system
 
-TOOLS = "tests.toolsets.sample"
 CRITIC = 'Find bugs. Reply with JSON: {"score": 0..1, "issues": [...], "summary": "..."}.'
 SYNC_PATHS = {"/v1/chat/completions", "/v1/messages"}
 
 
 @pytest.fixture(scope="module")
-def stand_in() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def tool_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vb-tools") / "calls.log"
-
-
-@pytest.fixture(scope="module")
 def cluster(redis_url: str, stand_in: FakeLLM, tool_log: Path) -> Iterator[str]:
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    client.close()
-    env = {
-        "DUET_TOOL_MODULES": TOOLS,
-        "DUET_TEST_TOOL_LOG": str(tool_log),
-        "OPENAI_API_KEY": "sk-test-vb-tools",
-        "OPENAI_BASE_URL": stand_in.url,
-        "ANTHROPIC_API_KEY": "ant-test-vb-tools",
-        "ANTHROPIC_BASE_URL": stand_in.anthropic_url,
-        "DUET_VENDOR_BATCH_GATHER_S": "0.5",
-        "DUET_VENDOR_BATCH_POLL_MAX_S": "0.5",
-    }
-    with celery_worker(redis_url, env=env, name="vbtools"), client_pointed_at(redis_url):
+    with tools_worker(
+        redis_url,
+        "vbtools",
+        str(tool_log),
+        stand_in,
+        DUET_VENDOR_BATCH_GATHER_S="0.5",
+        DUET_VENDOR_BATCH_POLL_MAX_S="0.5",
+    ):
         yield redis_url
 
 

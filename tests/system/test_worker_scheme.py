@@ -23,9 +23,8 @@ ENTRY_POINTS = {
 }
 
 
-@pytest.mark.parametrize("command", list(ENTRY_POINTS))
-@pytest.mark.parametrize("url", ["valkey://:pw-9q@127.0.0.1:1/0", "redis+tls://127.0.0.1:1/0"])
-def test_an_unknown_scheme_is_one_line(command: str, url: str) -> None:
+def refusal(command: str, url: str) -> list[str]:
+    """What ``command`` given ``DUET_REDIS_URL=url`` printed (its lines), having exited 2."""
     done = subprocess.run(
         ENTRY_POINTS[command],
         cwd=ROOT,
@@ -36,6 +35,13 @@ def test_an_unknown_scheme_is_one_line(command: str, url: str) -> None:
     )
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode == 2, lines
+    return lines
+
+
+@pytest.mark.parametrize("command", list(ENTRY_POINTS))
+@pytest.mark.parametrize("url", ["valkey://:pw-9q@127.0.0.1:1/0", "redis+tls://127.0.0.1:1/0"])
+def test_an_unknown_scheme_is_one_line(command: str, url: str) -> None:
+    lines = refusal(command, url)
     assert len(lines) == 1 and "is not a Redis URL Duet serves" in lines[0], lines
     assert "pw-9q" not in lines[0]
 
@@ -51,16 +57,7 @@ def test_an_unknown_scheme_is_one_line(command: str, url: str) -> None:
 )
 def test_a_sentinel_url_that_cannot_be_used_is_one_line(command: str, url: str, says: str) -> None:
     """Refused before Celery starts (a Sentinel URL is read when the app is imported)."""
-    done = subprocess.run(
-        ENTRY_POINTS[command],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "DUET_REDIS_URL": url},
-    )
-    lines = (done.stdout + done.stderr).strip().splitlines()
-    assert done.returncode == 2, lines
+    lines = refusal(command, url)
     assert len(lines) == 1 and says in lines[0] and "DUET_REDIS_URL" in lines[0], lines
     assert "pw-9q" not in lines[0]
 
