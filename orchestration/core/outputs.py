@@ -23,6 +23,9 @@ OUTPUT_DESCRIPTION = "Give your final answer: its fields as the schema describes
 INVALID_OUTPUT = "invalid_output"
 #: Longest validation message kept in a run's error.
 _MESSAGE_MAX = 300
+#: The keywords that name another schema: one outside this one would be fetched by
+#: jsonschema (over the network, from a worker), so only ``#...`` references are taken.
+_REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 
 
 def schema_dict(value: object) -> dict[str, Any] | None:
@@ -40,6 +43,9 @@ def schema_dict(value: object) -> dict[str, Any] | None:
         raise ValueError(
             f"must be a pydantic model class or a JSON schema dict, got {type(value).__name__}"
         )
+    outside = _outside(value)
+    if outside is not None:
+        raise ValueError(outside)
     try:
         jsonschema.validators.validator_for(value).check_schema(value)
     except jsonschema.SchemaError as exc:
@@ -94,11 +100,39 @@ def read_output(schema: dict[str, Any], text: str, native: object = None) -> Out
             return OutputReading(None, f"the reply is not JSON ({exc})")
     if not isinstance(value, dict):
         return OutputReading(None, f"the reply is JSON but not an object ({type(value).__name__})")
+    outside = _outside(schema)  # a spec stored by hand: it is never fetched either
+    if outside is not None:
+        return OutputReading(None, outside)
     try:
         jsonschema.validators.validator_for(schema)(schema).validate(value)
     except jsonschema.ValidationError as exc:
         return OutputReading(None, f"the reply does not match output_schema: {_brief(exc)}")
     return OutputReading(value, None)
+
+
+def _outside(schema: object, where: str = "") -> str | None:
+    """What in ``schema`` points outside it (a reference that is not ``#...``, a
+    ``$schema`` jsonschema does not know), said with its place; None when nothing does."""
+    if isinstance(schema, dict):
+        if where == "" and "$schema" in schema:
+            known = jsonschema.validators.validator_for(schema, default=None)
+            if known is None:
+                return f"$schema {str(schema['$schema'])[:200]!r} is not a draft jsonschema knows"
+        for key, item in schema.items():
+            if key in _REFERENCES and isinstance(item, str) and not item.startswith("#"):
+                return (
+                    f"{key} {str(item)[:200]!r} at {where or '(root)'} points outside the "
+                    "schema: only references within it (#...) are taken, nothing is fetched"
+                )
+            found = _outside(item, f"{where}/{key}")
+            if found is not None:
+                return found
+    elif isinstance(schema, list):
+        for n, item in enumerate(schema):
+            found = _outside(item, f"{where}/{n}")
+            if found is not None:
+                return found
+    return None
 
 
 def output_text(value: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from orchestration.core.agents import Agent
 from orchestration.core.architecture import ActorCritic, LoopSpec
 from orchestration.core.completion import Completion
 from orchestration.core.errors import ConfigError
-from orchestration.core.outputs import INVALID_OUTPUT, read_output, strict_ok
+from orchestration.core.outputs import INVALID_OUTPUT, read_output, schema_dict, strict_ok
 from orchestration.core.results import build_result
 from orchestration.core.structured import structured_output
 from orchestration.core.tools import ToolCall
@@ -54,6 +54,14 @@ def test_a_model_class_is_kept_as_its_json_schema() -> None:
         ({"type": "string"}, 'its root needs "type": "object"'),
         ({"type": "object", "properties": 3}, "not a valid JSON schema: at properties"),
         (str, "must be a pydantic model class"),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "https://example.invalid/a.json"}}},
+            "$ref 'https://example.invalid/a.json' at /properties/a points outside the schema",
+        ),
+        (
+            {"$schema": "https://example.invalid/meta", "type": "object"},
+            "$schema 'https://example.invalid/meta' is not a draft jsonschema knows",
+        ),
     ],
 )
 def test_a_bad_schema_is_refused_saying_why(value: object, said: str) -> None:
@@ -256,3 +264,23 @@ def test_the_result_carries_the_object_and_the_reference_counts() -> None:
     assert (dumped["turns"], dumped["tokens_in"], dumped["cost_usd"]) == (3, 11, 0.75)
     plain = build_result(run, {"r0.generate": {**steps["r0.generate"], "structured": False}}, [])
     assert plain.output_json is None and plain.output_as(Patch) is None
+
+
+def test_a_stored_schema_reaching_outside_itself_is_never_fetched() -> None:
+    """jsonschema would fetch a ``$ref`` to a URL from the worker: a spec stored with one
+    gets an error naming it, and a reference within the schema (or to a property named
+    ``$ref``) still works."""
+    remote = {"type": "object", "properties": {"a": {"$dynamicRef": "http://127.0.0.1:9/x"}}}
+    found = read_output(remote, '{"a": 1}')
+    assert found.value is None
+    assert "$dynamicRef 'http://127.0.0.1:9/x' at /properties/a points outside" in (
+        found.error or ""
+    )
+    local = {
+        "type": "object",
+        "$defs": {"p": {"type": "string"}},
+        "properties": {"a": {"$ref": "#/$defs/p"}, "$ref": {"type": "integer"}},
+    }
+    assert schema_dict(local) == local
+    assert read_output(local, '{"a": "x", "$ref": 2}').value == {"a": "x", "$ref": 2}
+    assert "is not of type 'string'" in (read_output(local, '{"a": 1}').error or "")
