@@ -3,8 +3,9 @@
 A *scope* is a string naming who a budget belongs to: ``run:<id>``, ``batch:<id>``,
 ``user:<id>``, ``global:<name>``, or one agent within one run, ``actor:<run id>`` /
 ``critic:<run id>`` (an agent's own ``budget=``). Every model call is charged to several
-scopes at once (its run, its agent in the run, its batch, its user, the fleet). This module holds no I/O; the atomic
-Redis side (reservations, settlement, rate limits) lives in :mod:`orchestration.state.budgets`.
+scopes at once (its run, its agent in the run, its batch, its user, the fleet). This
+module holds no I/O; the atomic Redis side (reservations, settlement, rate limits) lives
+in :mod:`orchestration.state.budgets`.
 """
 
 from __future__ import annotations
