@@ -57,6 +57,9 @@ MAX_RECORD_BYTES = 64 << 20
 
 #: Inputs looked up in the run cache at a time.
 LOOKUP_CHUNK = 500
+#: With nothing finished for this long, a kept batch's open runs are looked at (a run
+#: evicted without Redis counting it, a finished entry lost): seconds.
+IDLE_LOOK_S = 30.0
 
 
 class Intake:
@@ -272,7 +275,9 @@ def as_they_finish(
 ) -> Iterator[dict[str, Any]]:
     """Each run's record of the batch in the order the runs finish, each once, until all
     are given, ``stop`` is set or ``timeout`` passes (RunTimeout). Runs are read from the
-    batch's finished-run stream; ``run_index`` maps a run's position to its input index."""
+    batch's finished-run stream; ``run_index`` maps a run's position to its input index.
+    A handle that keeps its inputs also looks for runs an evicting Redis lost (sent again
+    under new ids) or whose finished entry it lost (:meth:`BatchHandle.repair`)."""
     import time
 
     from orchestration.client.handles import result_turns, store
@@ -281,29 +286,46 @@ def as_they_finish(
     from orchestration.state import batches
 
     st = store()
-    positions = batches.run_positions(st.r, handle.batch_id)
+    kept = handle.kept
+    positions = {} if kept is not None else batches.run_positions(st.r, handle.batch_id)
+    position_of = kept.position_of if kept is not None else positions.get
+    total = len(kept) if kept is not None else len(positions)
     deadline = None if timeout is None else time.monotonic() + timeout
-    given: set[str] = set()
+    given: set[int] = set()
     last = "0-0"
-    while len(given) < len(positions) and not (stop is not None and stop.is_set()):
+    moved = time.monotonic()
+    while len(given) < total and not (stop is not None and stop.is_set()):
         wait_ms = 500
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RunTimeout(f"batch {handle.batch_id} did not finish within {timeout:g}s")
             wait_ms = max(1, min(wait_ms, int(left * 1000)))
+        seen = []
         for entry, run_id, _ in batches.finished_since(
             st.r, handle.batch_id, last, block_ms=wait_ms
         ):
             last = entry
-            if run_id in given or run_id not in positions:
+            seen.append(run_id)
+        if kept is not None:
+            # Evictions seen, or nothing finished for a while: look at every open run.
+            handle.repair(force=time.monotonic() - moved >= IDLE_LOOK_S)
+            seen += kept.take_found()
+        for run_id in seen:
+            position = position_of(run_id)
+            if position is None or position in given:
                 continue
-            result = st.result(run_id)
+            try:
+                result = st.result(run_id)
+            except LookupError:
+                continue  # evicted since it finished: a sweep sends it again
             if result.status not in FINISHED_STATUSES:
                 continue  # resumed since it finished; it finishes again later
-            position = positions[run_id]
+            if kept is not None:
+                kept.saw_finished(run_id, result.status)
             index = run_index[position] if position < len(run_index) else None
-            given.add(run_id)
+            given.add(position)
+            moved = time.monotonic()
             yield result_record(result, index=index, spec=spec, turns=result_turns(result))
 
 

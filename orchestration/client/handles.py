@@ -7,6 +7,7 @@ process that can reach Redis (and the broker) can submit work.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery
 
+from orchestration.client.keeper import KeptBatch, Sweep
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.errors import ConfigError, RunTimeout, StoreFull
 from orchestration.core.events import Event
@@ -37,6 +39,10 @@ if TYPE_CHECKING:
 
 #: Runs written and messages sent per pipeline when submitting a batch.
 SUBMIT_CHUNK = 500
+#: How long a result wait blocks before it looks for evicted runs (a kept batch).
+LOOK_EVERY_S = 2.0
+
+log = logging.getLogger(__name__)
 
 _producer: Celery | None = None
 _producer_lock = threading.Lock()
@@ -279,6 +285,48 @@ def queues_without_workers(timeout: float = 1.0) -> list[str]:
     return [q for q in keys.ALL_QUEUES if q not in consumed]
 
 
+def resend_lost(kept: KeptBatch, found: Sweep) -> None:
+    """Write again what :meth:`KeptBatch.sweep` found gone (the loop, budget limits, the
+    batch's record and run list, each lost run under a new id), send the new runs, and,
+    when ``found.resend``, the open runs their messages (a no-op for one that has it)."""
+    batch_id = kept.batch["batch_id"]
+    st = store()
+    gate = BatchGate(st.r)
+    with room_for_runs():
+        set_budgets(found.limits)
+        pipe = st.r.pipeline(transaction=False)
+        st.save_spec(kept.spec, pipe)
+        if found.batch is not None:
+            pipe.hset(keys.batch(batch_id), mapping=found.batch)
+            pipe.zadd(keys.batches_index(), {batch_id: float(found.batch["created_at"])})
+        new = list(found.lost.values())
+        st.create_runs(new, pipe)
+        if new or found.batch is not None:  # the run list in input order, current ids
+            pipe.delete(keys.batch_runs(batch_id))
+            ids = kept.run_ids()
+            for start in range(0, len(ids), SUBMIT_CHUNK):
+                pipe.rpush(keys.batch_runs(batch_id), *ids[start : start + SUBMIT_CHUNK])
+        BatchGate.forget(pipe, batch_id, list(found.lost))
+        replicas.execute(pipe)
+        st.finish_served([r for r in new if r.served is not None])
+    send_coordinate(r.run_id for r in new if r.served is None and gate.reenter(r.run_id))
+    limit = limit_of(kept.batch)
+    if limit and found.lost:  # the places the lost runs held are free now
+        handed = gate.pass_on(batch_id, limit)
+        for run_id, seq in zip(handed, st.seqs(handed), strict=True):
+            send_coordinate([run_id], seq)
+    resent = resume_runs(found.open) if found.resend else 0
+    if found.damaged:
+        log.warning(
+            "batch %s: Redis evicted %s%s of its runs (maxmemory-policy must be noeviction): "
+            "submitted again under new ids; %s open run(s) sent their next step again",
+            batch_id,
+            "its record and " if found.batch is not None else "",
+            len(found.lost),
+            resent,
+        )
+
+
 def resume_runs(run_ids: Iterable[str], *, interrupted: bool = False) -> int:
     """Send each unfinished run the message it is waiting for; how many were sent (or
     put in line for a place under their batch's ``max_in_flight``).
@@ -358,16 +406,45 @@ class RunHandle:
 
 
 class BatchHandle:
-    """A submitted batch: progress, results in input order, cancel, resume."""
+    """A submitted batch: progress, results in input order, cancel, resume.
 
-    def __init__(self, batch_id: str) -> None:
+    The handle :meth:`Team.submit_batch` returns keeps the batch's inputs (``kept``):
+    while it is followed (results, progress), runs an evicting Redis lost are submitted
+    again (:mod:`orchestration.client.keeper`). A handle made from an id alone cannot.
+    """
+
+    def __init__(self, batch_id: str, kept: KeptBatch | None = None) -> None:
         self.batch_id = batch_id
+        self.kept = kept
+        self._repairing = threading.Lock()  # one sweep at a time: its writes then land
 
     def __repr__(self) -> str:
         return f"BatchHandle({self.batch_id!r})"
 
     def run_ids(self, start: int = 0, end: int = -1) -> list[str]:
+        if self.kept is not None:
+            ids = self.kept.run_ids()
+            return ids[start:] if end == -1 else ids[start : end + 1]
         return list(store().r.lrange(keys.batch_runs(self.batch_id), start, end))
+
+    def repair(self, *, force: bool = False) -> Sweep | None:
+        """When Redis evicted keys since the last look (or ``force``), submit again the
+        batch's runs that went and re-send the others' messages; what was found (None:
+        nothing looked at, or the handle keeps no inputs)."""
+        if self.kept is None:
+            return None
+        with self._repairing:
+            if not self.kept.due(store().r, force=force):
+                return None
+            found = self.kept.sweep(store().r)
+            if found.damaged or found.resend:
+                try:
+                    resend_lost(self.kept, found)
+                except (StoreFull, redis.exceptions.RedisError) as exc:
+                    # Following the batch goes on; the next look tries again.
+                    log.warning("batch %s: sending lost runs again failed: %s", self.batch_id, exc)
+                    self.kept.look_again()
+            return found
 
     def progress(self, *, check_workers: bool = False) -> dict[str, Any]:
         """Counts by outcome, total, spend so far, and what unfinished runs wait on.
@@ -377,7 +454,13 @@ class BatchHandle:
                 Duet's queues (waits up to a second for the answers); a queue nobody
                 consumes is listed in ``waits``.
         """
+        self.repair()
         raw = store().r.hgetall(keys.batch(self.batch_id))
+        if not raw and self.kept is not None:  # evicted: written again, or as kept here
+            self.repair(force=True)
+            raw = store().r.hgetall(keys.batch(self.batch_id)) or {
+                k: str(v) for k, v in self.kept.record().items()
+            }
         if not raw:
             raise LookupError(f"batch {self.batch_id} not found (expired or never submitted)")
         counts = {
@@ -435,8 +518,11 @@ class BatchHandle:
                     f"batch budget spent ({unit} {b['spent']:g} of {b['limit']:g}): "
                     "each run stops at its next round"
                 )
-        if spec_id:
-            waits += rate_limit_waits(store().load_spec(spec_id))
+        if self.kept is not None:
+            waits += rate_limit_waits(self.kept.spec)
+        elif spec_id:
+            with contextlib.suppress(LookupError):  # expired before the batch's record
+                waits += rate_limit_waits(store().load_spec(spec_id))
         waits += vendor_batch_waits(self.batch_id)
         return waits
 
@@ -447,6 +533,9 @@ class BatchHandle:
     def results(self, timeout: float | None = None) -> Iterator[RunResult]:
         """Every run's result in input order, each yielded as soon as it (and those
         before it) finished. Reads run ids in pages, so memory stays flat."""
+        if self.kept is not None:
+            yield from self._kept_results(self.kept, timeout)
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         start = 0
         page = 500
@@ -467,6 +556,35 @@ class BatchHandle:
                     ) from None
                 yield result
             start += page
+
+    def _kept_results(self, kept: KeptBatch, timeout: float | None) -> Iterator[RunResult]:
+        """:meth:`results` of a kept batch: each wait looks for evicted runs every
+        :data:`LOOK_EVERY_S`, and a run found gone is waited on under its new id."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        st = store()
+        for position in range(len(kept)):
+            while True:
+                run_id = kept.current(position)
+                status = st.status(run_id)
+                if status in FINISHED_STATUSES:
+                    with contextlib.suppress(LookupError):  # gone since: looked at again
+                        result = st.result(run_id)
+                        kept.saw_finished(run_id, result.status)
+                        yield result
+                        break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise RunTimeout(f"batch {self.batch_id} did not finish within {timeout:g}s")
+                if status is None:  # gone: sent again once Redis stopped evicting
+                    if self.repair(force=True) is None:
+                        time.sleep(LOOK_EVERY_S)
+                    continue
+                with contextlib.suppress(RunTimeout, LookupError):
+                    for _ in st.follow_events(
+                        run_id, timeout_s=min(left or LOOK_EVERY_S, LOOK_EVERY_S)
+                    ):
+                        pass
+                self.repair()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every run of the batch finished."""

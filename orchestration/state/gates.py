@@ -100,6 +100,14 @@ class BatchGate:
             pipe.zrem(keys.runs_moved(), *waiting)
             pipe.sadd(keys.gated_batches(), batch_id)
 
+    @staticmethod
+    def forget(pipe: Any, batch_id: str, run_ids: list[str]) -> None:
+        """Queue on ``pipe`` the removal of runs that are gone (evicted) from the batch's
+        places and line, so their places go to others."""
+        if run_ids:
+            pipe.srem(keys.batch_gate(batch_id), *run_ids)
+            pipe.zrem(keys.batch_waiting(batch_id), *run_ids)
+
     def in_flight(self, batch_id: str) -> int:
         """How many runs of the batch hold a place now."""
         return int(self.r.scard(keys.batch_gate(batch_id)))

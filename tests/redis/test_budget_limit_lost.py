@@ -50,3 +50,22 @@ def test_a_scope_whose_limit_was_removed_is_unlimited(redis_client: Any) -> None
     redis_client.delete(keys.budget(SCOPE))
     assert ledger.reserve("s1", [SCOPE], CALL, lease_s=30) is None
     assert ledger.round_status([SCOPE]).blocked is None
+
+
+@pytest.mark.parametrize("end", ["settle", "release"])
+def test_a_hold_outliving_its_budget_hash_leaves_no_negative_count(
+    redis_client: Any, end: str
+) -> None:
+    """The budget hash evicted while a call held part of it (its holds hash kept): ending
+    the hold leaves the rebuilt hash at 0 reserved, not below (which `get` refused)."""
+    ledger = BudgetLedger(redis_client)
+    scope = "batch:b1"
+    assert ledger.reserve("s1", [scope], CALL, lease_s=30) is None
+    redis_client.delete(keys.budget(scope))  # what an eviction does
+    if end == "settle":
+        ledger.settle("s1", [scope], Amount(input_tokens=3, output_tokens=4, calls=1))
+    else:
+        ledger.release("s1", [scope])
+    state = ledger.get(scope)
+    assert state.reserved == Amount()
+    assert state.spent.calls == (1 if end == "settle" else 0)

@@ -16,7 +16,10 @@ end
 local function add(bkey, prefix, parts, sign)
   for k = 1, 4 do
     if parts[k] ~= '0' then
-      redis.call('HINCRBY', bkey, prefix .. STORED[k], sign .. parts[k])
+      local left = redis.call('HINCRBY', bkey, prefix .. STORED[k], sign .. parts[k])
+      -- A budget hash evicted and made again (its holds hash kept) holds less than is
+      -- released from it: a count never goes below 0.
+      if left < 0 then redis.call('HSET', bkey, prefix .. STORED[k], 0) end
     end
   end
 end
