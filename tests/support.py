@@ -228,9 +228,9 @@ def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator
             connection.reset()
 
 
-def stored_calls(redis_url: str, run_ids: list[str]) -> int:
-    """Model calls the stored step results of ``run_ids`` account for (one per step that
-    called the model, whatever its outcome)."""
+def stored_usage(redis_url: str, run_ids: list[str]) -> dict[str, int]:
+    """The usage the stored step results of ``run_ids`` account for: ``calls`` (one per
+    step that called the model, whatever its outcome), ``input_tokens``, ``output_tokens``."""
     import json
 
     import redis
@@ -238,15 +238,20 @@ def stored_calls(redis_url: str, run_ids: list[str]) -> int:
     from orchestration.state import keys
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    fields = ("calls", "input_tokens", "output_tokens")
     try:
         pipe = client.pipeline(transaction=False)
         for run_id in run_ids:
             pipe.hvals(keys.run_steps(run_id))
-        return sum(
-            int(json.loads(raw).get("calls", 0)) for steps in pipe.execute() for raw in steps
-        )
+        steps = [json.loads(raw) for found in pipe.execute() for raw in found]
+        return {f: sum(int(step.get(f, 0)) for step in steps) for f in fields}
     finally:
         client.close()
+
+
+def stored_calls(redis_url: str, run_ids: list[str]) -> int:
+    """Model calls the stored step results of ``run_ids`` account for."""
+    return stored_usage(redis_url, run_ids)["calls"]
 
 
 def swept_runs(logs: list[str]) -> int:

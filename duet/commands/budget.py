@@ -58,6 +58,7 @@ def show(
                     "spent": state.spent.value(unit),
                     "reserved": state.reserved.value(unit),
                     "remaining": state.remaining.get(unit),
+                    "lapsed": state.lapsed.value(unit),
                 }
                 for unit in UNITS
             }
@@ -80,6 +81,12 @@ def show(
             )
         if not table.rows and name.startswith("batch:"):
             _batch_spend(table, name.split(":", 1)[1])
+        if state.lapsed.calls:
+            table.caption = (
+                f"of spent, {state.lapsed.calls} call(s) whose worker died were charged "
+                f"their whole hold ({state.lapsed.tokens:,} tokens, "
+                f"${state.lapsed.usd:.4f}): the vendor's bill for them is unknown, at most that"
+            )
         out.print(table)
 
 

@@ -33,6 +33,7 @@ import redis
 from orchestration.core.budget import (
     UNITS,
     USD,
+    ZERO,
     Amount,
     Budget,
     BudgetStatus,
@@ -49,6 +50,8 @@ from orchestration.state.scripts import ScriptCall
 DEFAULT_SETTLED_TTL_S = DEFAULT_FINISHED_TTL_S
 
 _STORED = ("input_tokens", "output_tokens", "usd", "calls")
+#: The counters a reset zeroes: spent, and the part of it charged at holds.
+_SPENT = ("spent", "lapsed")
 #: Scope kinds whose names :meth:`BudgetLedger.set_limits` keeps in an index (a few,
 #: long-lived); run and batch scopes are one per run or batch.
 INDEXED_KINDS = ("global:", "user:")
@@ -161,6 +164,8 @@ class ScopeState:
         reserved: held by in-flight calls.
         remaining: per limited unit, ``limit - spent - reserved`` (never below 0).
         open_reservations: how many calls hold a reservation now.
+        lapsed: of ``spent``, what calls whose outcome died with their worker were
+            charged: their whole hold (the vendor's bill for them is unknown, at most it).
     """
 
     scope: str
@@ -170,6 +175,7 @@ class ScopeState:
     reserved: Amount
     remaining: dict[str, float] = field(default_factory=dict)
     open_reservations: int = 0
+    lapsed: Amount = ZERO
 
     @property
     def budget(self) -> Budget:
@@ -247,6 +253,7 @@ class BudgetLedger:
             reserved=reserved,
             remaining=remaining,
             open_reservations=open_count,
+            lapsed=_amount(hash_, "lapsed"),
         )
 
     def reset(self, scope: str) -> None:
@@ -254,7 +261,7 @@ class BudgetLedger:
         parse_scope(scope)
         key = keys.budget(scope)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, mapping={f"spent:{unit}": 0 for unit in _STORED})
+        pipe.hset(key, mapping={f"{kind}:{unit}": 0 for unit in _STORED for kind in _SPENT})
         pipe.hdel(key, *(f"warned:{unit}" for unit in UNITS))
         pipe.execute()
 

@@ -2,11 +2,11 @@
 ``kill -9`` of a worker (a new one started at once), ``SIGSTOP`` of one for a few
 seconds, Redis killed and started again from its append-only file, every client
 connection killed (``CLIENT KILL``), bursts of 500s and 429s from the stand-in. Once the
-faults stop, every run must be final (none lost, none stuck) and the budget must have
-charged at least what the stand-in billed: exactly that, plus, for each call whose answer
-no worker stored (its worker killed or taken over), its hold (input and ``max_tokens``
-output: its real usage was lost with it) less what the stand-in billed for it. A run left
-unfinished is printed with what Redis and the worker logs hold of it.
+faults stop, every run must be final (none lost, none stuck) and every call charged
+once: a stored answer its real usage (what the stand-in billed for it), a call whose
+worker died (killed or taken over) its hold (input and ``max_tokens``: its real usage was
+lost with it), counted apart as ``lapsed``; so the budget is never under the bill. A run
+left unfinished is printed with what Redis and the worker logs hold of it.
 
 ``DUET_SOAK_S`` sets how long faults land (default 60 s, what ``make test`` runs; the
 issue's soaks ran 300 s).
@@ -32,7 +32,7 @@ from orchestration.core.results import FINISHED_STATUSES
 from orchestration.state import keys
 from tests.faults.conftest import DurableRedis
 from tests.reliability import ENGINE, Reliability, lost_of
-from tests.support import celery_worker, client_pointed_at, stored_calls, wait_for
+from tests.support import celery_worker, client_pointed_at, stored_usage, wait_for
 
 SOAK_S = float(os.environ.get("DUET_SOAK_S", "60"))
 pytestmark = [pytest.mark.system, pytest.mark.soak, pytest.mark.timeout(SOAK_S + 420)]
@@ -187,8 +187,10 @@ def test_chaos_soak(durable_redis: DurableRedis, llm: FakeLLM, reliability: Reli
             )
         statuses = _final(url, run_ids)
         served = llm.stats()
-        stored = stored_calls(url, run_ids)
-        spent = get_budget(f"batch:{batch.batch_id}").spent
+        used = stored_usage(url, run_ids)
+        stored = used["calls"]
+        state = get_budget(f"batch:{batch.batch_id}")
+        spent, lapsed = state.spent, state.lapsed
         alive = [w.poll() is None for w in workers]
         stuck = [
             _stuck_state(url, run_id, started)
@@ -198,6 +200,7 @@ def test_chaos_soak(durable_redis: DurableRedis, llm: FakeLLM, reliability: Reli
     usage = served["usage"]
     billed = usage["input_tokens"] + usage["output_tokens"]
     charged = spent.input_tokens + spent.output_tokens
+    settled = used["input_tokens"] + used["output_tokens"]
     answered = served["usage"]["responses"]
     not_final = sum(s not in FINISHED_STATUSES for s in statuses)
     counts = {s: statuses.count(s) for s in set(statuses)}
@@ -207,7 +210,8 @@ def test_chaos_soak(durable_redis: DurableRedis, llm: FakeLLM, reliability: Reli
         f"{served['requests']} requests ({answered} answered), {stored} stored calls; "
         f"charged {charged:,} tokens for {billed:,} billed ({answered - stored} answers not "
         f"stored; {spent.calls - stored} holds charged for calls no worker settled); "
-        f"workers alive {alive}"
+        f"of the charge, {settled:,} the stored answers' usage and {lapsed.tokens:,} the "
+        f"holds of {lapsed.calls} calls whose worker died; workers alive {alive}"
     )
     reliability.record(
         section=ENGINE,
@@ -218,13 +222,19 @@ def test_chaos_soak(durable_redis: DurableRedis, llm: FakeLLM, reliability: Reli
         load=f"{RUNS} runs (up to 4 calls of 2 s each, a batch budget), 2 workers × 8 threads; "
         f"{final_at_end} final when the faults stopped",
         lost=f"{lost_of(not_final, RUNS, 'runs lost or stuck')} ({counts}); the budget charged "
-        f"{charged:,} tokens for the {billed:,} the stand-in billed (the {answered - stored} "
-        "answers no worker stored charged at their holds, input + `max_tokens`); "
-        f"{served['requests']} requests ({answered} answered), {stored} stored calls",
+        f"{charged:,} tokens for the {billed:,} the stand-in billed: {settled:,} for the "
+        f"stored answers (their bill exactly) and {lapsed.tokens:,} for the holds of the "
+        f"{lapsed.calls} calls whose worker died (input + `max_tokens`; billed "
+        f"{billed - settled:,}); {served['requests']} requests ({answered} answered), "
+        f"{stored} stored calls",
         before="5 of 120 runs left `running` past 300 s: the messages a killed worker took "
         "after its last note of what it held waited for the visibility timeout (an hour)",
     )
     for state in stuck[:5]:
         print(state)
     assert not_final == 0, counts
-    assert charged >= billed  # never under the bill
+    # Every call charged once: its real usage (stored with its answer) or its hold.
+    assert charged == settled + lapsed.tokens, (charged, settled, lapsed)
+    # The stored answers are billed what they were charged; the dead calls' bill is
+    # within their holds: never under the bill.
+    assert settled <= billed <= charged

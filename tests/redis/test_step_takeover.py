@@ -166,10 +166,15 @@ def test_a_dead_calls_hold_is_charged(store: RunStore) -> None:
 
     assert ledger.charge_hold("x|r0.generate:dead", ["run:x"])
 
+    assert ledger.reserve("x|r0.critique:live", ["run:x"], held, 300) is None
+    ledger.settle("x|r0.critique:live", ["run:x"], Amount(input_tokens=90, calls=1))
     state = ledger.get("run:x")
-    assert (state.spent.tokens, state.spent.calls) == (500, 1)
+    assert (state.spent.tokens, state.spent.calls) == (590, 2)
+    assert state.lapsed == held, "the part of spent charged at a hold, told apart"
     assert state.reserved.tokens == 0 and state.open_reservations == 0
     assert not ledger.charge_hold("x|r0.generate:dead", ["run:x"])  # once
+    ledger.reset("run:x")
+    assert ledger.get("run:x").lapsed == Amount()
     store.r.delete(*keys.budget_keys("run:x"))
 
 

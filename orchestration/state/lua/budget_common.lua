@@ -43,6 +43,7 @@ local function charge_one(bkey, lkey, hkey, step)
   local parts = split(held)
   add(bkey, 'reserved:', parts, '-')
   add(bkey, 'spent:', parts, '')
+  add(bkey, 'lapsed:', parts, '')  -- of spent, what was charged at its hold
   return 1
 end
 
