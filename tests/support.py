@@ -214,6 +214,46 @@ def environment(values: dict[str, str | None]) -> Iterator[None]:
         get_settings.cache_clear()
 
 
+def finish_run(run_id: str, status: str = "approved", usage: dict[str, Any] | None = None) -> None:
+    """Finish an open run by the transition a worker's coordinator makes (for tests that
+    run no worker); ``usage`` is what its calls cost."""
+    from orchestration.client.handles import store
+    from orchestration.state.runs import event_json
+
+    st = store()
+    record, _ = st.load_run(run_id)
+    made = st.record_finish(
+        record,
+        int(record.get("seq", 0)),
+        status,
+        reason=None,
+        error=None,
+        usage=usage or {"input_tokens": 1, "output_tokens": 1, "calls": 1, "usd": 0.0},
+        events=[event_json("run.finished", run_id, status=status)],
+    )
+    assert made == 1, f"run {run_id} was not open"
+
+
+@contextlib.contextmanager
+def collecting(batch: Any, out: Path, run_index: list[int]) -> Iterator[tuple[Any, Any]]:
+    """``duet run``'s collector writing ``batch``'s records to ``out`` in a thread: yields
+    ``(thread, results file)``; on the way out the thread is stopped and the file ended."""
+    import threading
+
+    from duet.commands.results import ResultsFile, collect
+
+    sink = ResultsFile(out)
+    stop = threading.Event()
+    worker = threading.Thread(target=collect, args=(batch, sink, run_index, None, stop))
+    worker.start()
+    try:
+        yield worker, sink
+    finally:
+        stop.set()
+        worker.join(timeout=10)
+        sink.finish()
+
+
 @contextlib.contextmanager
 def client_pointed_at(redis_url: str, broker_url: str | None = None) -> Iterator[str]:
     """Point this process's client API (settings, Redis pool, producer) at ``redis_url``,

@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 
-from duet.commands.results import ResultsFile, collect
 from orchestration import Agent, Team
 from orchestration.client.handles import BatchHandle, get_budget, store
 from orchestration.core.budget import Budget
 from orchestration.state import keys
-from orchestration.state.runs import event_json
-from tests.support import client_pointed_at, wait_for
+from tests.support import client_pointed_at, collecting, finish_run, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -40,21 +38,6 @@ def batch(redis_client: Any, redis_url: str) -> Iterator[BatchHandle]:
         )
 
 
-def _finish(run_id: str, status: str = "approved") -> None:
-    st = store()
-    record, _ = st.load_run(run_id)
-    made = st.record_finish(
-        record,
-        int(record.get("seq", 0)),
-        status,
-        reason=None,
-        error=None,
-        usage={"input_tokens": 1, "output_tokens": 1, "calls": 1, "usd": 0.0},
-        events=[event_json("run.finished", run_id, status=status)],
-    )
-    assert made == 1
-
-
 def _evict(r: Any, *names: str) -> None:
     assert r.delete(*names) == len(names)
 
@@ -62,7 +45,7 @@ def _evict(r: Any, *names: str) -> None:
 def test_a_run_whose_record_went_is_submitted_again(batch: BatchHandle, redis_client: Any) -> None:
     r = redis_client
     first = batch.run_ids()
-    _finish(first[0])
+    finish_run(first[0])
     assert batch.repair() is None, "Redis evicted nothing: nothing is looked at"
     _evict(r, keys.run(first[1]), keys.batch(batch.batch_id), keys.batch_runs(batch.batch_id))
 
@@ -96,15 +79,15 @@ def test_results_wait_on_the_run_sent_again(batch: BatchHandle, redis_client: An
     reader = threading.Thread(target=lambda: got.extend(batch.results(timeout=60)))
     reader.start()
     try:
-        _finish(first[0])
+        finish_run(first[0])
         _evict(redis_client, keys.run(first[1]))
         wait_for(lambda: batch.run_ids()[1] != first[1], 20, "the lost run to be replaced")
-        _finish(batch.run_ids()[1])
-        _finish(first[2])
+        finish_run(batch.run_ids()[1])
+        finish_run(first[2])
         reader.join(timeout=30)
         assert not reader.is_alive()
     finally:
-        _ = [_finish(i) for i in batch.run_ids() if store().status(i) == "queued"]
+        _ = [finish_run(i) for i in batch.run_ids() if store().status(i) == "queued"]
         reader.join(timeout=10)
     assert [(r.input_id, r.status) for r in got] == [(f"i{n}", "approved") for n in range(3)]
     assert got[1].run_id == batch.run_ids()[1] != first[1]
@@ -117,24 +100,16 @@ def test_the_cli_gives_every_input_once(
     finished run whose entry in the batch's stream went."""
     first = batch.run_ids()
     out = tmp_path / "out.jsonl"
-    sink = ResultsFile(out)
-    stop = threading.Event()
-    worker = threading.Thread(target=collect, args=(batch, sink, [0, 1, 2], None, stop))
-    worker.start()
-    try:
-        _finish(first[0])
+    with collecting(batch, out, [0, 1, 2]) as (worker, _):
+        finish_run(first[0])
         _evict(redis_client, keys.batch_events(batch.batch_id))  # run 0's entry with it
         _evict(redis_client, keys.run(first[2]))
         found = batch.repair(force=True)
         assert found is not None and list(found.lost) == [first[2]]
-        _finish(first[1])
-        _finish(found.lost[first[2]].run_id)
+        finish_run(first[1])
+        finish_run(found.lost[first[2]].run_id)
         worker.join(timeout=20)
         assert not worker.is_alive(), "every input written: collect returns"
-    finally:
-        stop.set()
-        worker.join(timeout=10)
-    sink.finish()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(x["index"], x["id"], x["status"]) for x in lines] == [
         (n, f"i{n}", "approved") for n in range(3)

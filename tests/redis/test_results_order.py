@@ -6,18 +6,15 @@ batch's spend."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from duet.commands.results import ResultsFile, collect
 from orchestration import Agent, Team
 from orchestration.client.handles import BatchHandle, store
-from orchestration.state.runs import event_json
-from tests.support import client_pointed_at, wait_for
+from tests.support import client_pointed_at, collecting, finish_run, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -34,21 +31,6 @@ def batch(redis_client: Any, redis_url: str) -> Iterator[BatchHandle]:
         yield team.submit_batch([{"id": f"i{n}", "prompt": f"p{n}"} for n in range(3)])
 
 
-def _finish(run_id: str, status: str = "approved", usage: dict[str, Any] = USAGE) -> None:
-    st = store()
-    record, _ = st.load_run(run_id)
-    made = st.record_finish(
-        record,
-        int(record.get("seq", 0)),
-        status,
-        reason=None,
-        error=None,
-        usage=usage,
-        events=[event_json("run.finished", run_id, status=status)],
-    )
-    assert made == 1
-
-
 def _indexes(path: Path) -> list[int]:
     return [json.loads(line)["index"] for line in path.read_text().splitlines()]
 
@@ -58,23 +40,15 @@ def test_records_are_written_as_runs_finish_and_end_in_input_order(
 ) -> None:
     run_ids = batch.run_ids()
     out = tmp_path / "out.jsonl"
-    sink = ResultsFile(out)
-    stop = threading.Event()
     # Input 1 was rejected: the runs are inputs 0, 2 and 3 of the file.
-    worker = threading.Thread(target=collect, args=(batch, sink, [0, 2, 3], None, stop))
-    worker.start()
-    try:
-        _finish(run_ids[2])
-        _finish(run_ids[1], "interrupted")
+    with collecting(batch, out, [0, 2, 3]) as (worker, sink):
+        finish_run(run_ids[2], usage=USAGE)
+        finish_run(run_ids[1], "interrupted", usage=USAGE)
         wait_for(lambda: len(out.read_text().splitlines()) == 2, 10, "two records written")
         assert _indexes(out) == [3, 2], "finish order, while input 0 still runs"
-        _finish(run_ids[0])
+        finish_run(run_ids[0], usage=USAGE)
         worker.join(timeout=10)
         assert not worker.is_alive(), "every run written: collect returns"
-    finally:
-        stop.set()
-        worker.join(timeout=10)
-    sink.finish()
     assert _indexes(out) == [0, 2, 3]
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["i0", "i1", "i2"]
     assert (sink.summary.counts["approved"], sink.summary.counts["interrupted"]) == (2, 1)
@@ -84,7 +58,7 @@ def test_a_resumed_cancelled_run_is_counted_once_in_the_batch_spend(batch: Batch
     first, *_ = batch.run_ids()
     st = store()
     st.cancel_run(first)
-    _finish(first, "cancelled")
+    finish_run(first, "cancelled", usage=USAGE)
     assert batch.progress()["usd"] == pytest.approx(0.5)
     what, _, _ = st.resume_point(first)  # re-opens it, as `duet resume` does
     assert what == "coordinate"
@@ -92,7 +66,9 @@ def test_a_resumed_cancelled_run_is_counted_once_in_the_batch_spend(batch: Batch
     # What was spent stays spent: a batch's cost never goes down while it is resumed.
     assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (0, 0.5, 120, 2)
     # The run's usage is its whole spend, before the cancel and after: only the rest is new.
-    _finish(first, "approved", {"input_tokens": 300, "output_tokens": 40, "calls": 5, "usd": 1.25})
+    finish_run(
+        first, "approved", {"input_tokens": 300, "output_tokens": 40, "calls": 5, "usd": 1.25}
+    )
     p = batch.progress()
     assert (p["done"], p["usd"], p["tokens"], p["calls"]) == (1, 1.25, 340, 5)
 
@@ -147,13 +123,13 @@ def test_results_with_a_status_stream_each_match_as_its_run_finishes(
         text=True,
     ) as proc:
         try:
-            _finish(run_ids[2], "interrupted")
+            finish_run(run_ids[2], "interrupted", usage=USAGE)
             assert proc.stdout is not None
             first = json.loads(proc.stdout.readline())  # blocks until the line comes
             assert (first["id"], first["status"]) == ("i2", "interrupted")
             assert proc.poll() is None, "inputs 0 and 1 still run: it keeps following"
-            _finish(run_ids[0], "approved")
-            _finish(run_ids[1], "interrupted")
+            finish_run(run_ids[0], "approved", usage=USAGE)
+            finish_run(run_ids[1], "interrupted", usage=USAGE)
             rest, errors = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
