@@ -57,7 +57,14 @@ def test_a_redis_restart_logs_no_traceback(
         durable_redis.kill()
         time.sleep(DOWN_S)
         durable_redis.start()
-        wait_for(lambda: batch.progress()["done"] >= 20, 180, "every run", interval=0.5)
+        try:
+            wait_for(lambda: batch.progress()["done"] >= 20, 180, "every run", interval=0.5)
+        except AssertionError as exc:
+            tail = Path(worker.log_path).read_text(errors="replace")[-6000:]
+            alive = worker.poll() is None
+            raise AssertionError(
+                f"{exc}; {batch.progress()}; worker alive {alive}:\n{tail}"
+            ) from None
         log = Path(worker.log_path).read_text(errors="replace")
     lines = log.splitlines()
     # A log record with a traceback: its line, then the traceback's first line.
