@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from duet.formats.findings import simulated
 from duet.report.turns import tool_turns
+from orchestration.core.usage import Usage
 
 if TYPE_CHECKING:
     from duet.intake.files import InputProblem
@@ -232,6 +233,25 @@ def record_kept_note(record: Mapping[str, Any]) -> str | None:
     )
 
 
+def record_usage(raw: Any) -> Usage:
+    """A record's ``usage`` as :class:`Usage`; a field missing, null or unreadable counts
+    0 (a results file read back may come from anywhere)."""
+    raw = raw if isinstance(raw, Mapping) else {}
+    counts = {f: _number(raw.get(f), int) for f in ("input_tokens", "output_tokens", "calls")}
+    counts["cached_calls"] = _number(raw.get("cached_calls"), int)
+    return Usage(
+        **counts, usd=_number(raw.get("usd"), float), saved_usd=_number(raw.get("saved_usd"), float)
+    )
+
+
+def _number(value: Any, kind: type[int] | type[float]) -> Any:
+    try:
+        number = kind(value or 0)
+    except (TypeError, ValueError):
+        return kind(0)
+    return number if number >= 0 else kind(0)
+
+
 @dataclass
 class Summary:
     """Running totals over result records; add records one at a time, in flat memory."""
@@ -240,13 +260,9 @@ class Summary:
     #: Critique rounds summed over runs that ran (rejected inputs excluded).
     rounds: int = 0
     runs: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    calls: int = 0
-    usd: float = 0.0
-    #: Calls served from the model-call cache, and what they would have cost.
-    cached_calls: int = 0
-    saved_usd: float = 0.0
+    #: The runs' usage summed (calls served from the model-call cache, and what they
+    #: would have cost, apart).
+    usage: Usage = field(default_factory=Usage)
     #: Why inputs did not finish well: reason (or error) -> how many.
     reasons: Counter[str] = field(default_factory=Counter)
     #: Runs whose critic was the offline ``sim`` model: their verdicts are made up.
@@ -266,13 +282,7 @@ class Summary:
         if isinstance(models, Mapping) and simulated(str(models.get("critic") or "")):
             self.simulated += 1
         self.rounds += int(record.get("n_rounds") or 0)
-        usage = record.get("usage") or {}
-        self.input_tokens += int(usage.get("input_tokens") or 0)
-        self.output_tokens += int(usage.get("output_tokens") or 0)
-        self.calls += int(usage.get("calls") or 0)
-        self.usd += float(usage.get("usd") or 0.0)
-        self.cached_calls += int(usage.get("cached_calls") or 0)
-        self.saved_usd += float(usage.get("saved_usd") or 0.0)
+        self.usage = self.usage + record_usage(record.get("usage"))
 
     @property
     def total(self) -> int:
@@ -280,8 +290,32 @@ class Summary:
         return sum(self.counts.values())
 
     @property
+    def input_tokens(self) -> int:
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output_tokens
+
+    @property
     def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        return self.usage.total_tokens
+
+    @property
+    def calls(self) -> int:
+        return self.usage.calls
+
+    @property
+    def usd(self) -> float:
+        return self.usage.usd
+
+    @property
+    def cached_calls(self) -> int:
+        return self.usage.cached_calls
+
+    @property
+    def saved_usd(self) -> float:
+        return self.usage.saved_usd
 
     @property
     def mean_rounds(self) -> float | None:

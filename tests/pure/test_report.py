@@ -182,6 +182,24 @@ def test_summary_counts_records_and_skips_rejected_from_means() -> None:
     assert not summary.ok
 
 
+def test_summary_reads_a_results_files_usage_leniently() -> None:
+    """A record read back from a file may hold anything in its usage: what cannot be a
+    count is 0, and the rest is summed (cached calls apart)."""
+    summary = Summary()
+    summary.add({"status": "approved", "usage": {"input_tokens": 10, "calls": 2, "usd": 0.5}})
+    summary.add(
+        {
+            "status": "approved",
+            "usage": {"input_tokens": "x", "output_tokens": -4, "calls": None, "usd": "0.25"},
+        }
+    )
+    summary.add({"status": "approved", "usage": {"cached_calls": 3, "saved_usd": 0.1}})
+    summary.add({"status": "approved", "usage": ["not", "a", "mapping"]})
+    assert (summary.input_tokens, summary.output_tokens, summary.calls) == (10, 0, 2)
+    assert summary.usd == pytest.approx(0.75)
+    assert (summary.cached_calls, summary.saved_usd) == (3, pytest.approx(0.1))
+
+
 @pytest.mark.parametrize(
     ("statuses", "ok"),
     [
