@@ -23,7 +23,8 @@ from pathlib import Path
 
 from unidiff import PatchSet
 
-from duet.intake.git import GitChanges, git
+from duet.intake.git import GitChanges
+from duet.intake.gitproc import git
 
 
 def make_repo(root: Path, files: int) -> list[str]:

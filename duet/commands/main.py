@@ -406,7 +406,7 @@ def review(
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on {fail_on!r}: expected one of {', '.join(FAIL_ON)}")
     if staged:
-        from duet.intake.git import git_dir, staged_range
+        from duet.intake.gitproc import git_dir, staged_range
 
         git_range = staged_range(repo)
         output = output or git_dir(repo) / "duet-review.jsonl"

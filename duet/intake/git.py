@@ -1,48 +1,48 @@
 """Inputs from a git range (``duet review --git BASE..HEAD``): one per changed file or hunk.
 
-Git is run as plain plumbing through :func:`git` with hooks, external diff drivers and
-textconv filters off and no system config, so a repository under review runs none of its
-own code. The branch under review steers nothing: ignore rules and vendored folders are
-the base commit's, ``--text`` makes its ``.gitattributes`` unable to hide a diff, and the
-diff is streamed a file at a time, held only up to a cap. Everything else is pure:
-parsing ``--raw -z`` output, the hunks, what is skipped and the prompt of each change.
+The branch under review steers nothing: ignore rules and vendored folders are the base
+commit's, ``--text`` makes its ``.gitattributes`` unable to hide a diff, and the diff is
+streamed a file at a time, held only up to a cap. Git runs through
+:mod:`duet.intake.gitproc`; the parsing and the prompts are :mod:`duet.intake.diffs`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from duet.intake.context import RULES_FILE, PathRules, context_sections
+from duet.intake.diffs import (
+    MAX_FILE_CHARS,
+    SNIFF_BYTES,
+    SUBMODULE,
+    SYMLINK,
+    Change,
+    GitError,
+    Hunk,
+    always_reviewed,
+    binary,
+    check_in_step,
+    file_prompt,
+    folders_of,
+    hunk_prompt,
+    parse_raw,
+    split_hunks,
+    split_range,
+    utf8_path,
+    vendored_folder,
+)
 from duet.intake.files import InputProblem, InputRecord
+from duet.intake.gitproc import Blobs, DiffStream, command, git, git_dir, is_repo
 from duet.intake.skips import GENERATED, SkipRules, generated
 from orchestration.core.errors import ConfigError
 
 UNITS = ("file", "hunk")
-#: Folders of code a change's author did not write, skipped like deleted files.
-VENDORED_DIRS = frozenset(
-    {
-        "vendor",
-        "vendors",
-        "node_modules",
-        "third_party",
-        "third-party",
-        "external",
-        "bower_components",
-    }
-)
-#: Files whose change is reviewed wherever they are: they steer git itself.
-GIT_FILES = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
-#: The whole file after the change is shown under the diff when it is at most this long.
-MAX_FILE_CHARS = 20_000
 #: The most of one file's diff held in memory when no prompt limit is given, bytes.
 MAX_DIFF_BYTES = 4_000_000
 #: A changed file over this many bytes (or over the diff cap, when that is larger) is not
@@ -50,359 +50,6 @@ MAX_DIFF_BYTES = 4_000_000
 MAX_FILE_BYTES = 8_000_000
 #: A base commit's ``.gitignore`` longer than this, bytes, is not read.
 MAX_IGNORE_BYTES = 1_000_000
-#: Modes of a submodule (a commit of another repository) and a symlink in a git tree.
-SUBMODULE, SYMLINK = "160000", "120000"
-_SNIFF = 8192
-#: Bytes read from a git pipe at a time.
-_PIECE = 65_536
-_SAFE_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_OPTIONAL_LOCKS": "0",
-    "GIT_EXTERNAL_DIFF": "",
-    "GIT_PAGER": "cat",
-    "LC_ALL": "C",
-}
-_SAFE_CONFIG = (
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "diff.external=",
-    "-c",
-    "core.quotePath=false",
-)
-
-
-class GitError(ConfigError):
-    """A git command failed, or the range is not in the repository."""
-
-
-def _command(
-    repo: Path, *args: str, index: str | None = None, literal: bool = False
-) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment of ``git ARGS`` in ``repo``, hooks, external diffs and
-    system config off, no ``GIT_*`` variable of the caller's (``index``: an index file of
-    our own, ``GIT_INDEX_FILE``; ``literal``: paths given are names, never patterns)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _SAFE_ENV
-    if index is not None:
-        env["GIT_INDEX_FILE"] = index
-    if literal:
-        env["GIT_LITERAL_PATHSPECS"] = "1"
-    return ["git", *_SAFE_CONFIG, "-C", str(repo), *args], env
-
-
-def git(
-    repo: Path,
-    *args: str,
-    index: str | None = None,
-    stdin: bytes | None = None,
-    literal: bool = False,
-) -> bytes:
-    """Run ``git ARGS`` in ``repo`` with hooks, external diffs and system config off
-    (``literal``: paths given are names, never patterns)."""
-    argv, env = _command(repo, *args, index=index, literal=literal)
-    try:
-        done = subprocess.run(
-            argv, input=stdin, capture_output=True, env=env, check=False, timeout=120
-        )
-    except FileNotFoundError:
-        raise GitError("git is not installed (needed for --git)") from None
-    if done.returncode != 0:
-        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(
-            f"git {' '.join(args[:3])} failed in {repo}: {reason[-1] if reason else done.returncode}"
-        )
-    return done.stdout
-
-
-class Blobs:
-    """Objects read by id through one ``git cat-file --batch`` process: a process per file
-    cost ten times as much (``python -m bench.git_intake``). One object is asked for at a
-    time and only its first ``keep`` bytes are held, so memory holds no more than that."""
-
-    def __init__(self, repo: Path) -> None:
-        self.repo = repo
-        argv, env = _command(repo, "cat-file", "--batch")
-        try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=env,
-            )
-        except FileNotFoundError:
-            raise GitError("git is not installed (needed for --git)") from None
-
-    def read(self, name: str, keep: int) -> tuple[bytes, int]:
-        """The first ``keep`` bytes of object ``name`` (an id, or ``REV:PATH`` for a path
-        without a newline) and its whole size; the rest is read past, never held."""
-        stdin, stdout = self._proc.stdin, self._proc.stdout
-        assert stdin is not None and stdout is not None
-        stdin.write(name.encode("utf-8", "surrogateescape") + b"\n")
-        stdin.flush()
-        header = stdout.readline().split()
-        if len(header) != 3 or not header[2].isdigit():
-            raise GitError(f"git cat-file: no object {name!r} in {self.repo}")
-        size = int(header[2])
-        data = stdout.read(min(size, keep))
-        left = size - len(data)
-        while left > 0:
-            left -= len(stdout.read(min(left, _PIECE)))
-        stdout.read(1)  # the newline after each object
-        return data, size
-
-    def close(self) -> None:
-        """End the git process."""
-        _end(self._proc)
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    """Close a git process's pipes and wait for it (killing it when it does not end)."""
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            pipe.close()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-class DiffStream:
-    """The per-file parts of one streamed ``git diff``, in the order ``--raw`` lists the
-    files: each part is read past in pieces and held only up to a cap, so a 20 MB change
-    costs no more memory than the cap."""
-
-    def __init__(self, repo: Path, *args: str) -> None:
-        argv, env = _command(repo, *args)
-        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
-        self._proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=self._errors, env=env, bufsize=_PIECE
-        )
-        assert self._proc.stdout is not None
-        self._out = self._proc.stdout
-        self._next = self._out.readline(_PIECE)
-
-    def part(self, cap: int) -> tuple[bytes | None, int]:
-        """The next file's part of the diff (None when it is over ``cap`` bytes: read past,
-        not held) and its size in bytes."""
-        if not self._next.startswith(b"diff --git "):
-            raise GitError("git diff: its output is out of step with its file list")
-        held: bytearray | None = bytearray(self._next)
-        size, at_start = len(self._next), self._next.endswith(b"\n")
-        while True:
-            piece = self._out.readline(_PIECE)
-            if not piece or (at_start and piece.startswith(b"diff --git ")):
-                self._next = piece
-                break
-            size += len(piece)
-            at_start = piece.endswith(b"\n")
-            if held is not None and size <= cap:
-                held += piece
-            else:
-                held = None
-        return (bytes(held) if held is not None else None), size
-
-    def close(self) -> None:
-        """End git (early, when the reader stopped) and raise its error if it failed."""
-        finished = not self._next
-        _end(self._proc)
-        self._errors.seek(0)
-        reason = self._errors.read().decode("utf-8", "replace").strip().splitlines()
-        self._errors.close()
-        if finished and self._proc.returncode != 0:
-            raise GitError(f"git diff failed: {reason[-1] if reason else self._proc.returncode}")
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One entry of ``git diff --raw``: status letter, path, path before a rename, the
-    new side's mode and object id, and the old side's object id."""
-
-    status: str
-    path: str
-    old_path: str | None = None
-    mode: str = "100644"
-    object_id: str = ""
-    old_id: str = ""
-
-
-def split_range(spec: str) -> tuple[str, str, bool]:
-    """``BASE..HEAD`` (or ``BASE...HEAD``: from their merge base) as (base, head, merge_base)."""
-    for sep in ("...", ".."):
-        if sep in spec:
-            base, _, head = spec.partition(sep)
-            if base and head:
-                return base, head, sep == "..."
-    raise ConfigError(
-        f"--git {spec!r}: expected BASE..HEAD, e.g. main..feature or origin/main..HEAD"
-    )
-
-
-def parse_raw(raw: bytes) -> list[Change]:
-    """Parse ``git diff --raw -z --no-abbrev``: ``:OLDMODE NEWMODE OLDID NEWID STATUS``,
-    then the path (two paths for a rename or copy), each NUL-ended and unquoted."""
-    fields = raw.decode("utf-8", "surrogateescape").split("\0")
-    changes: list[Change] = []
-    at = 0
-    while at < len(fields) and fields[at].startswith(":"):
-        _, mode, old_id, object_id, status = fields[at][1:].split(" ")
-        if status[0] in "RC":
-            changes.append(
-                Change(status[0], fields[at + 2], fields[at + 1], mode, object_id, old_id)
-            )
-            at += 3
-        else:
-            changes.append(Change(status[0], fields[at + 1], None, mode, object_id, old_id))
-            at += 2
-    return changes
-
-
-def vendored_folder(path: str) -> str | None:
-    """The first folder of third-party code (:data:`VENDORED_DIRS`) ``path`` lies in."""
-    parts = path.split("/")
-    for n, part in enumerate(parts[:-1]):
-        if part in VENDORED_DIRS:
-            return "/".join(parts[: n + 1])
-    return None
-
-
-def vendored(path: str) -> bool:
-    """Whether ``path`` lies in a folder of third-party code (:data:`VENDORED_DIRS`)."""
-    return vendored_folder(path) is not None
-
-
-def always_reviewed(path: str) -> bool:
-    """Whether a change to ``path`` is reviewed whatever the ignore rules and vendored
-    folders say: a ``.gitignore`` or ``.gitattributes`` changes what git does."""
-    return path.rsplit("/", 1)[-1] in GIT_FILES
-
-
-def _utf8(path: str) -> bool:
-    """Whether a path read with ``surrogateescape`` is UTF-8 (ids and prompts must be)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _folders(path: str) -> list[str]:
-    """Each folder ``path`` lies in, from the top, as a prefix (``""``, ``"a/"``, ...)."""
-    parts = path.split("/")[:-1]
-    return ["/".join(parts[:n]) + "/" if n else "" for n in range(len(parts) + 1)]
-
-
-_HUNK_HEADER = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
-
-
-@dataclass(frozen=True, slots=True)
-class Hunk:
-    """One hunk of a file's diff: its text, and the lines it covers after the change."""
-
-    text: bytes
-    target_start: int
-    target_length: int
-
-    def target_side(self) -> bytes:
-        """The hunk's lines as they are after the change (context and added lines)."""
-        out: list[bytes] = []
-        last = b""
-        for line in _lines(self.text)[1:]:
-            if line.startswith((b" ", b"+")):
-                out.append(line[1:])
-            elif line.startswith(b"\\") and last.startswith((b" ", b"+")) and out:
-                out[-1] = out[-1].removesuffix(b"\n")  # "\ No newline at end of file"
-            last = line
-        return b"".join(out)
-
-
-_INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
-
-
-def check_in_step(header: bytes, change: Change) -> None:
-    """Check that a file's part of the streamed diff is the change ``--raw`` listed in
-    its place (its ``index OLD..NEW`` line names the same objects)."""
-    found = _INDEX.search(header)
-    if found is not None and found[2].decode() != change.object_id:
-        raise GitError(f"git diff: its output is out of step with its file list at {change.path!r}")
-
-
-def _lines(data: bytes) -> list[bytes]:
-    """``data`` split after each newline only."""
-    return re.findall(rb"[^\n]*\n|[^\n]+$", data)
-
-
-def split_hunks(part: bytes) -> tuple[bytes, list[Hunk]]:
-    """One file's part of a ``git diff --text``: its header lines and its hunks. Every
-    line of a hunk starts with `` ``, ``+``, ``-`` or ``\\``, so a line starting with
-    ``@@`` always opens the next one."""
-    header: list[bytes] = []
-    hunks: list[list[bytes]] = []
-    for line in _lines(part):
-        if line.startswith(b"@@") and _HUNK_HEADER.match(line):
-            hunks.append([line])
-        elif hunks:
-            hunks[-1].append(line)
-        else:
-            header.append(line)
-    found = []
-    for lines in hunks:
-        match = _HUNK_HEADER.match(lines[0])
-        assert match is not None
-        length = int(match[2]) if match[2] is not None else 1
-        found.append(Hunk(b"".join(lines), int(match[1]), length))
-    return b"".join(header), found
-
-
-def binary(data: bytes) -> bool:
-    """Git's own test: a NUL byte in the first 8 KiB."""
-    return b"\0" in data[:_SNIFF]
-
-
-def fence(text: str, info: str = "") -> str:
-    """``text`` in a Markdown code fence longer than any backtick run inside it."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    body = text if text.endswith("\n") or not text else text + "\n"
-    return f"{ticks}{info}\n{body}{ticks}"
-
-
-def file_prompt(
-    change: Change, spec: str, diff: str, content: str | None, context: str = ""
-) -> str:
-    """What the reviewer sees of one changed file: the repository's rules and an analyser's
-    findings for it (``context``), the diff, then the whole new file."""
-    renamed = f" (renamed from {change.old_path})" if change.old_path else ""
-    if change.mode == SYMLINK:
-        renamed += " (a symbolic link: its content is the path it points to)"
-    parts = [
-        f"Review the change to {change.path}{renamed} in {spec}.",
-        "",
-        *([context] if context else []),
-        "## Diff",
-        fence(diff, "diff"),
-    ]
-    if content is not None:
-        parts += ["", f"## {change.path} after the change", fence(content)]
-    else:
-        parts += [
-            "",
-            f"({change.path} is over {MAX_FILE_CHARS:,} characters: only the diff is shown.)",
-        ]
-    return "\n".join(parts) + "\n"
-
-
-def hunk_prompt(change: Change, spec: str, header: str, hunk: str, context: str = "") -> str:
-    """What the reviewer sees of one hunk: the file's rules and findings, the file's diff
-    header and the hunk."""
-    return (
-        f"Review this hunk of {change.path} in {spec}.\n\n{context + chr(10) if context else ''}"
-        f"## Diff\n{fence(header + hunk, 'diff')}\n"
-    )
 
 
 class GitChanges:
@@ -442,7 +89,7 @@ class GitChanges:
         #: Things to tell the user (an ignored ``--since``), printed by the command.
         self.notes: list[str] = []
         self.base, self.head, self.merge_base = split_range(spec)
-        if not _is_repo(repo):
+        if not is_repo(repo):
             raise ConfigError(f"--repo {repo}: not a git repository")
         self._check_commit(self.base, "BASE")
         self.head_sha = self._check_commit(self.head, "HEAD")
@@ -524,7 +171,7 @@ class GitChanges:
         vendored_at_base = self._vendored(base, steered)
         made = self._generated(base, [c.path for c in changes if c.status != "D"])
         self.rules = self._rules(base)
-        keep = 4 * MAX_FILE_CHARS if self.unit == "file" else _SNIFF
+        keep = 4 * MAX_FILE_CHARS if self.unit == "file" else SNIFF_BYTES
         for change, size in big.items():
             reason = self._skip_reason(change, ignored, vendored_at_base, made)
             if reason is not None:
@@ -642,7 +289,7 @@ class GitChanges:
             return "deleted"
         if change.mode == SUBMODULE:
             return "submodule"
-        if not all(_utf8(p) for p in (change.path, change.old_path) if p is not None):
+        if not all(utf8_path(p) for p in (change.path, change.old_path) if p is not None):
             return "name not UTF-8"
         if change.path in vendored_at_base:
             return "vendored"
@@ -677,7 +324,7 @@ class GitChanges:
         ``.gitignore`` is a change under review, never a rule."""
         if not paths:
             return set()
-        wanted = {f"{folder}.gitignore" for p in paths for folder in _folders(p)}
+        wanted = {f"{folder}.gitignore" for p in paths for folder in folders_of(p)}
         where = git_dir(self.repo)
         blobs = Blobs(self.repo)
         try:
@@ -688,7 +335,7 @@ class GitChanges:
                         file = Path(tree, path)
                         file.parent.mkdir(parents=True, exist_ok=True)
                         file.write_bytes(data)
-                argv, env = _command(
+                argv, env = command(
                     Path(tree),
                     f"--git-dir={where}",
                     f"--work-tree={tree}",
@@ -759,52 +406,3 @@ class GitChanges:
                 self.on_problem(InputProblem(self.source, None, reason, input_id))
             return
         yield InputRecord(id=input_id, prompt=prompt, metadata=meta, source=self.source)
-
-
-def git_dir(repo: Path) -> Path:
-    """The repository's git directory, wherever it is (a worktree's or a submodule's own,
-    not ``.git/``)."""
-    return Path(
-        git(repo, "rev-parse", "--absolute-git-dir").decode("utf-8", "surrogateescape").strip()
-    )
-
-
-def staged_range(repo: Path) -> str:
-    """``BASE..STAGED`` for the staged changes: the index written as a commit object no
-    branch points to, against HEAD, or against an empty commit before the first one. The
-    index is the caller's ``GIT_INDEX_FILE`` when set (``git commit -a`` runs its hooks so)."""
-    index = os.environ.get("GIT_INDEX_FILE")
-    index = os.path.abspath(index) if index else None
-    tree = git(repo, "write-tree", index=index).decode().strip()
-    try:
-        head = git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").decode().strip()
-    except GitError:  # the first commit: nothing before it
-        empty = git(repo, "hash-object", "-t", "tree", "--stdin", stdin=b"").decode().strip()
-        head = _commit(repo, empty, "duet: before the first commit")
-    return f"{head}..{_commit(repo, tree, 'duet: staged changes', head)}"
-
-
-def _commit(repo: Path, tree: str, message: str, parent: str | None = None) -> str:
-    """A commit object of ``tree`` that no ref points to (git's gc removes it later)."""
-    who = {
-        "GIT_AUTHOR_NAME": "duet",
-        "GIT_AUTHOR_EMAIL": "duet@localhost",
-        "GIT_COMMITTER_NAME": "duet",
-        "GIT_COMMITTER_EMAIL": "duet@localhost",
-        "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
-        "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
-    }
-    argv, env = _command(repo, "commit-tree", tree, *(["-p", parent] if parent else []))
-    done = subprocess.run(
-        argv, input=message.encode(), capture_output=True, env=env | who, check=False, timeout=120
-    )
-    if done.returncode != 0:
-        raise GitError(f"git commit-tree failed in {repo}: {done.stderr.decode().strip()}")
-    return done.stdout.decode().strip()
-
-
-def _is_repo(repo: Path) -> bool:
-    try:
-        return git(repo, "rev-parse", "--is-inside-work-tree").strip() == b"true"
-    except GitError:
-        return False

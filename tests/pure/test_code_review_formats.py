@@ -15,7 +15,7 @@ from duet.formats.findings import DEFAULT_RULE, at_least, findings, in_files
 from duet.formats.patch import build_patch, fenced_file
 from duet.formats.sarif import sarif_log
 from duet.formats.text import escape_property, github_annotations, markdown_summary, rdjson
-from duet.intake.git import Change, binary, fence, parse_raw, split_range, vendored
+from duet.intake.diffs import Change, binary, fence, parse_raw, split_range, vendored
 from orchestration.core.errors import ConfigError
 from orchestration.core.review_templates import review_config
 from tests.reliability import MODEL_OUTPUT

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from duet.intake.git import MAX_FILE_CHARS, GitChanges
+from duet.intake.diffs import MAX_FILE_CHARS
+from duet.intake.git import GitChanges
 from orchestration.core.errors import ConfigError
 
 

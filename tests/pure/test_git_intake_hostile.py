@@ -221,7 +221,7 @@ def test_a_symlink_is_reviewed_as_a_link_never_through_its_target(repo: Path) ->
 
 
 def test_a_diff_out_of_step_with_its_file_list_is_an_error_not_a_wrong_review() -> None:
-    from duet.intake.git import Change, GitError, check_in_step
+    from duet.intake.diffs import Change, GitError, check_in_step
 
     header = b"diff --git a/a.py b/a.py\nindex " + b"1" * 40 + b".." + b"2" * 40 + b" 100644\n"
     check_in_step(header, Change("M", "a.py", object_id="2" * 40))
