@@ -218,7 +218,7 @@ def finish_run(run_id: str, status: str = "approved", usage: dict[str, Any] | No
     """Finish an open run by the transition a worker's coordinator makes (for tests that
     run no worker); ``usage`` is what its calls cost."""
     from orchestration.client.handles import store
-    from orchestration.state.runs import event_json
+    from orchestration.state.events import event_json
 
     st = store()
     record, _ = st.load_run(run_id)

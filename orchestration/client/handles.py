@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery
 
-from orchestration.client.keeper import KeptBatch, Sweep
+from orchestration.client.keeper import RUN_SCOPE_KINDS, KeptBatch, Sweep
 from orchestration.core.architecture import LoopSpec
 from orchestration.core.errors import ConfigError, RunTimeout, StoreFull
 from orchestration.core.events import Event
@@ -293,7 +293,16 @@ def resend_lost(kept: KeptBatch, found: Sweep) -> None:
     st = store()
     gate = BatchGate(st.r)
     with room_for_runs():
-        set_budgets(found.limits)
+        # A new run's own scopes are new; a shared one keeps any limit it still has (one
+        # set since the submit stays).
+        book = ledger()
+        set_budgets(
+            {
+                name: budget
+                for name, budget in found.limits.items()
+                if name.partition(":")[0] in RUN_SCOPE_KINDS or not book.get(name).limits
+            }
+        )
         pipe = st.r.pipeline(transaction=False)
         st.save_spec(kept.spec, pipe)
         if found.batch is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from orchestration import Agent, Team
-from orchestration.client.handles import BatchHandle, get_budget, store
+from orchestration.client.handles import BatchHandle, get_budget, set_budgets, store
 from orchestration.core.budget import Budget
 from orchestration.state import keys
 from tests.support import client_pointed_at, collecting, finish_run, wait_for
@@ -87,7 +87,9 @@ def test_results_wait_on_the_run_sent_again(batch: BatchHandle, redis_client: An
         reader.join(timeout=30)
         assert not reader.is_alive()
     finally:
-        _ = [finish_run(i) for i in batch.run_ids() if store().status(i) == "queued"]
+        for run_id in batch.run_ids():  # none left open for the reader to wait on
+            if store().status(run_id) == "queued":
+                finish_run(run_id)
         reader.join(timeout=10)
     assert [(r.input_id, r.status) for r in got] == [(f"i{n}", "approved") for n in range(3)]
     assert got[1].run_id == batch.run_ids()[1] != first[1]
@@ -131,3 +133,19 @@ def test_nothing_is_sent_again_while_redis_still_evicts(
         redis_client.config_set("maxmemory-policy", "noeviction")
     found = batch.repair(force=True)
     assert found is not None and list(found.lost) == [first[0]]
+
+
+def test_a_limit_set_since_the_submit_is_kept(redis_url: str, redis_client: Any) -> None:
+    """The batch's budget raised after the submit (``duet budget set``) stays raised when
+    runs are sent again; only a limit that went with its hash is set again."""
+    with client_pointed_at(redis_url):
+        team = Team.actor_critic(actor=Agent("Fix.", model="sim"), critic=Agent("J.", model="sim"))
+        batch = team.submit_batch(["p0", "p1"], budget=Budget(max_calls=10))
+        scope = f"batch:{batch.batch_id}"
+        set_budgets({scope: Budget(max_calls=99)})
+        _evict(redis_client, keys.run(batch.run_ids()[0]))
+        assert batch.repair(force=True) is not None
+        assert get_budget(scope).limits == {"calls": 99}
+        _evict(redis_client, keys.budget(scope), keys.run(batch.run_ids()[1]))
+        assert batch.repair(force=True) is not None
+        assert get_budget(scope).limits == {"calls": 10}
