@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 SUBMIT_CHUNK = 500
 #: How long a result wait blocks before it looks for evicted runs (a kept batch).
 LOOK_EVERY_S = 2.0
+#: How long a kept batch's run may read as gone, with no eviction seen, before its
+#: result is given up as not found (a read mid-failover comes back within seconds).
+GONE_GRACE_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -571,6 +574,7 @@ class BatchHandle:
         :data:`LOOK_EVERY_S`, and a run found gone is waited on under its new id."""
         deadline = None if timeout is None else time.monotonic() + timeout
         st = store()
+        gone_since: float | None = None
         for position in range(len(kept)):
             while True:
                 run_id = kept.current(position)
@@ -584,10 +588,16 @@ class BatchHandle:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise RunTimeout(f"batch {self.batch_id} did not finish within {timeout:g}s")
-                if status is None:  # gone: sent again once Redis stopped evicting
-                    if self.repair(force=True) is None:
-                        time.sleep(LOOK_EVERY_S)
+                if status is None:  # gone: sent again once its eviction is sure
+                    self.repair(force=True)
+                    if kept.current(position) != run_id:
+                        continue
+                    gone_since = gone_since or time.monotonic()
+                    if time.monotonic() - gone_since > GONE_GRACE_S and not kept.evictions_seen():
+                        raise LookupError(f"run {run_id} not found (expired or deleted)")
+                    time.sleep(LOOK_EVERY_S)
                     continue
+                gone_since = None
                 with contextlib.suppress(RunTimeout, LookupError):
                     for _ in st.follow_events(
                         run_id, timeout_s=min(left or LOOK_EVERY_S, LOOK_EVERY_S)

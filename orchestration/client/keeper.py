@@ -7,6 +7,11 @@ a run whose record went, so the process that submitted the batch keeps its input
 when Redis reports evictions (``INFO stats evicted_keys``) it looks for the runs that
 went (:meth:`KeptBatch.sweep`); :class:`~orchestration.client.handles.BatchHandle` then
 submits those inputs again and re-sends the survivors' messages.
+
+A record read as gone is not enough: mid-failover a client may read a server that is
+resyncing, empty for a moment. A run is sent again only when that same server has
+evicted keys since it was first seen (or refuses ``INFO``), and two looks at least
+:data:`CHECK_EVERY_S` apart both found it gone there.
 """
 
 from __future__ import annotations
@@ -67,22 +72,38 @@ class Sweep:
         return bool(self.lost) or self.batch is not None
 
 
-def evicted_keys(r: Any) -> int | None:
-    """Keys Redis evicted since it started; None when ``INFO`` is refused (an ACL)."""
-    try:
-        return int(r.info("stats").get("evicted_keys", 0))
-    except redis.exceptions.ResponseError:
-        return None
+@dataclass(frozen=True)
+class Server:
+    """What one ``INFO`` says of the server a client reads: its ``run_id`` (a new one
+    after a restart or a failover), keys evicted since it started, whether its
+    ``maxmemory-policy`` evicts, and whether it is a primary; ``id`` and ``evicted`` None
+    where ``INFO`` is refused (an ACL)."""
+
+    id: str | None
+    evicted: int | None
+    evicting: bool
+    primary: bool = True
 
 
-def server_evictions(r: Any) -> tuple[int | None, bool]:
-    """:func:`evicted_keys`, and whether the server's ``maxmemory-policy`` evicts now
-    (False when ``INFO`` does not say)."""
+#: A server that could not say (mid-failover, say): nothing read from it is trusted.
+UNSURE = Server("", 0, False, primary=False)
+
+
+def server_state(r: Any) -> Server:
+    """:class:`Server` of the server behind ``r``, in one round trip."""
     try:
-        policy = r.info("memory").get("maxmemory_policy")
+        info = r.info()
+    except redis.exceptions.NoPermissionError:
+        return Server(None, None, False)
     except redis.exceptions.ResponseError:
-        policy = None
-    return evicted_keys(r), policy is not None and policy != NO_EVICTION
+        return UNSURE
+    policy = info.get("maxmemory_policy")
+    return Server(
+        str(info.get("run_id") or "") or None,
+        int(info.get("evicted_keys", 0)),
+        policy is not None and policy != NO_EVICTION,
+        primary=info.get("role", "master") == "master",
+    )
 
 
 class KeptBatch:
@@ -98,7 +119,7 @@ class KeptBatch:
         records: Sequence[RunRecord],
         batch: Mapping[str, Any],
         limits: Mapping[str, Budget],
-        evicted: int | None,
+        server: Server,
     ) -> None:
         self.spec = spec
         self.batch = dict(batch)
@@ -106,8 +127,16 @@ class KeptBatch:
         self._limits = dict(limits)
         self._position = {r.run_id: n for n, r in enumerate(records)}
         self._finished: dict[int, str] = {}
-        self._evicted = evicted
         self._lock = threading.Lock()
+        #: Keys each server (by ``run_id``) had evicted when last read.
+        self._evicted: dict[str | None, int] = {}
+        #: Whether a server seen had evicted keys since it was first seen (cleared once a
+        #: look finds nothing gone).
+        self._evidence = False
+        self._server = server
+        self._note(server)
+        #: Position (-1: the batch's record) -> (run id, server, since): found gone once.
+        self._suspects: dict[int, tuple[str, str | None, float]] = {}
         self._next = 0.0
         self._blind_next = time.monotonic() + BLIND_EVERY_S
         self._found: list[str] = []  # finished runs sweeps found, not yet taken
@@ -157,31 +186,59 @@ class KeptBatch:
             return found
 
     def due(self, r: Any, *, force: bool = False) -> bool:
-        """Whether to sweep now: Redis evicted keys since the last look (read at most every
-        :data:`CHECK_EVERY_S`), or it refuses ``INFO`` and :data:`BLIND_EVERY_S` passed.
-        Never while its policy still evicts (what is sent again would go too, and workers
-        hold new work meanwhile) unless ``DUET_ALLOW_EVICTION`` accepts the risk."""
+        """Whether to look now: a server evicted keys since the last look (read at most
+        every :data:`CHECK_EVERY_S`), runs found gone once wait for their second look, or
+        the server refuses ``INFO`` and :data:`BLIND_EVERY_S` passed. Never while its policy
+        still evicts (what is sent again would go too, and workers hold new work meanwhile)
+        unless ``DUET_ALLOW_EVICTION`` accepts the risk."""
         now = time.monotonic()
         with self._lock:
             owed = self._retry or (self._owed and now >= self._resend_next)
             if not (force or owed) and now < self._next:
                 return False
             self._next = now + CHECK_EVERY_S
-        count, evicting = server_evictions(r)
-        if evicting and not get_settings().allow_eviction:
-            return False  # the count is taken once the policy is noeviction again
+        server = server_state(r)
+        if not server.primary or (server.evicting and not get_settings().allow_eviction):
+            return False
         with self._lock:
-            if count is None:
-                blind = now >= self._blind_next
-                if blind:
-                    self._blind_next = now + BLIND_EVERY_S
-                go = force or owed or blind
-            else:
-                go = force or owed or count != self._evicted
-                self._evicted = count
+            self._server = server
+            blind = server.evicted is None and now >= self._blind_next
+            if blind:
+                self._blind_next = now + BLIND_EVERY_S
+            grew = self._note(server)
+            go = force or owed or blind or grew or self._evidence or bool(self._suspects)
             if go:
                 self._retry = False
             return go
+
+    def evictions_seen(self) -> bool:
+        """Whether a run read as gone may have been evicted (and is sent again once read
+        so twice): a server evicted keys, or it refuses ``INFO``."""
+        with self._lock:
+            return self._evidence or self._server.evicted is None
+
+    def _note(self, server: Server) -> bool:
+        """Take ``server``'s eviction count; whether it grew since that server was last
+        read (a server first seen, after a failover say, sets its baseline)."""
+        if server.evicted is None:
+            return False
+        before = self._evicted.get(server.id)
+        self._evicted[server.id] = server.evicted
+        grew = before is not None and server.evicted > before
+        self._evidence = self._evidence or grew
+        return grew
+
+    def _confirmed(self, position: int, run_id: str, now: float) -> bool:
+        """Whether ``run_id`` at ``position``, read gone now, was read gone on this same
+        server at least :data:`CHECK_EVERY_S` ago, and that server's reads are trusted to
+        mean evicted; else it is noted, for the next look. Caller holds the lock."""
+        server = self._server
+        trusted = self._evidence or server.evicted is None
+        seen = self._suspects.get(position)
+        if seen is None or seen[0] != run_id or seen[1] != server.id:
+            self._suspects[position] = (run_id, server.id, now)
+            return False
+        return trusted and now - seen[2] >= CHECK_EVERY_S
 
     def record(self) -> dict[str, Any]:
         """The batch's record as submitted, its counters those of the finished runs seen."""
@@ -192,13 +249,15 @@ class KeptBatch:
             return record
 
     def sweep(self, r: Any) -> Sweep:
-        """Look at every open run: the ones whose record went get a replacement (to be
-        written and sent by the caller), the others are listed; read the evictions count
-        (:meth:`due`) first, so an eviction during the sweep brings another."""
+        """Look at every open run: one whose record went (read so twice, see the module's
+        docstring) gets a replacement, to be written and sent by the caller; the others are
+        listed. :meth:`due` reads the server first, so an eviction during a sweep brings
+        another."""
         with self._lock:
             todo = [n for n in range(len(self._records)) if n not in self._finished]
             ids = [self._records[n].run_id for n in todo]
         found = Sweep()
+        gone: list[tuple[int, str]] = []
         for start in range(0, len(todo), PAGE):
             pipe = r.pipeline(transaction=False)
             for run_id in ids[start : start + PAGE]:
@@ -207,7 +266,7 @@ class KeptBatch:
                 todo[start : start + PAGE], ids[start : start + PAGE], pipe.execute(), strict=True
             ):
                 if status is None or spec_id is None:  # gone, or re-made by a late write
-                    found.lost[run_id] = self._replacement(n)
+                    gone.append((n, run_id))
                 elif status in FINISHED_STATUSES:
                     found.finished.append(run_id)
                     with self._lock:
@@ -215,11 +274,29 @@ class KeptBatch:
                         self._found.append(run_id)
                 else:
                     found.open.append(run_id)
-        if not r.hexists(keys.batch(self.batch["batch_id"]), "total"):
+        batch_gone = not r.hexists(keys.batch(self.batch["batch_id"]), "total")
+        # The reads came from the server the look began with, still a primary: else (a
+        # failover meanwhile) what read as gone is not even noted.
+        if (gone or batch_gone) and server_state(r) != self._server:
+            return found
+        now = time.monotonic()
+        with self._lock:
+            confirmed = [(n, i) for n, i in gone if self._confirmed(n, i, now)]
+            batch_lost = batch_gone and self._confirmed(-1, "", now)
+            still = {n for n, _ in gone} | ({-1} if batch_gone else set())
+            self._suspects = {n: v for n, v in self._suspects.items() if n in still}
+            if not still:
+                self._evidence = False  # whatever was evicted is sent again
+        for n, run_id in confirmed:
+            found.lost[run_id] = self._replacement(n)
+            with self._lock:
+                self._suspects.pop(n, None)
+        if batch_lost:
             found.batch = self.record()
+            with self._lock:
+                self._suspects.pop(-1, None)
         if found.damaged:
             found.limits = self._limits_for(list(found.lost.values()))
-        now = time.monotonic()
         with self._lock:
             self._owed = self._owed or found.damaged
             if self._owed and now >= self._resend_next:
@@ -259,4 +336,4 @@ def _renamed(scope: str, old: str, new: str) -> str:
     return f"{kind}:{new}" if kind in RUN_SCOPE_KINDS and name == old else scope
 
 
-__all__ = ["KeptBatch", "Sweep", "evicted_keys"]
+__all__ = ["UNSURE", "KeptBatch", "Server", "Sweep", "server_state"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from orchestration.client import handles
 from orchestration.client.backend import ensure_backend
 from orchestration.client.handles import BatchHandle, RunHandle, enqueue, new_id
-from orchestration.client.keeper import KeptBatch, evicted_keys
+from orchestration.client.keeper import KeptBatch, server_state
 from orchestration.client.served import served_from_cache
 from orchestration.core import quoting
 from orchestration.core.agents import Agent
@@ -375,7 +375,7 @@ class Team:
         }
         if gate:
             batch[BATCH_FIELD] = gate
-        kept = KeptBatch(self.spec, records, batch, limits, evicted_keys(handles.store().r))
+        kept = KeptBatch(self.spec, records, batch, limits, server_state(handles.store().r))
         enqueue(self.spec, records, batch=batch)
         return BatchHandle(batch_id, kept)
 

@@ -27,11 +27,15 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from duet.standin.server import FakeLLM
-from orchestration import Agent, Budget, Team, get_budget
+from orchestration import Agent, Budget, Team
+from orchestration.state import keys
+from orchestration.state.budgets import BudgetLedger
 from tests.faults.conftest import SentinelSet, serve_a_batch
 from tests.reliability import CLIENTS, ENGINE, Reliability, lost_of
 from tests.support import (
@@ -128,12 +132,18 @@ def test_sentinel_failover_mid_batch(
         started = time.monotonic()
         old, new = sentinels.failover(kill=kill)
         with contextlib.suppress(AssertionError):
-            wait_for(lambda: _done(batch) >= RUNS, FINISH_S, "every run to finish", interval=0.5)
+            wait_for(
+                lambda: _progress(sentinels, batch.batch_id)["done"] >= RUNS,
+                FINISH_S,
+                "every run to finish",
+                interval=0.5,
+            )
         took = time.monotonic() - started
-        progress = batch.progress()
+        progress = _progress(sentinels, batch.batch_id)
         requests = llm.stats()["requests"]
         stored = stored_calls(sentinels.primary_url(), batch.run_ids())
-        charged = int(get_budget(f"batch:{batch.batch_id}").spent.calls)
+        with redis.Redis.from_url(sentinels.primary_url()) as primary:
+            charged = int(BudgetLedger(primary).get(f"batch:{batch.batch_id}").spent.calls)
         logs = [Path(w.log_path).read_text(errors="replace") for w in workers]
         dead_logs = [log for w, log in zip(workers, logs, strict=True) if w.poll() is not None]
         exited = len(dead_logs)
@@ -205,14 +215,25 @@ def _unfinished(run_ids: list[str]) -> list[str]:
     return [r for r, s in zip(run_ids, statuses, strict=True) if s not in FINISHED_STATUSES]
 
 
-def _done(batch) -> int:  # type: ignore[no-untyped-def]
-    """Runs of ``batch`` finished; 0 while Redis cannot say (mid-failover)."""
-    from orchestration.state.connection import INFRA_ERRORS
-
+def _progress(sentinels: SentinelSet, batch_id: str) -> dict[str, Any]:
+    """The batch's ``done`` and outcome counts as the primary the sentinels name now says
+    (a client's pooled connection may read the old primary, demoted, for a moment: its
+    writes no replica acknowledged are there and nowhere else); 0 done while it cannot
+    say (mid-failover)."""
     try:
-        return int(batch.progress()["done"])
-    except INFRA_ERRORS:
-        return 0
+        with redis.Redis.from_url(sentinels.primary_url(), socket_timeout=2) as r:
+            raw = r.hgetall(keys.batch(batch_id))
+    except (redis.RedisError, OSError):
+        return {"done": 0, "counts": {}}
+    fields = {
+        k.decode(): int(v)
+        for k, v in raw.items()
+        if k.decode() == "done" or k.startswith(b"status:")
+    }
+    return {
+        "done": fields.pop("done", 0),
+        "counts": {k.split(":", 1)[1]: n for k, n in fields.items() if n},
+    }
 
 
 def duet_ls(url: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -41,6 +41,11 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def _finished(samples: Samples) -> float:
+    """Runs counted finished, whatever their status and reason."""
+    return sum(v for (name, _), v in samples.items() if name == "duet_runs_finished_total")
+
+
 def answers(port: int) -> Samples | None:
     try:
         return scrape(port)
@@ -107,7 +112,16 @@ def test_a_batch_moves_each_metric_by_what_it_did(
             RateLimiter(redis_client).pause(name, 1.0)
             others.append(paused.submit("p"))
             results = [*batch.results(timeout=60), *(h.result(timeout=60) for h in others)]
-            after = scrape(port)
+            # A run's result is in Redis a moment before its worker counts it finished.
+            after = wait_for(
+                lambda: (
+                    (now := scrape(port))
+                    and _finished(now) - _finished(before) >= len(results)
+                    and now
+                ),
+                10,
+                "every finished run counted",
+            )
         if processes == "multiprocess-dir":
             assert any(tmp_path.glob("counter_*.db")), "figures written to the shared directory"
 
