@@ -443,7 +443,10 @@ class LostConnectionGuard:
         reconnects, the ack is logged as failed (the message comes back after the
         visibility timeout, and steps are idempotent).
         """
-        if self.connection.client is None:
+        # A channel closed meanwhile has no connection at all (a publish on it, say a
+        # task's retry mid-restart, met ``'NoneType' ... 'client'`` and Celery acked the
+        # message away as unpublishable).
+        if self.connection is None or self.connection.client is None:
             raise redis.exceptions.ConnectionError(
                 "this broker channel's connection is closed (the consumer reconnects)"
             )
